@@ -1,0 +1,65 @@
+/*
+ * Shared basics: error reporting, assertions, number formats.
+ *
+ * Errors come in three tiers (see STYLE): library code returns an sl_status
+ * and fills an sl_error; the CLI decides to exit; SL_ASSERT guards invariants
+ * that only a bug can break and aborts with file:line.
+ */
+#ifndef SL_COMMON_H
+#define SL_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.h"
+
+#define SL_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "sluice: %s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond);   \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Fills err (if not NULL and still clear) and returns code: `return sl_fail(err, ...)`. */
+sl_status sl_fail(sl_error *err, sl_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sl_error_clear(sl_error *err);
+
+/* malloc/calloc that report failure through err. Memory is 64-byte aligned. */
+void *sl_alloc(size_t nbytes, sl_error *err);
+void *sl_calloc(size_t n, size_t size, sl_error *err);
+
+/* bf16 is the top half of an IEEE float32: widening is exact. */
+static inline float sl_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Round to nearest even, as torch does; NaN stays NaN. */
+static inline uint16_t sl_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float sl_f16_to_f32(uint16_t h);
+uint16_t sl_f32_to_f16(float f);
+
+/* Seconds on a monotonic clock. */
+double sl_now(void);
+
+/* Reads a whole file into a NUL-terminated heap buffer. */
+sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err);
+
+#endif /* SL_COMMON_H */

@@ -1,0 +1,53 @@
+/*
+ * A tensor as the loader sees it: a typed, shaped view of bytes that live
+ * elsewhere (an mmap of a checkpoint file, or one allocation). Never owns data.
+ */
+#ifndef SL_TENSOR_H
+#define SL_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sl_dtype {
+    SL_DTYPE_NONE = 0, /* absent tensor */
+    SL_DTYPE_F32,
+    SL_DTYPE_F16,
+    SL_DTYPE_BF16,
+    SL_DTYPE_F64,
+    SL_DTYPE_I64,
+    SL_DTYPE_I32,
+    SL_DTYPE_I16,
+    SL_DTYPE_I8,
+    SL_DTYPE_U8,
+    SL_DTYPE_BOOL,
+    SL_DTYPE_F8_E4M3,
+    SL_DTYPE_F8_E5M2,
+    SL_DTYPE_COUNT
+} sl_dtype;
+
+#define SL_MAX_DIMS 8
+
+typedef struct sl_tensor {
+    const char *name; /* owned by whoever owns the bytes */
+    sl_dtype dtype;
+    int32_t ndim;
+    int64_t shape[SL_MAX_DIMS];
+    const void *data; /* NULL when absent */
+    size_t nbytes;
+} sl_tensor;
+
+/* Bytes per element; 0 for NONE. */
+size_t sl_dtype_size(sl_dtype t);
+/* Safetensors spelling ("BF16"); "?" for NONE. */
+const char *sl_dtype_name(sl_dtype t);
+/* Parses the safetensors spelling; SL_DTYPE_NONE if unknown. */
+sl_dtype sl_dtype_from_name(const char *s);
+
+/* Writes "[2, 3, 4]" into buf. */
+const char *sl_shape_str(const sl_tensor *t, char *buf, size_t len);
+
+static inline int sl_tensor_present(const sl_tensor *t) {
+    return t->data != NULL;
+}
+
+#endif /* SL_TENSOR_H */

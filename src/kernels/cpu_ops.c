@@ -1,0 +1,142 @@
+/*
+ * The CPU backend: the reference every other backend is checked against.
+ * Element-wise ops are plain loops the compiler vectorises; the heavy one,
+ * matmul, lives in cpu_matmul.c with SIMD paths chosen at run time.
+ */
+#include <math.h>
+#include <omp.h>
+
+#include "kernels/ops.h"
+
+static void cpu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
+                      int32_t T) {
+    (void)be;
+    const int64_t n = table->shape[1];
+    for (int32_t t = 0; t < T; t++)
+        sl_to_f32(y + (size_t)t * (size_t)n, table->data, table->dtype, (size_t)ids[t] * (size_t)n,
+                  (size_t)n);
+}
+
+/* Matches torch: variance in float32, x * rsqrt(var + eps), then times the weight. */
+static void cpu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                        int32_t rows, int32_t n, float eps, float w_offset) {
+    (void)be;
+    for (int32_t r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        float ss = 0;
+        for (int32_t i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
+        const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int32_t i = 0; i < n; i++) {
+            float wi;
+            sl_to_f32(&wi, w->data, w->dtype, (size_t)i, 1);
+            yr[i] = (xr[i] * inv) * (w_offset + wi);
+        }
+    }
+}
+
+static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
+                     int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab) {
+    (void)be;
+    const int32_t half = rot_dim / 2;
+    for (int32_t t = 0; t < T; t++) {
+        const float *c = cos_tab + (size_t)(pos0 + t) * (size_t)half;
+        const float *s = sin_tab + (size_t)(pos0 + t) * (size_t)half;
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim;
+            for (int32_t i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+/* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t. */
+static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
+    const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
+    const size_t q_stride = (size_t)a->n_heads * (size_t)hd;
+    const size_t kv_stride = (size_t)a->n_kv_heads * (size_t)hd;
+    const int32_t n_items = a->T * a->n_heads;
+    const size_t ctx = (size_t)(a->pos0 + a->T);
+    int nth = n_items > 1 ? be->n_threads : 1;
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
+    for (int32_t it = 0; it < n_items; it++) {
+        const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
+        const int32_t n_keys = a->pos0 + t + 1;
+        float *sc = a->scratch + (size_t)omp_get_thread_num() * ctx;
+        const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
+        float mx = -INFINITY;
+        for (int32_t j = 0; j < n_keys; j++) {
+            const float *k = a->kcache + (size_t)j * kv_stride + (size_t)kvh * (size_t)hd;
+            float s = 0;
+            for (int32_t d = 0; d < hd; d++)
+                s += q[d] * k[d];
+            sc[j] = s * a->scale;
+            mx = fmaxf(mx, sc[j]);
+        }
+        float sum = 0;
+        for (int32_t j = 0; j < n_keys; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        const float inv = 1.0f / sum;
+        float *o = a->out + (size_t)t * q_stride + (size_t)h * (size_t)hd;
+        for (int32_t d = 0; d < hd; d++)
+            o[d] = 0;
+        for (int32_t j = 0; j < n_keys; j++) {
+            const float *v = a->vcache + (size_t)j * kv_stride + (size_t)kvh * (size_t)hd;
+            const float p = sc[j] * inv;
+            for (int32_t d = 0; d < hd; d++)
+                o[d] += p * v[d];
+        }
+    }
+}
+
+static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up,
+                       size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static void cpu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        y[i] += s * x[i];
+}
+
+static const sl_ops cpu_ops = {
+    .name = "cpu",
+    .matmul = sl_matmul_cpu,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .axpy = cpu_axpy,
+};
+
+sl_isa sl_cpu_best_isa(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+        return SL_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return SL_ISA_AVX2;
+    return SL_ISA_SCALAR;
+}
+
+const char *sl_isa_name(sl_isa isa) {
+    static const char *names[] = {"scalar", "avx2", "avx512"};
+    return (unsigned)isa <= SL_ISA_AVX512 ? names[isa] : "?";
+}
+
+void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa) {
+    be->ops = &cpu_ops;
+    be->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    sl_isa best = sl_cpu_best_isa();
+    be->isa = isa > best ? best : isa;
+}

@@ -1,0 +1,267 @@
+/* Shared decoder blocks (contracts in blocks.h). */
+#include "model/blocks.h"
+
+#include <math.h>
+
+#include "moe/router.h"
+
+/* ------------------------------------------------------------- binding */
+
+sl_status blk_bind_globals(sl_model *m, sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const int64_t V = c->vocab_size, H = c->hidden_size;
+    sl_status st;
+    if ((st = sl_ckpt_bind(&m->ck, &m->embed, SL_BIND_REQUIRED, SL_DIMS(V, H), err,
+                           "embed_tokens.weight")) ||
+        (st = sl_ckpt_bind(&m->ck, &m->norm, SL_BIND_REQUIRED, SL_DIMS(H), err, "norm.weight")))
+        return st;
+    if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        return SL_OK;
+    }
+    return sl_ckpt_bind(&m->ck, &m->lm_head, SL_BIND_REQUIRED, SL_DIMS(V, H), err,
+                        "/lm_head.weight");
+}
+
+sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const sl_ckpt *ck = &m->ck;
+    sl_layer *L = &m->layers[l];
+    const int64_t H = c->hidden_size, hd = c->head_dim;
+    const int64_t nq = c->n_heads * hd, nkv = c->n_kv_heads * hd;
+    const int bias = o->qkv_bias ? SL_BIND_REQUIRED : SL_BIND_OPTIONAL;
+    const char *p = "layers.%d.self_attn.%s";
+    sl_status st;
+    if ((st = sl_ckpt_bind(ck, &L->attn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
+                           "layers.%d.input_layernorm.weight", l)) ||
+        (st = sl_ckpt_bind(ck, &L->wq, SL_BIND_REQUIRED, SL_DIMS(nq, H), err, p, l,
+                           "q_proj.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->wk, SL_BIND_REQUIRED, SL_DIMS(nkv, H), err, p, l,
+                           "k_proj.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->wv, SL_BIND_REQUIRED, SL_DIMS(nkv, H), err, p, l,
+                           "v_proj.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->wo, SL_BIND_REQUIRED, SL_DIMS(H, nq), err, p, l,
+                           "o_proj.weight")))
+        return st;
+    if (o->qkv_bias &&
+        ((st = sl_ckpt_bind(ck, &L->bq, bias, SL_DIMS(nq), err, p, l, "q_proj.bias")) ||
+         (st = sl_ckpt_bind(ck, &L->bk, bias, SL_DIMS(nkv), err, p, l, "k_proj.bias")) ||
+         (st = sl_ckpt_bind(ck, &L->bv, bias, SL_DIMS(nkv), err, p, l, "v_proj.bias"))))
+        return st;
+    if (o->o_bias &&
+        (st = sl_ckpt_bind(ck, &L->bo, SL_BIND_REQUIRED, SL_DIMS(H), err, p, l, "o_proj.bias")))
+        return st;
+    if (o->qk_norm && ((st = sl_ckpt_bind(ck, &L->q_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
+                                          "q_norm.weight")) ||
+                       (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
+                                          "k_norm.weight"))))
+        return st;
+    return SL_OK;
+}
+
+/* gate/up [I, H] and down [H, I] of an MLP under `prefix`. */
+static sl_status bind_mlp(const sl_ckpt *ck, sl_tensor *g, sl_tensor *u, sl_tensor *d, int64_t H,
+                          int64_t I, const char *prefix, int32_t l, sl_error *err) {
+    sl_status st;
+    char fmt[160];
+    snprintf(fmt, sizeof fmt, "layers.%%d.%s.%%s.weight", prefix);
+    if ((st = sl_ckpt_bind(ck, g, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, "gate_proj")) ||
+        (st = sl_ckpt_bind(ck, u, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, "up_proj")) ||
+        (st = sl_ckpt_bind(ck, d, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, "down_proj")))
+        return st;
+    return SL_OK;
+}
+
+sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const sl_ckpt *ck = &m->ck;
+    sl_layer *L = &m->layers[l];
+    const int64_t H = c->hidden_size;
+    sl_status st;
+    if ((st = sl_ckpt_bind(ck, &L->ffn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
+                           "layers.%d.post_attention_layernorm.weight", l)))
+        return st;
+    L->is_moe = c->layer_is_moe[l];
+    if (!L->is_moe) {
+        if (c->intermediate_size <= 0)
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s/config.json: layer %d is dense but "
+                           "intermediate_size is not set",
+                           m->ck.dir, l);
+        return bind_mlp(ck, &L->mlp_gate, &L->mlp_up, &L->mlp_down, H, c->intermediate_size, "mlp",
+                        l, err);
+    }
+    if ((st = sl_ckpt_bind(ck, &L->router, SL_BIND_REQUIRED, SL_DIMS(c->n_experts, H), err,
+                           "layers.%d.mlp.gate.weight", l)))
+        return st;
+    if (!o->shared_expert) return SL_OK;
+    if (c->shared_intermediate_size <= 0)
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s/config.json: shared_expert_intermediate_size "
+                       "is not set",
+                       m->ck.dir);
+    if ((st = bind_mlp(ck, &L->sh_gate, &L->sh_up, &L->sh_down, H, c->shared_intermediate_size,
+                       "mlp.shared_expert", l, err)))
+        return st;
+    return sl_ckpt_bind(ck, &L->sh_router, SL_BIND_REQUIRED, SL_DIMS(1, H), err,
+                        "layers.%d.mlp.shared_expert_gate.weight", l);
+}
+
+/* ------------------------------------------------------------- compute */
+
+void blk_attention(sl_session *s, int32_t l, int32_t T) {
+    const sl_model *m = s->model;
+    const sl_config *c = &m->cfg;
+    const sl_backend *be = &m->be;
+    const sl_ops *op = be->ops;
+    const sl_layer *L = &m->layers[l];
+    sl_session_buf *b = &s->b;
+    const int32_t hd = c->head_dim, pos0 = s->pos;
+    const size_t kv_row = (size_t)c->n_kv_heads * (size_t)hd;
+
+    op->matmul(be, b->q, b->xn, &L->wq, &L->bq, T);
+    op->matmul(be, b->k, b->xn, &L->wk, &L->bk, T);
+    op->matmul(be, b->v, b->xn, &L->wv, &L->bv, T);
+    if (L->q_norm.data) {
+        op->rmsnorm(be, b->q, b->q, &L->q_norm, T * c->n_heads, hd, c->rms_norm_eps,
+                    m->norm_offset);
+        op->rmsnorm(be, b->k, b->k, &L->k_norm, T * c->n_kv_heads, hd, c->rms_norm_eps,
+                    m->norm_offset);
+    }
+    op->rope(be, b->q, T, c->n_heads, hd, c->rot_dim, pos0, s->rope_cos, s->rope_sin);
+    op->rope(be, b->k, T, c->n_kv_heads, hd, c->rot_dim, pos0, s->rope_cos, s->rope_sin);
+
+    float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
+    float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
+    memcpy(kc + (size_t)pos0 * kv_row, b->k, (size_t)T * kv_row * sizeof(float));
+    memcpy(vc + (size_t)pos0 * kv_row, b->v, (size_t)T * kv_row * sizeof(float));
+
+    sl_attn_args a = {
+        .out = b->attn,
+        .q = b->q,
+        .kcache = kc,
+        .vcache = vc,
+        .T = T,
+        .pos0 = pos0,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = hd,
+        .scale = 1.0f / sqrtf((float)hd),
+        .scratch = b->attn_scratch,
+    };
+    op->attention(be, &a);
+    op->matmul(be, b->out, b->attn, &L->wo, &L->bo, T);
+}
+
+/* out[T, H] = down(silu(gate x) * up x) for rows x[T, H]. */
+static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tensor *g,
+                       const sl_tensor *u, const sl_tensor *d, int32_t T) {
+    const sl_backend *be = &s->model->be;
+    const size_t I = (size_t)g->shape[0];
+    be->ops->matmul(be, s->b.gate, x, g, NULL, T);
+    be->ops->matmul(be, s->b.up, x, u, NULL, T);
+    be->ops->swiglu(be, s->b.gate, s->b.gate, s->b.up, (size_t)T * I);
+    be->ops->matmul(be, out, s->b.gate, d, NULL, T);
+}
+
+/*
+ * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
+ * each expert's weights are fetched and streamed through once per chunk;
+ * each (token, rank) result lands in its own row of expert_out, and the rows
+ * are summed per token in router-rank order, so the sum never depends on the
+ * chunk, the grouping or where the weights came from.
+ */
+static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
+    const sl_model *m = s->model;
+    const sl_config *c = &m->cfg;
+    const sl_backend *be = &m->be;
+    const sl_layer *L = &m->layers[l];
+    sl_session_buf *b = &s->b;
+    const int32_t E = c->n_experts, k = c->n_experts_used;
+    const size_t H = (size_t)c->hidden_size;
+
+    be->ops->matmul(be, b->router_logits, b->xn, &L->router, NULL, T);
+    memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
+    for (int32_t t = 0; t < T; t++) {
+        sl_router_topk(b->router_logits + (size_t)t * (size_t)E, E, k, c->norm_topk_prob,
+                       b->router_probs, b->topk_ids + (size_t)t * (size_t)k,
+                       b->topk_w + (size_t)t * (size_t)k);
+        for (int32_t r = 0; r < k; r++)
+            b->expert_count[b->topk_ids[t * k + r]]++;
+    }
+    /* Distinct experts in ascending order, and (counting sort) each one's
+     * (token*k + rank) rows, contiguous and in token order. */
+    int32_t n_used = 0, fill = 0;
+    for (int32_t e = 0; e < E; e++) {
+        b->expert_start[e] = fill;
+        fill += b->expert_count[e];
+        if (b->expert_count[e]) b->expert_list[n_used++] = e;
+    }
+    for (int32_t i = 0; i < T * k; i++)
+        b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
+    sl_status st = sl_experts_fetch((sl_expert_store *)&m->experts, l, b->expert_list, n_used,
+                                    b->fetched, err);
+    if (st) return st;
+    const int32_t *rows = b->expert_rows;
+    for (int32_t j = 0; j < n_used; j++) {
+        const int32_t cnt = b->expert_count[b->expert_list[j]];
+        const sl_expert *ex = b->fetched[j];
+        for (int32_t i = 0; i < cnt; i++)
+            memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H, H * sizeof(float));
+        swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
+        for (int32_t i = 0; i < cnt; i++)
+            memcpy(b->expert_out + (size_t)rows[i] * H, b->ffn_out + (size_t)i * H,
+                   H * sizeof(float));
+        rows += cnt;
+    }
+    memset(b->out, 0, (size_t)T * H * sizeof(float));
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t r = 0; r < k; r++)
+            be->ops->axpy(be, b->out + (size_t)t * H, b->topk_w[t * k + r],
+                          b->expert_out + ((size_t)t * (size_t)k + (size_t)r) * H, H);
+    if (L->sh_router.data) {
+        swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
+        be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
+        for (int32_t t = 0; t < T; t++)
+            be->ops->axpy(be, b->out + (size_t)t * H, 1.0f / (1.0f + expf(-b->sh_logit[t])),
+                          b->ffn_out + (size_t)t * H, H);
+    }
+    return SL_OK;
+}
+
+sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
+    const sl_layer *L = &s->model->layers[l];
+    if (L->is_moe) return moe(s, l, T, err);
+    swiglu_mlp(s, s->b.out, s->b.xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down, T);
+    return SL_OK;
+}
+
+sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
+                              int all_logits, sl_error *err) {
+    const sl_model *m = s->model;
+    const sl_config *c = &m->cfg;
+    const sl_backend *be = &m->be;
+    const sl_ops *op = be->ops;
+    sl_session_buf *b = &s->b;
+    const int32_t H = c->hidden_size;
+    const size_t n = (size_t)T * (size_t)H;
+    const float eps = c->rms_norm_eps, off = m->norm_offset;
+
+    op->embed(be, b->x, &m->embed, ids, T);
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const sl_layer *L = &m->layers[l];
+        op->rmsnorm(be, b->xn, b->x, &L->attn_norm, T, H, eps, off);
+        blk_attention(s, l, T);
+        op->axpy(be, b->x, 1.0f, b->out, n);
+        op->rmsnorm(be, b->xn, b->x, &L->ffn_norm, T, H, eps, off);
+        sl_status st = blk_ffn(s, l, T, err);
+        if (st) return st;
+        op->axpy(be, b->x, 1.0f, b->out, n);
+    }
+    /* Only the rows whose logits are wanted go through the final norm and head. */
+    const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
+    float *xl = b->x + (size_t)first * (size_t)H;
+    op->rmsnorm(be, xl, xl, &m->norm, rows, H, eps, off);
+    if (logits) op->matmul(be, logits, xl, &m->lm_head, NULL, rows);
+    return SL_OK;
+}

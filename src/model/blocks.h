@@ -1,0 +1,41 @@
+/*
+ * Shared building blocks of the decoder families: tensor binding for the
+ * common sublayers and their forward computations, written only against the
+ * backend's sl_ops. A family composes these; nothing family-specific lives here
+ * beyond the options a block takes.
+ */
+#ifndef SL_BLOCKS_H
+#define SL_BLOCKS_H
+
+#include "model/model.h"
+
+typedef struct blk_attn_opts {
+    int32_t qkv_bias; /* q/k/v projections carry a bias (Qwen2) */
+    int32_t o_bias;   /* o_proj carries a bias */
+    int32_t qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+} blk_attn_opts;
+
+typedef struct blk_ffn_opts {
+    int32_t shared_expert; /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
+} blk_ffn_opts;
+
+/* Embedding, final norm and LM head (tied or not). */
+sl_status blk_bind_globals(sl_model *m, sl_error *err);
+/* Norms and projections of layer l's self-attention. */
+sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_error *err);
+/* Layer l's FFN: dense MLP, or router (+ shared expert); routed experts bind in the store. */
+sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err);
+
+/* s->b.xn -> s->b.out for T tokens at position s->pos; appends K/V to layer l's cache. */
+void blk_attention(sl_session *s, int32_t l, int32_t T);
+/* s->b.xn -> s->b.out: dense SwiGLU MLP or routed experts (+ shared expert). */
+sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
+
+/* The pre-norm decoder of Qwen2/Qwen3(-MoE):
+ *   x = embed(ids)
+ *   per layer: x += attn(norm(x)); x += ffn(norm(x))
+ *   logits = lm_head(norm(x)) */
+sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
+                              int all_logits, sl_error *err);
+
+#endif /* SL_BLOCKS_H */

@@ -1,0 +1,230 @@
+/* Checkpoint directory: shard discovery, name index, binding by name. */
+#include "model/checkpoint.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+
+static int file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    return strcmp(((const sl_ckpt_entry *)a)->t->name, ((const sl_ckpt_entry *)b)->t->name);
+}
+
+/* Shard names from model.safetensors.index.json's weight_map values, deduplicated, sorted. */
+static sl_status shards_from_index(const char *index_path, char ***names, int32_t *n,
+                                   sl_error *err) {
+    json_error_t jerr;
+    json_t *root = json_load_file(index_path, 0, &jerr);
+    if (!root)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: invalid JSON (%s, line %d)", index_path, jerr.text,
+                       jerr.line);
+    sl_status st = SL_OK;
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(wm)) {
+        st = sl_fail(err, SL_ERR_FORMAT, "%s: missing object 'weight_map'", index_path);
+        goto done;
+    }
+    size_t cap = json_object_size(wm);
+    *names = calloc(cap ? cap : 1, sizeof(char *));
+    if (!*names) {
+        st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v) {
+        const char *file = json_string_value(v);
+        if (!file || !*file || strchr(file, '/') || strcmp(file, "..") == 0) {
+            st = sl_fail(err, SL_ERR_FORMAT,
+                         "%s: weight_map['%s'] is not a file name in the "
+                         "checkpoint directory",
+                         index_path, key);
+            goto done;
+        }
+        int seen = 0;
+        for (int32_t i = 0; i < *n && !seen; i++)
+            seen = strcmp((*names)[i], file) == 0;
+        if (!seen && !((*names)[(*n)++] = strdup(file))) {
+            st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    qsort(*names, (size_t)*n, sizeof(char *), cmp_str);
+done:
+    json_decref(root);
+    return st;
+}
+
+/* Fallback without an index: every *.safetensors file in the directory. */
+static sl_status shards_from_dir(const char *dir, char ***names, int32_t *n, sl_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return sl_fail(err, SL_ERR_IO, "%s: cannot open directory", dir);
+    int32_t cap = 0;
+    struct dirent *e;
+    sl_status st = SL_OK;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors") != 0) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **nn = realloc(*names, (size_t)cap * sizeof(char *));
+            if (!nn) {
+                st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+                break;
+            }
+            *names = nn;
+        }
+        if (!((*names)[(*n)++] = strdup(e->d_name))) {
+            st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+            break;
+        }
+    }
+    closedir(d);
+    if (!st && *n == 0)
+        st = sl_fail(err, SL_ERR_IO,
+                     "%s: no .safetensors files (is this a Hugging Face "
+                     "checkpoint directory?)",
+                     dir);
+    if (!st) qsort(*names, (size_t)*n, sizeof(char *), cmp_str);
+    return st;
+}
+
+sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
+    memset(ck, 0, sizeof *ck);
+    ck->prefix = "model.";
+    if (!(ck->dir = strdup(dir))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    char path[4096];
+    char **names = NULL;
+    int32_t n = 0;
+    sl_status st;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (file_exists(path)) {
+        st = shards_from_index(path, &names, &n, err);
+    } else {
+        st = shards_from_dir(dir, &names, &n, err);
+    }
+    if (!st && !(ck->files = calloc((size_t)n, sizeof(sl_st_file))))
+        st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    int32_t total = 0;
+    for (int32_t i = 0; !st && i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        st = sl_st_open(&ck->files[i], path, err);
+        ck->n_files = i + 1;
+        if (!st) total += ck->files[i].n_tensors;
+    }
+    for (int32_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (st) return st;
+
+    if (!(ck->entries = calloc((size_t)(total ? total : 1), sizeof(sl_ckpt_entry))))
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    for (int32_t f = 0; f < ck->n_files; f++)
+        for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
+            ck->entries[ck->n_entries++] = (sl_ckpt_entry){&ck->files[f].tensors[i], f};
+    qsort(ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);
+    for (int32_t i = 1; i < ck->n_entries; i++)
+        if (strcmp(ck->entries[i].t->name, ck->entries[i - 1].t->name) == 0)
+            return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s' appears in two shards (%s, %s)",
+                           dir, ck->entries[i].t->name, ck->files[ck->entries[i - 1].file].path,
+                           ck->files[ck->entries[i].file].path);
+    /* The multimodal layout nests the text model one level deeper. */
+    for (int32_t i = 0; i < ck->n_entries; i++)
+        if (strncmp(ck->entries[i].t->name, "model.language_model.", 21) == 0) {
+            ck->prefix = "model.language_model.";
+            break;
+        }
+    return SL_OK;
+}
+
+void sl_ckpt_close(sl_ckpt *ck) {
+    if (!ck) return;
+    for (int32_t i = 0; i < ck->n_files; i++)
+        sl_st_close(&ck->files[i]);
+    free(ck->files);
+    free(ck->entries);
+    free(ck->dir);
+    memset(ck, 0, sizeof *ck);
+}
+
+static const sl_ckpt_entry *find_full(const sl_ckpt *ck, const char *full) {
+    sl_tensor kt = {.name = full};
+    sl_ckpt_entry key = {.t = &kt};
+    return bsearch(&key, ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);
+}
+
+const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name) {
+    char full[512];
+    if (name[0] == '/')
+        snprintf(full, sizeof full, "%s", name + 1);
+    else
+        snprintf(full, sizeof full, "%s%s", ck->prefix, name);
+    return find_full(ck, full);
+}
+
+sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndim,
+                       const int64_t *shape, sl_error *err, const char *fmt, ...) {
+    char name[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    memset(out, 0, sizeof *out);
+    const sl_ckpt_entry *e = sl_ckpt_find(ck, name);
+    if (!e) {
+        if (flags & SL_BIND_OPTIONAL) return SL_OK;
+        return sl_fail(err, SL_ERR_SHAPE, "%s: missing tensor '%s%s'", ck->dir,
+                       name[0] == '/' ? "" : ck->prefix, name[0] == '/' ? name + 1 : name);
+    }
+    const sl_tensor *t = e->t;
+    const char *file = ck->files[e->file].path;
+    if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: tensor '%s': dtype %s (expected BF16, F16 "
+                       "or F32)",
+                       file, t->name, sl_dtype_name(t->dtype));
+    int ok = t->ndim == ndim;
+    for (int32_t i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char want[128], got[128];
+        sl_tensor w = {.ndim = ndim};
+        memcpy(w.shape, shape, sizeof(int64_t) * (size_t)ndim);
+        return sl_fail(err, SL_ERR_SHAPE, "%s: tensor '%s': expected shape %s, got %s", file,
+                       t->name, sl_shape_str(&w, want, sizeof want),
+                       sl_shape_str(t, got, sizeof got));
+    }
+    *out = *t;
+    return SL_OK;
+}
+
+sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
+    SL_ASSERT(t->ndim == 2 && row0 >= 0 && row0 + rows <= t->shape[0]);
+    sl_tensor v = *t;
+    size_t row_bytes = (size_t)t->shape[1] * sl_dtype_size(t->dtype);
+    v.data = (const uint8_t *)t->data + (size_t)row0 * row_bytes;
+    v.shape[0] = rows;
+    v.nbytes = (size_t)rows * row_bytes;
+    return v;
+}
+
+sl_tensor sl_tensor_slice(const sl_tensor *t, int64_t i) {
+    SL_ASSERT(t->ndim == 3 && i >= 0 && i < t->shape[0]);
+    sl_tensor v = *t;
+    size_t mat_bytes = (size_t)(t->shape[1] * t->shape[2]) * sl_dtype_size(t->dtype);
+    v.data = (const uint8_t *)t->data + (size_t)i * mat_bytes;
+    v.ndim = 2;
+    v.shape[0] = t->shape[1];
+    v.shape[1] = t->shape[2];
+    v.nbytes = mat_bytes;
+    return v;
+}

@@ -1,0 +1,59 @@
+/*
+ * A Hugging Face checkpoint directory: config.json plus one safetensors file
+ * or several shards listed by model.safetensors.index.json. Tensors are
+ * looked up by name across all shards and bound once at load time, with
+ * dtype and shape checked ("expected vs actual").
+ *
+ * Names are given without the model prefix: "layers.0.self_attn.q_proj.weight"
+ * resolves to "model.layers.0..." or "model.language_model.layers.0..."
+ * (the ...ForConditionalGeneration layout), whichever the file uses. Names
+ * starting with '/' are taken literally ("/lm_head.weight").
+ */
+#ifndef SL_CHECKPOINT_H
+#define SL_CHECKPOINT_H
+
+#include "format/safetensors.h"
+
+typedef struct sl_ckpt_entry {
+    const sl_tensor *t;
+    int32_t file; /* index into files */
+} sl_ckpt_entry;
+
+typedef struct sl_ckpt {
+    char *dir;
+    int32_t n_files;
+    sl_st_file *files;
+    int32_t n_entries;
+    sl_ckpt_entry *entries; /* sorted by name */
+    const char *prefix;     /* "model." or "model.language_model." */
+} sl_ckpt;
+
+sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err);
+void sl_ckpt_close(sl_ckpt *ck);
+
+/* Looks a tensor up by (unprefixed) name; NULL when absent. */
+const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name);
+
+enum {
+    SL_BIND_REQUIRED = 0,
+    SL_BIND_OPTIONAL = 1, /* absent: leave the tensor empty and succeed */
+};
+
+/*
+ * Binds a float weight (F32, F16 or BF16) of exactly the given shape.
+ * Use SL_DIMS(a, b) for (ndim, shape). The name is a printf format.
+ */
+sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndim,
+                       const int64_t *shape, sl_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
+#define SL_DIMS(...)                                                                               \
+    (int32_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) {       \
+        __VA_ARGS__                                                                                \
+    }
+
+/* A view of rows [row0, row0+rows) of a 2-D tensor, or of matrix i of a 3-D one. */
+sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows);
+sl_tensor sl_tensor_slice(const sl_tensor *t, int64_t i);
+
+#endif /* SL_CHECKPOINT_H */

@@ -1,0 +1,205 @@
+/*
+ * config.json parsing with jansson. Keys follow transformers 5.17: RoPE's base
+ * may sit at the top level ("rope_theta") or inside "rope_parameters" (the
+ * 5.x spelling) or "rope_scaling"; only the default RoPE type is supported.
+ */
+#include "model/config.h"
+
+#include <jansson.h>
+#include <math.h>
+
+/* Reads an integer key in [lo, hi]. A missing key takes dflt, unless dflt < lo (required). */
+static sl_status get_int(const json_t *o, const char *key, int64_t dflt, int64_t lo, int64_t hi,
+                         int32_t *out, const char *path, sl_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (dflt < lo) return sl_fail(err, SL_ERR_FORMAT, "%s: missing '%s'", path, key);
+        *out = (int32_t)dflt;
+        return SL_OK;
+    }
+    if (json_is_boolean(v)) {
+        *out = json_is_true(v);
+        return SL_OK;
+    }
+    if (!json_is_integer(v))
+        return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not an integer", path, key);
+    int64_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' = %lld is out of range [%lld, %lld]", path,
+                       key, (long long)x, (long long)lo, (long long)hi);
+    *out = (int32_t)x;
+    return SL_OK;
+}
+
+static sl_status get_num(const json_t *o, const char *key, double dflt, double *out,
+                         const char *path, sl_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (isnan(dflt)) return sl_fail(err, SL_ERR_FORMAT, "%s: missing '%s'", path, key);
+        *out = dflt;
+        return SL_OK;
+    }
+    if (!json_is_number(v))
+        return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not a number", path, key);
+    *out = json_number_value(v);
+    if (!isfinite(*out)) return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not finite", path, key);
+    return SL_OK;
+}
+
+/* RoPE parameters: base frequency and partial rotation; rejects scaled variants. */
+static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, sl_error *err) {
+    double theta = NAN, partial = 1.0;
+    sl_status st;
+    const char *sub_keys[] = {"rope_parameters", "rope_scaling"};
+    for (int i = 0; i < 2; i++) {
+        json_t *rp = json_object_get(root, sub_keys[i]);
+        if (!rp || json_is_null(rp)) continue;
+        if (!json_is_object(rp))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not an object", path, sub_keys[i]);
+        json_t *type = json_object_get(rp, "rope_type");
+        if (!type) type = json_object_get(rp, "type");
+        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "default") == 0))
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "%s: %s.rope_type '%s' is not supported (only "
+                           "'default')",
+                           path, sub_keys[i], json_is_string(type) ? json_string_value(type) : "?");
+        if (json_object_get(rp, "rope_theta") &&
+            (st = get_num(rp, "rope_theta", NAN, &theta, path, err)))
+            return st;
+        if (json_object_get(rp, "partial_rotary_factor") &&
+            (st = get_num(rp, "partial_rotary_factor", 1.0, &partial, path, err)))
+            return st;
+    }
+    if (isnan(theta) && (st = get_num(root, "rope_theta", 10000.0, &theta, path, err))) return st;
+    if (json_object_get(root, "partial_rotary_factor") &&
+        (st = get_num(root, "partial_rotary_factor", 1.0, &partial, path, err)))
+        return st;
+    if (!(theta > 0)) return sl_fail(err, SL_ERR_FORMAT, "%s: rope_theta must be > 0", path);
+    if (!(partial > 0 && partial <= 1))
+        return sl_fail(err, SL_ERR_FORMAT, "%s: partial_rotary_factor must be in (0, 1]", path);
+    c->rope_theta = theta;
+    c->rot_dim = (int32_t)(c->head_dim * partial);
+    c->rot_dim -= c->rot_dim % 2;
+    if (c->rot_dim < 2) return sl_fail(err, SL_ERR_FORMAT, "%s: rotary dimension < 2", path);
+    return SL_OK;
+}
+
+/* Which layers route to experts: not in mlp_only_layers, and (l+1) % decoder_sparse_step == 0. */
+static sl_status parse_layer_kinds(sl_config *c, const json_t *root, const char *path,
+                                   sl_error *err) {
+    c->layer_is_moe = calloc((size_t)c->n_layers, 1);
+    if (!c->layer_is_moe) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; l < c->n_layers; l++)
+        c->layer_is_moe[l] = c->n_experts > 0 && (l + 1) % c->decoder_sparse_step == 0;
+    json_t *only = json_object_get(root, "mlp_only_layers");
+    if (only && !json_is_null(only)) {
+        if (!json_is_array(only))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: 'mlp_only_layers' is not an array", path);
+        size_t i;
+        json_t *v;
+        json_array_foreach(only, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= c->n_layers)
+                return sl_fail(err, SL_ERR_FORMAT, "%s: mlp_only_layers[%zu] is not a layer index",
+                               path, i);
+            c->layer_is_moe[json_integer_value(v)] = 0;
+        }
+    }
+    return SL_OK;
+}
+
+sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_error *err) {
+    memset(c, 0, sizeof *c);
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    if (!root)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: invalid JSON (%s, line %d)", path, jerr.text,
+                       jerr.line);
+    sl_status st = SL_OK;
+    const int64_t big = INT32_MAX / 4;
+    if (!json_is_object(root)) {
+        st = sl_fail(err, SL_ERR_FORMAT, "%s: not a JSON object", path);
+        goto done;
+    }
+    json_t *mt = json_object_get(root, "model_type");
+    if (!json_is_string(mt)) {
+        st = sl_fail(err, SL_ERR_FORMAT, "%s: missing 'model_type'", path);
+        goto done;
+    }
+    snprintf(c->arch, sizeof c->arch, "%s", json_string_value(mt));
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
+        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu)",
+                     path, json_is_string(act) ? json_string_value(act) : "?");
+        goto done;
+    }
+    json_t *sw = json_object_get(root, "use_sliding_window");
+    if (json_is_true(sw)) {
+        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: use_sliding_window is not supported", path);
+        goto done;
+    }
+    double eps = 0;
+    if ((st = get_int(root, "vocab_size", -1, 1, big, &c->vocab_size, path, err)) ||
+        (st = get_int(root, "hidden_size", -1, 1, 1 << 20, &c->hidden_size, path, err)) ||
+        (st = get_int(root, "num_hidden_layers", -1, 1, 4096, &c->n_layers, path, err)) ||
+        (st = get_int(root, "num_attention_heads", -1, 1, 4096, &c->n_heads, path, err)) ||
+        (st = get_int(root, "num_key_value_heads", c->n_heads, 1, 4096, &c->n_kv_heads, path,
+                      err)) ||
+        (st = get_int(root, "head_dim", c->hidden_size / c->n_heads, 2, 4096, &c->head_dim, path,
+                      err)) ||
+        (st = get_int(root, "intermediate_size", 0, 0, big, &c->intermediate_size, path, err)) ||
+        (st = get_int(root, "moe_intermediate_size", 0, 0, big, &c->moe_intermediate_size, path,
+                      err)) ||
+        (st = get_int(root, "shared_expert_intermediate_size", 0, 0, big,
+                      &c->shared_intermediate_size, path, err)) ||
+        /* transformers 5.x saves qwen3_moe's expert count as num_local_experts */
+        (st = get_int(root, "num_experts", 0, 0, 1 << 16, &c->n_experts, path, err)) ||
+        (st = get_int(root, "num_local_experts", c->n_experts, 0, 1 << 16, &c->n_experts, path,
+                      err)) ||
+        (st = get_int(root, "num_experts_per_tok", 0, 0, 1 << 16, &c->n_experts_used, path, err)) ||
+        (st = get_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
+                      err)) ||
+        (st = get_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
+        (st = get_int(root, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path, err)) ||
+        (st = get_int(root, "attention_bias", 0, 0, 1, &c->attention_bias, path, err)) ||
+        (st = get_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
+        (st = get_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position, path,
+                      err)) ||
+        (st = get_num(root, "rms_norm_eps", 1e-6, &eps, path, err)))
+        goto done;
+    c->rms_norm_eps = (float)eps;
+    if (c->n_heads % c->n_kv_heads != 0) {
+        st = sl_fail(err, SL_ERR_FORMAT,
+                     "%s: num_attention_heads %d is not a multiple of "
+                     "num_key_value_heads %d",
+                     path, c->n_heads, c->n_kv_heads);
+        goto done;
+    }
+    if (c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts)) {
+        st = sl_fail(err, SL_ERR_FORMAT,
+                     "%s: num_experts_per_tok %d must be in [1, num_experts "
+                     "%d]",
+                     path, c->n_experts_used, c->n_experts);
+        goto done;
+    }
+    if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)))
+        goto done;
+done:
+    json_decref(root);
+    if (st) sl_config_free(c);
+    return st;
+}
+
+sl_status sl_config_load(sl_config *c, const char *path, sl_error *err) {
+    char *text = NULL;
+    sl_status st = sl_read_file(path, &text, NULL, err);
+    if (st) return st;
+    st = sl_config_parse(c, text, path, err);
+    free(text);
+    return st;
+}
+
+void sl_config_free(sl_config *c) {
+    free(c->layer_is_moe);
+    c->layer_is_moe = NULL;
+}

@@ -1,0 +1,40 @@
+/*
+ * Model hyper-parameters, read from a Hugging Face config.json.
+ * One struct serves every family; fields a family does not use stay zero.
+ */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include "core/common.h"
+
+typedef struct sl_config {
+    char arch[64]; /* model_type */
+    int32_t vocab_size;
+    int32_t hidden_size;
+    int32_t n_layers;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t rot_dim;                  /* rotated dims per head: head_dim * partial_rotary_factor */
+    int32_t intermediate_size;        /* dense FFN layers */
+    int32_t moe_intermediate_size;    /* each routed expert */
+    int32_t shared_intermediate_size; /* shared expert, 0 when none */
+    int32_t n_experts;
+    int32_t n_experts_used; /* top-k */
+    int32_t decoder_sparse_step;
+    int32_t norm_topk_prob;
+    int32_t tie_word_embeddings;
+    int32_t attention_bias; /* Qwen3: bias on q, k, v and o projections (default off) */
+    int32_t qkv_bias;       /* Qwen2-MoE: bias on q, k, v projections (default on) */
+    int32_t max_position;
+    float rms_norm_eps;
+    double rope_theta;
+    uint8_t *layer_is_moe; /* [n_layers]: 1 = routed experts, 0 = dense FFN */
+} sl_config;
+
+/* Parses text (the contents of path) into cfg. Validates every size it reads. */
+sl_status sl_config_parse(sl_config *cfg, const char *text, const char *path, sl_error *err);
+sl_status sl_config_load(sl_config *cfg, const char *path, sl_error *err);
+void sl_config_free(sl_config *cfg);
+
+#endif /* SL_CONFIG_H */

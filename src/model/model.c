@@ -1,0 +1,231 @@
+/*
+ * Model loading (config -> family -> checkpoint binding) and sessions (KV
+ * cache, RoPE tables and every activation buffer carved from one arena, so
+ * the forward pass never allocates).
+ */
+#include "model/model.h"
+
+#include <math.h>
+
+static const sl_family *const families[] = {
+    &sl_family_qwen3_moe,
+    &sl_family_qwen2_moe,
+};
+
+static const sl_family *find_family(const char *arch) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i]->arch, arch) == 0) return families[i];
+    return NULL;
+}
+
+sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
+                        sl_error *err) {
+    *out = NULL;
+    sl_model *m = sl_calloc(1, sizeof *m, err);
+    if (!m) return SL_ERR_NOMEM;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sl_status st = sl_config_load(&m->cfg, path, err);
+    if (st) goto fail;
+    m->family = find_family(m->cfg.arch);
+    if (!m->family) {
+        st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                     "%s: architecture '%s' is not supported (sluice "
+                     "runs: qwen3_moe, qwen2_moe)",
+                     path, m->cfg.arch);
+        goto fail;
+    }
+    m->norm_offset = m->family->norm_offset;
+    sl_backend_cpu_init(&m->be, params ? params->n_threads : 0, SL_ISA_AVX512);
+    if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
+    m->layers = sl_calloc((size_t)m->cfg.n_layers, sizeof(sl_layer), err);
+    if (!m->layers) {
+        st = SL_ERR_NOMEM;
+        goto fail;
+    }
+    if ((st = m->family->bind(m, err))) goto fail;
+    if ((st = sl_experts_bind(&m->experts, &m->ck, m->cfg.n_layers, m->cfg.layer_is_moe,
+                              m->cfg.n_experts, m->cfg.hidden_size, m->cfg.moe_intermediate_size,
+                              err)))
+        goto fail;
+    *out = m;
+    return SL_OK;
+fail:
+    sl_model_free(m);
+    return st;
+}
+
+void sl_model_free(sl_model *m) {
+    if (!m) return;
+    sl_experts_free(&m->experts);
+    free(m->layers);
+    sl_ckpt_close(&m->ck);
+    sl_config_free(&m->cfg);
+    free(m);
+}
+
+void sl_model_get_info(const sl_model *m, sl_model_info *info) {
+    const sl_config *c = &m->cfg;
+    int32_t n_moe = 0;
+    for (int32_t l = 0; l < c->n_layers; l++)
+        n_moe += c->layer_is_moe[l];
+    *info = (sl_model_info){
+        .arch = c->arch,
+        .vocab_size = c->vocab_size,
+        .hidden_size = c->hidden_size,
+        .n_layers = c->n_layers,
+        .n_moe_layers = n_moe,
+        .n_experts = c->n_experts,
+        .n_experts_used = c->n_experts_used,
+        .max_position = c->max_position,
+    };
+}
+
+/* ------------------------------------------------------------- session */
+
+/* Arena carving in two passes: first with base == NULL to total the size. */
+typedef struct carver {
+    uint8_t *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *cv, size_t n, size_t elem) {
+    size_t at = cv->off;
+    cv->off += (n * elem + 63) & ~(size_t)63;
+    return cv->base ? cv->base + at : NULL;
+}
+
+static void layout(sl_session *s, carver *cv) {
+    const sl_config *c = &s->model->cfg;
+    const size_t B = (size_t)s->max_batch, H = (size_t)c->hidden_size;
+    const size_t E = (size_t)SL_MAX(c->n_experts, 1), k = (size_t)SL_MAX(c->n_experts_used, 1);
+    const size_t nq = (size_t)c->n_heads * (size_t)c->head_dim;
+    const size_t nkv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    const size_t I = (size_t)SL_MAX(c->intermediate_size,
+                                    SL_MAX(c->moe_intermediate_size, c->shared_intermediate_size));
+    const size_t kv = (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
+    const size_t rope = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
+    sl_session_buf *b = &s->b;
+    s->kcache = carve(cv, kv, sizeof(float));
+    s->vcache = carve(cv, kv, sizeof(float));
+    s->rope_cos = carve(cv, rope, sizeof(float));
+    s->rope_sin = carve(cv, rope, sizeof(float));
+    b->x = carve(cv, B * H, sizeof(float));
+    b->xn = carve(cv, B * H, sizeof(float));
+    b->out = carve(cv, B * H, sizeof(float));
+    b->q = carve(cv, B * nq, sizeof(float));
+    b->k = carve(cv, B * nkv, sizeof(float));
+    b->v = carve(cv, B * nkv, sizeof(float));
+    b->attn = carve(cv, B * nq, sizeof(float));
+    b->gate = carve(cv, B * I, sizeof(float));
+    b->up = carve(cv, B * I, sizeof(float));
+    b->ffn_out = carve(cv, B * H, sizeof(float));
+    b->xg = carve(cv, B * H, sizeof(float));
+    b->expert_out = carve(cv, B * k * H, sizeof(float));
+    b->router_logits = carve(cv, B * E, sizeof(float));
+    b->router_probs = carve(cv, E, sizeof(float));
+    b->sh_logit = carve(cv, B, sizeof(float));
+    b->topk_ids = carve(cv, B * k, sizeof(int32_t));
+    b->topk_w = carve(cv, B * k, sizeof(float));
+    b->expert_list = carve(cv, E, sizeof(int32_t));
+    b->expert_rows = carve(cv, B * k, sizeof(int32_t));
+    b->expert_count = carve(cv, E, sizeof(int32_t));
+    b->expert_start = carve(cv, E, sizeof(int32_t));
+    b->fetched = carve(cv, E, sizeof(sl_expert *));
+    b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
+}
+
+/* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them. */
+static void fill_rope(sl_session *s) {
+    const sl_config *c = &s->model->cfg;
+    const int32_t half = c->rot_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rot_dim);
+        for (int32_t p = 0; p < s->max_ctx; p++) {
+            float ang = (float)p * inv;
+            s->rope_cos[(size_t)p * (size_t)half + (size_t)i] = cosf(ang);
+            s->rope_sin[(size_t)p * (size_t)half + (size_t)i] = sinf(ang);
+        }
+    }
+}
+
+sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_session **out,
+                            sl_error *err) {
+    *out = NULL;
+    sl_session_params p = params ? *params : (sl_session_params){0};
+    if (p.max_ctx < 0 || p.max_batch < 0)
+        return sl_fail(err, SL_ERR_ARG, "context and batch sizes must be positive");
+    if (p.max_ctx == 0) p.max_ctx = SL_MIN(m->cfg.max_position, 4096);
+    if (p.max_batch == 0) p.max_batch = 512;
+    p.max_batch = SL_MIN(p.max_batch, p.max_ctx);
+    sl_session *s = sl_calloc(1, sizeof *s, err);
+    if (!s) return SL_ERR_NOMEM;
+    s->model = m;
+    s->max_ctx = p.max_ctx;
+    s->max_batch = p.max_batch;
+    carver cv = {0};
+    layout(s, &cv);
+    s->arena = sl_alloc(cv.off, err);
+    if (!s->arena) {
+        free(s);
+        return SL_ERR_NOMEM;
+    }
+    cv = (carver){.base = s->arena};
+    layout(s, &cv);
+    fill_rope(s);
+    *out = s;
+    return SL_OK;
+}
+
+void sl_session_free(sl_session *s) {
+    if (!s) return;
+    free(s->arena);
+    free(s);
+}
+
+void sl_session_reset(sl_session *s) {
+    s->pos = 0;
+}
+
+int32_t sl_session_pos(const sl_session *s) {
+    return s->pos;
+}
+
+sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
+                             int all_logits, sl_error *err) {
+    const sl_config *c = &s->model->cfg;
+    if (n <= 0) return sl_fail(err, SL_ERR_ARG, "no tokens to run");
+    if (n > s->max_ctx - s->pos)
+        return sl_fail(err, SL_ERR_ARG,
+                       "context full: %d tokens at position %d exceed the "
+                       "context of %d",
+                       n, s->pos, s->max_ctx);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab_size)
+            return sl_fail(err, SL_ERR_ARG,
+                           "token id %d at index %d is outside the vocabulary "
+                           "[0, %d)",
+                           ids[i], i, c->vocab_size);
+    const size_t V = (size_t)c->vocab_size;
+    for (int32_t done = 0; done < n;) {
+        const int32_t T = SL_MIN(s->max_batch, n - done);
+        const int last_chunk = done + T == n;
+        float *dst = NULL;
+        if (logits && all_logits)
+            dst = logits + (size_t)done * V;
+        else if (logits && last_chunk)
+            dst = logits;
+        sl_status st = s->model->family->forward(s, ids + done, T, dst, all_logits, err);
+        if (st) return st;
+        s->pos += T;
+        done += T;
+    }
+    return SL_OK;
+}
+
+int32_t sl_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}

@@ -1,0 +1,92 @@
+/*
+ * The loaded model and a running session: internal layout shared by the
+ * blocks and the families. Weights are views into the checkpoint mapping.
+ */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include "kernels/ops.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "moe/experts.h"
+
+/* One decoder layer. Absent tensors (no bias, no qk-norm, dense vs MoE) have data == NULL. */
+typedef struct sl_layer {
+    sl_tensor attn_norm;      /* [H] */
+    sl_tensor wq, wk, wv, wo; /* [nh*hd, H], [nkv*hd, H], [nkv*hd, H], [H, nh*hd] */
+    sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
+    sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
+    sl_tensor ffn_norm;       /* [H] */
+    int32_t is_moe;
+    sl_tensor mlp_gate, mlp_up, mlp_down; /* dense FFN: [I, H], [I, H], [H, I] */
+    sl_tensor router;                     /* [E, H] */
+    sl_tensor sh_gate, sh_up, sh_down;    /* shared expert: [Is, H], [Is, H], [H, Is] */
+    sl_tensor sh_router;                  /* [1, H]: sigmoid gate of the shared expert */
+} sl_layer;
+
+typedef struct sl_family sl_family;
+
+struct sl_model {
+    sl_config cfg;
+    sl_ckpt ck;
+    const sl_family *family;
+    sl_backend be;
+    sl_tensor embed;   /* [V, H] */
+    sl_tensor norm;    /* [H] final norm */
+    sl_tensor lm_head; /* [V, H]; the embedding when tied */
+    sl_layer *layers;  /* [n_layers] */
+    sl_expert_store experts;
+    float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
+};
+
+/*
+ * Activations, all carved from one allocation at session creation.
+ * B = max_batch (tokens per forward chunk), H = hidden, k = experts per token.
+ */
+typedef struct sl_session_buf {
+    float *x;                  /* [B, H] residual stream */
+    float *xn;                 /* [B, H] normed input of a sublayer */
+    float *out;                /* [B, H] sublayer output */
+    float *q;                  /* [B, nh*hd] */
+    float *k, *v;              /* [B, nkv*hd] */
+    float *attn;               /* [B, nh*hd] */
+    float *gate, *up;          /* [B, Imax] FFN hidden */
+    float *ffn_out;            /* [B, H] one expert's (or the shared expert's) output */
+    float *xg;                 /* [B, H] rows gathered for one expert */
+    float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
+    float *router_logits;      /* [B, E] */
+    float *router_probs;       /* [E] */
+    float *sh_logit;           /* [B] */
+    int32_t *topk_ids;         /* [B, k] */
+    float *topk_w;             /* [B, k] */
+    int32_t *expert_list;      /* [E] distinct experts of the chunk, ascending */
+    int32_t *expert_rows;      /* [B * k] (token * k + rank) grouped by expert */
+    int32_t *expert_count;     /* [E] rows per expert */
+    int32_t *expert_start;     /* [E] scratch for the counting sort */
+    const sl_expert **fetched; /* [E] */
+    float *attn_scratch;       /* [n_threads, max_ctx] */
+} sl_session_buf;
+
+struct sl_session {
+    sl_model *model;
+    int32_t max_ctx, max_batch, pos;
+    float *kcache, *vcache;     /* [n_layers, max_ctx, nkv*hd] */
+    float *rope_cos, *rope_sin; /* [max_ctx, rot_dim / 2] */
+    sl_session_buf b;
+    void *arena;
+};
+
+/* A model family: binds its tensors and runs its forward pass over blocks. */
+struct sl_family {
+    const char *arch;
+    float norm_offset;
+    sl_status (*bind)(sl_model *m, sl_error *err);
+    /* T <= max_batch ids at position s->pos; writes T rows (or the last) of logits. */
+    sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
+                         int all_logits, sl_error *err);
+};
+
+extern const sl_family sl_family_qwen3_moe;
+extern const sl_family sl_family_qwen2_moe;
+
+#endif /* SL_MODEL_H */

@@ -1,0 +1,16 @@
+/*
+ * The MoE router's selection step (host side, small data):
+ * p = softmax(logits) over all experts in float32, the k largest p in
+ * descending order (ties to the lower expert index), then optionally
+ * renormalised so the k weights sum to one.
+ */
+#ifndef SL_ROUTER_H
+#define SL_ROUTER_H
+
+#include <stdint.h>
+
+/* probs: scratch of n_experts floats. ids/weights: k entries, rank order. */
+void sl_router_topk(const float *logits, int32_t n_experts, int32_t k, int renormalize,
+                    float *probs, int32_t *ids, float *weights);
+
+#endif /* SL_ROUTER_H */

@@ -1,0 +1,233 @@
+/* Safetensors, config.json and checkpoint binding: valid files and every way to break them. */
+#include <sys/stat.h>
+
+#include "format/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "test.h"
+
+/* A safetensors image: u64 header length, the header text, then data_len bytes of 0x11. */
+static uint8_t *st_image(const char *header, size_t data_len, size_t *size) {
+    size_t h = strlen(header);
+    *size = 8 + h + data_len;
+    uint8_t *b = malloc(*size);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    memcpy(b + 8, header, h);
+    memset(b + 8 + h, 0x11, data_len);
+    return b;
+}
+
+/* Parses an image; returns the status and leaves the message in err. */
+static sl_status st_try(const char *header, size_t data_len, sl_error *err) {
+    size_t n;
+    uint8_t *img = st_image(header, data_len, &n);
+    sl_st_file f = {0};
+    sl_error_clear(err);
+    sl_status st = sl_st_parse(&f, "x.safetensors", img, n, err);
+    sl_st_close(&f);
+    free(img);
+    return st;
+}
+
+TEST(test_safetensors_valid) {
+    const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]},"
+                    "\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+                    "\"e\":{\"dtype\":\"I64\",\"shape\":[0],\"data_offsets\":[20,20]}}";
+    size_t n;
+    uint8_t *img = st_image(h, 20, &n);
+    sl_st_file f = {0};
+    sl_error err = {0};
+    CHECK(sl_st_parse(&f, "x", img, n, &err) == SL_OK);
+    CHECK(f.n_tensors == 3);
+    const sl_tensor *a = sl_st_find(&f, "a"), *b = sl_st_find(&f, "b");
+    CHECK(a && a->dtype == SL_DTYPE_BF16 && a->ndim == 2 && a->shape[1] == 3 && a->nbytes == 12);
+    CHECK(b && b->dtype == SL_DTYPE_F32 &&
+          (const uint8_t *)b->data - (const uint8_t *)a->data == 12);
+    CHECK(sl_st_find(&f, "__metadata__") == NULL && sl_st_find(&f, "zz") == NULL);
+    sl_st_close(&f);
+    free(img);
+}
+
+TEST(test_safetensors_malformed) {
+    sl_error err;
+    struct {
+        const char *header;
+        size_t data;
+        const char *needle;
+    } cases[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "past the end"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "expected 12"},
+        {"{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "not a size"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+         "overflows"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "bad data_offsets"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "data_offsets"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+         8, "JSON"},
+        {"{\"a\":[1,2]}", 0, "not an object"},
+        {"[1]", 0, "not a JSON object"},
+        {"{\"a\":", 0, "not valid JSON"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+         "dimensions"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_status st = st_try(cases[i].header, cases[i].data, &err);
+        CHECKF(st == SL_ERR_FORMAT && strstr(err.msg, cases[i].needle) &&
+                   strstr(err.msg, "x.safetensors"),
+               "case %zu: %s", i, err.msg);
+    }
+    /* Header length beyond the file, and a file shorter than the length field. */
+    uint8_t bad[16] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, '{', '}'};
+    sl_st_file f = {0};
+    sl_error_clear(&err);
+    CHECK(sl_st_parse(&f, "x", bad, sizeof bad, &err) == SL_ERR_FORMAT);
+    CHECK(strstr(err.msg, "header length") != NULL);
+    sl_st_close(&f);
+    sl_error_clear(&err);
+    CHECK(sl_st_parse(&f, "x", bad, 5, &err) == SL_ERR_FORMAT);
+    sl_st_close(&f);
+}
+
+TEST(test_config_parse) {
+    sl_config c;
+    sl_error err = {0};
+    const char *ok = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":100,\"hidden_size\":64,"
+                     "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                     "\"head_dim\":16,\"num_experts\":8,\"num_experts_per_tok\":2,"
+                     "\"decoder_sparse_step\":2,\"mlp_only_layers\":[3],\"norm_topk_prob\":true,"
+                     "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":5000.0},"
+                     "\"partial_rotary_factor\":0.5}";
+    CHECK(sl_config_parse(&c, ok, "config.json", &err) == SL_OK);
+    CHECK(c.n_kv_heads == 2 && c.head_dim == 16 && c.norm_topk_prob == 1);
+    CHECK(c.rope_theta == 5000.0 && c.rot_dim == 8);
+    CHECK(!c.layer_is_moe[0] && c.layer_is_moe[1] && !c.layer_is_moe[2] && !c.layer_is_moe[3]);
+    sl_config_free(&c);
+
+    struct {
+        const char *text;
+        const char *needle;
+    } bad[] = {
+        {"{\"vocab_size\":1}", "model_type"},
+        {"{\"model_type\":\"qwen3_moe\"}", "vocab_size"},
+        {"{\"model_type\":\"x\",\"vocab_size\":-1}", "out of range"},
+        {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":3,\"num_key_value_heads\":2}",
+         "multiple"},
+        {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":2,\"rope_scaling\":{\"rope_type\":\"yarn\"}}",
+         "yarn"},
+        {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+         "\"num_attention_heads\":2,\"mlp_only_layers\":[5]}",
+         "mlp_only_layers"},
+        {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
+         "\"num_attention_heads\":2,\"num_experts\":4,\"num_experts_per_tok\":5}",
+         "per_tok"},
+        {"{\"model_type\":\"x\",\"hidden_act\":\"gelu\"}", "gelu"},
+        {"not json", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sl_error_clear(&err);
+        CHECKF(sl_config_parse(&c, bad[i].text, "config.json", &err) != SL_OK &&
+                   strstr(err.msg, bad[i].needle),
+               "case %zu: %s", i, err.msg);
+    }
+}
+
+/* ---- checkpoint directories broken in one way each, made from a fixture ---- */
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*n + 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    b[*n] = 0;
+    return b;
+}
+
+/* Makes dir/<name> holding the fixture's config (edited) and weights (edited). */
+static const char *make_case(const char *name, const char *cfg_from, const char *cfg_to,
+                             size_t truncate_to, const char *hdr_from, const char *hdr_to) {
+    static char dir[512];
+    char path[600], src[600];
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), name);
+    mkdir(dir, 0755);
+    size_t n;
+    snprintf(src, sizeof src, "%s/qwen3_gqa_untied/config.json", test_fixtures);
+    char *cfg = slurp(src, &n);
+    if (!cfg) return NULL;
+    char *at = cfg_from ? strstr(cfg, cfg_from) : NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    if (at) {
+        fwrite(cfg, 1, (size_t)(at - cfg), f);
+        fputs(cfg_to, f);
+        fputs(at + strlen(cfg_from), f);
+    } else {
+        fputs(cfg, f);
+    }
+    fclose(f);
+    free(cfg);
+    snprintf(src, sizeof src, "%s/qwen3_gqa_untied/model.safetensors", test_fixtures);
+    char *w = slurp(src, &n);
+    if (!w) return NULL;
+    if (hdr_from) { /* same-length edit inside the JSON header */
+        char *h = memmem(w, n, hdr_from, strlen(hdr_from));
+        if (h) memcpy(h, hdr_to, strlen(hdr_to));
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    test_write_file(path, w, truncate_to ? truncate_to : n);
+    free(w);
+    return dir;
+}
+
+static void expect_load_error(const char *dir, sl_status code, const char *needle1,
+                              const char *needle2) {
+    sl_model *m = NULL;
+    sl_error err = {0};
+    sl_model_params mp = {.n_threads = 1};
+    CHECKF(dir != NULL, "fixture missing");
+    if (!dir) return;
+    sl_status st = sl_model_load(dir, &mp, &m, &err);
+    CHECKF(st == code && m == NULL, "%s: status %d: %s", dir, st, err.msg);
+    CHECKF(strstr(err.msg, needle1) && (!needle2 || strstr(err.msg, needle2)), "%s: '%s'", dir,
+           err.msg);
+    sl_model_free(m);
+}
+
+TEST(test_checkpoint_errors) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/qwen3_gqa_untied/model.safetensors", test_fixtures);
+    struct stat sb;
+    if (stat(p, &sb) != 0) {
+        CHECKF(0, "fixture %s missing", p);
+        return;
+    }
+    /* Truncated: the last tensor's data runs past the end. */
+    expect_load_error(make_case("trunc", NULL, NULL, (size_t)sb.st_size - 100, NULL, NULL),
+                      SL_ERR_FORMAT, "model.safetensors", "past the end");
+    /* Truncated inside the header. */
+    expect_load_error(make_case("trunc_hdr", NULL, NULL, 40, NULL, NULL), SL_ERR_FORMAT,
+                      "model.safetensors", "header");
+    /* A tensor renamed away: missing tensor, named. */
+    expect_load_error(make_case("missing", NULL, NULL, 0, "model.norm.weight", "model.norm.wEight"),
+                      SL_ERR_SHAPE, "missing tensor", "model.norm.weight");
+    /* Wrong dtype: BF16 -> I16 keeps the byte count. */
+    expect_load_error(make_case("dtype", NULL, NULL, 0, "\"BF16\"", "\"I16\" "), SL_ERR_UNSUPPORTED,
+                      "dtype I16", "model.safetensors");
+    /* Wrong shape: the config says a bigger vocabulary than the embedding holds. */
+    expect_load_error(make_case("shape", "\"vocab_size\": ", "\"vocab_size\": 1", 0, NULL, NULL),
+                      SL_ERR_SHAPE, "expected shape", "embed_tokens");
+    /* Unknown architecture. */
+    expect_load_error(make_case("arch", "\"qwen3_moe\"", "\"llama4_moe\"", 0, NULL, NULL),
+                      SL_ERR_UNSUPPORTED, "llama4_moe", "not supported");
+    /* No such directory. */
+    expect_load_error("/nonexistent/model", SL_ERR_IO, "/nonexistent/model/config.json", NULL);
+}

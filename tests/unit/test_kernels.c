@@ -1,0 +1,241 @@
+/*
+ * Kernels against plain double-precision references on odd sizes, outputs
+ * pre-filled with a poison value so an unwritten element shows up.
+ */
+#include "core/common.h"
+#include "kernels/ops.h"
+#include "moe/router.h"
+#include "test.h"
+
+#define POISON 1234567.0f
+
+static uint64_t rng_state = 88172645463325252ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* A random [N, K] weight in the given dtype; returns the widened copy too. */
+static void *make_weight(sl_tensor *t, sl_dtype dt, int64_t N, int64_t K, float *wide) {
+    void *data = malloc((size_t)(N * K) * sl_dtype_size(dt));
+    for (int64_t i = 0; i < N * K; i++) {
+        float v = frand() * 0.5f;
+        if (dt == SL_DTYPE_BF16) {
+            uint16_t h = sl_f32_to_bf16(v);
+            ((uint16_t *)data)[i] = h;
+            wide[i] = sl_bf16_to_f32(h);
+        } else if (dt == SL_DTYPE_F16) {
+            uint16_t h = sl_f32_to_f16(v);
+            ((uint16_t *)data)[i] = h;
+            wide[i] = sl_f16_to_f32(h);
+        } else {
+            ((float *)data)[i] = v;
+            wide[i] = v;
+        }
+    }
+    *t = (sl_tensor){.name = "w",
+                     .dtype = dt,
+                     .ndim = 2,
+                     .shape = {N, K},
+                     .data = data,
+                     .nbytes = (size_t)(N * K) * sl_dtype_size(dt)};
+    return data;
+}
+
+TEST(test_half_conversions) {
+    const float vals[] = {0.0f,           -0.0f,           1.0f, -2.5f, 65504.0f, 6.1035156e-05f,
+                          5.9604645e-08f, 0.333251953125f, 1e-3f};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        CHECKF(sl_f16_to_f32(sl_f32_to_f16(vals[i])) == vals[i] || vals[i] == 1e-3f, "%g", vals[i]);
+        CHECK(sl_bf16_to_f32(sl_f32_to_bf16(vals[i])) - vals[i] <= fabsf(vals[i]) / 128);
+    }
+    CHECK(sl_f32_to_f16(1e6f) == 0x7c00);
+    CHECK(isinf(sl_f16_to_f32(0x7c00)));
+    CHECK(isnan(sl_f16_to_f32(0x7e00)));
+    CHECK(isnan(sl_bf16_to_f32(sl_f32_to_bf16(NAN))));
+    CHECK(sl_f32_to_bf16(1.00390625f) == 0x3f80); /* ties to even */
+    CHECK(sl_f32_to_bf16(1.01171875f) == 0x3f82);
+    for (uint32_t h = 0; h < 0x7c00; h++) /* every finite half round-trips */
+        if (sl_f32_to_f16(sl_f16_to_f32((uint16_t)h)) != h) {
+            CHECKF(0, "half 0x%04x", h);
+            break;
+        }
+}
+
+TEST(test_matmul_all_isas_and_dtypes) {
+    const sl_dtype dts[] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16};
+    const int64_t shapes[][3] = {{1, 1, 1},  {37, 75, 1}, {37, 75, 5},  {16, 131, 4},
+                                 {9, 16, 7}, {64, 33, 3}, {130, 257, 9}};
+    for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++)
+        for (size_t d = 0; d < 3; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+                const int64_t N = shapes[s][0], K = shapes[s][1], T = shapes[s][2];
+                sl_backend be;
+                sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+                float *wide = malloc((size_t)(N * K) * sizeof(float));
+                float *x = malloc((size_t)(T * K) * sizeof(float));
+                float *y = malloc((size_t)(T * N) * sizeof(float));
+                float *y1 = malloc((size_t)N * sizeof(float));
+                float bias_v[256];
+                sl_tensor w,
+                    bias = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {N}, .data = bias_v};
+                void *wd = make_weight(&w, dts[d], N, K, wide);
+                for (int64_t i = 0; i < T * K; i++)
+                    x[i] = frand();
+                for (int64_t i = 0; i < N; i++)
+                    bias_v[i] = frand();
+                for (int64_t i = 0; i < T * N; i++)
+                    y[i] = POISON;
+                sl_matmul_cpu(&be, y, x, &w, &bias, (int32_t)T);
+                double worst = 0;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double ref = bias_v[n];
+                        for (int64_t k = 0; k < K; k++)
+                            ref += (double)wide[n * K + k] * (double)x[t * K + k];
+                        worst = fmax(worst, fabs(y[t * N + n] - ref) / (1 + fabs(ref)));
+                    }
+                CHECKF(worst < 1e-5, "isa %s dtype %s %lldx%lldx%lld: error %g",
+                       sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T, (long long)N,
+                       (long long)K, worst);
+                /* The same token alone gives the same bits as inside the batch. */
+                sl_matmul_cpu(&be, y1, x + (T - 1) * K, &w, &bias, 1);
+                CHECK(memcmp(y1, y + (T - 1) * N, (size_t)N * sizeof(float)) == 0);
+                /* And so does one thread. */
+                be.n_threads = 1;
+                float *y2 = malloc((size_t)(T * N) * sizeof(float));
+                sl_matmul_cpu(&be, y2, x, &w, &bias, (int32_t)T);
+                CHECK(memcmp(y2, y, (size_t)(T * N) * sizeof(float)) == 0);
+                free(y2);
+                free(wd), free(wide), free(x), free(y), free(y1);
+            }
+}
+
+TEST(test_rmsnorm_rope_swiglu) {
+    sl_backend be;
+    sl_backend_cpu_init(&be, 2, SL_ISA_AVX512);
+    enum { R = 3, N = 21 };
+    float x[R * N], y[R * N], w[N];
+    for (int i = 0; i < R * N; i++)
+        x[i] = frand() * 3;
+    for (int i = 0; i < N; i++)
+        w[i] = frand();
+    sl_tensor wt = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {N}, .data = w};
+    for (float off = 0; off <= 1; off += 1) {
+        for (int i = 0; i < R * N; i++)
+            y[i] = POISON;
+        be.ops->rmsnorm(&be, y, x, &wt, R, N, 1e-6f, off);
+        for (int r = 0; r < R; r++) {
+            double ss = 0;
+            for (int i = 0; i < N; i++)
+                ss += (double)x[r * N + i] * x[r * N + i];
+            double inv = 1 / sqrt(ss / N + 1e-6);
+            for (int i = 0; i < N; i++)
+                CHECK(fabs(y[r * N + i] - x[r * N + i] * inv * (off + w[i])) < 1e-5);
+        }
+    }
+    /* RoPE: rotate-half on the first rot dims of each head, the rest untouched. */
+    enum { T = 2, NH = 3, HD = 10, ROT = 6, POS0 = 5 };
+    float q[T * NH * HD], q0[T * NH * HD], cs[16 * ROT / 2], sn[16 * ROT / 2];
+    for (int p = 0; p < 16; p++)
+        for (int i = 0; i < ROT / 2; i++) {
+            double ang = p * pow(10000.0, -2.0 * i / ROT);
+            cs[p * ROT / 2 + i] = (float)cos(ang);
+            sn[p * ROT / 2 + i] = (float)sin(ang);
+        }
+    for (int i = 0; i < T * NH * HD; i++)
+        q[i] = q0[i] = frand();
+    be.ops->rope(&be, q, T, NH, HD, ROT, POS0, cs, sn);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *a = q0 + (t * NH + h) * HD, *b = q + (t * NH + h) * HD;
+            for (int i = 0; i < ROT / 2; i++) {
+                double ang = (POS0 + t) * pow(10000.0, -2.0 * i / ROT);
+                CHECK(fabs(b[i] - (a[i] * cos(ang) - a[i + ROT / 2] * sin(ang))) < 1e-5);
+                CHECK(fabs(b[i + ROT / 2] - (a[i + ROT / 2] * cos(ang) + a[i] * sin(ang))) < 1e-5);
+            }
+            for (int i = ROT; i < HD; i++)
+                CHECK(b[i] == a[i]);
+        }
+    float g[7], u[7], o[7];
+    for (int i = 0; i < 7; i++)
+        g[i] = frand() * 4, u[i] = frand();
+    be.ops->swiglu(&be, o, g, u, 7);
+    for (int i = 0; i < 7; i++)
+        CHECK(fabs(o[i] - g[i] / (1 + exp(-g[i])) * u[i]) < 1e-6);
+}
+
+TEST(test_attention_against_naive) {
+    sl_backend be;
+    sl_backend_cpu_init(&be, 2, SL_ISA_AVX512);
+    enum { T = 3, POS0 = 4, NH = 4, NKV = 2, HD = 5, CTX = POS0 + T };
+    float q[T * NH * HD], kc[CTX * NKV * HD], vc[CTX * NKV * HD], out[T * NH * HD];
+    float scratch[2 * CTX];
+    for (int i = 0; i < T * NH * HD; i++)
+        q[i] = frand() * 2, out[i] = POISON;
+    for (int i = 0; i < CTX * NKV * HD; i++)
+        kc[i] = frand() * 2, vc[i] = frand();
+    sl_attn_args a = {.out = out,
+                      .q = q,
+                      .kcache = kc,
+                      .vcache = vc,
+                      .T = T,
+                      .pos0 = POS0,
+                      .n_heads = NH,
+                      .n_kv_heads = NKV,
+                      .head_dim = HD,
+                      .scale = 0.4472136f,
+                      .scratch = scratch};
+    be.ops->attention(&be, &a);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / (NH / NKV), n = POS0 + t + 1;
+            double s[CTX], mx = -1e30, sum = 0;
+            for (int j = 0; j < n; j++) {
+                s[j] = 0;
+                for (int d = 0; d < HD; d++)
+                    s[j] += (double)q[(t * NH + h) * HD + d] * kc[(j * NKV + kvh) * HD + d];
+                s[j] *= 0.4472136;
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j < n; j++)
+                sum += (s[j] = exp(s[j] - mx));
+            for (int d = 0; d < HD; d++) {
+                double o = 0;
+                for (int j = 0; j < n; j++)
+                    o += s[j] / sum * vc[(j * NKV + kvh) * HD + d];
+                CHECK(fabs(out[(t * NH + h) * HD + d] - o) < 1e-5);
+            }
+        }
+}
+
+TEST(test_router_topk) {
+    float probs[6], w[3];
+    int32_t ids[3];
+    const float logits[6] = {0.5f, 2.0f, 2.0f, -1.0f, 3.0f, 2.0f};
+    sl_router_topk(logits, 6, 3, 0, probs, ids, w);
+    CHECK(ids[0] == 4 && ids[1] == 1 && ids[2] == 2); /* ties go to the lower index */
+    double sum = 0;
+    for (int e = 0; e < 6; e++)
+        sum += exp(logits[e] - 3.0);
+    CHECK(fabs(w[0] - 1 / sum) < 1e-6 && fabs(w[1] - exp(-1.0) / sum) < 1e-6);
+    sl_router_topk(logits, 6, 3, 1, probs, ids, w);
+    CHECK(fabs(w[0] + w[1] + w[2] - 1) < 1e-6);
+    CHECK(fabs(w[1] / w[0] - exp(-1.0)) < 1e-6);
+    /* Large expert counts: no bitmask limit. */
+    enum { E = 512 };
+    float big[E], pb[E];
+    for (int e = 0; e < E; e++)
+        big[e] = (float)((e * 37) % E);
+    int32_t id2[10];
+    float w2[10];
+    sl_router_topk(big, E, 10, 1, pb, id2, w2);
+    for (int r = 0; r < 10; r++)
+        CHECK(big[id2[r]] == (float)(E - 1 - r));
+    /* NaN logits never produce an invalid id. */
+    float nan_l[4] = {NAN, NAN, NAN, NAN};
+    sl_router_topk(nan_l, 4, 2, 1, pb, id2, w2);
+    CHECK(id2[0] >= 0 && id2[0] < 4 && id2[1] >= 0 && id2[1] < 4);
+}

@@ -1,0 +1,67 @@
+/* Test runner: runs every registered test, or those whose name contains argv[2]. */
+#include <unistd.h>
+
+#include "test.h"
+
+#define MAX_TESTS 256
+
+static struct {
+    const char *name;
+    test_fn fn;
+} tests[MAX_TESTS];
+static int n_tests;
+int test_failures;
+const char *test_fixtures = "tests/fixtures";
+static char tmpdir[256];
+
+void test_register(const char *name, test_fn fn) {
+    if (n_tests < MAX_TESTS) {
+        tests[n_tests].name = name;
+        tests[n_tests++].fn = fn;
+    }
+}
+
+int test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return (fclose(f) == 0 && w == n) ? 0 : -1;
+}
+
+static void remove_tmpdir(void) {
+    if (!tmpdir[0]) return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+const char *test_tmpdir(void) {
+    if (!tmpdir[0]) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/sluice-test-XXXXXX");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        atexit(remove_tmpdir);
+    }
+    return tmpdir;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) test_fixtures = argv[1];
+    const char *filter = argc > 2 ? argv[2] : NULL;
+    int passed = 0, failed = 0;
+    for (int i = 0; i < n_tests; i++) {
+        if (filter && !strstr(tests[i].name, filter)) continue;
+        test_failures = 0;
+        tests[i].fn();
+        printf("%s %s\n", test_failures ? "FAIL" : "ok  ", tests[i].name);
+        fflush(stdout);
+        if (test_failures)
+            failed++;
+        else
+            passed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
