@@ -14,7 +14,8 @@ static const struct {
     [SL_DTYPE_I32] = {"I32", 4},         [SL_DTYPE_I16] = {"I16", 2},
     [SL_DTYPE_I8] = {"I8", 1},           [SL_DTYPE_U8] = {"U8", 1},
     [SL_DTYPE_BOOL] = {"BOOL", 1},       [SL_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
-    [SL_DTYPE_F8_E5M2] = {"F8_E5M2", 1},
+    [SL_DTYPE_F8_E5M2] = {"F8_E5M2", 1}, [SL_DTYPE_Q8] = {"Q8", 1},
+    [SL_DTYPE_Q4] = {"Q4", 0},
 };
 
 size_t sl_dtype_size(sl_dtype t) {
@@ -25,8 +26,13 @@ const char *sl_dtype_name(sl_dtype t) {
     return (unsigned)t < SL_DTYPE_COUNT ? dtype_table[t].name : "?";
 }
 
+size_t sl_row_bytes(sl_dtype t, int64_t cols) {
+    if (t == SL_DTYPE_Q4) return (size_t)(cols + 1) / 2;
+    return (size_t)cols * sl_dtype_size(t);
+}
+
 sl_dtype sl_dtype_from_name(const char *s) {
-    for (int i = 1; i < SL_DTYPE_COUNT; i++)
+    for (int i = 1; i <= SL_DTYPE_F8_E5M2; i++) /* safetensors names only */
         if (strcmp(s, dtype_table[i].name) == 0) return (sl_dtype)i;
     return SL_DTYPE_NONE;
 }

@@ -22,8 +22,15 @@ typedef enum sl_dtype {
     SL_DTYPE_BOOL,
     SL_DTYPE_F8_E4M3,
     SL_DTYPE_F8_E5M2,
+    /* sluice's own packed formats (never in safetensors): group-wise affine
+     * quantisation as in MLX, groups of SL_QGROUP along a row,
+     * w = q * scale + bias with BF16 scale and bias per group. */
+    SL_DTYPE_Q8, /* one byte per weight, q in [0, 255] */
+    SL_DTYPE_Q4, /* two per byte, low nibble first, q in [0, 15]; rows padded to whole bytes */
     SL_DTYPE_COUNT
 } sl_dtype;
+
+#define SL_QGROUP 64
 
 #define SL_MAX_DIMS 8
 
@@ -33,11 +40,19 @@ typedef struct sl_tensor {
     int32_t ndim;
     int64_t shape[SL_MAX_DIMS];
     const void *data; /* NULL when absent */
-    size_t nbytes;
+    size_t nbytes;    /* bytes at data */
+    /* Q8/Q4 only: [rows, ceil(cols / SL_QGROUP)] BF16 each, row-major. */
+    const uint16_t *scales;
+    const uint16_t *biases;
 } sl_tensor;
 
-/* Bytes per element; 0 for NONE. */
+/* Bytes per element; 0 for NONE and for Q4 (half a byte: use sl_row_bytes). */
 size_t sl_dtype_size(sl_dtype t);
+/* Bytes of one row of cols elements (Q4 rounds up to whole bytes). */
+size_t sl_row_bytes(sl_dtype t, int64_t cols);
+/* Quantisation groups in a row of cols elements. */
+static inline int64_t sl_qgroups(int64_t cols) { return (cols + SL_QGROUP - 1) / SL_QGROUP; }
+static inline int sl_dtype_is_quant(sl_dtype t) { return t == SL_DTYPE_Q8 || t == SL_DTYPE_Q4; }
 /* Safetensors spelling ("BF16"); "?" for NONE. */
 const char *sl_dtype_name(sl_dtype t);
 /* Parses the safetensors spelling; SL_DTYPE_NONE if unknown. */

@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 
 /* ---------------------------------------------------------------- scalar */
 
@@ -172,6 +173,10 @@ void sl_matmul_cpu(const sl_backend *be, float *y, const float *x, const sl_tens
                    const sl_tensor *bias, int32_t T) {
     SL_ASSERT(w->ndim == 2);
     const int64_t N = w->shape[0], K = w->shape[1];
+    if (sl_dtype_is_quant(w->dtype)) {
+        sl_matmul_quant_cpu(be, y, x, w, T);
+        goto add_bias;
+    }
     const size_t ws = (size_t)K * sl_dtype_size(w->dtype);
     const uint8_t *wd = w->data;
     /* Small products are not worth waking a second thread for. */
@@ -187,6 +192,7 @@ void sl_matmul_cpu(const sl_backend *be, float *y, const float *x, const sl_tens
         default: rows_scalar(y, x, wd, ws, w->dtype, K, N, T, n0, n1); break;
         }
     }
+add_bias:
     if (bias && bias->data) {
         for (int32_t t = 0; t < T; t++)
             for (int64_t n = 0; n < N; n++)

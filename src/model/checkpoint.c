@@ -210,10 +210,15 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
 sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
     SL_ASSERT(t->ndim == 2 && row0 >= 0 && row0 + rows <= t->shape[0]);
     sl_tensor v = *t;
-    size_t row_bytes = (size_t)t->shape[1] * sl_dtype_size(t->dtype);
+    size_t row_bytes = sl_row_bytes(t->dtype, t->shape[1]);
     v.data = (const uint8_t *)t->data + (size_t)row0 * row_bytes;
     v.shape[0] = rows;
     v.nbytes = (size_t)rows * row_bytes;
+    if (sl_dtype_is_quant(t->dtype)) {
+        size_t g = (size_t)sl_qgroups(t->shape[1]);
+        v.scales = t->scales + (size_t)row0 * g;
+        v.biases = t->biases + (size_t)row0 * g;
+    }
     return v;
 }
 
