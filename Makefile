@@ -10,7 +10,7 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
-LDLIBS  += -ljansson -lm
+LDLIBS  += -ljansson -lcrypto -lm
 LDFLAGS += -fopenmp
 BUILD   := build
 

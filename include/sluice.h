@@ -40,9 +40,44 @@ typedef struct sl_error {
 typedef struct sl_model sl_model;
 typedef struct sl_session sl_session;
 
+/* Progress of long work (loading, packing, verifying): done of total units. */
+typedef void (*sl_progress_fn)(void *user, const char *stage, int64_t done, int64_t total);
+
+/* Where routed experts live while the model runs (packed models only; a Hugging
+ * Face directory is always read through its memory mapping). */
+typedef enum sl_experts_mode {
+    SL_EXPERTS_MAPPED = 0,   /* mmap the expert files, the page cache decides */
+    SL_EXPERTS_RESIDENT = 1, /* read every expert into memory at load */
+    SL_EXPERTS_STREAM = 2,   /* per-layer cache of expert slots filled by reads */
+} sl_experts_mode;
+
+typedef enum sl_cache_policy {
+    SL_CACHE_LFU = 0, /* empty slots first, then fewest uses, ties to the oldest use */
+    SL_CACHE_LRU = 1,
+} sl_cache_policy;
+
 typedef struct sl_model_params {
     int32_t n_threads; /* compute threads; 0 = all online cores */
+    sl_experts_mode experts;
+    int32_t cache_experts;  /* stream: slots per MoE layer (0 = from cache_mem) */
+    int64_t cache_mem;      /* stream: byte budget for all layers' slots */
+    sl_cache_policy cache_policy;
+    int32_t direct_io;      /* stream: read with O_DIRECT, bypassing the page cache */
+    int32_t io_threads;     /* stream: parallel readers (0 = 8) */
+    sl_progress_fn progress; /* optional */
+    void *progress_user;
 } sl_model_params;
+
+/* Counters since load (or the last sl_model_reset_stats). Times in seconds. */
+typedef struct sl_stats {
+    int64_t prompt_tokens, gen_tokens;
+    double prefill_time, decode_time;
+    int64_t expert_requests, expert_hits; /* one request per (layer, expert, chunk) */
+    int64_t bytes_read;                   /* expert bytes read from disk (stream/resident) */
+    int64_t prefill_bytes_read;           /* the part read during prefill */
+    double read_time;                     /* waiting for expert reads */
+    double t_attention, t_router, t_expert_io, t_expert_compute, t_other;
+} sl_stats;
 
 typedef struct sl_session_params {
     int32_t max_ctx;   /* KV cache length in tokens; 0 = min(model max, 4096) */
@@ -83,6 +118,31 @@ int32_t sl_session_pos(const sl_session *session);
  */
 sl_status sl_session_forward(sl_session *session, const int32_t *ids, int32_t n_tokens,
                              float *logits, int all_logits, sl_error *err);
+
+void sl_model_get_stats(const sl_model *model, sl_stats *stats);
+void sl_model_reset_stats(sl_model *model);
+/* JSON {"layers": [{"layer": L, "counts": [..per expert..]}, ...]} of router selections. */
+sl_status sl_model_write_router_hist(const sl_model *model, const char *path, sl_error *err);
+
+typedef enum sl_quant {
+    SL_QUANT_BF16 = 0, /* no quantisation: BF16/F16 kept, F32 rounded to BF16 */
+    SL_QUANT_INT8 = 1,
+    SL_QUANT_INT4 = 2,
+} sl_quant;
+
+typedef struct sl_pack_params {
+    sl_quant quant;
+    int32_t quant_router; /* quantise the router too (default: keep it BF16) */
+    sl_progress_fn progress;
+    void *progress_user;
+} sl_pack_params;
+
+/* Converts a Hugging Face checkpoint into a packed directory (docs/FORMAT.md),
+ * tensor by tensor, so models larger than memory pack fine. */
+sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params *params,
+                  sl_error *err);
+/* Checks every file of a packed directory against the manifest's sizes and SHA-256. */
+sl_status sl_verify(const char *dir, sl_progress_fn progress, void *user, sl_error *err);
 
 /* Greedy argmax of one row of logits; ties go to the lower id. */
 int32_t sl_argmax(const float *logits, int32_t n);

@@ -78,5 +78,43 @@ head -c 3000 "$M/model.safetensors" >"$TMP/trunc/model.safetensors"
 expect_fail "truncated weights" "model.safetensors" "$BIN" generate "$TMP/trunc" --ids 1
 expect_fail "unwritable out" "cannot write" "$BIN" logits "$M" --ids 1 --out /nonexistent/dir/x
 
+# pack / verify and the expert-store options, end to end.
+ids=$(json_field "$M/ref.json" ids)
+greedy=$(json_field "$M/ref.json" greedy)
+if "$BIN" pack "$M" "$TMP/p8" --quant int8 2>/dev/null && "$BIN" verify "$TMP/p8" | grep -q OK; then
+    ok "pack + verify"
+else
+    bad "pack + verify"
+fi
+"$BIN" generate "$M" --ids "$ids" -n 6 --experts mapped >"$TMP/g0" 2>/dev/null
+for mode in "resident" "stream --cache-experts 2" "stream --cache-mem 1M --cache-policy lru --io-threads 2"; do
+    "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 --experts $mode >"$TMP/g1" 2>"$TMP/err"
+    "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 >"$TMP/g2" 2>/dev/null
+    if cmp -s "$TMP/g1" "$TMP/g2" && grep -q "experts hit" "$TMP/err"; then ok "int8 --experts $mode"; else bad "int8 --experts $mode"; fi
+done
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 4 --experts stream --cache-experts 2 --stats \
+    --router-hist "$TMP/h.json" >/dev/null 2>"$TMP/err" && grep -q "expert bytes read" "$TMP/err" &&
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sum(map(sum,(l["counts"] for l in d["layers"]))) > 0' "$TMP/h.json"; then
+    ok "--stats and --router-hist"
+else
+    bad "--stats and --router-hist $(cat "$TMP/err")"
+fi
+"$BIN" pack "$M" "$TMP/pb" --quant bf16 2>/dev/null
+got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --experts stream --cache-experts 2 2>/dev/null | tail -n 1)
+if [ "$got" = "$greedy" ]; then ok "bf16 pack streams the reference greedy ids"; else bad "bf16 pack greedy: $got"; fi
+expect_fail "pack bad quant" "invalid --quant" "$BIN" pack "$M" "$TMP/x" --quant int3
+expect_fail "pack missing out" "SRC and OUT" "$BIN" pack "$M"
+expect_fail "pack a pack" "already packed" "$BIN" pack "$TMP/p8" "$TMP/x"
+expect_fail "stream on HF dir" "packed model" "$BIN" generate "$M" --ids 1 --experts stream
+expect_fail "cache too small" "smaller than" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-experts 1
+expect_fail "bad cache size" "invalid --cache-mem" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-mem 12Q
+expect_fail "cache without stream" "need --experts stream" "$BIN" generate "$TMP/p8" --ids 1 --cache-experts 4
+expect_fail "bad experts mode" "invalid --experts" "$BIN" generate "$TMP/p8" --ids 1 --experts disk
+printf 'x' | dd of="$TMP/p8/experts-000.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
+expect_fail "verify tampered" "experts-000.bin: SHA-256 mismatch" "$BIN" verify "$TMP/p8"
+for cmd in pack verify; do
+    if "$BIN" $cmd --help >"$TMP/out" 2>&1 && grep -q usage "$TMP/out"; then ok "help '$cmd'"; else bad "help '$cmd'"; fi
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

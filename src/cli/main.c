@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -15,8 +16,11 @@ static const char usage[] =
     "commands:\n"
     "  logits MODEL --ids 1,2,3 --out FILE   float32 logits of every prompt position\n"
     "  generate MODEL --ids 1,2,3 -n N       greedy continuation through the KV cache\n"
+    "  pack SRC OUT --quant int8|int4|bf16   convert a checkpoint to the streaming format\n"
+    "  verify DIR                            check a pack's sizes and SHA-256 hashes\n"
     "\n"
-    "MODEL is a directory holding config.json and *.safetensors.\n"
+    "MODEL is a Hugging Face checkpoint directory (config.json, *.safetensors)\n"
+    "or a directory made by 'sluice pack'.\n"
     "'sluice <command> --help' describes each command's options.\n";
 
 int cli_error(const char *fmt, ...) {
@@ -67,15 +71,87 @@ int cli_parse_ids(const char *s, int32_t **ids, int32_t *n) {
     return 0;
 }
 
-sl_model *cli_load_model(const char *dir, int32_t n_threads) {
+int cli_parse_size(const char *s, const char *what, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mult = 1;
+    switch (*end) {
+    case 'k': case 'K': mult = 1024.0; end++; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (errno || end == s || *end || !(v > 0) || v * mult > 9e18) {
+        cli_error("invalid %s '%s' (expected a size such as 512M or 4G)", what, s);
+        return -1;
+    }
+    *out = (int64_t)(v * mult);
+    return 0;
+}
+
+void cli_progress(void *user, const char *stage, int64_t done, int64_t total) {
+    (void)user;
+    if (!isatty(STDERR_FILENO) || total <= 0) return;
+    const int width = 30;
+    int fill = (int)(width * done / total);
+    fprintf(stderr, "\r%-14s [%.*s%*s] %3d%%", stage, fill, "##############################",
+            width - fill, "", (int)(100 * done / total));
+    if (done >= total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+sl_model *cli_load_model(const char *dir, sl_model_params *mp) {
     sl_error err = {0};
     sl_model *m = NULL;
-    sl_model_params mp = {.n_threads = n_threads};
-    if (sl_model_load(dir, &mp, &m, &err) != SL_OK) {
+    mp->progress = cli_progress;
+    if (sl_model_load(dir, mp, &m, &err) != SL_OK) {
         cli_error("%s", err.msg);
         return NULL;
     }
     return m;
+}
+
+static double rate(double n, double t) { return t > 0 ? n / t : 0; }
+
+void cli_print_summary(const sl_model *m, FILE *f) {
+    sl_stats s;
+    sl_model_get_stats(m, &s);
+    fprintf(f, "prompt %lld tok, %.2f tok/s | decode %lld tok, %.2f tok/s | experts hit %.1f%%, "
+               "read %.1f MB\n",
+            (long long)s.prompt_tokens, rate((double)s.prompt_tokens, s.prefill_time),
+            (long long)s.gen_tokens, rate((double)s.gen_tokens, s.decode_time),
+            s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0,
+            (double)s.bytes_read / 1e6);
+}
+
+void cli_print_stats(const sl_model *m, FILE *f) {
+    sl_stats s;
+    sl_model_get_stats(m, &s);
+    const double total = s.prefill_time + s.decode_time;
+    const double other = total - s.t_attention - s.t_router - s.t_expert_io - s.t_expert_compute;
+    const int64_t dec_bytes = s.bytes_read - s.prefill_bytes_read;
+    fprintf(f, "--- sluice statistics ---\n");
+    fprintf(f, "prompt tokens        %lld (%.2f tok/s, %.3f s)\n", (long long)s.prompt_tokens,
+            rate((double)s.prompt_tokens, s.prefill_time), s.prefill_time);
+    fprintf(f, "decode steps         %lld (%.2f tok/s, %.3f s)\n", (long long)s.gen_tokens,
+            rate((double)s.gen_tokens, s.decode_time), s.decode_time);
+    fprintf(f, "expert requests      %lld, hits %lld (%.1f%%)\n", (long long)s.expert_requests,
+            (long long)s.expert_hits,
+            s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0);
+    fprintf(f, "expert bytes read    %.1f MB in %.3f s (%.1f MB/s)\n", (double)s.bytes_read / 1e6,
+            s.read_time, rate((double)s.bytes_read / 1e6, s.read_time));
+    fprintf(f, "  per prompt token   %.2f MB\n",
+            rate((double)s.prefill_bytes_read / 1e6, (double)s.prompt_tokens));
+    fprintf(f, "  per decode step    %.2f MB\n", rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
+    fprintf(f, "time: attention      %.3f s\n", s.t_attention);
+    fprintf(f, "      router         %.3f s\n", s.t_router);
+    fprintf(f, "      expert I/O     %.3f s\n", s.t_expert_io);
+    fprintf(f, "      expert compute %.3f s\n", s.t_expert_compute);
+    fprintf(f, "      other          %.3f s (embedding, norms, dense FFN, head)\n",
+            other > 0 ? other : 0);
 }
 
 int main(int argc, char **argv) {
@@ -94,6 +170,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "logits")) return cli_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack")) return cli_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "verify")) return cli_verify(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'sluice --help')", cmd);
     return 1;
 }

@@ -7,11 +7,16 @@
 #include <omp.h>
 
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 
 static void cpu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
                       int32_t T) {
     (void)be;
     const int64_t n = table->shape[1];
+    if (sl_dtype_is_quant(table->dtype)) {
+        for (int32_t t = 0; t < T; t++) sl_dequantize_row(table, ids[t], y + (size_t)t * (size_t)n);
+        return;
+    }
     for (int32_t t = 0; t < T; t++)
         sl_to_f32(y + (size_t)t * (size_t)n, table->data, table->dtype, (size_t)ids[t] * (size_t)n,
                   (size_t)n);

@@ -172,14 +172,16 @@ static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tenso
  * chunk, the grouping or where the weights came from.
  */
 static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
-    const sl_model *m = s->model;
+    sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const sl_backend *be = &m->be;
     const sl_layer *L = &m->layers[l];
     sl_session_buf *b = &s->b;
+    sl_expert_store *store = &m->experts;
     const int32_t E = c->n_experts, k = c->n_experts_used;
     const size_t H = (size_t)c->hidden_size;
 
+    double t0 = sl_now();
     be->ops->matmul(be, b->router_logits, b->xn, &L->router, NULL, T);
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
     for (int32_t t = 0; t < T; t++) {
@@ -192,27 +194,41 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     /* Distinct experts in ascending order, and (counting sort) each one's
      * (token*k + rank) rows, contiguous and in token order. */
     int32_t n_used = 0, fill = 0;
+    int64_t *hist = store->layers[l].hist;
     for (int32_t e = 0; e < E; e++) {
         b->expert_start[e] = fill;
         fill += b->expert_count[e];
+        hist[e] += b->expert_count[e];
         if (b->expert_count[e]) b->expert_list[n_used++] = e;
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
-    sl_status st = sl_experts_fetch((sl_expert_store *)&m->experts, l, b->expert_list, n_used,
-                                    b->fetched, err);
-    if (st) return st;
+    double t1 = sl_now();
+    m->stats.t_router += t1 - t0;
+
+    /* Experts in groups the cache can hold at once: each is read at most once per chunk. */
+    const int32_t cap = sl_experts_capacity(store, l);
     const int32_t *rows = b->expert_rows;
-    for (int32_t j = 0; j < n_used; j++) {
-        const int32_t cnt = b->expert_count[b->expert_list[j]];
-        const sl_expert *ex = b->fetched[j];
-        for (int32_t i = 0; i < cnt; i++)
-            memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H, H * sizeof(float));
-        swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
-        for (int32_t i = 0; i < cnt; i++)
-            memcpy(b->expert_out + (size_t)rows[i] * H, b->ffn_out + (size_t)i * H,
-                   H * sizeof(float));
-        rows += cnt;
+    for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
+        const int32_t nj = SL_MIN(cap, n_used - j0);
+        sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
+        double t2 = sl_now();
+        m->stats.t_expert_io += t2 - t1;
+        if (st) return st;
+        for (int32_t j = 0; j < nj; j++) {
+            const int32_t cnt = b->expert_count[b->expert_list[j0 + j]];
+            const sl_expert *ex = b->fetched[j];
+            for (int32_t i = 0; i < cnt; i++)
+                memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H,
+                       H * sizeof(float));
+            swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
+            for (int32_t i = 0; i < cnt; i++)
+                memcpy(b->expert_out + (size_t)rows[i] * H, b->ffn_out + (size_t)i * H,
+                       H * sizeof(float));
+            rows += cnt;
+        }
+        t1 = sl_now();
+        m->stats.t_expert_compute += t1 - t2;
     }
     memset(b->out, 0, (size_t)T * H * sizeof(float));
     for (int32_t t = 0; t < T; t++)
@@ -251,7 +267,9 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     for (int32_t l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
         op->rmsnorm(be, b->xn, b->x, &L->attn_norm, T, H, eps, off);
+        const double t0 = sl_now();
         blk_attention(s, l, T);
+        s->model->stats.t_attention += sl_now() - t0;
         op->axpy(be, b->x, 1.0f, b->out, n);
         op->rmsnorm(be, b->xn, b->x, &L->ffn_norm, T, H, eps, off);
         sl_status st = blk_ffn(s, l, T, err);

@@ -1,6 +1,8 @@
 /* Checkpoint directory: shard discovery, name index, binding by name. */
 #include "model/checkpoint.h"
 
+#include "format/pack.h"
+
 #include <dirent.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -106,18 +108,27 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     char **names = NULL;
     int32_t n = 0;
     sl_status st;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (file_exists(path)) {
-        st = shards_from_index(path, &names, &n, err);
+    /* A packed directory has one core.bin; a Hugging Face one has safetensors. */
+    snprintf(path, sizeof path, "%s/core.bin", dir);
+    const int packed = file_exists(path);
+    if (packed) {
+        names = calloc(1, sizeof(char *));
+        if (!names || !(names[0] = strdup("core.bin")))
+            return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+        n = 1;
+        st = SL_OK;
     } else {
-        st = shards_from_dir(dir, &names, &n, err);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        if (file_exists(path)) st = shards_from_index(path, &names, &n, err);
+        else st = shards_from_dir(dir, &names, &n, err);
     }
-    if (!st && !(ck->files = calloc((size_t)n, sizeof(sl_st_file))))
+    if (!st && !(ck->files = calloc((size_t)SL_MAX(n, 1), sizeof(sl_st_file))))
         st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
     int32_t total = 0;
     for (int32_t i = 0; !st && i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        st = sl_st_open(&ck->files[i], path, err);
+        st = packed ? sl_core_open(&ck->files[i], path, err)
+                    : sl_st_open(&ck->files[i], path, err);
         ck->n_files = i + 1;
         if (!st) total += ck->files[i].n_tensors;
     }
@@ -187,7 +198,8 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
     }
     const sl_tensor *t = e->t;
     const char *file = ck->files[e->file].path;
-    if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16)
+    if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
+        !(sl_dtype_is_quant(t->dtype) && ndim == 2))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: tensor '%s': dtype %s (expected BF16, F16 "
                        "or F32)",

@@ -5,12 +5,39 @@
  */
 #include "model/model.h"
 
+#include <jansson.h>
 #include <math.h>
+#include <sys/stat.h>
+
+#include "format/pack.h"
 
 static const sl_family *const families[] = {
     &sl_family_qwen3_moe,
     &sl_family_qwen2_moe,
 };
+
+/* A packed model's config is the "config" object of its manifest. */
+static sl_status load_manifest_config(sl_config *cfg, const char *path, sl_error *err) {
+    json_error_t je;
+    json_t *man = json_load_file(path, 0, &je);
+    if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    sl_status st;
+    json_t *fmt = json_object_get(man, "format"), *ver = json_object_get(man, "version");
+    json_t *cj = json_object_get(man, "config");
+    char *text = NULL;
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "sluice") != 0)
+        st = sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice manifest", path);
+    else if (json_integer_value(ver) != SL_PACK_VERSION)
+        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %lld (this sluice reads %d)",
+                     path, (long long)json_integer_value(ver), SL_PACK_VERSION);
+    else if (!json_is_object(cj) || !(text = json_dumps(cj, 0)))
+        st = sl_fail(err, SL_ERR_FORMAT, "%s: missing 'config' object", path);
+    else
+        st = sl_config_parse(cfg, text, path, err);
+    free(text);
+    json_decref(man);
+    return st;
+}
 
 static const sl_family *find_family(const char *arch) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
@@ -23,10 +50,20 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     *out = NULL;
     sl_model *m = sl_calloc(1, sizeof *m, err);
     if (!m) return SL_ERR_NOMEM;
+    const sl_model_params p = params ? *params : (sl_model_params){0};
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    sl_status st = sl_config_load(&m->cfg, path, err);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    struct stat sb;
+    m->packed = stat(path, &sb) == 0;
+    sl_status st = m->packed ? load_manifest_config(&m->cfg, path, err)
+                             : (snprintf(path, sizeof path, "%s/config.json", dir),
+                                sl_config_load(&m->cfg, path, err));
     if (st) goto fail;
+    if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
+        st = sl_fail(err, SL_ERR_ARG, "%s: --experts resident/stream need a packed model "
+                     "(sluice pack); a Hugging Face directory is always memory-mapped", dir);
+        goto fail;
+    }
     m->family = find_family(m->cfg.arch);
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
@@ -36,7 +73,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         goto fail;
     }
     m->norm_offset = m->family->norm_offset;
-    sl_backend_cpu_init(&m->be, params ? params->n_threads : 0, SL_ISA_AVX512);
+    sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
     m->layers = sl_calloc((size_t)m->cfg.n_layers, sizeof(sl_layer), err);
     if (!m->layers) {
@@ -44,10 +81,20 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         goto fail;
     }
     if ((st = m->family->bind(m, err))) goto fail;
-    if ((st = sl_experts_bind(&m->experts, &m->ck, m->cfg.n_layers, m->cfg.layer_is_moe,
-                              m->cfg.n_experts, m->cfg.hidden_size, m->cfg.moe_intermediate_size,
-                              err)))
-        goto fail;
+    const sl_config *c = &m->cfg;
+    if (m->packed) {
+        const sl_store_params sp = {
+            .mode = p.experts, .policy = p.cache_policy, .cache_experts = p.cache_experts,
+            .cache_mem = p.cache_mem, .direct_io = p.direct_io, .io_threads = p.io_threads,
+            .min_slots = c->n_experts_used, .progress = p.progress,
+            .progress_user = p.progress_user};
+        st = sl_experts_open_packed(&m->experts, dir, c->n_layers, c->layer_is_moe, c->n_experts,
+                                    c->hidden_size, c->moe_intermediate_size, &sp, err);
+    } else {
+        st = sl_experts_bind_hf(&m->experts, &m->ck, c->n_layers, c->layer_is_moe, c->n_experts,
+                                c->hidden_size, c->moe_intermediate_size, err);
+    }
+    if (st) goto fail;
     *out = m;
     return SL_OK;
 fail:
@@ -207,6 +254,8 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
                            "[0, %d)",
                            ids[i], i, c->vocab_size);
     const size_t V = (size_t)c->vocab_size;
+    const double t0 = sl_now();
+    const int64_t bytes0 = s->model->experts.bytes_read;
     for (int32_t done = 0; done < n;) {
         const int32_t T = SL_MIN(s->max_batch, n - done);
         const int last_chunk = done + T == n;
@@ -220,7 +269,49 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         s->pos += T;
         done += T;
     }
+    /* A call of one token is a decode step; anything longer is a prefill. */
+    sl_stats *S = &s->model->stats;
+    const double dt = sl_now() - t0;
+    if (n == 1) {
+        S->gen_tokens++;
+        S->decode_time += dt;
+    } else {
+        S->prompt_tokens += n;
+        S->prefill_time += dt;
+        S->prefill_bytes_read += s->model->experts.bytes_read - bytes0;
+    }
     return SL_OK;
+}
+
+void sl_model_get_stats(const sl_model *m, sl_stats *out) {
+    *out = m->stats;
+    out->expert_requests = m->experts.requests;
+    out->expert_hits = m->experts.hits;
+    out->bytes_read = m->experts.bytes_read;
+    out->read_time = m->experts.read_time;
+}
+
+void sl_model_reset_stats(sl_model *m) {
+    memset(&m->stats, 0, sizeof m->stats);
+    m->experts.requests = m->experts.hits = m->experts.bytes_read = 0;
+    m->experts.read_time = 0;
+}
+
+sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_error *err) {
+    json_t *layers = json_array();
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        const sl_expert_layer *L = &m->experts.layers[l];
+        if (!L->hist) continue;
+        json_t *counts = json_array();
+        for (int32_t e = 0; e < L->n_experts; e++)
+            json_array_append_new(counts, json_integer(L->hist[e]));
+        json_array_append_new(layers, json_pack("{s:i, s:o}", "layer", l, "counts", counts));
+    }
+    json_t *root = json_pack("{s:s, s:i, s:o}", "arch", m->cfg.arch, "n_experts",
+                             m->cfg.n_experts, "layers", layers);
+    int rc = root ? json_dump_file(root, path, JSON_INDENT(1)) : -1;
+    json_decref(root);
+    return rc ? sl_fail(err, SL_ERR_IO, "%s: cannot write the router histogram", path) : SL_OK;
 }
 
 int32_t sl_argmax(const float *x, int32_t n) {

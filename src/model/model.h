@@ -37,6 +37,8 @@ struct sl_model {
     sl_layer *layers;  /* [n_layers] */
     sl_expert_store experts;
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
+    int32_t packed;    /* loaded from a sluice pack (else a Hugging Face directory) */
+    sl_stats stats;    /* phase times and token counts; expert counters live in the store */
 };
 
 /*

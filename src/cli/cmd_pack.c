@@ -1,0 +1,68 @@
+/* `pack` (checkpoint -> streaming format) and `verify` (sizes and hashes of a pack). */
+#include <getopt.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const char pack_help[] =
+    "usage: sluice pack SRC OUT [--quant int8|int4|bf16] [--quant-router]\n"
+    "\n"
+    "Converts the Hugging Face checkpoint in SRC into a sluice pack in OUT: a\n"
+    "manifest, core.bin with the resident tensors, and one experts-LLL.bin per MoE\n"
+    "layer with every routed expert as one 4 KiB-aligned blob (docs/FORMAT.md).\n"
+    "Works tensor by tensor, so models larger than memory pack fine.\n"
+    "\n"
+    "  --quant Q         int8 (default), int4 (group-64 affine, BF16 scale and bias),\n"
+    "                    or bf16 (no quantisation)\n"
+    "  --quant-router    quantise the router too (default: keep it BF16)\n"
+    "  -h, --help        this help\n";
+
+int cli_pack(int argc, char **argv) {
+    static const struct option opts[] = {{"quant", required_argument, 0, 'q'},
+                                         {"quant-router", no_argument, 0, 'r'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    sl_pack_params p = {.quant = SL_QUANT_INT8, .progress = cli_progress};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(pack_help, stdout); return 0;
+        case 'r': p.quant_router = 1; break;
+        case 'q':
+            if (!strcmp(optarg, "int8")) p.quant = SL_QUANT_INT8;
+            else if (!strcmp(optarg, "int4")) p.quant = SL_QUANT_INT4;
+            else if (!strcmp(optarg, "bf16")) p.quant = SL_QUANT_BF16;
+            else return cli_error("invalid --quant '%s' (int8, int4 or bf16)", optarg);
+            break;
+        case ':': return cli_error("option '%s' needs a value", argv[optind - 1]);
+        default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (argc - optind != 2) return cli_error("pack needs SRC and OUT directories (see --help)");
+    sl_error err = {0};
+    if (sl_pack(argv[optind], argv[optind + 1], &p, &err)) return cli_error("%s", err.msg);
+    fprintf(stderr, "packed %s -> %s\n", argv[optind], argv[optind + 1]);
+    return 0;
+}
+
+static const char verify_help[] =
+    "usage: sluice verify DIR\n"
+    "\n"
+    "Checks every file of a sluice pack against the sizes and SHA-256 hashes in its\n"
+    "manifest; names the first file that differs.\n";
+
+int cli_verify(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(verify_help, stdout);
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-')
+        return cli_error(argc == 2 ? "unknown option '%s' (see --help)"
+                                   : "verify needs one DIR (see --help)", argv[argc > 1]);
+    sl_error err = {0};
+    if (sl_verify(argv[1], cli_progress, NULL, &err)) return cli_error("%s", err.msg);
+    printf("%s: OK\n", argv[1]);
+    return 0;
+}

@@ -1,0 +1,67 @@
+/*
+ * The packed streaming format (docs/FORMAT.md has the byte-level picture).
+ * A packed model is a directory:
+ *
+ *   manifest.json       format version, architecture, config, quantisation,
+ *                       every file with its size and SHA-256
+ *   core.bin            the resident core: header, index of named tensors,
+ *                       then their data (64-byte aligned)
+ *   experts-LLL.bin     one per MoE layer: header page, then one 4 KiB-aligned
+ *                       blob per expert (gate, up, down with scales and biases),
+ *                       so a cache miss is one aligned read
+ *
+ * Every number read from these files is validated before use.
+ */
+#ifndef SL_PACK_H
+#define SL_PACK_H
+
+#include "format/safetensors.h"
+
+#define SL_PACK_VERSION 1
+#define SL_PACK_PAGE 4096u
+#define SL_PACK_ALIGN 64u
+#define SL_CORE_HEADER 64u
+#define SL_CORE_RECORD 256u
+#define SL_CORE_NAME 160u
+#define SL_EXPERTS_HEADER SL_PACK_PAGE
+
+/* Where the nine arrays of an expert sit inside its blob (offsets from the blob start). */
+typedef enum {
+    SL_EX_GATE, SL_EX_GATE_S, SL_EX_GATE_B,
+    SL_EX_UP, SL_EX_UP_S, SL_EX_UP_B,
+    SL_EX_DOWN, SL_EX_DOWN_S, SL_EX_DOWN_B,
+    SL_EX_PARTS
+} sl_expert_part;
+
+typedef struct sl_experts_header {
+    uint32_t version, layer, n_experts;
+    sl_dtype dtype; /* of the three matrices: BF16, F16, F32, Q8 or Q4 */
+    uint32_t hidden, inter;
+    uint64_t blob_bytes;  /* stride between experts, a multiple of SL_PACK_PAGE */
+    uint64_t data_offset; /* first blob */
+    uint64_t file_size;
+    uint64_t part[SL_EX_PARTS]; /* offsets inside a blob; scales/biases 0 when unquantised */
+} sl_experts_header;
+
+/* On-disk dtype codes (stable across versions, unlike sl_dtype). */
+uint8_t sl_pack_dtype_code(sl_dtype t);
+sl_dtype sl_pack_dtype_from_code(uint8_t c);
+
+/* Parses a core.bin image into f (tensors are views into bytes). */
+sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size_t size,
+                        sl_error *err);
+/* Maps and parses core.bin. */
+sl_status sl_core_open(sl_st_file *f, const char *path, sl_error *err);
+
+/* Parses and validates an experts file header; file_size is the real size on disk. */
+sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const void *bytes,
+                                  size_t n, uint64_t file_size, sl_error *err);
+/* Sizes of one expert's arrays for a header's dtype and shapes: the blob layout. */
+void sl_experts_layout(sl_experts_header *h);
+/* A view of one matrix of the expert whose blob starts at blob. */
+sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int which /* 0 gate, 1 up, 2 down */);
+
+/* Serialises headers (writer side). buf: SL_EXPERTS_HEADER bytes. */
+void sl_experts_header_write(const sl_experts_header *h, uint8_t *buf);
+
+#endif /* SL_PACK_H */

@@ -1,0 +1,455 @@
+/*
+ * sl_pack: Hugging Face checkpoint -> packed directory; sl_verify: sizes and
+ * SHA-256 of a packed directory against its manifest.
+ *
+ * Packing streams: the source stays memory-mapped, each tensor is converted
+ * row by row and written out at once, so memory use is one tensor's scales
+ * plus one expert blob, whatever the model's size.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+
+#include "format/pack.h"
+#include "kernels/quant.h"
+#include "model/model.h"
+
+/* ------------------------------------------------------- hashed writer */
+
+typedef struct hwriter {
+    FILE *f;
+    EVP_MD_CTX *md;
+    uint64_t off;
+    const char *path;
+    int failed;
+} hwriter;
+
+static sl_status hw_open(hwriter *w, const char *path, sl_error *err) {
+    memset(w, 0, sizeof *w);
+    w->path = path;
+    w->f = fopen(path, "wb");
+    if (!w->f) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    w->md = EVP_MD_CTX_new();
+    if (!w->md || !EVP_DigestInit_ex(w->md, EVP_sha256(), NULL)) {
+        fclose(w->f);
+        return sl_fail(err, SL_ERR_NOMEM, "SHA-256 context");
+    }
+    return SL_OK;
+}
+
+static void hw_put(hwriter *w, const void *p, size_t n) {
+    if (!n || w->failed) return;
+    if (fwrite(p, 1, n, w->f) != n) w->failed = errno ? errno : EIO;
+    EVP_DigestUpdate(w->md, p, n);
+    w->off += n;
+}
+
+static void hw_pad_to(hwriter *w, uint64_t off) {
+    static const uint8_t zeros[4096];
+    while (w->off < off) hw_put(w, zeros, (size_t)SL_MIN(off - w->off, sizeof zeros));
+}
+
+/* Closes the file; writes the hex digest into hex[65]. */
+static sl_status hw_close(hwriter *w, char hex[65], sl_error *err) {
+    unsigned char d[32];
+    unsigned int dn = 0;
+    EVP_DigestFinal_ex(w->md, d, &dn);
+    EVP_MD_CTX_free(w->md);
+    if (fclose(w->f) != 0 && !w->failed) w->failed = errno ? errno : EIO;
+    if (w->failed) return sl_fail(err, SL_ERR_IO, "%s: write failed: %s", w->path, strerror(w->failed));
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return SL_OK;
+}
+
+static sl_status sha256_file(const char *path, char hex[65], uint64_t *size, sl_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    uint8_t *buf = malloc(1 << 20);
+    if (!buf || !md) {
+        free(buf);
+        EVP_MD_CTX_free(md);
+        fclose(f);
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    }
+    size_t n;
+    *size = 0;
+    while ((n = fread(buf, 1, 1 << 20, f)) > 0) {
+        EVP_DigestUpdate(md, buf, n);
+        *size += n;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    free(buf);
+    unsigned char d[32];
+    unsigned int dn;
+    EVP_DigestFinal_ex(md, d, &dn);
+    EVP_MD_CTX_free(md);
+    if (bad) return sl_fail(err, SL_ERR_IO, "%s: read error", path);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return SL_OK;
+}
+
+/* ------------------------------------------------------ conversion */
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* What a float tensor becomes in the pack. */
+static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
+    if (t->dtype == SL_DTYPE_I64) return SL_DTYPE_I64;
+    const int is_router = ends_with(t->name, "mlp.gate.weight") ||
+                          ends_with(t->name, "shared_expert_gate.weight");
+    if (t->ndim == 2 && p->quant != SL_QUANT_BF16 && (!is_router || p->quant_router))
+        return p->quant == SL_QUANT_INT8 ? SL_DTYPE_Q8 : SL_DTYPE_Q4;
+    if (t->ndim == 1) return t->dtype; /* norms and biases stay exact */
+    return t->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : t->dtype;
+}
+
+/* Converts rows [0, N) of a 2-D float tensor (or the flat 1-D one) into dt, writing data
+ * and collecting scales/biases into sc/bi. row: scratch of K floats, qrow: row_bytes. */
+static void convert_rows(hwriter *w, const sl_tensor *t, sl_dtype dt, float *row, uint8_t *qrow,
+                         uint16_t *sc, uint16_t *bi) {
+    const int64_t N = t->ndim == 2 ? t->shape[0] : 1;
+    const int64_t K = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    const int64_t G = sl_qgroups(K);
+    for (int64_t n = 0; n < N; n++) {
+        sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
+        if (sl_dtype_is_quant(dt)) {
+            sl_quantize_row(dt, row, K, qrow, sc + n * G, bi + n * G);
+            hw_put(w, qrow, sl_row_bytes(dt, K));
+        } else if (dt == t->dtype) {
+            hw_put(w, (const uint8_t *)t->data + (size_t)(n * K) * sl_dtype_size(dt),
+                   (size_t)K * sl_dtype_size(dt));
+        } else { /* F32 -> BF16 */
+            uint16_t *h = (uint16_t *)qrow;
+            for (int64_t k = 0; k < K; k++) h[k] = sl_f32_to_bf16(row[k]);
+            hw_put(w, h, (size_t)K * 2);
+        }
+    }
+}
+
+/* Same conversion into a memory buffer (expert blobs). */
+static void convert_matrix_mem(const sl_tensor *t, sl_dtype dt, uint8_t *data, uint16_t *sc,
+                               uint16_t *bi, float *row) {
+    const int64_t N = t->shape[0], K = t->shape[1], G = sl_qgroups(K);
+    const size_t rb = sl_row_bytes(dt, K);
+    for (int64_t n = 0; n < N; n++) {
+        sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
+        uint8_t *dst = data + (size_t)n * rb;
+        if (sl_dtype_is_quant(dt)) {
+            sl_quantize_row(dt, row, K, dst, sc + n * G, bi + n * G);
+        } else if (dt == t->dtype) {
+            memcpy(dst, (const uint8_t *)t->data + (size_t)n * rb, rb);
+        } else {
+            for (int64_t k = 0; k < K; k++) ((uint16_t *)dst)[k] = sl_f32_to_bf16(row[k]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ core.bin */
+
+typedef struct core_item {
+    const sl_tensor *src;
+    sl_dtype dt;
+    uint64_t off, bytes, s_off, b_off, s_bytes;
+} core_item;
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Resident tensors: everything of the text model except routed experts. */
+static int is_resident(const sl_ckpt *ck, const char *name) {
+    if (strstr(name, ".mlp.experts.")) return 0;
+    return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 || strcmp(name, "lm_head.weight") == 0;
+}
+
+static sl_status write_core(const sl_model *m, const char *path, const sl_pack_params *p,
+                            char hex[65], uint64_t *size, sl_error *err) {
+    const sl_ckpt *ck = &m->ck;
+    core_item *items = calloc((size_t)ck->n_entries + 1, sizeof *items);
+    if (!items) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    int32_t n = 0;
+    int64_t max_k = 1, max_sc = 1;
+    for (int32_t i = 0; i < ck->n_entries; i++) {
+        const sl_tensor *t = ck->entries[i].t;
+        if (!is_resident(ck, t->name)) continue;
+        if (strlen(t->name) >= SL_CORE_NAME || t->ndim < 1 || t->ndim > 4) {
+            free(items);
+            return sl_fail(err, SL_ERR_UNSUPPORTED, "tensor '%s': name too long or rank %d not "
+                           "packable", t->name, t->ndim);
+        }
+        if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
+            t->dtype != SL_DTYPE_I64) {
+            free(items);
+            return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s cannot be packed",
+                           ck->files[ck->entries[i].file].path, t->name, sl_dtype_name(t->dtype));
+        }
+        core_item *it = &items[n++];
+        it->src = t;
+        it->dt = target_dtype(t, p);
+        if (t->dtype == SL_DTYPE_I64) it->dt = SL_DTYPE_I64;
+        const int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
+        const int64_t cols = t->ndim == 2 ? t->shape[1] : (int64_t)(t->nbytes / sl_dtype_size(t->dtype));
+        it->bytes = sl_dtype_is_quant(it->dt) ? (uint64_t)rows * sl_row_bytes(it->dt, cols)
+                                              : (uint64_t)rows * (uint64_t)cols * sl_dtype_size(it->dt);
+        it->s_bytes = sl_dtype_is_quant(it->dt) ? (uint64_t)rows * (uint64_t)sl_qgroups(cols) * 2 : 0;
+        max_k = SL_MAX(max_k, cols);
+        max_sc = SL_MAX(max_sc, (int64_t)it->s_bytes);
+    }
+    uint64_t off = align_up(SL_CORE_HEADER + (uint64_t)n * SL_CORE_RECORD, SL_PACK_PAGE);
+    const uint64_t data_off = off;
+    for (int32_t i = 0; i < n; i++) {
+        items[i].off = off;
+        off = align_up(off + items[i].bytes, SL_PACK_ALIGN);
+        if (items[i].s_bytes) {
+            items[i].s_off = off;
+            off = align_up(off + items[i].s_bytes, SL_PACK_ALIGN);
+            items[i].b_off = off;
+            off = align_up(off + items[i].s_bytes, SL_PACK_ALIGN);
+        }
+    }
+    const uint64_t file_size = off;
+    hwriter w;
+    sl_status st = hw_open(&w, path, err);
+    if (st) {
+        free(items);
+        return st;
+    }
+    uint8_t hdr[SL_CORE_HEADER] = {'S', 'L', 'U', 'I', 'C', 'E', 0, 'C'};
+    put_le(hdr + 8, SL_PACK_VERSION, 4);
+    put_le(hdr + 12, (uint64_t)n, 4);
+    put_le(hdr + 16, data_off, 8);
+    put_le(hdr + 24, file_size, 8);
+    hw_put(&w, hdr, sizeof hdr);
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t r[SL_CORE_RECORD] = {0};
+        const sl_tensor *t = items[i].src;
+        memcpy(r, t->name, strlen(t->name));
+        r[160] = sl_pack_dtype_code(items[i].dt);
+        r[161] = (uint8_t)t->ndim;
+        for (int d = 0; d < t->ndim; d++) put_le(r + 168 + 8 * d, (uint64_t)t->shape[d], 8);
+        put_le(r + 200, items[i].off, 8);
+        put_le(r + 208, items[i].bytes, 8);
+        put_le(r + 216, items[i].s_off, 8);
+        put_le(r + 224, items[i].b_off, 8);
+        hw_put(&w, r, sizeof r);
+    }
+    float *row = malloc((size_t)max_k * sizeof(float));
+    uint8_t *qrow = malloc((size_t)max_k * 4 + 16);
+    uint16_t *sc = malloc((size_t)max_sc), *bi = malloc((size_t)max_sc);
+    if (!row || !qrow || !sc || !bi) st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; !st && i < n; i++) {
+        const core_item *it = &items[i];
+        hw_pad_to(&w, it->off);
+        if (it->dt == SL_DTYPE_I64) {
+            hw_put(&w, it->src->data, it->src->nbytes);
+        } else {
+            convert_rows(&w, it->src, it->dt, row, qrow, sc, bi);
+        }
+        if (it->s_bytes) {
+            hw_pad_to(&w, it->s_off);
+            hw_put(&w, sc, it->s_bytes);
+            hw_pad_to(&w, it->b_off);
+            hw_put(&w, bi, it->s_bytes);
+        }
+        if (p->progress) p->progress(p->progress_user, "pack core", i + 1, n);
+    }
+    hw_pad_to(&w, file_size);
+    free(row), free(qrow), free(sc), free(bi), free(items);
+    sl_status cst = hw_close(&w, hex, err);
+    *size = file_size;
+    return st ? st : cst;
+}
+
+/* ------------------------------------------------------ experts-LLL.bin */
+
+static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
+                               const sl_pack_params *p, char hex[65], uint64_t *size,
+                               sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const sl_expert *ex = m->experts.layers[l].views;
+    sl_experts_header h = {.version = SL_PACK_VERSION, .layer = (uint32_t)l,
+                           .n_experts = (uint32_t)c->n_experts,
+                           .hidden = (uint32_t)c->hidden_size,
+                           .inter = (uint32_t)c->moe_intermediate_size};
+    if (p->quant == SL_QUANT_INT8) h.dtype = SL_DTYPE_Q8;
+    else if (p->quant == SL_QUANT_INT4) h.dtype = SL_DTYPE_Q4;
+    else h.dtype = ex[0].gate.dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : ex[0].gate.dtype;
+    sl_experts_layout(&h);
+    uint8_t *blob = malloc(SL_MAX(h.blob_bytes, SL_EXPERTS_HEADER));
+    float *row = malloc((size_t)SL_MAX(h.hidden, h.inter) * sizeof(float));
+    if (!blob || !row) {
+        free(blob), free(row);
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory for an expert blob");
+    }
+    hwriter w;
+    sl_status st = hw_open(&w, path, err);
+    if (!st) {
+        sl_experts_header_write(&h, blob);
+        hw_put(&w, blob, SL_EXPERTS_HEADER);
+        for (int32_t e = 0; e < c->n_experts; e++) {
+            memset(blob, 0, h.blob_bytes);
+            const sl_tensor *src[3] = {&ex[e].gate, &ex[e].up, &ex[e].down};
+            for (int which = 0; which < 3; which++) {
+                if (src[which]->dtype != ex[0].gate.dtype) {
+                    st = sl_fail(err, SL_ERR_UNSUPPORTED, "layer %d expert %d: mixed dtypes", l, e);
+                    break;
+                }
+                sl_tensor v = sl_expert_matrix(&h, blob, which);
+                convert_matrix_mem(src[which], h.dtype, (uint8_t *)v.data, (uint16_t *)v.scales,
+                                   (uint16_t *)v.biases, row);
+            }
+            hw_put(&w, blob, h.blob_bytes);
+        }
+        sl_status cst = hw_close(&w, hex, err);
+        st = st ? st : cst;
+    }
+    free(blob), free(row);
+    *size = h.file_size;
+    return st;
+}
+
+/* -------------------------------------------------------------- pack */
+
+static const char *const extra_files[] = {"tokenizer.json", "tokenizer_config.json",
+                                          "generation_config.json", "chat_template.jinja",
+                                          "special_tokens_map.json"};
+
+static sl_status copy_file(const char *from, const char *to, char hex[65], uint64_t *size,
+                           sl_error *err) {
+    char *buf = NULL;
+    size_t n = 0;
+    sl_status st = sl_read_file(from, &buf, &n, err);
+    if (st) return st;
+    hwriter w;
+    if (!(st = hw_open(&w, to, err))) {
+        hw_put(&w, buf, n);
+        st = hw_close(&w, hex, err);
+    }
+    free(buf);
+    *size = n;
+    return st;
+}
+
+static json_t *file_entry(const char *name, uint64_t size, const char *hex) {
+    return json_pack("{s:s, s:I, s:s}", "name", name, "bytes", (json_int_t)size, "sha256", hex);
+}
+
+sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params *params,
+                  sl_error *err) {
+    sl_pack_params p = params ? *params : (sl_pack_params){0};
+    char path[4096], tmp[4200], hex[65];
+    snprintf(path, sizeof path, "%s/manifest.json", src_dir);
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+        return sl_fail(err, SL_ERR_ARG, "%s is already packed", src_dir);
+    sl_model_params mp = {.n_threads = 1};
+    sl_model *m = NULL;
+    sl_status st = sl_model_load(src_dir, &mp, &m, err);
+    if (st) return st;
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        sl_model_free(m);
+        return sl_fail(err, SL_ERR_IO, "%s: %s", out_dir, strerror(errno));
+    }
+    json_t *files = json_array();
+    uint64_t size = 0;
+    /* Each file is written under a temporary name and renamed once complete. */
+    snprintf(path, sizeof path, "%s/core.bin", out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!(st = write_core(m, tmp, &p, hex, &size, err)) && rename(tmp, path) != 0)
+        st = sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!st) json_array_append_new(files, file_entry("core.bin", size, hex));
+    json_t *layers = json_array();
+    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++) {
+        if (!m->cfg.layer_is_moe[l]) continue;
+        char name[64];
+        snprintf(name, sizeof name, "experts-%03d.bin", l);
+        snprintf(path, sizeof path, "%s/%s", out_dir, name);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        if (!(st = write_experts(m, l, tmp, &p, hex, &size, err)) && rename(tmp, path) != 0)
+            st = sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+        if (!st) {
+            json_t *fe = file_entry(name, size, hex);
+            json_object_set_new(fe, "layer", json_integer(l));
+            json_array_append_new(files, fe);
+            json_array_append_new(layers, json_integer(l));
+        }
+        if (p.progress) p.progress(p.progress_user, "pack experts", l + 1, m->cfg.n_layers);
+    }
+    for (size_t i = 0; !st && i < sizeof extra_files / sizeof extra_files[0]; i++) {
+        snprintf(tmp, sizeof tmp, "%s/%s", src_dir, extra_files[i]);
+        if (stat(tmp, &sb) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", out_dir, extra_files[i]);
+        if (!(st = copy_file(tmp, path, hex, &size, err)))
+            json_array_append_new(files, file_entry(extra_files[i], size, hex));
+    }
+    if (!st) {
+        snprintf(path, sizeof path, "%s/config.json", src_dir);
+        json_error_t je;
+        json_t *cfg = json_load_file(path, 0, &je);
+        static const char *qnames[] = {"bf16", "int8", "int4"};
+        json_t *man = json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o}", "format", "sluice",
+                                "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant",
+                                qnames[p.quant], "quant_router", p.quant_router, "group_size",
+                                SL_QGROUP, "config", cfg ? cfg : json_object(), "moe_layers",
+                                layers, "files", files);
+        layers = files = NULL;
+        snprintf(path, sizeof path, "%s/manifest.json", out_dir);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        if (!man || json_dump_file(man, tmp, JSON_INDENT(1)) != 0 || rename(tmp, path) != 0)
+            st = sl_fail(err, SL_ERR_IO, "%s: cannot write the manifest", path);
+        json_decref(man);
+    }
+    json_decref(layers);
+    json_decref(files);
+    sl_model_free(m);
+    return st;
+}
+
+/* ------------------------------------------------------------ verify */
+
+sl_status sl_verify(const char *dir, sl_progress_fn progress, void *user, sl_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_error_t je;
+    json_t *man = json_load_file(path, 0, &je);
+    if (!man)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    json_t *files = json_object_get(man, "files");
+    sl_status st = SL_OK;
+    if (!json_is_array(files) || json_array_size(files) == 0)
+        st = sl_fail(err, SL_ERR_FORMAT, "%s: no 'files' list", path);
+    size_t i, n = json_array_size(files);
+    json_t *fe;
+    json_array_foreach(files, i, fe) {
+        if (st) break;
+        const char *name = json_string_value(json_object_get(fe, "name"));
+        const char *want = json_string_value(json_object_get(fe, "sha256"));
+        json_t *jb = json_object_get(fe, "bytes");
+        if (!name || !want || !json_is_integer(jb) || strchr(name, '/')) {
+            st = sl_fail(err, SL_ERR_FORMAT, "%s: files[%zu] is malformed", path, i);
+            break;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        char hex[65];
+        uint64_t size = 0;
+        if ((st = sha256_file(path, hex, &size, err))) break;
+        if (size != (uint64_t)json_integer_value(jb))
+            st = sl_fail(err, SL_ERR_FORMAT, "%s: %llu bytes, manifest says %lld (truncated?)",
+                         path, (unsigned long long)size, (long long)json_integer_value(jb));
+        else if (strcmp(hex, want) != 0)
+            st = sl_fail(err, SL_ERR_FORMAT, "%s: SHA-256 mismatch (file corrupt or modified)",
+                         path);
+        if (progress) progress(user, "verify", (int64_t)i + 1, (int64_t)n);
+    }
+    json_decref(man);
+    return st;
+}
