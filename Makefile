@@ -71,8 +71,9 @@ san: $(BUILD)/san/test_unit
 
 # Fuzz targets: libFuzzer under clang when available; otherwise the same
 # targets replay their seed corpus through a plain driver.
-FUZZ_TARGETS := safetensors config
-FUZZ_LIB_SRC := src/core/common.c src/format/tensor.c src/format/safetensors.c src/model/config.c
+FUZZ_TARGETS := safetensors config pack
+FUZZ_LIB_SRC := src/core/common.c src/format/tensor.c src/format/safetensors.c src/format/pack.c \
+                src/model/config.c
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
     | clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1)
 
@@ -93,7 +94,7 @@ endif
 fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done
 	@set -e; for t in $(FUZZ_TARGETS); do \
-	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_SECONDS=15; done
+	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_SECONDS=12; done
 
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done

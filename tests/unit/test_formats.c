@@ -1,6 +1,7 @@
 /* Safetensors, config.json and checkpoint binding: valid files and every way to break them. */
 #include <sys/stat.h>
 
+#include "format/pack.h"
 #include "format/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -230,4 +231,28 @@ TEST(test_checkpoint_errors) {
                       SL_ERR_UNSUPPORTED, "llama4_moe", "not supported");
     /* No such directory. */
     expect_load_error("/nonexistent/model", SL_ERR_IO, "/nonexistent/model/config.json", NULL);
+}
+
+/* The fuzz seeds are valid files, so fuzzing starts from the parsers' success paths. */
+TEST(test_pack_seed_files_parse) {
+    char *b;
+    size_t n;
+    sl_error err = {0};
+    sl_st_file f = {0};
+    b = slurp("tests/fuzz/seeds_pack/core.bin", &n);
+    CHECK(b && sl_core_parse(&f, "core.bin", b, n, &err) == SL_OK && f.n_tensors == 2);
+    const sl_tensor *q = b ? sl_st_find(&f, "b") : NULL;
+    CHECK(q && q->dtype == SL_DTYPE_Q8 && q->shape[1] == 70 && q->scales && q->biases);
+    sl_st_close(&f);
+    /* Cut one byte: the size in the header no longer matches. */
+    err = (sl_error){0};
+    CHECK(b && sl_core_parse(&f, "core.bin", b, n - 1, &err) == SL_ERR_FORMAT);
+    sl_st_close(&f);
+    free(b);
+    b = slurp("tests/fuzz/seeds_pack/experts.bin", &n);
+    sl_experts_header h;
+    err = (sl_error){0};
+    CHECK(b && sl_experts_header_parse(&h, "e", b, n, n, &err) == SL_OK && h.n_experts == 2);
+    CHECK(b && sl_experts_header_parse(&h, "e", b, n, n + 4096, &err) == SL_ERR_FORMAT);
+    free(b);
 }
