@@ -1,17 +1,691 @@
-/* Placeholder: quantised kernels (being written). */
+/*
+ * Group-wise affine quantisation (Q8/Q4, groups of 64, BF16 scale and bias)
+ * and the fused CPU matmul over it. See quant.h for the format.
+ *
+ * The matmul never widens the matrix. Codes are taken relative to a centre z
+ * (c = q - z, bias shifted to b' = bias + z * scale, so w = c * scale + b').
+ * One output y[t][n], for the SIMD ISAs (L = 16 lanes for AVX-512, 8 for AVX2):
+ *   per group g:    d[l]   = sum of c * x over the group's columns in lane l
+ *                            (a mul, then FMAs in column order)
+ *                   acc[l] = fma(scale_g, d[l], acc[l])
+ *   per chunk of 16 groups g0..g0+15, after its groups (lanes are groups now):
+ *                   acc    = fma(b'[g0..], X[g0..], acc)     (AVX2: two halves)
+ *   at the end:     y = horizontal sum of acc
+ * where X_g, the sum of x over group g (a fixed lane tree, then a horizontal
+ * sum), is computed once per call and token, not per row. The scalar
+ * reference does the same with lanes of 1 and the bias term per group. A
+ * short last group is computed as a full one on zero-padded copies of x and q
+ * (padding adds exact zeros). That order depends only on K and the ISA,
+ * never on T, the tile shape or the thread, so a token gives the same bits
+ * alone (decode) or inside a batch.
+ *
+ * Centring halves the magnitude of the partial sums and so their rounding
+ * error. It is free where the codes go through a table (AVX-512 Q4) and costs
+ * one integer op elsewhere, which the memory-bound Q8 SIMD paths skip (z = 0);
+ * AVX2 Q4 pays it, and the scalar reference centres both (z = 128 for Q8).
+ *
+ * Q4 codes are stored low nibble first: byte j of a group holds elements 2j
+ * (low) and 2j+1 (high). The SIMD paths widen the bytes to 32-bit lanes and
+ * split them into the low nibbles = the even elements and the high nibbles =
+ * the odd ones, so x is de-interleaved instead of the weights: for small
+ * batches once per call (AVX-512), otherwise once per group and tile.
+ *
+ * Tiles of up to 4 rows x 4 tokens reuse each widened weight vector across
+ * the tokens; threads split the rows in blocks of 16. Decode streams the
+ * codes: every tile prefetches the rows QPF tiles below it, since a row is
+ * too short a stream for the hardware prefetchers to lock on to. Per-call
+ * data lives in fixed stack buffers (nothing is allocated); a batch too big
+ * for them goes through in slices of tokens.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+
 #include "kernels/quant.h"
 
+#define QG  SL_QGROUP /* columns per group */
+#define QCH 16        /* groups whose scales and biases a tile widens at once */
+#ifndef QPF
+#define QPF 2
+#endif
+/* The tiles index small arrays of vectors by loop counters: only unrolled fully
+ * ("#pragma GCC unroll", which -O2 needs) and inlined with their constant
+ * shapes do those arrays live in registers. */
+#define QINLINE static inline __attribute__((always_inline))
+
+static inline int is_q4(sl_dtype dt) {
+    return dt == SL_DTYPE_Q4;
+}
+/* Bytes of one full group of codes. */
+static inline size_t group_bytes(int q4) {
+    return q4 ? QG / 2 : QG;
+}
+
+/* Code of element k of a row. */
+static inline unsigned code_at(const uint8_t *row, int q4, int64_t k) {
+    return q4 ? (row[k >> 1] >> ((k & 1) * 4)) & 15u : row[k];
+}
+
+/* -------------------------------------------------------- quantise */
+
+#define BF16_MAX_BITS 0x7f7fu /* largest finite bf16, 3.39e38 */
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Largest finite bf16 <= v (clamped to -BF16_MAX). v is finite. */
+static uint16_t bf16_floor(double v) {
+    const double big = (double)sl_bf16_to_f32(BF16_MAX_BITS);
+    if (v <= -big) return (uint16_t)(0x8000u | BF16_MAX_BITS);
+    if (v >= big) return (uint16_t)BF16_MAX_BITS;
+    float f = (float)v;
+    if ((double)f > v) f = nextafterf(f, -INFINITY);
+    const uint32_t u = f32_bits(f);
+    uint16_t h = (uint16_t)(u >> 16);
+    if ((u & 0xffffu) && (u >> 31)) h++; /* negative: truncation went up, step one further down */
+    return h;
+}
+
+/* Smallest bf16 >= v for v > 0 (clamped to BF16_MAX): never zero. */
+static uint16_t bf16_ceil_pos(double v) {
+    if (v >= (double)sl_bf16_to_f32(BF16_MAX_BITS)) return (uint16_t)BF16_MAX_BITS;
+    float f = (float)v;
+    if ((double)f < v) f = nextafterf(f, INFINITY);
+    const uint32_t u = f32_bits(f);
+    uint16_t h = (uint16_t)(u >> 16);
+    if (u & 0xffffu) h++;
+    return h;
+}
+
+/*
+ * Per group: bias = min rounded down to BF16, scale = (max - bias) / qmax
+ * rounded up to BF16, so every code fits without clamping and the error of
+ * each weight is at most scale / 2 (plus float rounding). A constant group
+ * that BF16 holds exactly gets scale 1 and q = 0. Non-finite inputs are
+ * ignored for the range (NaN codes as 0, +-inf clamp), so scales and biases
+ * are always finite.
+ */
 void sl_quantize_row(sl_dtype dt, const float *w, int64_t K, uint8_t *q, uint16_t *scales,
                      uint16_t *biases) {
-    (void)dt, (void)w, (void)K, (void)q, (void)scales, (void)biases;
-    SL_ASSERT(0 && "not yet");
+    SL_ASSERT(sl_dtype_is_quant(dt) && K >= 0);
+    const int q4 = is_q4(dt);
+    const int qmax = q4 ? 15 : 255;
+    if (q4) memset(q, 0, sl_row_bytes(dt, K));
+    const int64_t G = sl_qgroups(K);
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t k0 = g * QG, k1 = SL_MIN(K, k0 + QG);
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t k = k0; k < k1; k++)
+            if (isfinite(w[k])) {
+                mn = w[k] < mn ? w[k] : mn;
+                mx = w[k] > mx ? w[k] : mx;
+            }
+        if (mn > mx) mn = mx = 0; /* no finite value */
+        const uint16_t bh = bf16_floor(mn);
+        const double bias = sl_bf16_to_f32(bh);
+        const double range = (double)mx - bias;
+        const uint16_t sh = range > 0 ? bf16_ceil_pos(range / qmax) : 0x3f80u /* 1.0 */;
+        const double scale = sl_bf16_to_f32(sh);
+        scales[g] = sh;
+        biases[g] = bh;
+        for (int64_t k = k0; k < k1; k++) {
+            const double v = ((double)w[k] - bias) / scale;
+            const unsigned c = !(v > 0)    ? 0u
+                               : v >= qmax ? (unsigned)qmax
+                                           : (unsigned)floor(v + 0.5);
+            if (q4)
+                q[k >> 1] |= (uint8_t)(c << ((k & 1) * 4));
+            else
+                q[k] = (uint8_t)c;
+        }
+    }
 }
+
 void sl_dequantize_row(const sl_tensor *w, int64_t n, float *out) {
-    (void)w, (void)n, (void)out;
-    SL_ASSERT(0 && "not yet");
+    SL_ASSERT(w->ndim == 2 && sl_dtype_is_quant(w->dtype));
+    const int64_t K = w->shape[1], G = sl_qgroups(K);
+    const int q4 = is_q4(w->dtype);
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)n * sl_row_bytes(w->dtype, K);
+    for (int64_t k = 0; k < K; k++) {
+        const float s = sl_bf16_to_f32(w->scales[n * G + k / QG]);
+        const float b = sl_bf16_to_f32(w->biases[n * G + k / QG]);
+        out[k] = (float)code_at(row, q4, k) * s + b;
+    }
 }
+
+/* ---------------------------------------------------------- matmul */
+
+typedef struct qmm {
+    const uint8_t *w; /* N rows of codes, stride ws bytes */
+    size_t ws;
+    const uint16_t *sc, *bi; /* [N, G] */
+    const float *x;          /* [T, K] */
+    float *y;                /* [T, N] */
+    int64_t N, K, G;
+    int32_t T;
+    const float *xsum;  /* SIMD: [T, Gp] sums of x per group (zero past G), see xsums */
+    int64_t Gp;         /* G rounded up to whole chunks */
+    const float *xperm; /* AVX-512 Q4, small batches: [T, G * 64] x in the codes' order, or NULL */
+} qmm;
+
+/* Reference: the scalar ISA's order (lanes of 1), codes centred on z (see top). */
+static float qdot_scalar(const qmm *a, int q4, int64_t n, const float *x) {
+    const uint8_t *row = a->w + (size_t)n * a->ws;
+    const int z = q4 ? 8 : 128;
+    float acc = 0;
+    for (int64_t g = 0; g < a->G; g++) {
+        const int64_t k0 = g * QG, k1 = SL_MIN(a->K, k0 + QG);
+        float d = 0, xs = 0;
+        for (int64_t k = k0; k < k1; k++) {
+            d += (float)((int)code_at(row, q4, k) - z) * x[k];
+            xs += x[k];
+        }
+        const float s = sl_bf16_to_f32(a->sc[n * a->G + g]);
+        const float b = sl_bf16_to_f32(a->bi[n * a->G + g]) + (float)z * s;
+        acc += s * d;
+        acc += b * xs;
+    }
+    return acc;
+}
+
+static void qrows_scalar(const qmm *a, int q4, int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++)
+        for (int32_t t = 0; t < a->T; t++)
+            a->y[(size_t)t * (size_t)a->N + (size_t)n] =
+                qdot_scalar(a, q4, n, a->x + (size_t)t * (size_t)a->K);
+}
+
+/*
+ * What every SIMD tile shares. A tile is NR rows from n and NT tokens from t0;
+ * it walks the groups in chunks of QCH whose scales and biases it widens to
+ * float first (the bias already shifted for centred codes: bias + z * scale).
+ */
+typedef struct qtile {
+    const float *xr[4];   /* token rows of x */
+    const uint8_t *qr[4]; /* code rows */
+    const uint16_t *scr, *bir;
+    size_t pf_ahead, pf_ahead_s; /* prefetch distances, bytes */
+    float sf[4][QCH] __attribute__((aligned(64)));
+    float bf[4][QCH] __attribute__((aligned(64)));
+    float xpad[4][QG] __attribute__((aligned(64)));
+    uint8_t qpad[4][QG];
+} qtile;
+
+QINLINE void qtile_init(qtile *f, const qmm *a, int64_t n, int32_t t0, const int NR, const int NT) {
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; t++)
+        f->xr[t] = a->x + (size_t)(t0 + t) * (size_t)a->K;
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++)
+        f->qr[r] = a->w + (size_t)(n + r) * a->ws;
+    f->scr = a->sc + (size_t)(n * a->G);
+    f->bir = a->bi + (size_t)(n * a->G);
+    /* Each row is a short stream (K or K/2 bytes) that the hardware
+     * prefetchers barely pick up: fetch the same columns QPF tiles down. */
+    f->pf_ahead = (size_t)(QPF * NR) * a->ws;
+    f->pf_ahead_s = (size_t)(QPF * NR * a->G) * sizeof(uint16_t);
+}
+
+/* Prefetches the line ahead bytes after p, which may lie past the array (as
+ * an integer: no out-of-bounds pointer is formed; prefetches never fault).
+ * A macro: GCC deems a function that only prefetches pure, and drops calls
+ * to it that it has not inlined yet. */
+#define qprefetch(p, ahead)                                                                        \
+    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
+
+/* Pointers to group g of every token and row: in place for a full group,
+ * zero-padded copies for the short last one (padding adds exact zeros). */
+QINLINE void qtile_group(qtile *f, const qmm *a, int q4, int64_t g, const int NR, const int NT,
+                         const float **xg, const uint8_t **qg) {
+    const size_t gb = group_bytes(q4);
+    if ((g + 1) * QG <= a->K) {
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++)
+            xg[t] = f->xr[t] + g * QG;
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) {
+            qg[r] = f->qr[r] + (size_t)g * gb;
+            qprefetch(qg[r], f->pf_ahead);
+        }
+        return;
+    }
+    const size_t rem = (size_t)(a->K - g * QG), rb = a->ws - (size_t)g * gb;
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; t++) {
+        memcpy(f->xpad[t], f->xr[t] + g * QG, rem * sizeof(float));
+        memset(f->xpad[t] + rem, 0, (QG - rem) * sizeof(float));
+        xg[t] = f->xpad[t];
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++) {
+        memcpy(f->qpad[r], f->qr[r] + (size_t)g * gb, rb);
+        memset(f->qpad[r] + rb, 0, QG - rb);
+        qg[r] = f->qpad[r];
+    }
+}
+
+/* Scales and biases of groups g0 .. g0+ng-1 as float; bias + z * scale. */
+QINLINE void qtile_chunk_scalar(qtile *f, const qmm *a, int64_t g0, int ng, float z, const int NR) {
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++) {
+        const uint16_t *s = f->scr + (size_t)(r * a->G + g0), *b = f->bir + (size_t)(r * a->G + g0);
+        qprefetch(s, f->pf_ahead_s);
+        qprefetch(b, f->pf_ahead_s);
+        for (int i = 0; i < QCH; i++) {
+            f->sf[r][i] = i < ng ? sl_bf16_to_f32(s[i]) : 0.0f;
+            f->bf[r][i] = i < ng ? sl_bf16_to_f32(b[i]) + z * f->sf[r][i] : 0.0f;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ AVX2 */
+
+#define AVX2_ATTR __attribute__((target("avx2,fma")))
+#define AVX2_INL  AVX2_ATTR QINLINE
+
+AVX2_INL float q_avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Codes 8j .. 8j+7 of a group in kernel order, as floats (j = 0..7); Q4 centred. */
+AVX2_INL __m256 q_avx2_codes(const uint8_t *q, int q4, int j) {
+    if (!q4)
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * j))));
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * (j >> 1))));
+    b = (j & 1) ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(15));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(b, _mm256_set1_epi32(8)));
+}
+
+/* Sums of x over groups g0 .. g0+QCH-1 of a row of K (zero past the last group). */
+AVX2_ATTR static void q_avx2_xsums(const float *x, int64_t K, int64_t g0, float *out) {
+    float pad[QG];
+    for (int i = 0; i < QCH; i++) {
+        const int64_t k0 = (g0 + i) * QG;
+        if (k0 >= K) {
+            out[i] = 0;
+            continue;
+        }
+        const float *xg = x + k0;
+        if (k0 + QG > K) {
+            memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
+            memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
+            xg = pad;
+        }
+        __m256 v[8];
+#pragma GCC unroll 16
+        for (int j = 0; j < 8; j++)
+            v[j] = _mm256_loadu_ps(xg + 8 * j);
+        out[i] = q_avx2_hsum(
+            _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])),
+                          _mm256_add_ps(_mm256_add_ps(v[4], v[5]), _mm256_add_ps(v[6], v[7]))));
+    }
+}
+
+AVX2_INL void q_avx2_tile(const qmm *a, int q4, int64_t n, int32_t t0, const int NR, const int NT) {
+    qtile f;
+    qtile_init(&f, a, n, t0, NR, NT);
+    float xbuf[4][QG] __attribute__((aligned(32)));
+    __m256 acc[4][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < a->G; g0 += QCH) {
+        const int ng = (int)SL_MIN(QCH, a->G - g0);
+        qtile_chunk_scalar(&f, a, g0, ng, q4 ? 8.0f : 0.0f, NR);
+        for (int gi = 0; gi < ng; gi++) {
+            const float *xg[4], *xp[4];
+            const uint8_t *qg[4];
+            qtile_group(&f, a, q4, g0 + gi, NR, NT, xg, qg);
+            /* x in the codes' order (Q4: per 16 columns the evens, then the odds). */
+#pragma GCC unroll 16
+            for (int t = 0; t < NT; t++) {
+                if (q4) {
+                    __m256 v[8];
+#pragma GCC unroll 16
+                    for (int j = 0; j < 8; j++)
+                        v[j] = _mm256_loadu_ps(xg[t] + 8 * j);
+#pragma GCC unroll 16
+                    for (int c = 0; c < 4; c++) {
+                        const __m256 lo = v[2 * c], hi = v[2 * c + 1];
+                        const __m256d ev = _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88));
+                        const __m256d od = _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd));
+                        _mm256_store_ps(xbuf[t] + 16 * c,
+                                        _mm256_castpd_ps(_mm256_permute4x64_pd(ev, 0xd8)));
+                        _mm256_store_ps(xbuf[t] + 16 * c + 8,
+                                        _mm256_castpd_ps(_mm256_permute4x64_pd(od, 0xd8)));
+                    }
+                    xp[t] = xbuf[t];
+                } else {
+                    xp[t] = xg[t];
+                }
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                __m256 d[4];
+                const __m256 q0 = q_avx2_codes(qg[r], q4, 0);
+#pragma GCC unroll 16
+                for (int t = 0; t < NT; t++)
+                    d[t] = _mm256_mul_ps(q0, _mm256_loadu_ps(xp[t]));
+#pragma GCC unroll 16
+                for (int j = 1; j < 8; j++) {
+                    const __m256 qf = q_avx2_codes(qg[r], q4, j);
+#pragma GCC unroll 16
+                    for (int t = 0; t < NT; t++)
+                        d[t] = _mm256_fmadd_ps(qf, _mm256_loadu_ps(xp[t] + 8 * j), d[t]);
+                }
+                const __m256 s = _mm256_set1_ps(f.sf[r][gi]);
+#pragma GCC unroll 16
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] = _mm256_fmadd_ps(s, d[t], acc[r][t]);
+            }
+        }
+        /* The chunk's bias terms: lanes are now groups. */
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++) {
+            const float *xs = a->xsum + (size_t)(t0 + t) * (size_t)a->Gp + (size_t)g0;
+            const __m256 x0 = _mm256_loadu_ps(xs), x1 = _mm256_loadu_ps(xs + 8);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                acc[r][t] = _mm256_fmadd_ps(_mm256_load_ps(f.bf[r]), x0, acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_load_ps(f.bf[r] + 8), x1, acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++)
+            a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = q_avx2_hsum(acc[r][t]);
+}
+
+/* ---------------------------------------------------------- AVX-512 */
+
+#define AVX512_ATTR __attribute__((target("avx512f,avx512bw")))
+#define AVX512_INL  AVX512_ATTR QINLINE
+
+AVX512_INL float q_avx512_hsum(__m512 v) {
+    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+
+/* Scales and biases of a chunk as float, 16 at once when the chunk is whole. */
+AVX512_INL void q_avx512_chunk(qtile *f, const qmm *a, int64_t g0, int ng, float z, const int NR) {
+    if (ng < QCH) {
+        qtile_chunk_scalar(f, a, g0, ng, z, NR);
+        return;
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++) {
+        const uint16_t *s = f->scr + (size_t)(r * a->G + g0), *b = f->bir + (size_t)(r * a->G + g0);
+        qprefetch(s, f->pf_ahead_s);
+        qprefetch(b, f->pf_ahead_s);
+        const __m512 sv = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)s)), 16));
+        const __m512 bv = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)b)), 16));
+        _mm512_store_ps(f->sf[r], sv);
+        _mm512_store_ps(f->bf[r], _mm512_fmadd_ps(_mm512_set1_ps(z), sv, bv));
+    }
+}
+
+/* Sums of x over groups g0 .. g0+QCH-1 of a row of K (zero past the last group). */
+AVX512_ATTR static void q_avx512_xsums(const float *x, int64_t K, int64_t g0, float *out) {
+    float pad[QG];
+    for (int i = 0; i < QCH; i++) {
+        const int64_t k0 = (g0 + i) * QG;
+        if (k0 >= K) {
+            out[i] = 0;
+            continue;
+        }
+        const float *xg = x + k0;
+        if (k0 + QG > K) {
+            memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
+            memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
+            xg = pad;
+        }
+        const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+        const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
+        out[i] = q_avx512_hsum(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
+    }
+}
+
+/* Row x of K in the order of Q4 codes, per group (zero-padded): see the tile. */
+AVX512_ATTR static void q_avx512_xperm(const float *x, int64_t K, float *out) {
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    float pad[QG];
+    for (int64_t k0 = 0; k0 < K; k0 += QG, out += QG) {
+        const float *xg = x + k0;
+        if (k0 + QG > K) {
+            memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
+            memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
+            xg = pad;
+        }
+        const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+        const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
+        _mm512_store_ps(out, _mm512_permutex2var_ps(v0, even, v1));
+        _mm512_store_ps(out + 16, _mm512_permutex2var_ps(v0, odd, v1));
+        _mm512_store_ps(out + 32, _mm512_permutex2var_ps(v2, even, v3));
+        _mm512_store_ps(out + 48, _mm512_permutex2var_ps(v2, odd, v3));
+    }
+}
+
+/*
+ * Q4 codes become floats through a 16-entry table holding q - 8 (vpermps
+ * reads only the low 4 bits of each lane, so the low nibble needs no mask).
+ */
+AVX512_INL void q_avx512_tile(const qmm *a, int q4, int64_t n, int32_t t0, const int NR,
+                              const int NT) {
+    qtile f;
+    qtile_init(&f, a, n, t0, NR, NT);
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512 tab = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
+    __m512 acc[4][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < a->G; g0 += QCH) {
+        const int ng = (int)SL_MIN(QCH, a->G - g0);
+        q_avx512_chunk(&f, a, g0, ng, q4 ? 8.0f : 0.0f, NR);
+        for (int gi = 0; gi < ng; gi++) {
+            const float *xg[4];
+            const uint8_t *qg[4];
+            qtile_group(&f, a, q4, g0 + gi, NR, NT, xg, qg);
+            /* x in the codes' order (Q4: per 32 columns the 16 evens, then the
+             * 16 odds), precomputed for small batches: the permutes share port
+             * 5 with the code widening, the bottleneck of Q4 decode. */
+            __m512 xv[4][4];
+#pragma GCC unroll 16
+            for (int t = 0; t < NT; t++) {
+                if (q4 && a->xperm) {
+                    const float *xp = a->xperm + (size_t)(t0 + t) * (size_t)(a->G * QG) +
+                                      (size_t)((g0 + gi) * QG);
+#pragma GCC unroll 16
+                    for (int j = 0; j < 4; j++)
+                        xv[t][j] = _mm512_load_ps(xp + 16 * j);
+                    continue;
+                }
+                const __m512 v0 = _mm512_loadu_ps(xg[t]), v1 = _mm512_loadu_ps(xg[t] + 16);
+                const __m512 v2 = _mm512_loadu_ps(xg[t] + 32), v3 = _mm512_loadu_ps(xg[t] + 48);
+                if (q4) {
+                    xv[t][0] = _mm512_permutex2var_ps(v0, even, v1);
+                    xv[t][1] = _mm512_permutex2var_ps(v0, odd, v1);
+                    xv[t][2] = _mm512_permutex2var_ps(v2, even, v3);
+                    xv[t][3] = _mm512_permutex2var_ps(v2, odd, v3);
+                } else {
+                    xv[t][0] = v0, xv[t][1] = v1, xv[t][2] = v2, xv[t][3] = v3;
+                }
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                __m512 qf[4], d[4];
+                if (q4) {
+                    const __m512i b0 =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qg[r]));
+                    const __m512i b1 =
+                        _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qg[r] + 16)));
+                    qf[0] = _mm512_permutexvar_ps(b0, tab);
+                    qf[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b0, 4), tab);
+                    qf[2] = _mm512_permutexvar_ps(b1, tab);
+                    qf[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(b1, 4), tab);
+                } else {
+#pragma GCC unroll 16
+                    for (int j = 0; j < 4; j++)
+                        qf[j] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                            _mm_loadu_si128((const __m128i *)(qg[r] + 16 * j))));
+                }
+#pragma GCC unroll 16
+                for (int t = 0; t < NT; t++)
+                    d[t] = _mm512_mul_ps(qf[0], xv[t][0]);
+#pragma GCC unroll 16
+                for (int j = 1; j < 4; j++)
+#pragma GCC unroll 16
+                    for (int t = 0; t < NT; t++)
+                        d[t] = _mm512_fmadd_ps(qf[j], xv[t][j], d[t]);
+                const __m512 s = _mm512_set1_ps(f.sf[r][gi]);
+#pragma GCC unroll 16
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] = _mm512_fmadd_ps(s, d[t], acc[r][t]);
+            }
+        }
+        /* The chunk's bias terms: lanes are now groups. */
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++) {
+            const __m512 xs =
+                _mm512_loadu_ps(a->xsum + (size_t)(t0 + t) * (size_t)a->Gp + (size_t)g0);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++)
+                acc[r][t] = _mm512_fmadd_ps(_mm512_load_ps(f.bf[r]), xs, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++)
+            a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = q_avx512_hsum(acc[r][t]);
+}
+
+/* ---------------------------------------------------------- driver */
+
+/* Rows [n0, n1) for all tokens: tiles of 4 rows x 4 tokens, then remainders.
+ * NR, NT and the format are constants in every expansion of the tile. */
+#define DEFINE_QROWS(ISA, ATTR, Q4NAME, Q4)                                                        \
+    ATTR static void qrows_##ISA##_##Q4NAME(const qmm *a, int64_t n0, int64_t n1) {                \
+        const int32_t T = a->T;                                                                    \
+        int64_t n = n0;                                                                            \
+        for (; n + 4 <= n1; n += 4) {                                                              \
+            int32_t t = 0;                                                                         \
+            for (; t + 4 <= T; t += 4)                                                             \
+                q_##ISA##_tile(a, Q4, n, t, 4, 4);                                                 \
+            switch (T - t) {                                                                       \
+            case 3: q_##ISA##_tile(a, Q4, n, t, 4, 3); break;                                      \
+            case 2: q_##ISA##_tile(a, Q4, n, t, 4, 2); break;                                      \
+            case 1: q_##ISA##_tile(a, Q4, n, t, 4, 1); break;                                      \
+            default: break;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+        for (; n < n1; n++) {                                                                      \
+            int32_t t = 0;                                                                         \
+            for (; t + 4 <= T; t += 4)                                                             \
+                q_##ISA##_tile(a, Q4, n, t, 1, 4);                                                 \
+            switch (T - t) {                                                                       \
+            case 3: q_##ISA##_tile(a, Q4, n, t, 1, 3); break;                                      \
+            case 2: q_##ISA##_tile(a, Q4, n, t, 1, 2); break;                                      \
+            case 1: q_##ISA##_tile(a, Q4, n, t, 1, 1); break;                                      \
+            default: break;                                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_QROWS(avx2, AVX2_ATTR, q8, 0)
+DEFINE_QROWS(avx2, AVX2_ATTR, q4, 1)
+DEFINE_QROWS(avx512, AVX512_ATTR, q8, 0)
+DEFINE_QROWS(avx512, AVX512_ATTR, q4, 1)
+
+/* Group sums of x live on the stack: at most this many floats, [T, Gp]. Longer
+ * batches go through in slices of tokens (each token's result is the same). */
+#define QXS_MAX 8192
+/* And for AVX-512 Q4 x in the codes' order, when [T, G * 64] fits. */
+#define QXP_MAX 8192
+
 void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                          int32_t T) {
-    (void)be, (void)y, (void)x, (void)w, (void)T;
-    SL_ASSERT(0 && "not yet");
+    SL_ASSERT(w->ndim == 2 && sl_dtype_is_quant(w->dtype) && w->scales && w->biases);
+    const int64_t N = w->shape[0], K = w->shape[1], G = sl_qgroups(K);
+    const int64_t Gp = (G + QCH - 1) / QCH * QCH;
+    const int q4 = is_q4(w->dtype);
+    /* Rows longer than 8192 groups (K > 524288) take the scalar path. */
+    const sl_isa isa = Gp > QXS_MAX ? SL_ISA_SCALAR : be->isa;
+    const int32_t slice = isa == SL_ISA_SCALAR ? SL_MAX(T, 1) : (int32_t)(QXS_MAX / SL_MAX(Gp, 1));
+    float xsum[QXS_MAX] __attribute__((aligned(64)));
+    float xperm[QXP_MAX] __attribute__((aligned(64)));
+    for (int32_t ts = 0; ts < T; ts += slice) {
+        const int32_t Ts = SL_MIN(slice, T - ts);
+        qmm a = {.w = w->data,
+                 .ws = sl_row_bytes(w->dtype, K),
+                 .sc = w->scales,
+                 .bi = w->biases,
+                 .x = x + (size_t)ts * (size_t)K,
+                 .y = y + (size_t)ts * (size_t)N,
+                 .N = N,
+                 .K = K,
+                 .G = G,
+                 .T = Ts,
+                 .xsum = xsum,
+                 .Gp = Gp,
+                 .xperm = NULL};
+        for (int32_t t = 0; t < Ts && isa != SL_ISA_SCALAR; t++)
+            for (int64_t g0 = 0; g0 < G; g0 += QCH) {
+                if (isa == SL_ISA_AVX512)
+                    q_avx512_xsums(a.x + (size_t)t * (size_t)K, K, g0, xsum + t * Gp + g0);
+                else
+                    q_avx2_xsums(a.x + (size_t)t * (size_t)K, K, g0, xsum + t * Gp + g0);
+            }
+        if (isa == SL_ISA_AVX512 && q4 && Ts * G * QG <= QXP_MAX) {
+            for (int32_t t = 0; t < Ts; t++)
+                q_avx512_xperm(a.x + (size_t)t * (size_t)K, K, xperm + (size_t)(t * G * QG));
+            a.xperm = xperm;
+        }
+        /* Small products are not worth waking a second thread for. */
+        const int nth = (N * K * Ts < (1 << 15) || N < 8) ? 1 : be->n_threads;
+        const int64_t block = 16; /* rows per work item: keeps tiles of 4 whole */
+        const int64_t n_blocks = (N + block - 1) / block;
+#pragma omp parallel for num_threads(nth) schedule(static)
+        for (int64_t b = 0; b < n_blocks; b++) {
+            const int64_t n0 = b * block, n1 = SL_MIN(N, n0 + block);
+            switch (isa) {
+            case SL_ISA_AVX512:
+                if (q4)
+                    qrows_avx512_q4(&a, n0, n1);
+                else
+                    qrows_avx512_q8(&a, n0, n1);
+                break;
+            case SL_ISA_AVX2:
+                if (q4)
+                    qrows_avx2_q4(&a, n0, n1);
+                else
+                    qrows_avx2_q8(&a, n0, n1);
+                break;
+            default: qrows_scalar(&a, q4, n0, n1); break;
+            }
+        }
+    }
 }

@@ -1,0 +1,358 @@
+/*
+ * Group-wise affine quantisation (Q8/Q4): quantise/dequantise round trip, and
+ * the fused matmul for every ISA against a double-precision reference built
+ * from sl_dequantize_row, on odd shapes (K not a multiple of the group, odd K
+ * for Q4), outputs pre-filled with a poison value. Decode and batch, one
+ * thread and two, must agree bitwise.
+ */
+#include <float.h>
+
+#include "core/common.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "test.h"
+
+#define POISON 1234567.0f
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static int qmax_of(sl_dtype dt) {
+    return dt == SL_DTYPE_Q4 ? 15 : 255;
+}
+
+/* An owned quantised [N, K] matrix and the tensor view on it. */
+typedef struct qmat {
+    sl_tensor t;
+    uint8_t *q;
+    uint16_t *sc, *bi;
+} qmat;
+
+static void qmat_init(qmat *m, sl_dtype dt, int64_t N, int64_t K) {
+    const size_t rb = sl_row_bytes(dt, K), G = (size_t)sl_qgroups(K);
+    m->q = malloc(rb * (size_t)N + 1);
+    m->sc = malloc(sizeof(uint16_t) * G * (size_t)N + 2);
+    m->bi = malloc(sizeof(uint16_t) * G * (size_t)N + 2);
+    m->t = (sl_tensor){.name = "wq",
+                       .dtype = dt,
+                       .ndim = 2,
+                       .shape = {N, K},
+                       .data = m->q,
+                       .nbytes = rb * (size_t)N,
+                       .scales = m->sc,
+                       .biases = m->bi};
+}
+
+static void qmat_free(qmat *m) {
+    free(m->q), free(m->sc), free(m->bi);
+}
+
+/* Quantises N rows of w [N, K] into m. */
+static void qmat_quantize(qmat *m, const float *w) {
+    const int64_t N = m->t.shape[0], K = m->t.shape[1], G = sl_qgroups(K);
+    const size_t rb = sl_row_bytes(m->t.dtype, K);
+    for (int64_t n = 0; n < N; n++)
+        sl_quantize_row(m->t.dtype, w + n * K, K, m->q + (size_t)n * rb, m->sc + n * G,
+                        m->bi + n * G);
+}
+
+/* Checks one quantised row against its source: codes in range, zero padding,
+ * finite nonzero scales, |w - deq| <= scale / 2 (+ float rounding). Returns the
+ * worst error in units of scale. */
+static double check_row(sl_dtype dt, const float *w, int64_t K, const char *what) {
+    qmat m;
+    qmat_init(&m, dt, 1, K);
+    qmat_quantize(&m, w);
+    float *deq = malloc(sizeof(float) * (size_t)(K + 1));
+    sl_dequantize_row(&m.t, 0, deq);
+    const int qmax = qmax_of(dt);
+    if (dt == SL_DTYPE_Q4 && (K & 1)) CHECKF((m.q[K / 2] >> 4) == 0, "%s: padding nibble", what);
+    double worst = 0;
+    for (int64_t g = 0; g < sl_qgroups(K); g++) {
+        const float s = sl_bf16_to_f32(m.sc[g]), b = sl_bf16_to_f32(m.bi[g]);
+        CHECKF(isfinite(s) && s > 0 && isfinite(b), "%s K=%lld group %lld: scale %g bias %g", what,
+               (long long)K, (long long)g, s, b);
+        for (int64_t k = g * SL_QGROUP; k < SL_MIN(K, (g + 1) * SL_QGROUP); k++) {
+            if (!isfinite(w[k])) continue;
+            const double err = fabs((double)w[k] - deq[k]);
+            const double tol = s / 2 * (1 + 1e-6) + 4 * FLT_EPSILON * (fabs(b) + qmax * s);
+            CHECKF(err <= tol, "%s %s K=%lld k=%lld: w %.9g deq %.9g (scale %g bias %g)", what,
+                   sl_dtype_name(dt), (long long)K, (long long)k, w[k], deq[k], s, b);
+            worst = fmax(worst, err / s);
+        }
+    }
+    free(deq);
+    qmat_free(&m);
+    return worst;
+}
+
+TEST(test_quant_roundtrip) {
+    const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+    const int64_t Ks[] = {1, 2, 3, 48, 63, 64, 65, 72, 75, 80, 131, 64 * 3 + 17, 257, 2048};
+    float w[2048];
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof Ks / sizeof Ks[0]; i++) {
+            const int64_t K = Ks[i];
+            /* Groups of different spreads and offsets. */
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t g = k / SL_QGROUP;
+                w[k] = frand() * (0.05f + 0.3f * (float)(g % 3)) + 0.1f * (float)(g % 5 - 2);
+            }
+            const double worst = check_row(dts[d], w, K, "random");
+            CHECKF(worst > 0.3 || K < 8, "K=%lld: errors suspiciously small (%g)", (long long)K,
+                   worst);
+            /* Constant rows: exact when BF16 holds the value, near otherwise. */
+            const float consts[] = {0.0f, 0.5f, -1.25f, 0.3f, -0.7f, 1e-30f, 3e38f, -3e38f};
+            for (size_t c = 0; c < sizeof consts / sizeof consts[0]; c++) {
+                for (int64_t k = 0; k < K; k++)
+                    w[k] = consts[c];
+                check_row(dts[d], w, K, "constant");
+                qmat m;
+                qmat_init(&m, dts[d], 1, K);
+                qmat_quantize(&m, w);
+                float deq[2048];
+                sl_dequantize_row(&m.t, 0, deq);
+                const int exact = sl_bf16_to_f32(sl_f32_to_bf16(consts[c])) == consts[c];
+                for (int64_t k = 0; k < K; k++) {
+                    if (exact)
+                        CHECKF(deq[k] == consts[c], "%s K=%lld: %g -> %g", sl_dtype_name(dts[d]),
+                               (long long)K, consts[c], deq[k]);
+                    else
+                        CHECKF(fabsf(deq[k] - consts[c]) <= fabsf(consts[c]) * 1e-3f,
+                               "%s K=%lld: %g -> %g", sl_dtype_name(dts[d]), (long long)K,
+                               consts[c], deq[k]);
+                }
+                qmat_free(&m);
+            }
+        }
+}
+
+/* Extreme inputs never give non-finite scales or biases. */
+TEST(test_quant_extremes) {
+    const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+    for (size_t d = 0; d < 2; d++) {
+        float w[131];
+        for (int k = 0; k < 131; k++) /* full float range in one group, denormals in another */
+            w[k] = k < 64 ? (k & 1 ? FLT_MAX : -FLT_MAX) * (float)(k % 7) / 7
+                          : 1e-42f * (float)(k % 9) - 2e-42f;
+        qmat m;
+        qmat_init(&m, dts[d], 1, 131);
+        qmat_quantize(&m, w);
+        for (int g = 0; g < 3; g++) {
+            const float s = sl_bf16_to_f32(m.sc[g]), b = sl_bf16_to_f32(m.bi[g]);
+            CHECKF(isfinite(s) && s > 0 && isfinite(b), "%s group %d: %g %g", sl_dtype_name(dts[d]),
+                   g, s, b);
+        }
+        for (int k = 64; k < 131; k++) { /* denormal group: within half a (tiny) step */
+            float deq[131];
+            sl_dequantize_row(&m.t, 0, deq);
+            CHECK(fabsf(deq[k] - w[k]) <= sl_bf16_to_f32(m.sc[k / 64]) / 2 + 1e-45f);
+        }
+        /* Non-finite values: ignored for the range, codes clamp, NaN codes as 0. */
+        for (int k = 0; k < 131; k++)
+            w[k] = frand();
+        w[3] = NAN, w[70] = INFINITY, w[71] = -INFINITY;
+        for (int k = 128; k < 131; k++)
+            w[k] = NAN; /* a group of only NaNs */
+        qmat_quantize(&m, w);
+        for (int g = 0; g < 3; g++)
+            CHECK(isfinite(sl_bf16_to_f32(m.sc[g])) && isfinite(sl_bf16_to_f32(m.bi[g])));
+        check_row(dts[d], w, 131, "non-finite");
+        qmat_free(&m);
+    }
+}
+
+/* y = x . deq(W)^T in double, from sl_dequantize_row. */
+static void matmul_ref(const qmat *m, const float *x, int64_t T, double *ref) {
+    const int64_t N = m->t.shape[0], K = m->t.shape[1];
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int64_t n = 0; n < N; n++) {
+        sl_dequantize_row(&m->t, n, row);
+        for (int64_t t = 0; t < T; t++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)row[k] * (double)x[t * K + k];
+            ref[t * N + n] = s;
+        }
+    }
+    free(row);
+}
+
+TEST(test_quant_matmul_all_isas) {
+    const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+    const int64_t Ns[] = {1, 37, 130}, Ks[] = {1, 63, 64, 75, 131, 257, 2048},
+                  Ts[] = {1, 3, 4, 5, 9};
+    const int best = (int)sl_cpu_best_isa();
+    for (size_t d = 0; d < 2; d++)
+        for (size_t in = 0; in < 3; in++)
+            for (size_t ik = 0; ik < 7; ik++)
+                for (size_t it = 0; it < 5; it++) {
+                    const int64_t N = Ns[in], K = Ks[ik], T = Ts[it];
+                    float *w = malloc(sizeof(float) * (size_t)(N * K));
+                    float *x = malloc(sizeof(float) * (size_t)(T * K));
+                    double *ref = malloc(sizeof(double) * (size_t)(T * N));
+                    float *y[3], *y1 = malloc(sizeof(float) * (size_t)N);
+                    float *y2 = malloc(sizeof(float) * (size_t)(T * N));
+                    /* Rows with their own spread and offset (biases far from -scale*qmax/2). */
+                    for (int64_t n = 0; n < N; n++) {
+                        const float amp = 0.1f + 0.5f * fabsf(frand()), off = 0.3f * frand();
+                        for (int64_t k = 0; k < K; k++)
+                            w[n * K + k] = frand() * amp + off;
+                    }
+                    for (int64_t i = 0; i < T * K; i++)
+                        x[i] = frand();
+                    qmat m;
+                    qmat_init(&m, dts[d], N, K);
+                    qmat_quantize(&m, w);
+                    matmul_ref(&m, x, T, ref);
+                    for (int isa = SL_ISA_SCALAR; isa <= best; isa++) {
+                        sl_backend be;
+                        sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+                        y[isa] = malloc(sizeof(float) * (size_t)(T * N));
+                        for (int64_t i = 0; i < T * N; i++)
+                            y[isa][i] = POISON;
+                        sl_matmul_quant_cpu(&be, y[isa], x, &m.t, (int32_t)T);
+                        double worst = 0;
+                        for (int64_t i = 0; i < T * N; i++)
+                            worst = fmax(worst, fabs(y[isa][i] - ref[i]) / (1 + fabs(ref[i])));
+                        CHECKF(worst < 1e-5, "isa %s %s T=%lld N=%lld K=%lld: error %g",
+                               sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
+                               (long long)N, (long long)K, worst);
+                        /* Each token alone (decode) gives the bits it has in the batch. */
+                        for (int64_t t = 0; t < T; t++) {
+                            for (int64_t n = 0; n < N; n++)
+                                y1[n] = POISON;
+                            sl_matmul_quant_cpu(&be, y1, x + t * K, &m.t, 1);
+                            CHECKF(memcmp(y1, y[isa] + t * N, sizeof(float) * (size_t)N) == 0,
+                                   "isa %s %s T=%lld N=%lld K=%lld: token %lld alone differs",
+                                   sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
+                                   (long long)N, (long long)K, (long long)t);
+                        }
+                        /* And so does one thread. */
+                        be.n_threads = 1;
+                        sl_matmul_quant_cpu(&be, y2, x, &m.t, (int32_t)T);
+                        CHECKF(memcmp(y2, y[isa], sizeof(float) * (size_t)(T * N)) == 0,
+                               "isa %s %s T=%lld N=%lld K=%lld: 1 vs 2 threads differ",
+                               sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
+                               (long long)N, (long long)K);
+                        /* SIMD close to the scalar reference order (not bitwise). */
+                        double diff = 0;
+                        for (int64_t i = 0; i < T * N; i++)
+                            diff = fmax(diff, fabs((double)y[isa][i] - y[0][i]) /
+                                                  (1 + fabs((double)y[0][i])));
+                        CHECKF(diff < 1e-5, "isa %s %s T=%lld N=%lld K=%lld: vs scalar %g",
+                               sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
+                               (long long)N, (long long)K, diff);
+                    }
+                    for (int isa = SL_ISA_SCALAR; isa <= best; isa++)
+                        free(y[isa]);
+                    qmat_free(&m);
+                    free(w), free(x), free(ref), free(y1), free(y2);
+                }
+}
+
+/* Through sl_matmul_cpu (bias added after), with a big enough product to use
+ * both threads, a garbage Q4 padding nibble that must not matter, and a row
+ * view that starts inside a matrix (as expert slices do). */
+TEST(test_quant_matmul_dispatch) {
+    enum { N = 70, K = 333, T = 6, R0 = 5 };
+    const int64_t G = sl_qgroups(K);
+    float *w = malloc(sizeof(float) * N * K), x[T * K], bias_v[N];
+    for (int i = 0; i < N * K; i++)
+        w[i] = frand() * 0.2f;
+    for (int i = 0; i < T * K; i++)
+        x[i] = frand();
+    for (int i = 0; i < N; i++)
+        bias_v[i] = frand();
+    const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+    for (size_t d = 0; d < 2; d++) {
+        qmat m;
+        qmat_init(&m, dts[d], N, K);
+        qmat_quantize(&m, w);
+        const size_t rb = sl_row_bytes(dts[d], K);
+        /* The view: rows R0 .. N-1. */
+        sl_tensor v = m.t;
+        v.shape[0] = N - R0;
+        v.data = m.q + R0 * rb;
+        v.scales = m.sc + R0 * G;
+        v.biases = m.bi + R0 * G;
+        double ref[T * N];
+        matmul_ref(&m, x, T, ref);
+        sl_tensor bias = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {N - R0}, .data = bias_v};
+        for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
+            sl_backend be;
+            sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+            float y[T * N], y2[T * N];
+            for (int i = 0; i < T * N; i++)
+                y[i] = POISON;
+            sl_matmul_cpu(&be, y, x, &v, &bias, T);
+            double worst = 0;
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N - R0; n++) {
+                    const double r = ref[t * N + R0 + n] + bias_v[n];
+                    worst = fmax(worst, fabs(y[t * (N - R0) + n] - r) / (1 + fabs(r)));
+                }
+            CHECKF(worst < 1e-5, "isa %s %s: error %g", sl_isa_name(be.isa), sl_dtype_name(dts[d]),
+                   worst);
+            if (dts[d] == SL_DTYPE_Q4) { /* odd K: fill the padding nibbles, same bits */
+                for (int n = 0; n < N; n++)
+                    m.q[n * rb + rb - 1] |= 0xf0;
+                sl_matmul_cpu(&be, y2, x, &v, &bias, T);
+                CHECK(memcmp(y, y2, sizeof(float) * T * (N - R0)) == 0);
+                for (int n = 0; n < N; n++)
+                    m.q[n * rb + rb - 1] &= 0x0f;
+            }
+        }
+        qmat_free(&m);
+    }
+    free(w);
+}
+
+/* Long rows: batches whose per-group sums of x exceed the kernel's stack
+ * buffer go through in slices of tokens, and rows of more than 8192 groups
+ * take the scalar path; results stay right and per-token bits unchanged. */
+TEST(test_quant_matmul_long_rows) {
+    const int64_t Ks[] = {64 * 512 + 7, 64 * 8192 + 1};
+    const int64_t Ts[] = {20, 2};
+    for (size_t i = 0; i < 2; i++) {
+        const int64_t N = 5, K = Ks[i], T = Ts[i];
+        float *w = malloc(sizeof(float) * (size_t)(N * K)),
+              *x = malloc(sizeof(float) * (size_t)(T * K));
+        double *ref = malloc(sizeof(double) * (size_t)(T * N));
+        float *y = malloc(sizeof(float) * (size_t)(T * N)), y1[5];
+        for (int64_t j = 0; j < N * K; j++)
+            w[j] = frand() * 0.3f;
+        for (int64_t j = 0; j < T * K; j++)
+            x[j] = frand();
+        const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+        for (size_t d = 0; d < 2; d++) {
+            qmat m;
+            qmat_init(&m, dts[d], N, K);
+            qmat_quantize(&m, w);
+            matmul_ref(&m, x, T, ref);
+            sl_backend be;
+            sl_backend_cpu_init(&be, 2, sl_cpu_best_isa());
+            for (int64_t j = 0; j < T * N; j++)
+                y[j] = POISON;
+            sl_matmul_quant_cpu(&be, y, x, &m.t, (int32_t)T);
+            double worst = 0;
+            for (int64_t j = 0; j < T * N; j++)
+                worst = fmax(worst, fabs(y[j] - ref[j]) / (1 + fabs(ref[j])));
+            /* float rounding grows like sqrt(K): 1e-5 at K = 2048 */
+            const double tol = 1e-5 * sqrt((double)K / 2048);
+            CHECKF(worst < tol, "%s K=%lld T=%lld: error %g", sl_dtype_name(dts[d]), (long long)K,
+                   (long long)T, worst);
+            for (int64_t t = 0; t < T; t += T - 1) { /* first and last token alone */
+                sl_matmul_quant_cpu(&be, y1, x + t * K, &m.t, 1);
+                CHECK(memcmp(y1, y + t * N, sizeof y1) == 0);
+            }
+            qmat_free(&m);
+        }
+        free(w), free(x), free(ref), free(y);
+    }
+}
