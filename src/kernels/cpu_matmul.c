@@ -14,6 +14,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "kernels/simd.h"
 
 /* ---------------------------------------------------------------- scalar */
 
@@ -52,7 +53,7 @@ float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x) {
 
 /* ------------------------------------------------------------------ AVX2 */
 
-#define AVX2_ATTR __attribute__((target("avx2,fma,f16c")))
+#define AVX2_ATTR SL_AVX2_ATTR
 
 AVX2_ATTR static inline __m256 avx2_load(const void *w, sl_dtype dt, int64_t k) {
     if (dt == SL_DTYPE_BF16) {
@@ -62,13 +63,6 @@ AVX2_ATTR static inline __m256 avx2_load(const void *w, sl_dtype dt, int64_t k) 
     if (dt == SL_DTYPE_F16)
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
     return _mm256_loadu_ps((const float *)w + k);
-}
-
-AVX2_ATTR static inline float avx2_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* Tiles are inlined with constant NR, NT and dtype, and their small loops
@@ -106,11 +100,11 @@ AVX2_ATTR static inline float avx2_hsum(__m256 v) {
     }
 
 DEFINE_TILE(avx2, AVX2_ATTR, __m256, 8, _mm256_setzero_ps(), _mm256_fmadd_ps, _mm256_loadu_ps,
-            avx2_load, avx2_hsum)
+            avx2_load, sl_hsum256)
 
 /* --------------------------------------------------------------- AVX-512 */
 
-#define AVX512_ATTR __attribute__((target("avx512f,avx512bw")))
+#define AVX512_ATTR SL_AVX512_ATTR
 
 AVX512_ATTR static inline __m512 avx512_load(const void *w, sl_dtype dt, int64_t k) {
     if (dt == SL_DTYPE_BF16) {
@@ -122,17 +116,8 @@ AVX512_ATTR static inline __m512 avx512_load(const void *w, sl_dtype dt, int64_t
     return _mm512_loadu_ps((const float *)w + k);
 }
 
-AVX512_ATTR static inline float avx512_hsum(__m512 v) {
-    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    q = _mm_add_ss(q, _mm_movehdup_ps(q));
-    return _mm_cvtss_f32(q);
-}
-
 DEFINE_TILE(avx512, AVX512_ATTR, __m512, 16, _mm512_setzero_ps(), _mm512_fmadd_ps, _mm512_loadu_ps,
-            avx512_load, avx512_hsum)
+            avx512_load, sl_hsum512)
 
 /* ---------------------------------------------------------------- driver */
 

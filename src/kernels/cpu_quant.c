@@ -42,6 +42,7 @@
 #include <omp.h>
 
 #include "kernels/quant.h"
+#include "kernels/simd.h"
 
 #define QG  SL_QGROUP /* columns per group */
 #define QCH 16        /* groups whose scales and biases a tile widens at once */
@@ -283,15 +284,8 @@ QINLINE void qtile_chunk_scalar(qtile *f, const qmm *a, int64_t g0, int ng, floa
 
 /* ------------------------------------------------------------ AVX2 */
 
-#define AVX2_ATTR __attribute__((target("avx2,fma")))
+#define AVX2_ATTR SL_AVX2_ATTR
 #define AVX2_INL  AVX2_ATTR QINLINE
-
-AVX2_INL float q_avx2_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Codes 8j .. 8j+7 of a group in kernel order, as floats (j = 0..7); Q4 centred. */
 AVX2_INL __m256 q_avx2_codes(const uint8_t *q, int q4, int j) {
@@ -322,7 +316,7 @@ AVX2_ATTR static void q_avx2_xsums(const float *x, int64_t K, int64_t g0, float 
 #pragma GCC unroll 16
         for (int j = 0; j < 8; j++)
             v[j] = _mm256_loadu_ps(xg + 8 * j);
-        out[i] = q_avx2_hsum(
+        out[i] = sl_hsum256(
             _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])),
                           _mm256_add_ps(_mm256_add_ps(v[4], v[5]), _mm256_add_ps(v[6], v[7]))));
     }
@@ -404,22 +398,13 @@ AVX2_INL void q_avx2_tile(const qmm *a, int q4, int64_t n, int32_t t0, const int
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
         for (int t = 0; t < NT; t++)
-            a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = q_avx2_hsum(acc[r][t]);
+            a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = sl_hsum256(acc[r][t]);
 }
 
 /* ---------------------------------------------------------- AVX-512 */
 
-#define AVX512_ATTR __attribute__((target("avx512f,avx512bw")))
+#define AVX512_ATTR SL_AVX512_ATTR
 #define AVX512_INL  AVX512_ATTR QINLINE
-
-AVX512_INL float q_avx512_hsum(__m512 v) {
-    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    q = _mm_add_ss(q, _mm_movehdup_ps(q));
-    return _mm_cvtss_f32(q);
-}
 
 /* Scales and biases of a chunk as float, 16 at once when the chunk is whole. */
 AVX512_INL void q_avx512_chunk(qtile *f, const qmm *a, int64_t g0, int ng, float z, const int NR) {
@@ -458,7 +443,7 @@ AVX512_ATTR static void q_avx512_xsums(const float *x, int64_t K, int64_t g0, fl
         }
         const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
         const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
-        out[i] = q_avx512_hsum(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
+        out[i] = sl_hsum512(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
     }
 }
 
@@ -580,7 +565,7 @@ AVX512_INL void q_avx512_tile(const qmm *a, int q4, int64_t n, int32_t t0, const
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
         for (int t = 0; t < NT; t++)
-            a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = q_avx512_hsum(acc[r][t]);
+            a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = sl_hsum512(acc[r][t]);
 }
 
 /* ---------------------------------------------------------- driver */
