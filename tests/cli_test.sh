@@ -102,6 +102,8 @@ fi
 "$BIN" pack "$M" "$TMP/pb" --quant bf16 2>/dev/null
 got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --experts stream --cache-experts 2 2>/dev/null | tail -n 1)
 if [ "$got" = "$greedy" ]; then ok "bf16 pack streams the reference greedy ids"; else bad "bf16 pack greedy: $got"; fi
+got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --batch 1 --experts stream --cache-experts 3 2>/dev/null | tail -n 1)
+if [ "$got" = "$greedy" ]; then ok "--batch 1 (prompt through the decode path)"; else bad "--batch 1: $got"; fi
 expect_fail "pack bad quant" "invalid --quant" "$BIN" pack "$M" "$TMP/x" --quant int3
 expect_fail "pack missing out" "SRC and OUT" "$BIN" pack "$M"
 expect_fail "pack a pack" "already packed" "$BIN" pack "$TMP/p8" "$TMP/x"

@@ -11,14 +11,14 @@
 
 typedef struct run_opts {
     const char *model, *ids_str, *out, *router_hist;
-    int64_t n_new, ctx;
+    int64_t n_new, ctx, batch;
     int stats;
     sl_model_params mp;
 } run_opts;
 
 enum {
     OPT_IDS = 256, OPT_OUT, OPT_THREADS, OPT_CTX, OPT_EXPERTS, OPT_CACHE_EXPERTS, OPT_CACHE_MEM,
-    OPT_CACHE_POLICY, OPT_DIRECT_IO, OPT_IO_THREADS, OPT_STATS, OPT_ROUTER_HIST,
+    OPT_CACHE_POLICY, OPT_DIRECT_IO, OPT_IO_THREADS, OPT_STATS, OPT_ROUTER_HIST, OPT_BATCH,
 };
 
 static const struct option long_opts[] = {
@@ -26,6 +26,7 @@ static const struct option long_opts[] = {
     {"out", required_argument, 0, OPT_OUT},
     {"threads", required_argument, 0, OPT_THREADS},
     {"ctx", required_argument, 0, OPT_CTX},
+    {"batch", required_argument, 0, OPT_BATCH},
     {"experts", required_argument, 0, OPT_EXPERTS},
     {"cache-experts", required_argument, 0, OPT_CACHE_EXPERTS},
     {"cache-mem", required_argument, 0, OPT_CACHE_MEM},
@@ -74,6 +75,9 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
             break;
         case OPT_CTX:
             if (cli_parse_int(optarg, "--ctx", 1, INT32_MAX, &o->ctx)) return 1;
+            break;
+        case OPT_BATCH:
+            if (cli_parse_int(optarg, "--batch", 1, 1 << 20, &o->batch)) return 1;
             break;
         case OPT_EXPERTS:
             if (!strcmp(optarg, "mapped")) o->mp.experts = SL_EXPERTS_MAPPED;
@@ -189,7 +193,9 @@ static const char generate_help[] =
     "\n"
     "  --ids LIST             comma-separated prompt token ids\n"
     "  -n N                   tokens to generate (default 16)\n"
-    "  --ctx N                KV cache length (default: prompt + N)\n" MODEL_OPTIONS_HELP;
+    "  --ctx N                KV cache length (default: prompt + N)\n"
+    "  --batch N              prompt tokens per prefill chunk (default 512; 1 = token by\n"
+    "                         token through the decode path)\n" MODEL_OPTIONS_HELP;
 
 int cli_generate(int argc, char **argv) {
     run_opts o = {.n_new = 16};
@@ -206,7 +212,8 @@ int cli_generate(int argc, char **argv) {
     sl_session *s = NULL;
     int32_t *out = malloc(((size_t)o.n_new + 1) * sizeof(int32_t));
     float *logits = malloc((size_t)info.vocab_size * sizeof(float));
-    sl_session_params sp = {.max_ctx = (int32_t)(o.ctx ? o.ctx : SL_CLI_MIN(n + o.n_new, INT32_MAX))};
+    sl_session_params sp = {.max_ctx = (int32_t)(o.ctx ? o.ctx : SL_CLI_MIN(n + o.n_new, INT32_MAX)),
+                            .max_batch = (int32_t)o.batch};
     if (!out || !logits) {
         cli_error("out of memory");
         goto done;

@@ -269,10 +269,10 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         s->pos += T;
         done += T;
     }
-    /* A call of one token is a decode step; anything longer is a prefill. */
+    /* A call of one token at a non-empty cache is a decode step; anything else a prefill. */
     sl_stats *S = &s->model->stats;
     const double dt = sl_now() - t0;
-    if (n == 1) {
+    if (n == 1 && s->pos > 1) {
         S->gen_tokens++;
         S->decode_time += dt;
     } else {
