@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <omp.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 
@@ -133,12 +134,15 @@ static void convert_rows(hwriter *w, const sl_tensor *t, sl_dtype dt, float *row
     }
 }
 
-/* Same conversion into a memory buffer (expert blobs). */
+/* Same conversion into a memory buffer (expert blobs), rows split across threads.
+ * rows: omp_get_max_threads() scratch rows of at least K floats each. */
 static void convert_matrix_mem(const sl_tensor *t, sl_dtype dt, uint8_t *data, uint16_t *sc,
-                               uint16_t *bi, float *row) {
+                               uint16_t *bi, float *rows, int64_t row_cap) {
     const int64_t N = t->shape[0], K = t->shape[1], G = sl_qgroups(K);
     const size_t rb = sl_row_bytes(dt, K);
+#pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
+        float *row = rows + (size_t)omp_get_thread_num() * (size_t)row_cap;
         sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
         uint8_t *dst = data + (size_t)n * rb;
         if (sl_dtype_is_quant(dt)) {
@@ -285,7 +289,8 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
     else h.dtype = ex[0].gate.dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : ex[0].gate.dtype;
     sl_experts_layout(&h);
     uint8_t *blob = malloc(SL_MAX(h.blob_bytes, SL_EXPERTS_HEADER));
-    float *row = malloc((size_t)SL_MAX(h.hidden, h.inter) * sizeof(float));
+    const int64_t row_cap = SL_MAX(h.hidden, h.inter);
+    float *row = malloc((size_t)omp_get_max_threads() * (size_t)row_cap * sizeof(float));
     if (!blob || !row) {
         free(blob), free(row);
         return sl_fail(err, SL_ERR_NOMEM, "out of memory for an expert blob");
@@ -305,7 +310,7 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
                 }
                 sl_tensor v = sl_expert_matrix(&h, blob, which);
                 convert_matrix_mem(src[which], h.dtype, (uint8_t *)v.data, (uint16_t *)v.scales,
-                                   (uint16_t *)v.biases, row);
+                                   (uint16_t *)v.biases, row, row_cap);
             }
             hw_put(&w, blob, h.blob_bytes);
         }
