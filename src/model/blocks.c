@@ -206,9 +206,19 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     double t1 = sl_now();
     m->stats.t_router += t1 - t0;
 
-    /* Experts in groups the cache can hold at once: each is read at most once per chunk. */
+    /* Experts in groups the cache can hold at once, so each is read at most once
+     * per chunk; those already cached go first, before any miss can evict them.
+     * The order changes nothing in the result: every (token, rank) output has its
+     * own row. expert_start[e] now marks the end of e's rows. */
+    int32_t n_cached = 0;
+    for (int32_t j = 0; j < n_used; j++) {
+        const int32_t e = b->expert_list[j];
+        if (!sl_experts_cached(store, l, e)) continue;
+        memmove(b->expert_list + n_cached + 1, b->expert_list + n_cached,
+                (size_t)(j - n_cached) * sizeof(int32_t));
+        b->expert_list[n_cached++] = e;
+    }
     const int32_t cap = sl_experts_capacity(store, l);
-    const int32_t *rows = b->expert_rows;
     for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
         const int32_t nj = SL_MIN(cap, n_used - j0);
         sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
@@ -216,7 +226,8 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         m->stats.t_expert_io += t2 - t1;
         if (st) return st;
         for (int32_t j = 0; j < nj; j++) {
-            const int32_t cnt = b->expert_count[b->expert_list[j0 + j]];
+            const int32_t e = b->expert_list[j0 + j], cnt = b->expert_count[e];
+            const int32_t *rows = b->expert_rows + b->expert_start[e] - cnt;
             const sl_expert *ex = b->fetched[j];
             for (int32_t i = 0; i < cnt; i++)
                 memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H,
@@ -225,7 +236,6 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
             for (int32_t i = 0; i < cnt; i++)
                 memcpy(b->expert_out + (size_t)rows[i] * H, b->ffn_out + (size_t)i * H,
                        H * sizeof(float));
-            rows += cnt;
         }
         t1 = sl_now();
         m->stats.t_expert_compute += t1 - t2;

@@ -291,6 +291,11 @@ void sl_experts_free(sl_expert_store *s) {
 
 /* -------------------------------------------------------------- fetch */
 
+int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e) {
+    const sl_expert_layer *L = &s->layers[layer];
+    return L->n_slots == 0 || L->expert_slot[e] >= 0;
+}
+
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer) {
     const sl_expert_layer *L = &s->layers[layer];
     return L->n_slots > 0 ? L->n_slots : L->n_experts;

@@ -108,6 +108,9 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
                                  int64_t inter, const sl_store_params *p, sl_error *err);
 void sl_experts_free(sl_expert_store *s);
 
+/* Whether a fetch of expert e of this layer would hit (always, outside stream mode). */
+int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e);
+
 /* Most experts one fetch of this layer may ask for. */
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);
 
