@@ -31,10 +31,14 @@ int cli_pack(int argc, char **argv) {
         case 'h': fputs(pack_help, stdout); return 0;
         case 'r': p.quant_router = 1; break;
         case 'q':
-            if (!strcmp(optarg, "int8")) p.quant = SL_QUANT_INT8;
-            else if (!strcmp(optarg, "int4")) p.quant = SL_QUANT_INT4;
-            else if (!strcmp(optarg, "bf16")) p.quant = SL_QUANT_BF16;
-            else return cli_error("invalid --quant '%s' (int8, int4 or bf16)", optarg);
+            if (!strcmp(optarg, "int8"))
+                p.quant = SL_QUANT_INT8;
+            else if (!strcmp(optarg, "int4"))
+                p.quant = SL_QUANT_INT4;
+            else if (!strcmp(optarg, "bf16"))
+                p.quant = SL_QUANT_BF16;
+            else
+                return cli_error("invalid --quant '%s' (int8, int4 or bf16)", optarg);
             break;
         case ':': return cli_error("option '%s' needs a value", argv[optind - 1]);
         default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
@@ -60,7 +64,8 @@ int cli_verify(int argc, char **argv) {
     }
     if (argc != 2 || argv[1][0] == '-')
         return cli_error(argc == 2 ? "unknown option '%s' (see --help)"
-                                   : "verify needs one DIR (see --help)", argv[argc > 1]);
+                                   : "verify needs one DIR (see --help)",
+                         argv[argc > 1]);
     sl_error err = {0};
     if (sl_verify(argv[1], cli_progress, NULL, &err)) return cli_error("%s", err.msg);
     printf("%s: OK\n", argv[1]);

@@ -17,8 +17,19 @@ typedef struct run_opts {
 } run_opts;
 
 enum {
-    OPT_IDS = 256, OPT_OUT, OPT_THREADS, OPT_CTX, OPT_EXPERTS, OPT_CACHE_EXPERTS, OPT_CACHE_MEM,
-    OPT_CACHE_POLICY, OPT_DIRECT_IO, OPT_IO_THREADS, OPT_STATS, OPT_ROUTER_HIST, OPT_BATCH,
+    OPT_IDS = 256,
+    OPT_OUT,
+    OPT_THREADS,
+    OPT_CTX,
+    OPT_EXPERTS,
+    OPT_CACHE_EXPERTS,
+    OPT_CACHE_MEM,
+    OPT_CACHE_POLICY,
+    OPT_DIRECT_IO,
+    OPT_IO_THREADS,
+    OPT_STATS,
+    OPT_ROUTER_HIST,
+    OPT_BATCH,
 };
 
 static const struct option long_opts[] = {
@@ -39,16 +50,16 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
-#define MODEL_OPTIONS_HELP                                                               \
-    "  -t, --threads N        compute threads (default: all cores)\n"                    \
-    "  --experts MODE         mapped (default) | resident | stream (packed models)\n"    \
-    "  --cache-experts N      stream: expert slots per MoE layer\n"                      \
-    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"       \
-    "  --cache-policy P       stream: lfu (default) | lru\n"                             \
-    "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"      \
-    "  --io-threads N         stream: parallel expert reads (default 8)\n"               \
-    "  --stats                print the full statistics table at the end\n"              \
-    "  --router-hist FILE     write per-layer expert selection counts as JSON\n"         \
+#define MODEL_OPTIONS_HELP                                                                         \
+    "  -t, --threads N        compute threads (default: all cores)\n"                              \
+    "  --experts MODE         mapped (default) | resident | stream (packed models)\n"              \
+    "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
+    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
+    "  --cache-policy P       stream: lfu (default) | lru\n"                                       \
+    "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
+    "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
+    "  --stats                print the full statistics table at the end\n"                        \
+    "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  -h, --help             this help\n"
 
 /* Returns 0 to go on, 1 on error, 2 after printing help. */
@@ -80,10 +91,14 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
             if (cli_parse_int(optarg, "--batch", 1, 1 << 20, &o->batch)) return 1;
             break;
         case OPT_EXPERTS:
-            if (!strcmp(optarg, "mapped")) o->mp.experts = SL_EXPERTS_MAPPED;
-            else if (!strcmp(optarg, "resident")) o->mp.experts = SL_EXPERTS_RESIDENT;
-            else if (!strcmp(optarg, "stream")) o->mp.experts = SL_EXPERTS_STREAM;
-            else return cli_error("invalid --experts '%s' (mapped, resident or stream)", optarg);
+            if (!strcmp(optarg, "mapped"))
+                o->mp.experts = SL_EXPERTS_MAPPED;
+            else if (!strcmp(optarg, "resident"))
+                o->mp.experts = SL_EXPERTS_RESIDENT;
+            else if (!strcmp(optarg, "stream"))
+                o->mp.experts = SL_EXPERTS_STREAM;
+            else
+                return cli_error("invalid --experts '%s' (mapped, resident or stream)", optarg);
             break;
         case OPT_CACHE_EXPERTS:
             if (cli_parse_int(optarg, "--cache-experts", 1, 1 << 20, &v)) return 1;
@@ -93,9 +108,12 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
             if (cli_parse_size(optarg, "--cache-mem", &o->mp.cache_mem)) return 1;
             break;
         case OPT_CACHE_POLICY:
-            if (!strcmp(optarg, "lfu")) o->mp.cache_policy = SL_CACHE_LFU;
-            else if (!strcmp(optarg, "lru")) o->mp.cache_policy = SL_CACHE_LRU;
-            else return cli_error("invalid --cache-policy '%s' (lfu or lru)", optarg);
+            if (!strcmp(optarg, "lfu"))
+                o->mp.cache_policy = SL_CACHE_LFU;
+            else if (!strcmp(optarg, "lru"))
+                o->mp.cache_policy = SL_CACHE_LRU;
+            else
+                return cli_error("invalid --cache-policy '%s' (lfu or lru)", optarg);
             break;
         case OPT_IO_THREADS:
             if (cli_parse_int(optarg, "--io-threads", 1, 256, &v)) return 1;
@@ -212,7 +230,8 @@ int cli_generate(int argc, char **argv) {
     sl_session *s = NULL;
     int32_t *out = malloc(((size_t)o.n_new + 1) * sizeof(int32_t));
     float *logits = malloc((size_t)info.vocab_size * sizeof(float));
-    sl_session_params sp = {.max_ctx = (int32_t)(o.ctx ? o.ctx : SL_CLI_MIN(n + o.n_new, INT32_MAX)),
+    sl_session_params sp = {.max_ctx =
+                                (int32_t)(o.ctx ? o.ctx : SL_CLI_MIN(n + o.n_new, INT32_MAX)),
                             .max_batch = (int32_t)o.batch};
     if (!out || !logits) {
         cli_error("out of memory");
@@ -230,7 +249,8 @@ int cli_generate(int argc, char **argv) {
         }
     }
     cli_print_summary(m, stderr);
-    for (int64_t i = 0; i < o.n_new; i++) printf("%s%d", i ? "," : "", out[i]);
+    for (int64_t i = 0; i < o.n_new; i++)
+        printf("%s%d", i ? "," : "", out[i]);
     printf("\n");
     rc = finish(m, &o);
 done:

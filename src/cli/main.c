@@ -77,10 +77,26 @@ int cli_parse_size(const char *s, const char *what, int64_t *out) {
     double v = strtod(s, &end);
     double mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
     default: break;
     }
     if (*end == 'B' || *end == 'b') end++;
@@ -114,13 +130,16 @@ sl_model *cli_load_model(const char *dir, sl_model_params *mp) {
     return m;
 }
 
-static double rate(double n, double t) { return t > 0 ? n / t : 0; }
+static double rate(double n, double t) {
+    return t > 0 ? n / t : 0;
+}
 
 void cli_print_summary(const sl_model *m, FILE *f) {
     sl_stats s;
     sl_model_get_stats(m, &s);
-    fprintf(f, "prompt %lld tok, %.2f tok/s | decode %lld tok, %.2f tok/s | experts hit %.1f%%, "
-               "read %.1f MB\n",
+    fprintf(f,
+            "prompt %lld tok, %.2f tok/s | decode %lld tok, %.2f tok/s | experts hit %.1f%%, "
+            "read %.1f MB\n",
             (long long)s.prompt_tokens, rate((double)s.prompt_tokens, s.prefill_time),
             (long long)s.gen_tokens, rate((double)s.gen_tokens, s.decode_time),
             s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0,
@@ -145,7 +164,8 @@ void cli_print_stats(const sl_model *m, FILE *f) {
             s.read_time, rate((double)s.bytes_read / 1e6, s.read_time));
     fprintf(f, "  per prompt token   %.2f MB\n",
             rate((double)s.prefill_bytes_read / 1e6, (double)s.prompt_tokens));
-    fprintf(f, "  per decode step    %.2f MB\n", rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
+    fprintf(f, "  per decode step    %.2f MB\n",
+            rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
     fprintf(f, "time: attention      %.3f s\n", s.t_attention);
     fprintf(f, "      router         %.3f s\n", s.t_router);
     fprintf(f, "      expert I/O     %.3f s\n", s.t_expert_io);

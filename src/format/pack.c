@@ -13,9 +13,12 @@ static const char experts_magic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 0, 'E'};
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+static uint64_t rd64(const uint8_t *p) {
+    return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
 static void wr32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static void wr64(uint8_t *p, uint64_t v) {
     wr32(p, (uint32_t)v);
@@ -32,7 +35,9 @@ uint8_t sl_pack_dtype_code(sl_dtype t) {
     return 0;
 }
 
-sl_dtype sl_pack_dtype_from_code(uint8_t c) { return c < N_CODES ? code_table[c] : SL_DTYPE_NONE; }
+sl_dtype sl_pack_dtype_from_code(uint8_t c) {
+    return c < N_CODES ? code_table[c] : SL_DTYPE_NONE;
+}
 
 /* [off, off + len) lies inside [lo, size): overflow-safe. */
 static int in_file(uint64_t off, uint64_t len, uint64_t lo, uint64_t size) {
@@ -76,12 +81,13 @@ static sl_status parse_record(sl_tensor *t, const char *path, int32_t i, const u
         want = count * sl_dtype_size(t->dtype);
     }
     if (bytes != want)
-        return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': %llu data bytes, expected %llu",
-                       path, name, (unsigned long long)bytes, (unsigned long long)want);
+        return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': %llu data bytes, expected %llu", path,
+                       name, (unsigned long long)bytes, (unsigned long long)want);
     if (!in_file(off, bytes, data_off, size) || off % SL_PACK_ALIGN)
-        return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': data at %llu (+%llu) is outside the "
-                       "file or misaligned (file truncated?)", path, name,
-                       (unsigned long long)off, (unsigned long long)bytes);
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: tensor '%s': data at %llu (+%llu) is outside the "
+                       "file or misaligned (file truncated?)",
+                       path, name, (unsigned long long)off, (unsigned long long)bytes);
     t->data = base + off;
     t->nbytes = (size_t)bytes;
     if (sl_dtype_is_quant(t->dtype)) {
@@ -89,8 +95,10 @@ static sl_status parse_record(sl_tensor *t, const char *path, int32_t i, const u
         uint64_t so = rd64(r + 216), bo = rd64(r + 224);
         if (!in_file(so, sb, data_off, size) || !in_file(bo, sb, data_off, size) || so % 2 ||
             bo % 2)
-            return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': scales/biases outside the file "
-                           "(truncated?)", path, name);
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: tensor '%s': scales/biases outside the file "
+                           "(truncated?)",
+                           path, name);
         t->scales = (const uint16_t *)(base + so);
         t->biases = (const uint16_t *)(base + bo);
     }
@@ -120,7 +128,8 @@ sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size
         sl_tensor *t = &f->tensors[i];
         sl_status st = parse_record(t, path, (int32_t)i, r, p, data_off, size, err);
         if (st) return st;
-        if (!(t->name = strdup((const char *)r))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+        if (!(t->name = strdup((const char *)r)))
+            return sl_fail(err, SL_ERR_NOMEM, "out of memory");
         f->n_tensors++;
     }
     qsort(f->tensors, (size_t)f->n_tensors, sizeof(sl_tensor), cmp_tensor_name);
@@ -154,7 +163,9 @@ sl_status sl_core_open(sl_st_file *f, const char *path, sl_error *err) {
 
 /* ------------------------------------------------------------ experts */
 
-static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
 
 void sl_experts_layout(sl_experts_header *h) {
     const int64_t H = h->hidden, I = h->inter;
@@ -195,17 +206,22 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
         h->hidden > (1u << 20) || h->inter > (1u << 20) ||
         !(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32 ||
           sl_dtype_is_quant(h->dtype)))
-        return sl_fail(err, SL_ERR_FORMAT, "%s: bad header (experts %u, hidden %u, inter %u, "
-                       "dtype code %u)", path, h->n_experts, h->hidden, h->inter, rd32(p + 20));
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: bad header (experts %u, hidden %u, inter %u, "
+                       "dtype code %u)",
+                       path, h->n_experts, h->hidden, h->inter, rd32(p + 20));
     /* The layout is a function of dtype and shapes: recompute it and demand a match. */
     sl_experts_header want = *h;
     sl_experts_layout(&want);
     int ok = rd64(p + 32) == want.blob_bytes && rd64(p + 40) == want.data_offset &&
              rd64(p + 48) == want.file_size;
-    for (int i = 0; i < SL_EX_PARTS; i++) ok &= rd64(p + 64 + 8 * i) == want.part[i];
+    for (int i = 0; i < SL_EX_PARTS; i++)
+        ok &= rd64(p + 64 + 8 * i) == want.part[i];
     if (!ok)
-        return sl_fail(err, SL_ERR_FORMAT, "%s: blob layout in the header does not match its "
-                       "shapes", path);
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: blob layout in the header does not match its "
+                       "shapes",
+                       path);
     if (file_size != want.file_size)
         return sl_fail(err, SL_ERR_FORMAT, "%s: %llu bytes, expected %llu (truncated?)", path,
                        (unsigned long long)file_size, (unsigned long long)want.file_size);
@@ -225,7 +241,8 @@ void sl_experts_header_write(const sl_experts_header *h, uint8_t *buf) {
     wr64(buf + 32, h->blob_bytes);
     wr64(buf + 40, h->data_offset);
     wr64(buf + 48, h->file_size);
-    for (int i = 0; i < SL_EX_PARTS; i++) wr64(buf + 64 + 8 * i, h->part[i]);
+    for (int i = 0; i < SL_EX_PARTS; i++)
+        wr64(buf + 64 + 8 * i, h->part[i]);
 }
 
 sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int which) {

@@ -17,19 +17,25 @@
 
 #include "format/safetensors.h"
 
-#define SL_PACK_VERSION 1
-#define SL_PACK_PAGE 4096u
-#define SL_PACK_ALIGN 64u
-#define SL_CORE_HEADER 64u
-#define SL_CORE_RECORD 256u
-#define SL_CORE_NAME 160u
+#define SL_PACK_VERSION   1
+#define SL_PACK_PAGE      4096u
+#define SL_PACK_ALIGN     64u
+#define SL_CORE_HEADER    64u
+#define SL_CORE_RECORD    256u
+#define SL_CORE_NAME      160u
 #define SL_EXPERTS_HEADER SL_PACK_PAGE
 
 /* Where the nine arrays of an expert sit inside its blob (offsets from the blob start). */
 typedef enum {
-    SL_EX_GATE, SL_EX_GATE_S, SL_EX_GATE_B,
-    SL_EX_UP, SL_EX_UP_S, SL_EX_UP_B,
-    SL_EX_DOWN, SL_EX_DOWN_S, SL_EX_DOWN_B,
+    SL_EX_GATE,
+    SL_EX_GATE_S,
+    SL_EX_GATE_B,
+    SL_EX_UP,
+    SL_EX_UP_S,
+    SL_EX_UP_B,
+    SL_EX_DOWN,
+    SL_EX_DOWN_S,
+    SL_EX_DOWN_B,
     SL_EX_PARTS
 } sl_expert_part;
 
@@ -59,7 +65,8 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
 /* Sizes of one expert's arrays for a header's dtype and shapes: the blob layout. */
 void sl_experts_layout(sl_experts_header *h);
 /* A view of one matrix of the expert whose blob starts at blob. */
-sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int which /* 0 gate, 1 up, 2 down */);
+sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob,
+                           int which /* 0 gate, 1 up, 2 down */);
 
 /* Serialises headers (writer side). buf: SL_EXPERTS_HEADER bytes. */
 void sl_experts_header_write(const sl_experts_header *h, uint8_t *buf);

@@ -230,8 +230,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
             const int32_t *rows = b->expert_rows + b->expert_start[e] - cnt;
             const sl_expert *ex = b->fetched[j];
             for (int32_t i = 0; i < cnt; i++)
-                memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H,
-                       H * sizeof(float));
+                memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H, H * sizeof(float));
             swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
             for (int32_t i = 0; i < cnt; i++)
                 memcpy(b->expert_out + (size_t)rows[i] * H, b->ffn_out + (size_t)i * H,

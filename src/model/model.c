@@ -60,8 +60,10 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                                 sl_config_load(&m->cfg, path, err));
     if (st) goto fail;
     if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
-        st = sl_fail(err, SL_ERR_ARG, "%s: --experts resident/stream need a packed model "
-                     "(sluice pack); a Hugging Face directory is always memory-mapped", dir);
+        st = sl_fail(err, SL_ERR_ARG,
+                     "%s: --experts resident/stream need a packed model "
+                     "(sluice pack); a Hugging Face directory is always memory-mapped",
+                     dir);
         goto fail;
     }
     m->family = find_family(m->cfg.arch);
@@ -83,11 +85,15 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if ((st = m->family->bind(m, err))) goto fail;
     const sl_config *c = &m->cfg;
     if (m->packed) {
-        const sl_store_params sp = {
-            .mode = p.experts, .policy = p.cache_policy, .cache_experts = p.cache_experts,
-            .cache_mem = p.cache_mem, .direct_io = p.direct_io, .io_threads = p.io_threads,
-            .min_slots = c->n_experts_used, .progress = p.progress,
-            .progress_user = p.progress_user};
+        const sl_store_params sp = {.mode = p.experts,
+                                    .policy = p.cache_policy,
+                                    .cache_experts = p.cache_experts,
+                                    .cache_mem = p.cache_mem,
+                                    .direct_io = p.direct_io,
+                                    .io_threads = p.io_threads,
+                                    .min_slots = c->n_experts_used,
+                                    .progress = p.progress,
+                                    .progress_user = p.progress_user};
         st = sl_experts_open_packed(&m->experts, dir, c->n_layers, c->layer_is_moe, c->n_experts,
                                     c->hidden_size, c->moe_intermediate_size, &sp, err);
     } else {
@@ -307,8 +313,8 @@ sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_err
             json_array_append_new(counts, json_integer(L->hist[e]));
         json_array_append_new(layers, json_pack("{s:i, s:o}", "layer", l, "counts", counts));
     }
-    json_t *root = json_pack("{s:s, s:i, s:o}", "arch", m->cfg.arch, "n_experts",
-                             m->cfg.n_experts, "layers", layers);
+    json_t *root = json_pack("{s:s, s:i, s:o}", "arch", m->cfg.arch, "n_experts", m->cfg.n_experts,
+                             "layers", layers);
     int rc = root ? json_dump_file(root, path, JSON_INDENT(1)) : -1;
     json_decref(root);
     return rc ? sl_fail(err, SL_ERR_IO, "%s: cannot write the router histogram", path) : SL_OK;

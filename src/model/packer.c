@@ -48,7 +48,8 @@ static void hw_put(hwriter *w, const void *p, size_t n) {
 
 static void hw_pad_to(hwriter *w, uint64_t off) {
     static const uint8_t zeros[4096];
-    while (w->off < off) hw_put(w, zeros, (size_t)SL_MIN(off - w->off, sizeof zeros));
+    while (w->off < off)
+        hw_put(w, zeros, (size_t)SL_MIN(off - w->off, sizeof zeros));
 }
 
 /* Closes the file; writes the hex digest into hex[65]. */
@@ -58,8 +59,10 @@ static sl_status hw_close(hwriter *w, char hex[65], sl_error *err) {
     EVP_DigestFinal_ex(w->md, d, &dn);
     EVP_MD_CTX_free(w->md);
     if (fclose(w->f) != 0 && !w->failed) w->failed = errno ? errno : EIO;
-    if (w->failed) return sl_fail(err, SL_ERR_IO, "%s: write failed: %s", w->path, strerror(w->failed));
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    if (w->failed)
+        return sl_fail(err, SL_ERR_IO, "%s: write failed: %s", w->path, strerror(w->failed));
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
     return SL_OK;
 }
 
@@ -89,7 +92,8 @@ static sl_status sha256_file(const char *path, char hex[65], uint64_t *size, sl_
     EVP_DigestFinal_ex(md, d, &dn);
     EVP_MD_CTX_free(md);
     if (bad) return sl_fail(err, SL_ERR_IO, "%s: read error", path);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
     return SL_OK;
 }
 
@@ -103,8 +107,8 @@ static int ends_with(const char *s, const char *suffix) {
 /* What a float tensor becomes in the pack. */
 static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
     if (t->dtype == SL_DTYPE_I64) return SL_DTYPE_I64;
-    const int is_router = ends_with(t->name, "mlp.gate.weight") ||
-                          ends_with(t->name, "shared_expert_gate.weight");
+    const int is_router =
+        ends_with(t->name, "mlp.gate.weight") || ends_with(t->name, "shared_expert_gate.weight");
     if (t->ndim == 2 && p->quant != SL_QUANT_BF16 && (!is_router || p->quant_router))
         return p->quant == SL_QUANT_INT8 ? SL_DTYPE_Q8 : SL_DTYPE_Q4;
     if (t->ndim == 1) return t->dtype; /* norms and biases stay exact */
@@ -128,7 +132,8 @@ static void convert_rows(hwriter *w, const sl_tensor *t, sl_dtype dt, float *row
                    (size_t)K * sl_dtype_size(dt));
         } else { /* F32 -> BF16 */
             uint16_t *h = (uint16_t *)qrow;
-            for (int64_t k = 0; k < K; k++) h[k] = sl_f32_to_bf16(row[k]);
+            for (int64_t k = 0; k < K; k++)
+                h[k] = sl_f32_to_bf16(row[k]);
             hw_put(w, h, (size_t)K * 2);
         }
     }
@@ -150,7 +155,8 @@ static void convert_matrix_mem(const sl_tensor *t, sl_dtype dt, uint8_t *data, u
         } else if (dt == t->dtype) {
             memcpy(dst, (const uint8_t *)t->data + (size_t)n * rb, rb);
         } else {
-            for (int64_t k = 0; k < K; k++) ((uint16_t *)dst)[k] = sl_f32_to_bf16(row[k]);
+            for (int64_t k = 0; k < K; k++)
+                ((uint16_t *)dst)[k] = sl_f32_to_bf16(row[k]);
         }
     }
 }
@@ -163,16 +169,20 @@ typedef struct core_item {
     uint64_t off, bytes, s_off, b_off, s_bytes;
 } core_item;
 
-static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* Resident tensors: everything of the text model except routed experts. */
 static int is_resident(const sl_ckpt *ck, const char *name) {
     if (strstr(name, ".mlp.experts.")) return 0;
-    return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 || strcmp(name, "lm_head.weight") == 0;
+    return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 ||
+           strcmp(name, "lm_head.weight") == 0;
 }
 
 static sl_status write_core(const sl_model *m, const char *path, const sl_pack_params *p,
@@ -187,8 +197,10 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
         if (!is_resident(ck, t->name)) continue;
         if (strlen(t->name) >= SL_CORE_NAME || t->ndim < 1 || t->ndim > 4) {
             free(items);
-            return sl_fail(err, SL_ERR_UNSUPPORTED, "tensor '%s': name too long or rank %d not "
-                           "packable", t->name, t->ndim);
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "tensor '%s': name too long or rank %d not "
+                           "packable",
+                           t->name, t->ndim);
         }
         if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
             t->dtype != SL_DTYPE_I64) {
@@ -201,10 +213,13 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
         it->dt = target_dtype(t, p);
         if (t->dtype == SL_DTYPE_I64) it->dt = SL_DTYPE_I64;
         const int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
-        const int64_t cols = t->ndim == 2 ? t->shape[1] : (int64_t)(t->nbytes / sl_dtype_size(t->dtype));
-        it->bytes = sl_dtype_is_quant(it->dt) ? (uint64_t)rows * sl_row_bytes(it->dt, cols)
-                                              : (uint64_t)rows * (uint64_t)cols * sl_dtype_size(it->dt);
-        it->s_bytes = sl_dtype_is_quant(it->dt) ? (uint64_t)rows * (uint64_t)sl_qgroups(cols) * 2 : 0;
+        const int64_t cols =
+            t->ndim == 2 ? t->shape[1] : (int64_t)(t->nbytes / sl_dtype_size(t->dtype));
+        it->bytes = sl_dtype_is_quant(it->dt)
+                        ? (uint64_t)rows * sl_row_bytes(it->dt, cols)
+                        : (uint64_t)rows * (uint64_t)cols * sl_dtype_size(it->dt);
+        it->s_bytes =
+            sl_dtype_is_quant(it->dt) ? (uint64_t)rows * (uint64_t)sl_qgroups(cols) * 2 : 0;
         max_k = SL_MAX(max_k, cols);
         max_sc = SL_MAX(max_sc, (int64_t)it->s_bytes);
     }
@@ -239,7 +254,8 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
         memcpy(r, t->name, strlen(t->name));
         r[160] = sl_pack_dtype_code(items[i].dt);
         r[161] = (uint8_t)t->ndim;
-        for (int d = 0; d < t->ndim; d++) put_le(r + 168 + 8 * d, (uint64_t)t->shape[d], 8);
+        for (int d = 0; d < t->ndim; d++)
+            put_le(r + 168 + 8 * d, (uint64_t)t->shape[d], 8);
         put_le(r + 200, items[i].off, 8);
         put_le(r + 208, items[i].bytes, 8);
         put_le(r + 216, items[i].s_off, 8);
@@ -280,13 +296,17 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
                                sl_error *err) {
     const sl_config *c = &m->cfg;
     const sl_expert *ex = m->experts.layers[l].views;
-    sl_experts_header h = {.version = SL_PACK_VERSION, .layer = (uint32_t)l,
+    sl_experts_header h = {.version = SL_PACK_VERSION,
+                           .layer = (uint32_t)l,
                            .n_experts = (uint32_t)c->n_experts,
                            .hidden = (uint32_t)c->hidden_size,
                            .inter = (uint32_t)c->moe_intermediate_size};
-    if (p->quant == SL_QUANT_INT8) h.dtype = SL_DTYPE_Q8;
-    else if (p->quant == SL_QUANT_INT4) h.dtype = SL_DTYPE_Q4;
-    else h.dtype = ex[0].gate.dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : ex[0].gate.dtype;
+    if (p->quant == SL_QUANT_INT8)
+        h.dtype = SL_DTYPE_Q8;
+    else if (p->quant == SL_QUANT_INT4)
+        h.dtype = SL_DTYPE_Q4;
+    else
+        h.dtype = ex[0].gate.dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : ex[0].gate.dtype;
     sl_experts_layout(&h);
     uint8_t *blob = malloc(SL_MAX(h.blob_bytes, SL_EXPERTS_HEADER));
     const int64_t row_cap = SL_MAX(h.hidden, h.inter);
@@ -354,8 +374,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     char path[4096], tmp[4200], hex[65];
     snprintf(path, sizeof path, "%s/manifest.json", src_dir);
     struct stat sb;
-    if (stat(path, &sb) == 0)
-        return sl_fail(err, SL_ERR_ARG, "%s is already packed", src_dir);
+    if (stat(path, &sb) == 0) return sl_fail(err, SL_ERR_ARG, "%s is already packed", src_dir);
     sl_model_params mp = {.n_threads = 1};
     sl_model *m = NULL;
     sl_status st = sl_model_load(src_dir, &mp, &m, err);
@@ -401,11 +420,11 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         json_error_t je;
         json_t *cfg = json_load_file(path, 0, &je);
         static const char *qnames[] = {"bf16", "int8", "int4"};
-        json_t *man = json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o}", "format", "sluice",
-                                "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant",
-                                qnames[p.quant], "quant_router", p.quant_router, "group_size",
-                                SL_QGROUP, "config", cfg ? cfg : json_object(), "moe_layers",
-                                layers, "files", files);
+        json_t *man =
+            json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o}", "format", "sluice",
+                      "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant", qnames[p.quant],
+                      "quant_router", p.quant_router, "group_size", SL_QGROUP, "config",
+                      cfg ? cfg : json_object(), "moe_layers", layers, "files", files);
         layers = files = NULL;
         snprintf(path, sizeof path, "%s/manifest.json", out_dir);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -426,8 +445,7 @@ sl_status sl_verify(const char *dir, sl_progress_fn progress, void *user, sl_err
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     json_error_t je;
     json_t *man = json_load_file(path, 0, &je);
-    if (!man)
-        return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
     json_t *files = json_object_get(man, "files");
     sl_status st = SL_OK;
     if (!json_is_array(files) || json_array_size(files) == 0)

@@ -17,8 +17,7 @@ static sl_status bind_hf_layer(sl_expert *ex, const sl_ckpt *ck, int32_t l, int3
     snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj", l);
     if (sl_ckpt_find(ck, name)) {
         sl_tensor gu, down;
-        if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s",
-                               name)) ||
+        if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
                                "layers.%d.mlp.experts.down_proj", l)))
             return st;
@@ -52,7 +51,8 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
-    for (int32_t l = 0; l < n_layers; l++) s->layers[l].fd = -1;
+    for (int32_t l = 0; l < n_layers; l++)
+        s->layers[l].fd = -1;
     return SL_OK;
 }
 
@@ -134,7 +134,8 @@ static void pool_stop(sl_reader_pool *p) {
     p->quit = 1;
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
-    for (int32_t i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    for (int32_t i = 0; i < p->n_threads; i++)
+        pthread_join(p->threads[i], NULL);
     free(p->threads);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work);
@@ -155,7 +156,8 @@ static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n) {
     p->finished = 0;
     p->generation++;
     pthread_cond_broadcast(&p->work);
-    while (p->finished < n) pthread_cond_wait(&p->done, &p->mu);
+    while (p->finished < n)
+        pthread_cond_wait(&p->done, &p->mu);
     p->n_jobs = 0;
     pthread_mutex_unlock(&p->mu);
 }
@@ -173,6 +175,7 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
     sl_expert_layer *L = &s->layers[l];
     char path[4096];
     snprintf(path, sizeof path, "%s/experts-%03d.bin", dir, l);
+    if (!(L->path = strdup(path))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     int flags = O_RDONLY | O_CLOEXEC;
     if (p->mode == SL_EXPERTS_STREAM && p->direct_io) flags |= O_DIRECT;
     L->fd = open(path, flags);
@@ -195,9 +198,11 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
     const sl_experts_header *h = &L->hdr;
     if ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts || h->hidden != H ||
         h->inter != I)
-        return sl_fail(err, SL_ERR_SHAPE, "%s: holds layer %u with %u experts of [%u, %u], "
-                       "expected layer %d with %d of [%lld, %lld]", path, h->layer, h->n_experts,
-                       h->inter, h->hidden, l, s->n_experts, (long long)I, (long long)H);
+        return sl_fail(err, SL_ERR_SHAPE,
+                       "%s: holds layer %u with %u experts of [%u, %u], "
+                       "expected layer %d with %d of [%lld, %lld]",
+                       path, h->layer, h->n_experts, h->inter, h->hidden, l, s->n_experts,
+                       (long long)I, (long long)H);
     if ((st = layer_init(L, s->n_experts, err))) return st;
     const int32_t E = s->n_experts;
     if (p->mode == SL_EXPERTS_MAPPED) {
@@ -208,15 +213,19 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         }
         L->map_size = (size_t)h->file_size;
         for (int32_t e = 0; e < E; e++)
-            set_views(&L->views[e], h, (uint8_t *)L->map + h->data_offset + (uint64_t)e * h->blob_bytes);
+            set_views(&L->views[e], h,
+                      (uint8_t *)L->map + h->data_offset + (uint64_t)e * h->blob_bytes);
     } else if (p->mode == SL_EXPERTS_RESIDENT) {
         L->resident = aligned_alloc(SL_PACK_PAGE, (size_t)E * h->blob_bytes);
-        if (!L->resident) return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", path);
+        if (!L->resident)
+            return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", path);
         for (int32_t e = 0; e < E; e++) {
             uint8_t *blob = L->resident + (uint64_t)e * h->blob_bytes;
-            int r = read_full(L->fd, blob, h->blob_bytes, h->data_offset + (uint64_t)e * h->blob_bytes);
-            if (r) return sl_fail(err, SL_ERR_IO, "%s: reading expert %d: %s", path, e,
-                                  r == -1 ? "short read" : strerror(r));
+            int r =
+                read_full(L->fd, blob, h->blob_bytes, h->data_offset + (uint64_t)e * h->blob_bytes);
+            if (r)
+                return sl_fail(err, SL_ERR_IO, "%s: reading expert %d: %s", path, e,
+                               r == -1 ? "short read" : strerror(r));
             set_views(&L->views[e], h, blob);
         }
     } else {
@@ -224,9 +233,11 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         if (n <= 0 && p->cache_mem > 0) n = p->cache_mem / ((int64_t)h->blob_bytes * n_moe);
         if (n <= 0 && p->cache_mem <= 0) n = E;
         if (n < p->min_slots)
-            return sl_fail(err, SL_ERR_ARG, "expert cache of %lld slots per layer is smaller than "
+            return sl_fail(err, SL_ERR_ARG,
+                           "expert cache of %lld slots per layer is smaller than "
                            "the %d experts one token uses (a budget of at least %lld bytes is "
-                           "needed)", (long long)n, p->min_slots,
+                           "needed)",
+                           (long long)n, p->min_slots,
                            (long long)h->blob_bytes * p->min_slots * n_moe);
         L->n_slots = (int32_t)SL_MIN(n, E);
         L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)L->n_slots * h->blob_bytes);
@@ -236,15 +247,16 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         L->slot_last = sl_calloc((size_t)L->n_slots, sizeof(int64_t), err);
         L->slot_pin = sl_calloc((size_t)L->n_slots, sizeof(int64_t), err);
         L->expert_slot = sl_calloc((size_t)E, sizeof(int32_t), err);
-        if (!L->slot_mem || !L->slot_views || !L->slot_expert || !L->slot_uses ||
-            !L->slot_last || !L->slot_pin || !L->expert_slot)
+        if (!L->slot_mem || !L->slot_views || !L->slot_expert || !L->slot_uses || !L->slot_last ||
+            !L->slot_pin || !L->expert_slot)
             return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", L->n_slots);
         for (int32_t i = 0; i < L->n_slots; i++) {
             L->slot_expert[i] = -1;
             L->slot_pin[i] = -1;
             set_views(&L->slot_views[i], h, L->slot_mem + (uint64_t)i * h->blob_bytes);
         }
-        for (int32_t e = 0; e < E; e++) L->expert_slot[e] = -1;
+        for (int32_t e = 0; e < E; e++)
+            L->expert_slot[e] = -1;
     }
     if (p->mode != SL_EXPERTS_STREAM) {
         close(L->fd);
@@ -261,7 +273,8 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
     s->mode = p->mode;
     s->policy = p->policy;
     int32_t n_moe = 0;
-    for (int32_t l = 0; l < n_layers; l++) n_moe += layer_is_moe[l] && n_experts > 0;
+    for (int32_t l = 0; l < n_layers; l++)
+        n_moe += layer_is_moe[l] && n_experts > 0;
     for (int32_t l = 0, done = 0; !st && l < n_layers; l++) {
         if (!layer_is_moe[l] || n_experts == 0) continue;
         st = open_layer(s, l, dir, hidden, inter, p, n_moe, err);
@@ -283,7 +296,7 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem);
         free(L->slot_views), free(L->slot_expert), free(L->slot_uses), free(L->slot_last);
-        free(L->slot_pin), free(L->expert_slot);
+        free(L->slot_pin), free(L->expert_slot), free(L->path);
     }
     free(s->layers), free(s->jobs), free(s->miss_slot);
     memset(s, 0, sizeof *s);
@@ -330,7 +343,8 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
     s->requests += n;
     if (!L->n_slots) {
         s->hits += n;
-        for (int32_t i = 0; i < n; i++) out[i] = &L->views[ids[i]];
+        for (int32_t i = 0; i < n; i++)
+            out[i] = &L->views[ids[i]];
         return SL_OK;
     }
     const int64_t tick = ++s->tick;
@@ -381,11 +395,10 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         L->expert_slot[e] = -1;
         L->slot_expert[slot] = -1;
         if (!st)
-            st = sl_fail(err, SL_ERR_IO, "experts-%03d.bin: reading expert %d (%llu bytes at "
-                         "%llu): %s", layer, e, (unsigned long long)s->jobs[j].len,
-                         (unsigned long long)s->jobs[j].offset,
-                         s->jobs[j].err == -1 ? "short read (file truncated?)"
-                                              : strerror(s->jobs[j].err));
+            st = sl_fail(
+                err, SL_ERR_IO, "%s: reading expert %d (%llu bytes at %llu): %s", L->path, e,
+                (unsigned long long)s->jobs[j].len, (unsigned long long)s->jobs[j].offset,
+                s->jobs[j].err == -1 ? "short read (file truncated?)" : strerror(s->jobs[j].err));
     }
     return st;
 }

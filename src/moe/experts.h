@@ -33,13 +33,14 @@ typedef struct sl_expert {
 /* One MoE layer's experts. Dense layers have n_experts == 0. */
 typedef struct sl_expert_layer {
     int32_t n_experts;
+    char *path;            /* packed models: the experts file, for messages */
     sl_experts_header hdr; /* packed models */
     int fd;                /* stream: the experts file (-1 when closed) */
     void *map;             /* mapped: the whole file */
     size_t map_size;
-    uint8_t *resident;  /* resident: n_experts blobs */
-    sl_expert *views;   /* [n_experts] (HF, mapped, resident) */
-    int64_t *hist;      /* [n_experts] router selections */
+    uint8_t *resident; /* resident: n_experts blobs */
+    sl_expert *views;  /* [n_experts] (HF, mapped, resident) */
+    int64_t *hist;     /* [n_experts] router selections */
     /* stream cache */
     int32_t n_slots;
     uint8_t *slot_mem;     /* n_slots x blob_bytes, page-aligned */
@@ -78,8 +79,8 @@ typedef struct sl_expert_store {
     sl_reader_pool pool;
     int pool_started;
     int64_t tick;
-    sl_read_job *jobs;    /* [n_experts] scratch for one fetch */
-    int32_t *miss_slot;   /* [n_experts] */
+    sl_read_job *jobs;  /* [n_experts] scratch for one fetch */
+    int32_t *miss_slot; /* [n_experts] */
     /* counters (read by sl_model_get_stats) */
     int64_t requests, hits, bytes_read;
     double read_time;

@@ -10,7 +10,7 @@
 #include "model/model.h"
 #include "test.h"
 
-static const char *const cases[] = {"qwen3_gqa_untied", "qwen3_mha_tied_fused",
+static const char *const cases[] = {"qwen3_gqa_untied",     "qwen3_mha_tied_fused",
                                     "qwen3_prefix_sharded", "qwen2_gqa_untied",
                                     "qwen2_mha_tied_fused", "qwen2_odd"};
 #define N_CASES (sizeof cases / sizeof cases[0])
@@ -19,7 +19,8 @@ static const char *const cases[] = {"qwen3_gqa_untied", "qwen3_mha_tied_fused",
 static const char *packed(const char *name, sl_quant q) {
     static char dirs[N_CASES][3][512];
     size_t i = 0;
-    while (i < N_CASES && strcmp(cases[i], name)) i++;
+    while (i < N_CASES && strcmp(cases[i], name))
+        i++;
     SL_ASSERT(i < N_CASES);
     char *dir = dirs[i][q];
     if (dir[0]) return dir;
@@ -51,7 +52,8 @@ static int32_t fixture_ids(const char *name, int32_t *ids, int32_t cap) {
     int32_t count = 0;
     for (p++; *p && *p != ']' && count < cap;) {
         ids[count++] = (int32_t)strtol(p, &p, 10);
-        while (*p == ',' || *p == ' ' || *p == '\n') p++;
+        while (*p == ',' || *p == ' ' || *p == '\n')
+            p++;
     }
     return count;
 }
@@ -112,10 +114,15 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
             const size_t count = (size_t)n * (size_t)V;
             double err = rel_l2(base, ref, count);
             if (q == SL_QUANT_BF16) /* fixtures hold BF16/F16-exact values: same as the source */
-                CHECKF(memcmp(base, ref, count * sizeof(float)) == 0, "%s bf16 pack differs", cases[c]);
+                CHECKF(memcmp(base, ref, count * sizeof(float)) == 0, "%s bf16 pack differs",
+                       cases[c]);
             if (q == SL_QUANT_INT8) CHECKF(err <= 3e-2, "%s int8 rel L2 %g", cases[c], err);
             if (q == SL_QUANT_INT4) CHECKF(err <= 0.4, "%s int4 rel L2 %g", cases[c], err);
-            printf("  %-22s %s: rel L2 vs float %.2e\n", cases[c], q == 0 ? "bf16" : q == 1 ? "int8" : "int4", err);
+            printf("  %-22s %s: rel L2 vs float %.2e\n", cases[c],
+                   q == 0   ? "bf16"
+                   : q == 1 ? "int8"
+                            : "int4",
+                   err);
             /* Every mode, policy, cache size and chunking gives the same bits. */
             sl_model_info info;
             sl_model *m = NULL;
@@ -123,7 +130,12 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
             sl_model_load(dir, &mp, &m, &e);
             sl_model_get_info(m, &info);
             sl_model_free(m);
-            struct { sl_experts_mode mode; int32_t slots; sl_cache_policy pol; int32_t chunk; } v[] = {
+            struct {
+                sl_experts_mode mode;
+                int32_t slots;
+                sl_cache_policy pol;
+                int32_t chunk;
+            } v[] = {
                 {SL_EXPERTS_MAPPED, 0, 0, n},
                 {SL_EXPERTS_STREAM, 0, SL_CACHE_LFU, n},
                 {SL_EXPERTS_STREAM, info.n_experts_used, SL_CACHE_LFU, n},
@@ -132,8 +144,10 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
                 {SL_EXPERTS_STREAM, info.n_experts - 1, SL_CACHE_LFU, 3},
             };
             for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-                sl_model_params vp = {.n_threads = 2, .experts = v[i].mode,
-                                      .cache_experts = v[i].slots, .cache_policy = v[i].pol};
+                sl_model_params vp = {.n_threads = 2,
+                                      .experts = v[i].mode,
+                                      .cache_experts = v[i].slots,
+                                      .cache_policy = v[i].pol};
                 sl_stats st;
                 float *got = logits_of(dir, &vp, ids, n, v[i].chunk, &st, &V);
                 CHECKF(got && memcmp(got, base, count * sizeof(float)) == 0,
@@ -159,8 +173,11 @@ static sl_expert_store *open_store(const char *dir, int32_t slots, sl_cache_poli
     /* qwen3_gqa_untied: 3 layers, MoE at 0 and 2, 8 experts, top-2 */
     uint8_t moe[3] = {1, 0, 1};
     (void)cfg;
-    sl_store_params p = {.mode = SL_EXPERTS_STREAM, .policy = pol, .cache_experts = slots,
-                         .min_slots = 2, .io_threads = 3};
+    sl_store_params p = {.mode = SL_EXPERTS_STREAM,
+                         .policy = pol,
+                         .cache_experts = slots,
+                         .min_slots = 2,
+                         .io_threads = 3};
     if (sl_experts_open_packed(&s, dir, 3, moe, 8, 48, 32, &p, &err)) {
         fprintf(stderr, "  %s\n", err.msg);
         sl_experts_free(&s);
@@ -180,7 +197,9 @@ static int64_t fetch(sl_expert_store *s, const int32_t *ids, int32_t n) {
     return (s->bytes_read - before) / (int64_t)s->layers[0].hdr.blob_bytes;
 }
 
-static int cached(const sl_expert_store *s, int32_t e) { return s->layers[0].expert_slot[e] >= 0; }
+static int cached(const sl_expert_store *s, int32_t e) {
+    return s->layers[0].expert_slot[e] >= 0;
+}
 
 TEST(test_cache_lfu_lru_and_pinning) {
     const char *dir = packed("qwen3_gqa_untied", SL_QUANT_INT8);
