@@ -36,7 +36,13 @@
  * too short a stream for the hardware prefetchers to lock on to. Per-call
  * data lives in fixed stack buffers (nothing is allocated); a batch too big
  * for them goes through in slices of tokens.
+ *
+ * Q4 on CPUs with AVX-512 VNNI takes another route by default: x quantised
+ * to int8 per group once per call, integer dot products with the codes, one
+ * float step per group (see "AVX-512 VNNI" below and quant.h). Q8 and the
+ * other ISAs keep x in float.
  */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -170,6 +176,11 @@ typedef struct qmm {
     const float *xsum;  /* SIMD: [T, Gp] sums of x per group (zero past G), see xsums */
     int64_t Gp;         /* G rounded up to whole chunks */
     const float *xperm; /* AVX-512 Q4, small batches: [T, G * 64] x in the codes' order, or NULL */
+    /* Int8 path (Q4, VNNI), per token and chunk of 16 groups (see q_vnni_prep):
+     * xq 16 vectors of quantised x; xd, xr [T, Gp] scales of xq and 8 * (X - d * sum xq),
+     * with xsum, in the lane order of the chunk. */
+    const uint8_t *xq;
+    const float *xd, *xr;
 } qmm;
 
 /* Reference: the scalar ISA's order (lanes of 1), codes centred on z (see top). */
@@ -234,8 +245,11 @@ QINLINE void qtile_init(qtile *f, const qmm *a, int64_t n, int32_t t0, const int
  * an integer: no out-of-bounds pointer is formed; prefetches never fault).
  * A macro: GCC deems a function that only prefetches pure, and drops calls
  * to it that it has not inlined yet. */
+#ifndef QPF_HINT
+#define QPF_HINT _MM_HINT_T0
+#endif
 #define qprefetch(p, ahead)                                                                        \
-    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
+    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(p) + (ahead)), QPF_HINT)
 
 /* Pointers to group g of every token and row: in place for a full group,
  * zero-padded copies for the short last one (padding adds exact zeros). */
@@ -568,6 +582,251 @@ AVX512_INL void q_avx512_tile(const qmm *a, int q4, int64_t n, int32_t t0, const
             a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = sl_hsum512(acc[r][t]);
 }
 
+/* ------------------------------------------- AVX-512 VNNI, int8 x (Q4) */
+
+/*
+ * The Q4 int8 path (see quant.h for the arithmetic). Codes stay bytes: the
+ * low nibbles are the even elements of a group, the high nibbles the odd
+ * ones, and vpdpbusd multiplies unsigned code bytes by signed xq bytes,
+ * summing 4 products into each 32-bit lane. Per group the integer sums are
+ * exact, so only their conversion and scaling round, once per group.
+ *
+ * So that one 16-lane vector holds 16 whole groups, a chunk of 16 groups
+ * (512 code bytes, 8 vectors of 2 groups) is transposed as 32-bit words:
+ * output j (j = 0..7) holds word j (bytes 4j..4j+3) of every group, lane l
+ * of every output belonging to group sigma(l) = 4 (l % 4) + l / 4 of the
+ * chunk. The quantised x goes through the same transpose once per call (its
+ * even and odd elements laid out as the low and high nibbles are), so per
+ * row and token a chunk is 16 vpdpbusd into two accumulators:
+ *   A = sum_j dpbusd(lo_j, xe_j)   lo_j = word_j & 0x0f   (even elements)
+ *   B = sum_j dpbusd(hi_j, xo_j)   hi_j = word_j & 0xf0   (16 x odd codes)
+ *   I = A + (B >> 4)                                     (exact: sum q * xq)
+ * and, lanes being groups, one float step per chunk:
+ *   acc = fma(scale, fma(float(I), d, 8 * (X - d * sum xq)), acc)
+ *   acc = fma(bias, X, acc)
+ * (centring the codes on 8 without touching them), then y = horizontal sum
+ * of acc. The integer part is exact in any order and the float steps are
+ * per lane in chunk order, so results depend only on K, never on the tile,
+ * T or the thread. Scales and biases are permuted to sigma order per chunk;
+ * everything per token is stored in that order by the preparation.
+ */
+#define VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define VNNI_INL  VNNI_ATTR QINLINE
+#define QCB       (QCH * QG / 2) /* code bytes of a chunk */
+
+static inline int cpu_has_vnni(void) {
+    return __builtin_cpu_supports("avx512vnni");
+}
+
+int sl_quant_int8_available(const sl_backend *be) {
+    return be->isa >= SL_ISA_AVX512 && cpu_has_vnni();
+}
+
+/* Lane l of a transposed chunk holds group sigma(l) (an involution). */
+static inline int qsigma(int l) {
+    return 4 * (l & 3) + (l >> 2);
+}
+
+/* The 32-bit-word transpose of 512 bytes (16 groups of 32) described above. */
+VNNI_INL void q_vnni_transpose(const uint8_t *p, __m512i out[8]) {
+    __m512i v[8], w[8];
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; m++)
+        v[m] = _mm512_loadu_si512((const void *)(p + 64 * m));
+    /* w[2i + h]: block b = words 4h .. 4h+3 of group 4i + b */
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        w[2 * i] = _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0));
+        w[2 * i + 1] = _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+    /* 4 x 4 transposes of words within 128-bit blocks: out[4h + i] block b,
+     * position k = word 4h + i of group 4k + b. */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i t0 = _mm512_unpacklo_epi32(w[h], w[2 + h]);
+        const __m512i t1 = _mm512_unpackhi_epi32(w[h], w[2 + h]);
+        const __m512i t2 = _mm512_unpacklo_epi32(w[4 + h], w[6 + h]);
+        const __m512i t3 = _mm512_unpackhi_epi32(w[4 + h], w[6 + h]);
+        out[4 * h + 0] = _mm512_unpacklo_epi64(t0, t2);
+        out[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
+        out[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
+        out[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+}
+
+/*
+ * One token's x for the int8 path: per chunk c, xq[c * 1024 ..] holds 16
+ * vectors, 2j the transposed even elements of word j, 2j + 1 the odd ones;
+ * xd, xs, xr (Gp floats) d, X and 8 (X - d sum xq) of each group at its
+ * lane in the chunk. Groups past the row are zero.
+ */
+VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t *xq, float *xd,
+                                  float *xs, float *xr) {
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    uint8_t E[QCB] __attribute__((aligned(64))), O[QCB] __attribute__((aligned(64)));
+    float pad[QG];
+    for (int64_t c = 0; c < Gp / QCH; c++, xq += 2 * QCB) {
+        for (int gi = 0; gi < QCH; gi++) {
+            const int64_t k0 = (c * QCH + gi) * QG;
+            const size_t l = (size_t)(c * QCH + qsigma(gi));
+            if (k0 >= K) {
+                memset(E + 32 * gi, 0, 32);
+                memset(O + 32 * gi, 0, 32);
+                xd[l] = xs[l] = xr[l] = 0;
+                continue;
+            }
+            const float *xg = x + k0;
+            if (k0 + QG > K) {
+                memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
+                memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
+                xg = pad;
+            }
+            const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+            const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
+            const float X = sl_hsum512(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
+            const float m = _mm512_reduce_max_ps(
+                _mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)),
+                              _mm512_max_ps(_mm512_abs_ps(v2), _mm512_abs_ps(v3))));
+            const float d = m / 127.0f;
+            const __m512 id = _mm512_set1_ps(fminf(127.0f / m, FLT_MAX)); /* m = 0: x is 0 */
+            const __m512i qe0 =
+                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v0, even, v1), id));
+            const __m512i qo0 =
+                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v0, odd, v1), id));
+            const __m512i qe1 =
+                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v2, even, v3), id));
+            const __m512i qo1 =
+                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v2, odd, v3), id));
+            _mm_store_si128((__m128i *)(E + 32 * gi), _mm512_cvtsepi32_epi8(qe0));
+            _mm_store_si128((__m128i *)(E + 32 * gi + 16), _mm512_cvtsepi32_epi8(qe1));
+            _mm_store_si128((__m128i *)(O + 32 * gi), _mm512_cvtsepi32_epi8(qo0));
+            _mm_store_si128((__m128i *)(O + 32 * gi + 16), _mm512_cvtsepi32_epi8(qo1));
+            const int sq = _mm512_reduce_add_epi32(
+                _mm512_add_epi32(_mm512_add_epi32(qe0, qe1), _mm512_add_epi32(qo0, qo1)));
+            xd[l] = d;
+            xs[l] = X;
+            xr[l] = 8.0f * fmaf(-d, (float)sq, X);
+        }
+        __m512i te[8], to[8];
+        q_vnni_transpose(E, te);
+        q_vnni_transpose(O, to);
+        for (int j = 0; j < 8; j++) {
+            _mm512_store_si512((void *)(xq + 128 * j), te[j]);
+            _mm512_store_si512((void *)(xq + 128 * j + 64), to[j]);
+        }
+    }
+}
+
+/* The tile of the int8 path: one row n, tokens t0 .. t0+NT-1 (NT <= QNT).
+ * Rows share nothing but the cache, so a row's 16 code vectors of a chunk
+ * and its NT accumulators all stay in registers. */
+#define QNT 8
+VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int pf) {
+    const __m512i sigma = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i m_lo = _mm512_set1_epi8(0x0f), m_hi = _mm512_set1_epi8((char)0xf0);
+    const int64_t nch = a->Gp / QCH;
+    const uint8_t *row = a->w + (size_t)n * a->ws;
+    const uint16_t *scr = a->sc + (size_t)(n * a->G), *bir = a->bi + (size_t)(n * a->G);
+    /* Decode streams the codes (rows are too short a stream for the hardware
+     * prefetchers): fetch the same columns QPF groups of 4 rows down; a
+     * batch's later token tiles find them cached. */
+    const size_t pf_ahead = (size_t)(QPF * 4) * a->ws;
+    const size_t pf_ahead_s = (size_t)(QPF * 4 * a->G) * sizeof(uint16_t);
+    /* A short last chunk is read in place (the bytes past the row belong to
+     * the next rows and meet zero xq) unless that runs past the matrix. */
+    const size_t end = (size_t)a->N * a->ws;
+    uint8_t qpad[QCB] __attribute__((aligned(64)));
+    __m512 acc[QNT];
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nch; c++) {
+        const int64_t g0 = c * QCH;
+        const size_t off = (size_t)c * QCB;
+        const uint8_t *qp = row + off;
+        if (pf) {
+#pragma GCC unroll 8
+            for (int i = 0; i < QCB / 64; i++)
+                qprefetch(qp + 64 * i, pf_ahead);
+            qprefetch(scr + g0, pf_ahead_s);
+            qprefetch(bir + g0, pf_ahead_s);
+        }
+        /* Scales and biases of the chunk (zero past G; masked lanes are not
+         * read) as float, in sigma order. */
+        const __mmask32 m = (__mmask32)((1u << SL_MIN(QCH, a->G - g0)) - 1u);
+        const __m512 sv = _mm512_permutexvar_ps(
+            sigma, _mm512_castsi512_ps(_mm512_slli_epi32(
+                       _mm512_cvtepu16_epi32(
+                           _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, scr + g0))),
+                       16)));
+        const __m512 bv = _mm512_permutexvar_ps(
+            sigma, _mm512_castsi512_ps(_mm512_slli_epi32(
+                       _mm512_cvtepu16_epi32(
+                           _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, bir + g0))),
+                       16)));
+        if (off + QCB > a->ws && (size_t)n * a->ws + off + QCB > end) {
+            const size_t rem = a->ws - off; /* a zero-padded copy */
+            memcpy(qpad, qp, rem);
+            memset(qpad + rem, 0, QCB - rem);
+            qp = qpad;
+        }
+        __m512i lo[8], hi[8];
+        q_vnni_transpose(qp, lo);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            hi[j] = _mm512_and_si512(lo[j], m_hi);
+            lo[j] = _mm512_and_si512(lo[j], m_lo);
+        }
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++) {
+            const __m512i *xv =
+                (const __m512i *)(a->xq + ((size_t)(t0 + t) * (size_t)nch + (size_t)c) * 2 * QCB);
+            __m512i A = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], xv[0]);
+            __m512i B = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], xv[1]);
+#pragma GCC unroll 8
+            for (int j = 1; j < 8; j++) {
+                A = _mm512_dpbusd_epi32(A, lo[j], xv[2 * j]);
+                B = _mm512_dpbusd_epi32(B, hi[j], xv[2 * j + 1]);
+            }
+            const __m512i I = _mm512_add_epi32(A, _mm512_srai_epi32(B, 4));
+            const size_t o = (size_t)(t0 + t) * (size_t)a->Gp + (size_t)g0;
+            const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_load_ps(a->xd + o),
+                                             _mm512_load_ps(a->xr + o));
+            acc[t] = _mm512_fmadd_ps(sv, u, acc[t]);
+            acc[t] = _mm512_fmadd_ps(bv, _mm512_load_ps(a->xsum + o), acc[t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; t++)
+        a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)n] = sl_hsum512(acc[t]);
+}
+
+/* Rows [n0, n1) for all tokens: per group of 4 rows, tiles of QNT tokens (the
+ * tokens' xq stay cached across the 4 rows, the rows' codes across the tiles). */
+VNNI_ATTR static void qrows_vnni_q4(const qmm *a, int64_t n0, int64_t n1) {
+    const int32_t T = a->T;
+    for (int64_t n = n0; n < n1; n += 4) {
+        const int64_t nr = SL_MIN(4, n1 - n);
+        int32_t t = 0;
+        for (; t + QNT <= T; t += QNT)
+            for (int64_t r = 0; r < nr; r++)
+                q_vnni_tile(a, n + r, t, QNT, t == 0);
+        for (int64_t r = 0; r < nr; r++)
+            switch (T - t) {
+            case 7: q_vnni_tile(a, n + r, t, 7, t == 0); break;
+            case 6: q_vnni_tile(a, n + r, t, 6, t == 0); break;
+            case 5: q_vnni_tile(a, n + r, t, 5, t == 0); break;
+            case 4: q_vnni_tile(a, n + r, t, 4, t == 0); break;
+            case 3: q_vnni_tile(a, n + r, t, 3, t == 0); break;
+            case 2: q_vnni_tile(a, n + r, t, 2, t == 0); break;
+            case 1: q_vnni_tile(a, n + r, t, 1, t == 0); break;
+            default: break;
+            }
+    }
+}
+
 /* ---------------------------------------------------------- driver */
 
 /* Rows [n0, n1) for all tokens: tiles of 4 rows x 4 tokens, then remainders.
@@ -610,13 +869,84 @@ DEFINE_QROWS(avx512, AVX512_ATTR, q4, 1)
 #define QXS_MAX 8192
 /* And for AVX-512 Q4 x in the codes' order, when [T, G * 64] fits. */
 #define QXP_MAX 8192
+/* The int8 path's quantised x, [T, Gp * 64] bytes, and its [T, Gp] floats. */
+#define QIS_MAX SL_QINT8_MAX_GROUPS
+#define QIQ_MAX (QIS_MAX * QG)
 
-void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
-                         int32_t T) {
+/* Rows [0, N) of a slice: the row blocks split over the threads. */
+static void qmm_run(const sl_backend *be, const qmm *a, sl_isa isa, int q4, int vnni) {
+    /* Small products are not worth waking a second thread for. */
+    const int nth = (a->N * a->K * a->T < (1 << 15) || a->N < 8) ? 1 : be->n_threads;
+    const int64_t block = 16; /* rows per work item: keeps tiles of 4 whole */
+    const int64_t n_blocks = (a->N + block - 1) / block;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const int64_t n0 = b * block, n1 = SL_MIN(a->N, n0 + block);
+        switch (isa) {
+        case SL_ISA_AVX512:
+            if (vnni)
+                qrows_vnni_q4(a, n0, n1);
+            else if (q4)
+                qrows_avx512_q4(a, n0, n1);
+            else
+                qrows_avx512_q8(a, n0, n1);
+            break;
+        case SL_ISA_AVX2:
+            if (q4)
+                qrows_avx2_q4(a, n0, n1);
+            else
+                qrows_avx2_q8(a, n0, n1);
+            break;
+        default: qrows_scalar(a, q4, n0, n1); break;
+        }
+    }
+}
+
+/* The Q4 int8 path; its own stack frame (the float path's buffers are not needed). */
+__attribute__((noinline)) static void matmul_q4_int8(const sl_backend *be, float *y, const float *x,
+                                                     const sl_tensor *w, int32_t T) {
+    const int64_t N = w->shape[0], K = w->shape[1], G = sl_qgroups(K);
+    const int64_t Gp = (G + QCH - 1) / QCH * QCH;
+    const int32_t slice = (int32_t)(QIS_MAX / Gp);
+    uint8_t xq[QIQ_MAX] __attribute__((aligned(64)));
+    float xd[QIS_MAX] __attribute__((aligned(64)));
+    float xs[QIS_MAX] __attribute__((aligned(64)));
+    float xr[QIS_MAX] __attribute__((aligned(64)));
+    for (int32_t ts = 0; ts < T; ts += slice) {
+        const int32_t Ts = SL_MIN(slice, T - ts);
+        const qmm a = {.w = w->data,
+                       .ws = sl_row_bytes(w->dtype, K),
+                       .sc = w->scales,
+                       .bi = w->biases,
+                       .x = x + (size_t)ts * (size_t)K,
+                       .y = y + (size_t)ts * (size_t)N,
+                       .N = N,
+                       .K = K,
+                       .G = G,
+                       .T = Ts,
+                       .xsum = xs,
+                       .Gp = Gp,
+                       .xq = xq,
+                       .xd = xd,
+                       .xr = xr};
+        for (int32_t t = 0; t < Ts; t++) {
+            const size_t o = (size_t)t * (size_t)Gp;
+            q_vnni_prep(a.x + (size_t)t * (size_t)K, K, Gp, xq + o * QG, xd + o, xs + o, xr + o);
+        }
+        qmm_run(be, &a, SL_ISA_AVX512, 1, 1);
+    }
+}
+
+void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                              int32_t T, sl_qpath path) {
     SL_ASSERT(w->ndim == 2 && sl_dtype_is_quant(w->dtype) && w->scales && w->biases);
     const int64_t N = w->shape[0], K = w->shape[1], G = sl_qgroups(K);
     const int64_t Gp = (G + QCH - 1) / QCH * QCH;
     const int q4 = is_q4(w->dtype);
+    if (q4 && path != SL_QPATH_FLOAT && Gp <= QIS_MAX && sl_quant_int8_available(be)) {
+        matmul_q4_int8(be, y, x, w, T);
+        return;
+    }
     /* Rows longer than 8192 groups (K > 524288) take the scalar path. */
     const sl_isa isa = Gp > QXS_MAX ? SL_ISA_SCALAR : be->isa;
     const int32_t slice = isa == SL_ISA_SCALAR ? SL_MAX(T, 1) : (int32_t)(QXS_MAX / SL_MAX(Gp, 1));
@@ -649,28 +979,11 @@ void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const s
                 q_avx512_xperm(a.x + (size_t)t * (size_t)K, K, xperm + (size_t)(t * G * QG));
             a.xperm = xperm;
         }
-        /* Small products are not worth waking a second thread for. */
-        const int nth = (N * K * Ts < (1 << 15) || N < 8) ? 1 : be->n_threads;
-        const int64_t block = 16; /* rows per work item: keeps tiles of 4 whole */
-        const int64_t n_blocks = (N + block - 1) / block;
-#pragma omp parallel for num_threads(nth) schedule(static)
-        for (int64_t b = 0; b < n_blocks; b++) {
-            const int64_t n0 = b * block, n1 = SL_MIN(N, n0 + block);
-            switch (isa) {
-            case SL_ISA_AVX512:
-                if (q4)
-                    qrows_avx512_q4(&a, n0, n1);
-                else
-                    qrows_avx512_q8(&a, n0, n1);
-                break;
-            case SL_ISA_AVX2:
-                if (q4)
-                    qrows_avx2_q4(&a, n0, n1);
-                else
-                    qrows_avx2_q8(&a, n0, n1);
-                break;
-            default: qrows_scalar(&a, q4, n0, n1); break;
-            }
-        }
+        qmm_run(be, &a, isa, q4, 0);
     }
+}
+
+void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                         int32_t T) {
+    sl_matmul_quant_cpu_path(be, y, x, w, T, SL_QPATH_AUTO);
 }

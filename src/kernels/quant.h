@@ -32,4 +32,35 @@ void sl_dequantize_row(const sl_tensor *w, int64_t n, float *out);
 void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                          int32_t T);
 
+/*
+ * How a Q4 matmul treats the activations. FLOAT keeps x in float32 (the
+ * order described in cpu_quant.c). INT8 quantises each token's x once per
+ * call, symmetric per group of 64 columns:
+ *   m = max |x_k|,  d = m / 127,  xq_k = rint(x_k * min(127 / m, FLT_MAX))
+ * (float32 arithmetic, round to nearest even; zero-padded past K), and sums
+ * integer products of codes and xq (AVX-512 VNNI):
+ *   y = sum_g scale_g * (d_g * sum_k (q_k - 8) xq_k) + (bias_g + 8 scale_g) * X_g
+ * with X_g the float sum of x over the group. Only the rounding of x to xq
+ * is new error: |y - exact| <= sum_g scale_g * e_g * sum_k |q_k - 8| plus
+ * float rounding, where e_g = d_g / 2 (to 1e-4 relative), or m itself for a
+ * group so small (m < 127 / FLT_MAX, ~4e-37) that its xq are all zero. Per-token bits still depend only on K (never on T,
+ * the tile or the thread). Q8 always takes FLOAT (its error budget is tight);
+ * INT8 where unavailable also takes FLOAT. AUTO (what sl_matmul_quant_cpu
+ * does) is INT8 whenever it is available.
+ */
+typedef enum sl_qpath {
+    SL_QPATH_AUTO = 0,
+    SL_QPATH_FLOAT,
+    SL_QPATH_INT8,
+} sl_qpath;
+
+/* INT8 takes rows of at most this many groups (K <= 131072); longer ones FLOAT. */
+#define SL_QINT8_MAX_GROUPS 2048
+
+/* Whether SL_QPATH_INT8 runs on this backend: AVX-512 and a CPU with VNNI. */
+int sl_quant_int8_available(const sl_backend *be);
+/* sl_matmul_quant_cpu with a choice of path, for tests and benchmarks. */
+void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                              int32_t T, sl_qpath path);
+
 #endif /* SL_QUANT_H */

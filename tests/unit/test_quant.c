@@ -3,7 +3,11 @@
  * the fused matmul for every ISA against a double-precision reference built
  * from sl_dequantize_row, on odd shapes (K not a multiple of the group, odd K
  * for Q4), outputs pre-filled with a poison value. Decode and batch, one
- * thread and two, must agree bitwise.
+ * thread and two, must agree bitwise. The Q4 int8-activation path (AVX-512
+ * VNNI) is checked against the same arithmetic in double on the activations
+ * quantised as quant.h specifies (float rounding only), and against the exact
+ * product within the bound that activation rounding allows, with its typical
+ * error compared to the rounding-noise prediction.
  */
 #include <float.h>
 
@@ -183,21 +187,126 @@ static void matmul_ref(const qmat *m, const float *x, int64_t T, double *ref) {
     free(row);
 }
 
+/*
+ * The int8 path in double: x quantised per group as quant.h specifies (the
+ * same float operations, so the same xq), then per output
+ *   refq  = sum_g s d sum (q - 8) xq + (b + 8 s) X      X exact
+ *   bound = sum_g s e sum |q - 8|      e: the largest |x - d xq| allowed
+ *   var   = sum_g s^2 d^2 / 12 sum (q - 8)^2   (rounding errors as uniform noise)
+ * so that |y - refq| is float rounding and |refq - exact| <= bound.
+ */
+static void int8_ref(const qmat *m, const float *x, int64_t T, double *refq, double *bound,
+                     double *var) {
+    const int64_t N = m->t.shape[0], K = m->t.shape[1], G = sl_qgroups(K);
+    const size_t rb = sl_row_bytes(m->t.dtype, K);
+    int *xq = malloc(sizeof(int) * (size_t)(K + 1));
+    double *dg = malloc(sizeof(double) * (size_t)G), *eg = malloc(sizeof(double) * (size_t)G),
+           *Xg = malloc(sizeof(double) * (size_t)G);
+    for (int64_t t = 0; t < T; t++) {
+        const float *xt = x + t * K;
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t k0 = g * SL_QGROUP, k1 = SL_MIN(K, k0 + SL_QGROUP);
+            float mx = 0;
+            double X = 0;
+            for (int64_t k = k0; k < k1; k++) {
+                mx = fmaxf(mx, fabsf(xt[k]));
+                X += xt[k];
+            }
+            const float d = mx / 127.0f, id = fminf(127.0f / mx, FLT_MAX);
+            for (int64_t k = k0; k < k1; k++)
+                xq[k] = (int)rintf(xt[k] * id);
+            dg[g] = d, Xg[g] = X;
+            eg[g] = mx < 127.0f / FLT_MAX ? mx : d / 2 * (1 + 1e-4);
+        }
+        for (int64_t n = 0; n < N; n++) {
+            const uint8_t *row = m->q + (size_t)n * rb;
+            double r = 0, bd = 0, v = 0;
+            for (int64_t g = 0; g < G; g++) {
+                const double sc = sl_bf16_to_f32(m->sc[n * G + g]);
+                const double bi = sl_bf16_to_f32(m->bi[n * G + g]);
+                long dot = 0, sabs = 0, ssq = 0;
+                for (int64_t k = g * SL_QGROUP; k < SL_MIN(K, (g + 1) * SL_QGROUP); k++) {
+                    const int c = ((row[k >> 1] >> ((k & 1) * 4)) & 15) - 8;
+                    dot += (long)c * xq[k];
+                    sabs += labs((long)c);
+                    ssq += (long)c * c;
+                }
+                r += sc * dg[g] * (double)dot + (bi + 8 * sc) * Xg[g];
+                bd += sc * eg[g] * (double)sabs;
+                v += sc * sc * dg[g] * dg[g] / 12 * (double)ssq;
+            }
+            refq[t * N + n] = r;
+            if (bound) bound[t * N + n] = bd;
+            if (var) var[t * N + n] = v;
+        }
+    }
+    free(xq), free(dg), free(eg), free(Xg);
+}
+
+/* Error statistics of the int8 path over a test. */
+typedef struct err_stats {
+    double err2, ref2, var; /* sum of (y - exact)^2, exact^2, predicted variance */
+    double worst_bound;     /* max |y - exact| / bound */
+} err_stats;
+
+/* Checks int8 results y [T, N] of m: float rounding against refq, the bound
+ * against the exact ref, no poison left; accumulates statistics. */
+static void check_int8(const qmat *m, const float *x, int64_t T, const float *y, const double *ref,
+                       err_stats *st, const char *what) {
+    const int64_t N = m->t.shape[0], K = m->t.shape[1];
+    double *refq = malloc(sizeof(double) * (size_t)(T * N)),
+           *bound = malloc(sizeof(double) * (size_t)(T * N)),
+           *var = malloc(sizeof(double) * (size_t)(T * N));
+    int8_ref(m, x, T, refq, bound, var);
+    /* float rounding grows like sqrt(K): 1e-5 at K = 2048 */
+    const double ftol = 1e-5 * fmax(1, sqrt((double)K / 2048));
+    double worst = 0, worst_b = 0;
+    for (int64_t i = 0; i < T * N; i++) {
+        CHECKF(y[i] != POISON && isfinite(y[i]), "%s: output %lld not written (%g)", what,
+               (long long)i, y[i]);
+        worst = fmax(worst, fabs(y[i] - refq[i]) / (1 + fabs(refq[i])));
+        const double e = fabs(y[i] - ref[i]);
+        const double lim = bound[i] + ftol * (1 + fabs(ref[i]));
+        CHECKF(e <= lim, "%s: output %lld error %g over the bound %g", what, (long long)i, e, lim);
+        if (bound[i] > 0) worst_b = fmax(worst_b, e / lim);
+        st->err2 += e * e, st->ref2 += ref[i] * ref[i], st->var += var[i];
+    }
+    CHECKF(worst < ftol, "%s: vs the int8 arithmetic %g", what, worst);
+    st->worst_bound = fmax(st->worst_bound, worst_b);
+    free(refq), free(bound), free(var);
+}
+
+/* The int8 error overall: relative RMS, close to what rounding noise predicts. */
+static void report_int8(const err_stats *st, const char *what) {
+    if (st->ref2 == 0) return;
+    const double rel = sqrt(st->err2 / st->ref2), ratio = sqrt(st->err2 / st->var);
+    printf("  %s: int8 activations: rel RMS error %.2e, %.2f x the rounding-noise prediction, "
+           "worst %.2f of the bound\n",
+           what, rel, ratio, st->worst_bound);
+    CHECKF(ratio > 0.8 && ratio < 1.25, "%s: error %g x the prediction", what, ratio);
+    CHECKF(rel < 1e-2, "%s: rel RMS error %g", what, rel);
+}
+
 TEST(test_quant_matmul_all_isas) {
     const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+    /* T: every token tail of the float (4) and int8 (8) tiles, and two whole int8 tiles */
     const int64_t Ns[] = {1, 37, 130}, Ks[] = {1, 63, 64, 75, 131, 257, 2048},
-                  Ts[] = {1, 3, 4, 5, 9};
+                  Ts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16};
+    const size_t nT = sizeof Ts / sizeof Ts[0];
     const int best = (int)sl_cpu_best_isa();
+    err_stats st = {0};
+    int int8_runs = 0;
     for (size_t d = 0; d < 2; d++)
         for (size_t in = 0; in < 3; in++)
             for (size_t ik = 0; ik < 7; ik++)
-                for (size_t it = 0; it < 5; it++) {
+                for (size_t it = 0; it < nT; it++) {
                     const int64_t N = Ns[in], K = Ks[ik], T = Ts[it];
                     float *w = malloc(sizeof(float) * (size_t)(N * K));
                     float *x = malloc(sizeof(float) * (size_t)(T * K));
                     double *ref = malloc(sizeof(double) * (size_t)(T * N));
                     float *y[3], *y1 = malloc(sizeof(float) * (size_t)N);
                     float *y2 = malloc(sizeof(float) * (size_t)(T * N));
+                    float *yi = malloc(sizeof(float) * (size_t)(T * N));
                     /* Rows with their own spread and offset (biases far from -scale*qmax/2). */
                     for (int64_t n = 0; n < N; n++) {
                         const float amp = 0.1f + 0.5f * fabsf(frand()), off = 0.3f * frand();
@@ -213,52 +322,137 @@ TEST(test_quant_matmul_all_isas) {
                     for (int isa = SL_ISA_SCALAR; isa <= best; isa++) {
                         sl_backend be;
                         sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+                        char what[128];
+                        snprintf(what, sizeof what, "isa %s %s T=%lld N=%lld K=%lld",
+                                 sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
+                                 (long long)N, (long long)K);
+                        /* The float path. */
                         y[isa] = malloc(sizeof(float) * (size_t)(T * N));
                         for (int64_t i = 0; i < T * N; i++)
                             y[isa][i] = POISON;
-                        sl_matmul_quant_cpu(&be, y[isa], x, &m.t, (int32_t)T);
+                        sl_matmul_quant_cpu_path(&be, y[isa], x, &m.t, (int32_t)T,
+                                                 SL_QPATH_FLOAT);
                         double worst = 0;
                         for (int64_t i = 0; i < T * N; i++)
                             worst = fmax(worst, fabs(y[isa][i] - ref[i]) / (1 + fabs(ref[i])));
-                        CHECKF(worst < 1e-5, "isa %s %s T=%lld N=%lld K=%lld: error %g",
-                               sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
-                               (long long)N, (long long)K, worst);
+                        CHECKF(worst < 1e-5, "%s: error %g", what, worst);
                         /* Each token alone (decode) gives the bits it has in the batch. */
                         for (int64_t t = 0; t < T; t++) {
                             for (int64_t n = 0; n < N; n++)
                                 y1[n] = POISON;
-                            sl_matmul_quant_cpu(&be, y1, x + t * K, &m.t, 1);
+                            sl_matmul_quant_cpu_path(&be, y1, x + t * K, &m.t, 1, SL_QPATH_FLOAT);
                             CHECKF(memcmp(y1, y[isa] + t * N, sizeof(float) * (size_t)N) == 0,
-                                   "isa %s %s T=%lld N=%lld K=%lld: token %lld alone differs",
-                                   sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
-                                   (long long)N, (long long)K, (long long)t);
+                                   "%s: token %lld alone differs", what, (long long)t);
                         }
                         /* And so does one thread. */
                         be.n_threads = 1;
-                        sl_matmul_quant_cpu(&be, y2, x, &m.t, (int32_t)T);
+                        sl_matmul_quant_cpu_path(&be, y2, x, &m.t, (int32_t)T, SL_QPATH_FLOAT);
                         CHECKF(memcmp(y2, y[isa], sizeof(float) * (size_t)(T * N)) == 0,
-                               "isa %s %s T=%lld N=%lld K=%lld: 1 vs 2 threads differ",
-                               sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
-                               (long long)N, (long long)K);
+                               "%s: 1 vs 2 threads differ", what);
+                        be.n_threads = 2;
                         /* SIMD close to the scalar reference order (not bitwise). */
                         double diff = 0;
                         for (int64_t i = 0; i < T * N; i++)
                             diff = fmax(diff, fabs((double)y[isa][i] - y[0][i]) /
                                                   (1 + fabs((double)y[0][i])));
-                        CHECKF(diff < 1e-5, "isa %s %s T=%lld N=%lld K=%lld: vs scalar %g",
-                               sl_isa_name(be.isa), sl_dtype_name(dts[d]), (long long)T,
-                               (long long)N, (long long)K, diff);
+                        CHECKF(diff < 1e-5, "%s: vs scalar %g", what, diff);
+
+                        /* The int8 path where it runs; elsewhere a request for it is the
+                         * float path. The default is int8 where it runs. */
+                        const int int8 = dts[d] == SL_DTYPE_Q4 && sl_quant_int8_available(&be);
+                        for (int64_t i = 0; i < T * N; i++)
+                            yi[i] = POISON;
+                        sl_matmul_quant_cpu_path(&be, yi, x, &m.t, (int32_t)T, SL_QPATH_INT8);
+                        sl_matmul_quant_cpu(&be, y2, x, &m.t, (int32_t)T);
+                        CHECKF(memcmp(y2, yi, sizeof(float) * (size_t)(T * N)) == 0,
+                               "%s: the default is not the int8 path", what);
+                        if (!int8) {
+                            CHECKF(memcmp(yi, y[isa], sizeof(float) * (size_t)(T * N)) == 0,
+                                   "%s: int8 requested, not the float path", what);
+                            continue;
+                        }
+                        int8_runs++;
+                        strcat(what, " int8");
+                        check_int8(&m, x, T, yi, ref, &st, what);
+                        for (int64_t t = 0; t < T; t++) {
+                            for (int64_t n = 0; n < N; n++)
+                                y1[n] = POISON;
+                            sl_matmul_quant_cpu_path(&be, y1, x + t * K, &m.t, 1, SL_QPATH_INT8);
+                            CHECKF(memcmp(y1, yi + t * N, sizeof(float) * (size_t)N) == 0,
+                                   "%s: token %lld alone differs", what, (long long)t);
+                        }
+                        be.n_threads = 1;
+                        sl_matmul_quant_cpu_path(&be, y2, x, &m.t, (int32_t)T, SL_QPATH_INT8);
+                        CHECKF(memcmp(y2, yi, sizeof(float) * (size_t)(T * N)) == 0,
+                               "%s: 1 vs 2 threads differ", what);
                     }
                     for (int isa = SL_ISA_SCALAR; isa <= best; isa++)
                         free(y[isa]);
                     qmat_free(&m);
-                    free(w), free(x), free(ref), free(y1), free(y2);
+                    free(w), free(x), free(ref), free(y1), free(y2), free(yi);
                 }
+    if (int8_runs)
+        report_int8(&st, "all shapes");
+    else
+        printf("  (no AVX-512 VNNI: the int8 path is not tested here)\n");
+}
+
+/* Int8 activations of every size: groups of zeros, tiny (subnormal), huge and
+ * mixed magnitudes in one row, a lone outlier; each group gets its own d. */
+TEST(test_quant_int8_activations) {
+    sl_backend be;
+    sl_backend_cpu_init(&be, 2, sl_cpu_best_isa());
+    if (!sl_quant_int8_available(&be)) {
+        printf("  (no AVX-512 VNNI: skipped)\n");
+        return;
+    }
+    enum { N = 37, K = 64 * 21 + 13, T = 7 };
+    const int64_t G = sl_qgroups(K);
+    float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * T * K);
+    float *y = malloc(sizeof(float) * T * N), y1[N];
+    double *ref = malloc(sizeof(double) * T * N);
+    for (int i = 0; i < N * K; i++)
+        w[i] = frand() * 0.2f + 0.05f;
+    const float mags[] = {1.0f, 1e-3f, 1e3f, 0.0f, 1e-40f, 1e-20f, 3e-37f, 1e20f};
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            const int g = k / 64;
+            float mag;
+            switch (t) {
+            case 0: mag = 0; break;                       /* all zero */
+            case 1: mag = mags[g % 8]; break;             /* mixed per group */
+            case 2: mag = mags[(g * 3 + 1) % 8]; break;   /* mixed, another order */
+            case 3: mag = k == 200 ? 1e4f : 1e-2f; break; /* one outlier */
+            case 4: mag = 1e-40f; break;                  /* subnormal everywhere */
+            case 5: mag = g == G - 1 ? 5.0f : 0.0f; break; /* only the short last group */
+            default: mag = 1.0f + (float)(g % 5); break;
+            }
+            x[t * K + k] = frand() * mag;
+        }
+    err_stats st = {0};
+    const sl_dtype dt = SL_DTYPE_Q4;
+    qmat m;
+    qmat_init(&m, dt, N, K);
+    qmat_quantize(&m, w);
+    matmul_ref(&m, x, T, ref);
+    for (int i = 0; i < T * N; i++)
+        y[i] = POISON;
+    sl_matmul_quant_cpu_path(&be, y, x, &m.t, T, SL_QPATH_INT8);
+    check_int8(&m, x, T, y, ref, &st, "int8 activations");
+    for (int n = 0; n < N; n++)
+        CHECKF(y[n] == 0.0f, "zero x: y[%d] = %g", n, y[n]);
+    for (int t = 0; t < T; t++) {
+        sl_matmul_quant_cpu_path(&be, y1, x + t * K, &m.t, 1, SL_QPATH_INT8);
+        CHECKF(memcmp(y1, y + t * N, sizeof y1) == 0, "token %d alone differs", t);
+    }
+    qmat_free(&m);
+    free(w), free(x), free(y), free(ref);
 }
 
 /* Through sl_matmul_cpu (bias added after), with a big enough product to use
  * both threads, a garbage Q4 padding nibble that must not matter, and a row
- * view that starts inside a matrix (as expert slices do). */
+ * view that starts inside a matrix (as expert slices do). Q4 takes the int8
+ * path where it runs. */
 TEST(test_quant_matmul_dispatch) {
     enum { N = 70, K = 333, T = 6, R0 = 5 };
     const int64_t G = sl_qgroups(K);
@@ -281,12 +475,14 @@ TEST(test_quant_matmul_dispatch) {
         v.data = m.q + R0 * rb;
         v.scales = m.sc + R0 * G;
         v.biases = m.bi + R0 * G;
-        double ref[T * N];
+        double ref[T * N], bound[T * N];
         matmul_ref(&m, x, T, ref);
+        int8_ref(&m, x, T, (double[T * N]){0}, bound, NULL);
         sl_tensor bias = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {N - R0}, .data = bias_v};
         for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
             sl_backend be;
             sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+            const int int8 = dts[d] == SL_DTYPE_Q4 && sl_quant_int8_available(&be);
             float y[T * N], y2[T * N];
             for (int i = 0; i < T * N; i++)
                 y[i] = POISON;
@@ -295,10 +491,17 @@ TEST(test_quant_matmul_dispatch) {
             for (int t = 0; t < T; t++)
                 for (int n = 0; n < N - R0; n++) {
                     const double r = ref[t * N + R0 + n] + bias_v[n];
-                    worst = fmax(worst, fabs(y[t * (N - R0) + n] - r) / (1 + fabs(r)));
+                    const double b = int8 ? bound[t * N + R0 + n] : 0;
+                    worst = fmax(worst, (fabs(y[t * (N - R0) + n] - r) - b) / (1 + fabs(r)));
                 }
-            CHECKF(worst < 1e-5, "isa %s %s: error %g", sl_isa_name(be.isa), sl_dtype_name(dts[d]),
-                   worst);
+            CHECKF(worst < 1e-5, "isa %s %s%s: error %g", sl_isa_name(be.isa),
+                   sl_dtype_name(dts[d]), int8 ? " int8" : "", worst);
+            /* The quantised product, then the bias. */
+            sl_matmul_quant_cpu(&be, y2, x, &v, T);
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N - R0; n++)
+                    y2[t * (N - R0) + n] += bias_v[n];
+            CHECK(memcmp(y, y2, sizeof(float) * T * (N - R0)) == 0);
             if (dts[d] == SL_DTYPE_Q4) { /* odd K: fill the padding nibbles, same bits */
                 for (int n = 0; n < N; n++)
                     m.q[n * rb + rb - 1] |= 0xf0;
@@ -315,7 +518,8 @@ TEST(test_quant_matmul_dispatch) {
 
 /* Long rows: batches whose per-group sums of x exceed the kernel's stack
  * buffer go through in slices of tokens, and rows of more than 8192 groups
- * take the scalar path; results stay right and per-token bits unchanged. */
+ * take the scalar path (and more than SL_QINT8_MAX_GROUPS the float path
+ * rather than int8); results stay right and per-token bits unchanged. */
 TEST(test_quant_matmul_long_rows) {
     const int64_t Ks[] = {64 * 512 + 7, 64 * 8192 + 1};
     const int64_t Ts[] = {20, 2};
@@ -325,6 +529,7 @@ TEST(test_quant_matmul_long_rows) {
               *x = malloc(sizeof(float) * (size_t)(T * K));
         double *ref = malloc(sizeof(double) * (size_t)(T * N));
         float *y = malloc(sizeof(float) * (size_t)(T * N)), y1[5];
+        float *yf = malloc(sizeof(float) * (size_t)(T * N));
         for (int64_t j = 0; j < N * K; j++)
             w[j] = frand() * 0.3f;
         for (int64_t j = 0; j < T * K; j++)
@@ -337,22 +542,36 @@ TEST(test_quant_matmul_long_rows) {
             matmul_ref(&m, x, T, ref);
             sl_backend be;
             sl_backend_cpu_init(&be, 2, sl_cpu_best_isa());
-            for (int64_t j = 0; j < T * N; j++)
-                y[j] = POISON;
-            sl_matmul_quant_cpu(&be, y, x, &m.t, (int32_t)T);
-            double worst = 0;
-            for (int64_t j = 0; j < T * N; j++)
-                worst = fmax(worst, fabs(y[j] - ref[j]) / (1 + fabs(ref[j])));
-            /* float rounding grows like sqrt(K): 1e-5 at K = 2048 */
-            const double tol = 1e-5 * sqrt((double)K / 2048);
-            CHECKF(worst < tol, "%s K=%lld T=%lld: error %g", sl_dtype_name(dts[d]), (long long)K,
-                   (long long)T, worst);
-            for (int64_t t = 0; t < T; t += T - 1) { /* first and last token alone */
-                sl_matmul_quant_cpu(&be, y1, x + t * K, &m.t, 1);
-                CHECK(memcmp(y1, y + t * N, sizeof y1) == 0);
+            for (int p = SL_QPATH_FLOAT; p <= SL_QPATH_INT8; p++) {
+                for (int64_t j = 0; j < T * N; j++)
+                    y[j] = POISON;
+                sl_matmul_quant_cpu_path(&be, y, x, &m.t, (int32_t)T, (sl_qpath)p);
+                const int int8 = p == SL_QPATH_INT8 && dts[d] == SL_DTYPE_Q4 &&
+                                 sl_quant_int8_available(&be) &&
+                                 sl_qgroups(K) <= SL_QINT8_MAX_GROUPS;
+                if (int8) {
+                    err_stats st = {0};
+                    check_int8(&m, x, T, y, ref, &st, "long rows int8");
+                } else {
+                    double worst = 0;
+                    for (int64_t j = 0; j < T * N; j++)
+                        worst = fmax(worst, fabs(y[j] - ref[j]) / (1 + fabs(ref[j])));
+                    /* float rounding grows like sqrt(K): 1e-5 at K = 2048 */
+                    const double tol = 1e-5 * sqrt((double)K / 2048);
+                    CHECKF(worst < tol, "%s K=%lld T=%lld: error %g", sl_dtype_name(dts[d]),
+                           (long long)K, (long long)T, worst);
+                    if (p == SL_QPATH_FLOAT)
+                        memcpy(yf, y, sizeof(float) * (size_t)(T * N));
+                    else
+                        CHECK(memcmp(y, yf, sizeof(float) * (size_t)(T * N)) == 0);
+                }
+                for (int64_t t = 0; t < T; t += T - 1) { /* first and last token alone */
+                    sl_matmul_quant_cpu_path(&be, y1, x + t * K, &m.t, 1, (sl_qpath)p);
+                    CHECK(memcmp(y1, y + t * N, sizeof y1) == 0);
+                }
             }
             qmat_free(&m);
         }
-        free(w), free(x), free(ref), free(y);
+        free(w), free(x), free(ref), free(y), free(yf);
     }
 }
