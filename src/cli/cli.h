@@ -20,6 +20,9 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 /* Parses a decimal integer in [lo, hi]; 0 on success. */
 int cli_parse_int(const char *s, const char *what, int64_t lo, int64_t hi, int64_t *out);
+/* Index of s in the NULL-terminated names; prints "invalid WHAT 's' (a, b or c)" and
+ * returns -1 otherwise. */
+int cli_parse_choice(const char *s, const char *what, const char *const *names);
 /* Parses a byte size: "4096", "512K", "1.5G" (powers of 1024); 0 on success. */
 int cli_parse_size(const char *s, const char *what, int64_t *out);
 /* Loads a model (progress bar on a terminal) or prints the error; NULL on failure. */

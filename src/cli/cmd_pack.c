@@ -30,16 +30,13 @@ int cli_pack(int argc, char **argv) {
         switch (c) {
         case 'h': fputs(pack_help, stdout); return 0;
         case 'r': p.quant_router = 1; break;
-        case 'q':
-            if (!strcmp(optarg, "int8"))
-                p.quant = SL_QUANT_INT8;
-            else if (!strcmp(optarg, "int4"))
-                p.quant = SL_QUANT_INT4;
-            else if (!strcmp(optarg, "bf16"))
-                p.quant = SL_QUANT_BF16;
-            else
-                return cli_error("invalid --quant '%s' (int8, int4 or bf16)", optarg);
+        case 'q': {
+            static const char *const quants[] = {"bf16", "int8", "int4", NULL}; /* sl_quant */
+            int q = cli_parse_choice(optarg, "--quant", quants);
+            if (q < 0) return 1;
+            p.quant = (sl_quant)q;
             break;
+        }
         case ':': return cli_error("option '%s' needs a value", argv[optind - 1]);
         default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
         }

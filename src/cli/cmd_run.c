@@ -90,16 +90,14 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
         case OPT_BATCH:
             if (cli_parse_int(optarg, "--batch", 1, 1 << 20, &o->batch)) return 1;
             break;
-        case OPT_EXPERTS:
-            if (!strcmp(optarg, "mapped"))
-                o->mp.experts = SL_EXPERTS_MAPPED;
-            else if (!strcmp(optarg, "resident"))
-                o->mp.experts = SL_EXPERTS_RESIDENT;
-            else if (!strcmp(optarg, "stream"))
-                o->mp.experts = SL_EXPERTS_STREAM;
-            else
-                return cli_error("invalid --experts '%s' (mapped, resident or stream)", optarg);
+        case OPT_EXPERTS: {
+            /* the order of sl_experts_mode */
+            static const char *const modes[] = {"mapped", "resident", "stream", NULL};
+            int i = cli_parse_choice(optarg, "--experts", modes);
+            if (i < 0) return 1;
+            o->mp.experts = (sl_experts_mode)i;
             break;
+        }
         case OPT_CACHE_EXPERTS:
             if (cli_parse_int(optarg, "--cache-experts", 1, 1 << 20, &v)) return 1;
             o->mp.cache_experts = (int32_t)v;
@@ -107,14 +105,13 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
         case OPT_CACHE_MEM:
             if (cli_parse_size(optarg, "--cache-mem", &o->mp.cache_mem)) return 1;
             break;
-        case OPT_CACHE_POLICY:
-            if (!strcmp(optarg, "lfu"))
-                o->mp.cache_policy = SL_CACHE_LFU;
-            else if (!strcmp(optarg, "lru"))
-                o->mp.cache_policy = SL_CACHE_LRU;
-            else
-                return cli_error("invalid --cache-policy '%s' (lfu or lru)", optarg);
+        case OPT_CACHE_POLICY: {
+            static const char *const policies[] = {"lfu", "lru", NULL}; /* sl_cache_policy */
+            int i = cli_parse_choice(optarg, "--cache-policy", policies);
+            if (i < 0) return 1;
+            o->mp.cache_policy = (sl_cache_policy)i;
             break;
+        }
         case OPT_IO_THREADS:
             if (cli_parse_int(optarg, "--io-threads", 1, 256, &v)) return 1;
             o->mp.io_threads = (int32_t)v;

@@ -71,6 +71,18 @@ int cli_parse_ids(const char *s, int32_t **ids, int32_t *n) {
     return 0;
 }
 
+int cli_parse_choice(const char *s, const char *what, const char *const *names) {
+    char list[256] = "";
+    size_t n = 0;
+    for (int i = 0; names[i]; i++) {
+        if (!strcmp(s, names[i])) return i;
+        n += (size_t)snprintf(list + n, sizeof list - SL_CLI_MIN(n, sizeof list), "%s%s",
+                              i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
+    }
+    cli_error("invalid %s '%s' (%s)", what, s, list);
+    return -1;
+}
+
 int cli_parse_size(const char *s, const char *what, int64_t *out) {
     char *end;
     errno = 0;
