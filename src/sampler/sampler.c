@@ -1,0 +1,174 @@
+/* Token sampling (pipeline in sampler.h). */
+#include "sampler/sampler.h"
+
+#include <math.h>
+
+struct sl_sampler {
+    sl_sampler_params p;
+    int32_t vocab;
+    uint64_t rng;
+    int32_t *history; /* ring of the last penalty_last_n ids */
+    int32_t n_history, head;
+    int32_t *count; /* [vocab] occurrences in the history */
+    int32_t *cand;  /* [vocab] candidate ids */
+    float *prob;    /* [vocab] candidate probabilities */
+};
+
+sl_sampler_params sl_sampler_defaults(void) {
+    return (sl_sampler_params){.temperature = 0,
+                               .top_k = 0,
+                               .top_p = 1,
+                               .min_p = 0,
+                               .repetition_penalty = 1,
+                               .presence_penalty = 0,
+                               .frequency_penalty = 0,
+                               .penalty_last_n = 64,
+                               .seed = 0};
+}
+
+sl_status sl_sampler_create(const sl_sampler_params *p, int32_t vocab, sl_sampler **out,
+                            sl_error *err) {
+    *out = NULL;
+    if (vocab <= 0) return sl_fail(err, SL_ERR_ARG, "sampler: vocabulary size %d", vocab);
+    if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) ||
+        !(p->min_p >= 0 && p->min_p <= 1) || !(p->repetition_penalty > 0) ||
+        !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty) || p->penalty_last_n < 0)
+        return sl_fail(err, SL_ERR_ARG,
+                       "sampler: invalid parameters (temperature >= 0, "
+                       "top-k >= 0, 0 < top-p <= 1, 0 <= min-p <= 1, repetition penalty > 0)");
+    sl_sampler *s = sl_calloc(1, sizeof *s, err);
+    if (!s) return SL_ERR_NOMEM;
+    s->p = *p;
+    if (s->p.penalty_last_n == 0) s->p.penalty_last_n = 64;
+    s->vocab = vocab;
+    s->history = sl_calloc((size_t)s->p.penalty_last_n, sizeof(int32_t), err);
+    s->count = sl_calloc((size_t)vocab, sizeof(int32_t), err);
+    s->cand = sl_calloc((size_t)vocab, sizeof(int32_t), err);
+    s->prob = sl_calloc((size_t)vocab, sizeof(float), err);
+    if (!s->history || !s->count || !s->cand || !s->prob) {
+        sl_sampler_free(s);
+        return SL_ERR_NOMEM;
+    }
+    sl_sampler_reset(s);
+    *out = s;
+    return SL_OK;
+}
+
+void sl_sampler_free(sl_sampler *s) {
+    if (!s) return;
+    free(s->history), free(s->count), free(s->cand), free(s->prob);
+    free(s);
+}
+
+void sl_sampler_reset(sl_sampler *s) {
+    s->rng = s->p.seed;
+    s->n_history = s->head = 0;
+    memset(s->count, 0, (size_t)s->vocab * sizeof(int32_t));
+}
+
+void sl_sampler_accept(sl_sampler *s, int32_t id) {
+    if (id < 0 || id >= s->vocab) return;
+    const int32_t n = s->p.penalty_last_n;
+    if (s->n_history == n)
+        s->count[s->history[s->head]]--; /* the oldest leaves the window */
+    else
+        s->n_history++;
+    s->history[s->head] = id;
+    s->head = (s->head + 1) % n;
+    s->count[id]++;
+}
+
+/* splitmix64: a small, well-mixed generator; the same seed gives the same stream. */
+static double next_uniform(sl_sampler *s) {
+    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Sorts candidates by descending logit, ties to the lower id (ctx: the logits). */
+static int cmp_cand(const void *a, const void *b, void *ctx) {
+    const float *logits = ctx;
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (logits[i] != logits[j]) return logits[i] > logits[j] ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static void apply_penalties(sl_sampler *s, float *logits) {
+    const sl_sampler_params *p = &s->p;
+    if (p->repetition_penalty == 1 && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    /* Each distinct id of the window once: its count is negated once handled. */
+    int32_t *count = s->count;
+    for (int32_t i = 0; i < s->n_history; i++) {
+        const int32_t id = s->history[i];
+        if (count[id] <= 0) continue;
+        float l = logits[id];
+        if (p->repetition_penalty != 1)
+            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)count[id];
+        logits[id] = l;
+        count[id] = -count[id];
+    }
+    for (int32_t i = 0; i < s->n_history; i++)
+        if (count[s->history[i]] < 0) count[s->history[i]] = -count[s->history[i]];
+}
+
+int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
+    const sl_sampler_params *p = &s->p;
+    apply_penalties(s, logits);
+    if (p->temperature == 0) return sl_argmax(logits, s->vocab);
+    /* Candidates: all ids, or the top k of them, in descending order. */
+    int32_t n = s->vocab;
+    for (int32_t i = 0; i < n; i++)
+        s->cand[i] = i;
+    if (p->top_k > 0 && p->top_k < n) {
+        /* One pass keeping the k best in order by insertion: k is small. */
+        int32_t k = p->top_k;
+        for (int32_t i = 0; i < k; i++)
+            s->cand[i] = -1;
+        for (int32_t id = 0; id < s->vocab; id++) {
+            if (s->cand[k - 1] >= 0 && !(logits[id] > logits[s->cand[k - 1]])) continue;
+            int32_t j = k - 1;
+            while (j > 0 && (s->cand[j - 1] < 0 || logits[id] > logits[s->cand[j - 1]])) {
+                s->cand[j] = s->cand[j - 1];
+                j--;
+            }
+            s->cand[j] = id;
+        }
+        n = k;
+    } else {
+        qsort_r(s->cand, (size_t)n, sizeof(int32_t), cmp_cand, logits);
+    }
+    /* Softmax at the temperature, over the candidates (the first is the largest). */
+    const float mx = logits[s->cand[0]];
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        s->prob[i] = expf((logits[s->cand[i]] - mx) / p->temperature);
+        sum += s->prob[i];
+    }
+    for (int32_t i = 0; i < n; i++)
+        s->prob[i] = (float)(s->prob[i] / sum);
+    if (p->top_p < 1) {
+        double mass = 0;
+        int32_t keep = 0;
+        while (keep < n && mass < p->top_p)
+            mass += s->prob[keep++];
+        n = SL_MAX(keep, 1);
+    }
+    if (p->min_p > 0) {
+        int32_t keep = 1;
+        while (keep < n && s->prob[keep] >= p->min_p * s->prob[0])
+            keep++;
+        n = keep;
+    }
+    double total = 0;
+    for (int32_t i = 0; i < n; i++)
+        total += s->prob[i];
+    double r = next_uniform(s) * total;
+    for (int32_t i = 0; i < n; i++) {
+        r -= s->prob[i];
+        if (r < 0) return s->cand[i];
+    }
+    return s->cand[n - 1];
+}

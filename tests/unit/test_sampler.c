@@ -1,0 +1,142 @@
+/* The sampler: reproducibility, greedy, and each filter and penalty on constructed logits. */
+#include "sampler/sampler.h"
+#include "test.h"
+
+enum { V = 8 };
+
+/* Draws n tokens from fresh copies of logits; counts[] receives how often each id came. */
+static void draw(sl_sampler *s, const float *logits, int n, int *counts) {
+    memset(counts, 0, V * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        float l[V];
+        memcpy(l, logits, sizeof l);
+        int32_t id = sl_sampler_sample(s, l);
+        if (id >= 0 && id < V) counts[id]++;
+    }
+}
+
+static sl_sampler *make(sl_sampler_params p) {
+    sl_sampler *s = NULL;
+    sl_error err = {0};
+    CHECKF(sl_sampler_create(&p, V, &s, &err) == SL_OK, "%s", err.msg);
+    return s;
+}
+
+/* log-probabilities 0.4, 0.3, 0.15, 0.1, 0.05 and three near-impossible ids */
+static const float base[V] = {-0.916f, -1.204f, -1.897f, -2.303f, -2.996f, -30, -30, -30};
+
+TEST(test_sampler_seed_and_greedy) {
+    sl_sampler_params p = sl_sampler_defaults();
+    sl_sampler *g = make(p);
+    float l[V];
+    memcpy(l, base, sizeof l);
+    CHECK(sl_sampler_sample(g, l) == 0);
+    sl_sampler_free(g);
+    p.temperature = 1;
+    p.seed = 42;
+    sl_sampler *a = make(p), *b = make(p);
+    int32_t sa[64], sb[64];
+    for (int i = 0; i < 64; i++) {
+        float la[V], lb[V];
+        memcpy(la, base, sizeof la);
+        memcpy(lb, base, sizeof lb);
+        sa[i] = sl_sampler_sample(a, la);
+        sb[i] = sl_sampler_sample(b, lb);
+    }
+    CHECK(memcmp(sa, sb, sizeof sa) == 0); /* same seed, same draws */
+    sl_sampler_reset(a);
+    for (int i = 0; i < 64; i++) {
+        float la[V];
+        memcpy(la, base, sizeof la);
+        CHECK(sl_sampler_sample(a, la) == sa[i]); /* reset restarts the stream */
+    }
+    /* Frequencies follow the distribution (2000 draws, generous bounds). */
+    int c[V];
+    draw(a, base, 2000, c);
+    CHECK(c[0] > 700 && c[0] < 900 && c[1] > 500 && c[1] < 700 && c[4] > 50 && c[4] < 160);
+    CHECK(c[5] + c[6] + c[7] == 0);
+    sl_sampler_free(a), sl_sampler_free(b);
+    /* A different seed gives a different stream. */
+    p.seed = 43;
+    sl_sampler *d = make(p);
+    int differ = 0;
+    for (int i = 0; i < 64; i++) {
+        float l2[V];
+        memcpy(l2, base, sizeof l2);
+        differ |= sl_sampler_sample(d, l2) != sa[i];
+    }
+    CHECK(differ);
+    sl_sampler_free(d);
+}
+
+TEST(test_sampler_filters) {
+    sl_sampler_params p = sl_sampler_defaults();
+    p.temperature = 1;
+    int c[V];
+    p.top_k = 2; /* only ids 0 and 1 */
+    sl_sampler *s = make(p);
+    draw(s, base, 500, c);
+    CHECK(c[0] + c[1] == 500 && c[0] > 0 && c[1] > 0);
+    sl_sampler_free(s);
+    p.top_k = 0;
+    p.top_p = 0.8f; /* 0.4 + 0.3 + 0.15 >= 0.8: ids 0..2 */
+    s = make(p);
+    draw(s, base, 500, c);
+    CHECK(c[0] + c[1] + c[2] == 500 && c[2] > 0);
+    sl_sampler_free(s);
+    p.top_p = 1;
+    p.min_p = 0.3f; /* keep p >= 0.12: ids 0..2 */
+    s = make(p);
+    draw(s, base, 500, c);
+    CHECK(c[0] + c[1] + c[2] == 500 && c[2] > 0);
+    sl_sampler_free(s);
+    p.min_p = 0;
+    p.temperature = 0.05f; /* a cold temperature is nearly greedy */
+    s = make(p);
+    draw(s, base, 300, c);
+    CHECK(c[0] >= 298);
+    sl_sampler_free(s);
+    p.temperature = 1;
+    p.top_k = 1; /* top-k 1 is greedy */
+    s = make(p);
+    draw(s, base, 100, c);
+    CHECK(c[0] == 100);
+    sl_sampler_free(s);
+    /* Invalid parameters are refused. */
+    sl_sampler_params bad = sl_sampler_defaults();
+    bad.top_p = 0;
+    sl_sampler *x = NULL;
+    sl_error err = {0};
+    CHECK(sl_sampler_create(&bad, V, &x, &err) == SL_ERR_ARG && x == NULL);
+}
+
+TEST(test_sampler_penalties) {
+    sl_sampler_params p = sl_sampler_defaults();
+    p.repetition_penalty = 2;
+    sl_sampler *s = make(p);
+    float l[V] = {2, 1.5f, -1, 0, 0, 0, 0, 0};
+    sl_sampler_accept(s, 0);
+    sl_sampler_accept(s, 0);
+    sl_sampler_accept(s, 2);
+    CHECK(sl_sampler_sample(s, l) == 1);            /* 2 -> 1 (divided), 1.5 wins */
+    CHECK(l[0] == 1 && l[1] == 1.5f && l[2] == -2); /* negative logits are multiplied */
+    sl_sampler_free(s);
+    p = sl_sampler_defaults();
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.penalty_last_n = 3;
+    s = make(p);
+    float m[V] = {2, 1.5f, 0, 0, 0, 0, 0, 0};
+    sl_sampler_accept(s, 0);
+    sl_sampler_accept(s, 0);
+    sl_sampler_accept(s, 1);
+    sl_sampler_sample(s, m);
+    CHECK(fabsf(m[0] - (2 - 0.5f - 0.5f)) < 1e-6f && fabsf(m[1] - (1.5f - 0.5f - 0.25f)) < 1e-6f);
+    /* The window holds the last 3: after two more ids, the 0s have left it. */
+    sl_sampler_accept(s, 3);
+    sl_sampler_accept(s, 4);
+    float n[V] = {2, 1.5f, 0, 0, 0, 0, 0, 0};
+    sl_sampler_sample(s, n);
+    CHECK(n[0] == 2 && fabsf(n[1] - 0.75f) < 1e-6f && n[3] < 0 && n[4] < 0);
+    sl_sampler_free(s);
+}
