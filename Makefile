@@ -15,7 +15,7 @@ LDFLAGS += -fopenmp
 BUILD   := build
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/format/*.c src/model/*.c src/families/*.c \
-                             src/moe/*.c src/kernels/*.c src/sampler/*.c))
+                             src/moe/*.c src/kernels/*.c src/sampler/*.c src/chat/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 

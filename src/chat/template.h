@@ -1,0 +1,52 @@
+/*
+ * Chat templates: turning a conversation into the prompt text the model was
+ * trained on. sluice does not run Jinja; it recognises the template family
+ * from the checkpoint's chat_template and renders it natively:
+ *
+ *   ChatML (Qwen2, Qwen2.5, Qwen3, Qwen3.5, Qwen4):
+ *     <|im_start|>system\n{system}<|im_end|>\n
+ *     <|im_start|>user\n{text}<|im_end|>\n
+ *     <|im_start|>assistant\n{text}<|im_end|>\n
+ *     <|im_start|>assistant\n                         (generation prompt)
+ *   with, for templates that have the thinking switch (enable_thinking), an
+ *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
+ *   is off, and earlier assistant turns stripped of their <think> block.
+ *   Templates that insert a default system message (Qwen2/2.5) get it too.
+ */
+#ifndef SL_TEMPLATE_H
+#define SL_TEMPLATE_H
+
+#include "core/common.h"
+
+typedef enum sl_template_kind {
+    SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
+    SL_TEMPLATE_CHATML = 1,
+} sl_template_kind;
+
+typedef struct sl_chat_template {
+    sl_template_kind kind;
+    int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
+    char default_system[128]; /* inserted when the conversation has no system message */
+} sl_chat_template;
+
+typedef struct sl_chat_msg {
+    const char *role; /* "system", "user" or "assistant" */
+    const char *content;
+} sl_chat_msg;
+
+/* Finds the template of a model directory (tokenizer_config.json's chat_template, or
+ * chat_template.jinja). No template found: RAW. */
+sl_status sl_chat_template_detect(const char *dir, sl_chat_template *out, sl_error *err);
+/* Recognises a template from its Jinja source. */
+void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
+/* By name: "chatml", "chatml-think" (with the thinking switch), "raw". */
+sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
+
+/*
+ * Renders msgs into out (cap bytes, always NUL-terminated when cap > 0); returns
+ * the full length, so a result >= cap means "call again with more room".
+ */
+size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                      int add_generation_prompt, int enable_thinking, char *out, size_t cap);
+
+#endif /* SL_TEMPLATE_H */
