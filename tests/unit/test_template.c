@@ -1,4 +1,5 @@
 /* Chat templates: recognition from Jinja sources and exact ChatML renderings. */
+#include "chat/genconfig.h"
 #include "chat/template.h"
 #include "test.h"
 
@@ -70,4 +71,28 @@ TEST(test_chat_template_detect) {
     CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK && t.kind == SL_TEMPLATE_CHATML &&
           !t.thinking_switch);
     CHECK(sl_chat_template_detect("/nonexistent", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_RAW);
+}
+
+TEST(test_generation_config) {
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/genmodel", test_tmpdir());
+    snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+    CHECK(system(path) == 0);
+    sl_gen_config g;
+    sl_error err = {0};
+    CHECK(sl_gen_config_load(dir, &g, &err) == SL_OK && g.n_eos == 0 && g.temperature < 0);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    const char *js = "{\"bos_token_id\": 151643, \"do_sample\": true, \"eos_token_id\": [151645, "
+                     "151643], \"temperature\": 0.6, \"top_k\": 20, \"top_p\": 0.95}";
+    test_write_file(path, js, strlen(js));
+    CHECK(sl_gen_config_load(dir, &g, &err) == SL_OK);
+    CHECK(g.n_eos == 2 && sl_gen_config_is_eos(&g, 151645) && sl_gen_config_is_eos(&g, 151643));
+    CHECK(!sl_gen_config_is_eos(&g, 1) && g.bos == 151643);
+    CHECK(fabsf(g.temperature - 0.6f) < 1e-6f && g.top_k == 20 && fabsf(g.top_p - 0.95f) < 1e-6f);
+    js = "{\"eos_token_id\": 7, \"do_sample\": false, \"temperature\": 0.7}";
+    test_write_file(path, js, strlen(js));
+    CHECK(sl_gen_config_load(dir, &g, &err) == SL_OK && g.n_eos == 1 && g.eos[0] == 7);
+    CHECK(g.temperature < 0); /* greedy models keep their sampling keys out of play */
+    test_write_file(path, "{oops", 5);
+    CHECK(sl_gen_config_load(dir, &g, &err) == SL_ERR_FORMAT);
 }
