@@ -94,6 +94,15 @@ typedef struct sl_model_info {
     int32_t n_experts;
     int32_t n_experts_used;
     int32_t max_position;
+    int32_t n_heads, n_kv_heads, head_dim;
+    int32_t moe_intermediate_size;
+    int32_t shared_expert; /* has a shared expert */
+    int32_t packed;        /* a sluice pack (else a Hugging Face directory) */
+    const char *weights;   /* storage of the routed experts: "int8", "int4", "BF16", ... */
+    int64_t resident_bytes;  /* every tensor except routed experts */
+    int64_t expert_bytes;    /* one routed expert (gate, up, down, scales) */
+    const char *experts_mode; /* "mapped", "resident" or "stream" */
+    int32_t cache_slots;      /* stream: slots per MoE layer */
 } sl_model_info;
 
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors). */

@@ -114,7 +114,10 @@ expect_fail "cache without stream" "need --experts stream" "$BIN" generate "$TMP
 expect_fail "bad experts mode" "invalid --experts" "$BIN" generate "$TMP/p8" --ids 1 --experts disk
 printf 'x' | dd of="$TMP/p8/experts-000.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
 expect_fail "verify tampered" "experts-000.bin: SHA-256 mismatch" "$BIN" verify "$TMP/p8"
-for cmd in pack verify; do
+if "$BIN" inspect "$TMP/p8" >"$TMP/out" 2>&1 && grep -q "experts int8" "$TMP/out" &&
+    grep -q "qwen3_moe" "$TMP/out"; then ok "inspect"; else bad "inspect $(cat "$TMP/out")"; fi
+expect_fail "inspect no model" "config.json" "$BIN" inspect "$TMP"
+for cmd in pack verify inspect; do
     if "$BIN" $cmd --help >"$TMP/out" 2>&1 && grep -q usage "$TMP/out"; then ok "help '$cmd'"; else bad "help '$cmd'"; fi
 done
 

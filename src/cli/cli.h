@@ -13,6 +13,7 @@ int cli_logits(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_pack(int argc, char **argv);
 int cli_verify(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
 
 /* Prints "sluice: <msg>" to stderr; returns 1 (the exit status for errors). */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -18,6 +18,7 @@ static const char usage[] =
     "  generate MODEL --ids 1,2,3 -n N       greedy continuation through the KV cache\n"
     "  pack SRC OUT --quant int8|int4|bf16   convert a checkpoint to the streaming format\n"
     "  verify DIR                            check a pack's sizes and SHA-256 hashes\n"
+    "  inspect MODEL                         architecture, sizes, quantisation, template\n"
     "\n"
     "MODEL is a Hugging Face checkpoint directory (config.json, *.safetensors)\n"
     "or a directory made by 'sluice pack'.\n"
@@ -204,6 +205,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "pack")) return cli_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "verify")) return cli_verify(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'sluice --help')", cmd);
     return 1;
 }

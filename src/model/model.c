@@ -119,9 +119,32 @@ void sl_model_free(sl_model *m) {
 
 void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     const sl_config *c = &m->cfg;
-    int32_t n_moe = 0;
-    for (int32_t l = 0; l < c->n_layers; l++)
+    int32_t n_moe = 0, first_moe = -1, shared = 0;
+    for (int32_t l = 0; l < c->n_layers; l++) {
         n_moe += c->layer_is_moe[l];
+        if (c->layer_is_moe[l] && first_moe < 0) first_moe = l;
+        shared |= m->layers[l].sh_router.data != NULL;
+    }
+    int64_t resident = 0;
+    for (int32_t i = 0; i < m->ck.n_entries; i++) {
+        const sl_tensor *t = m->ck.entries[i].t;
+        if (strstr(t->name, ".mlp.experts.")) continue;
+        resident += (int64_t)t->nbytes;
+        if (t->scales) resident += 2 * 2 * t->shape[0] * sl_qgroups(t->shape[1]);
+    }
+    const char *weights = "-";
+    int64_t expert_bytes = 0;
+    int32_t slots = 0;
+    if (first_moe >= 0) {
+        const sl_expert_layer *L = &m->experts.layers[first_moe];
+        const sl_expert *e = L->n_slots ? &L->slot_views[0] : &L->views[0];
+        const sl_dtype dt = e->gate.dtype;
+        weights = dt == SL_DTYPE_Q8 ? "int8" : dt == SL_DTYPE_Q4 ? "int4" : sl_dtype_name(dt);
+        expert_bytes = m->packed ? (int64_t)L->hdr.blob_bytes
+                                 : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
+        slots = L->n_slots;
+    }
+    static const char *const modes[] = {"mapped", "resident", "stream"};
     *info = (sl_model_info){
         .arch = c->arch,
         .vocab_size = c->vocab_size,
@@ -131,6 +154,17 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .n_experts = c->n_experts,
         .n_experts_used = c->n_experts_used,
         .max_position = c->max_position,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim,
+        .moe_intermediate_size = c->moe_intermediate_size,
+        .shared_expert = shared,
+        .packed = m->packed,
+        .weights = weights,
+        .resident_bytes = resident,
+        .expert_bytes = expert_bytes,
+        .experts_mode = modes[m->experts.mode],
+        .cache_slots = slots,
     };
 }
 

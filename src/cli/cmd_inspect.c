@@ -1,0 +1,62 @@
+/* `inspect`: what a model directory holds, without running it. */
+#include <string.h>
+
+#include "chat/genconfig.h"
+#include "chat/template.h"
+#include "cli/cli.h"
+
+static const char inspect_help[] =
+    "usage: sluice inspect MODEL\n"
+    "\n"
+    "Prints the architecture, sizes, quantisation, chat template and end-of-turn\n"
+    "tokens found in MODEL (a Hugging Face directory or a sluice pack).\n";
+
+int cli_inspect(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(inspect_help, stdout);
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-')
+        return cli_error(argc == 2 ? "unknown option '%s' (see --help)"
+                                   : "inspect needs one MODEL directory (see --help)",
+                         argv[argc > 1]);
+    const char *dir = argv[1];
+    sl_model_params mp = {.n_threads = 1};
+    sl_model *m = cli_load_model(dir, &mp);
+    if (!m) return 1;
+    sl_model_info i;
+    sl_model_get_info(m, &i);
+    sl_error err = {0};
+    sl_chat_template t;
+    sl_gen_config g;
+    if (sl_chat_template_detect(dir, &t, &err) || sl_gen_config_load(dir, &g, &err)) {
+        sl_model_free(m);
+        return cli_error("%s", err.msg);
+    }
+    const double gb = 1e9;
+    const double active = (double)i.resident_bytes +
+                          (double)i.n_moe_layers * i.n_experts_used * (double)i.expert_bytes;
+    printf("model          %s (%s)\n", dir, i.packed ? "sluice pack" : "Hugging Face checkpoint");
+    printf("architecture   %s\n", i.arch);
+    printf("layers         %d (%d with routed experts)\n", i.n_layers, i.n_moe_layers);
+    printf("hidden         %d, %d heads / %d KV heads of %d\n", i.hidden_size, i.n_heads,
+           i.n_kv_heads, i.head_dim);
+    printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
+           i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
+    printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
+    printf("weights        experts %s; resident core %.2f GB; one expert %.2f MB; all experts "
+           "%.2f GB\n",
+           i.weights, (double)i.resident_bytes / gb, (double)i.expert_bytes / 1e6,
+           (double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes / gb);
+    printf("per token      at most %.2f GB read (resident core + %d experts x %d layers)\n",
+           active / gb, i.n_experts_used, i.n_moe_layers);
+    printf("chat template  %s%s%s\n", t.kind == SL_TEMPLATE_CHATML ? "ChatML" : "none (raw text)",
+           t.thinking_switch ? ", thinking switch" : "",
+           t.default_system[0] ? ", default system message" : "");
+    printf("end of turn    ");
+    for (int32_t k = 0; k < g.n_eos; k++)
+        printf("%s%d", k ? ", " : "", g.eos[k]);
+    printf("%s\n", g.n_eos ? "" : "(none in generation_config.json)");
+    sl_model_free(m);
+    return 0;
+}
