@@ -15,6 +15,69 @@ int cli_pack(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 
+/* ---- options every model-running command takes (model_opts.c) ---- */
+
+enum {
+    CLI_OPT_THREADS = 256,
+    CLI_OPT_CTX,
+    CLI_OPT_BATCH,
+    CLI_OPT_EXPERTS,
+    CLI_OPT_CACHE_EXPERTS,
+    CLI_OPT_CACHE_MEM,
+    CLI_OPT_CACHE_POLICY,
+    CLI_OPT_DIRECT_IO,
+    CLI_OPT_IO_THREADS,
+    CLI_OPT_STATS,
+    CLI_OPT_ROUTER_HIST,
+    CLI_OPT_COMMAND = 512 /* first code of a command's own options */
+};
+
+/* getopt_long entries of the model options, to put in a command's table. */
+#define CLI_MODEL_LONGOPTS                                                                         \
+    {"threads", required_argument, 0, CLI_OPT_THREADS},                                            \
+        {"ctx", required_argument, 0, CLI_OPT_CTX},                                                \
+        {"batch", required_argument, 0, CLI_OPT_BATCH},                                            \
+        {"experts", required_argument, 0, CLI_OPT_EXPERTS},                                        \
+        {"cache-experts", required_argument, 0, CLI_OPT_CACHE_EXPERTS},                            \
+        {"cache-mem", required_argument, 0, CLI_OPT_CACHE_MEM},                                    \
+        {"cache-policy", required_argument, 0, CLI_OPT_CACHE_POLICY},                              \
+        {"direct-io", no_argument, 0, CLI_OPT_DIRECT_IO},                                          \
+        {"io-threads", required_argument, 0, CLI_OPT_IO_THREADS},                                  \
+        {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
+        {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST}, {                              \
+        "help", no_argument, 0, 'h'                                                                \
+    }
+
+#define CLI_MODEL_HELP                                                                             \
+    "  -t, --threads N        compute threads (default: all cores)\n"                              \
+    "  --ctx N                KV cache length in tokens\n"                                         \
+    "  --batch N              prompt tokens per prefill chunk (default 512; 1 = token by\n"        \
+    "                         token through the decode path)\n"                                    \
+    "  --experts MODE         mapped (default) | resident | stream (packed models)\n"              \
+    "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
+    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
+    "  --cache-policy P       stream: lfu (default) | lru\n"                                       \
+    "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
+    "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
+    "  --stats                print the full statistics table at the end\n"                        \
+    "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
+    "  -h, --help             this help\n"
+
+typedef struct cli_model_opts {
+    sl_model_params mp;
+    int64_t ctx, batch; /* 0 = the command's default */
+    int stats;
+    const char *router_hist;
+} cli_model_opts;
+
+/* Handles option c ('t' or a CLI_OPT_ code): 1 handled, 0 not a model option, -1 error
+ * (printed). */
+int cli_model_option(int c, const char *arg, cli_model_opts *o);
+/* Checks combinations once all options are read; 0 when fine (else printed). */
+int cli_model_opts_check(const cli_model_opts *o);
+/* End of a run: the statistics and router histogram asked for; 0 or 1. */
+int cli_model_finish(sl_model *m, const cli_model_opts *o);
+
 /* Prints "sluice: <msg>" to stderr; returns 1 (the exit status for errors). */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Parses "1,2,3" into a new array; 0 on success. */

@@ -78,7 +78,10 @@ int cli_parse_choice(const char *s, const char *what, const char *const *names) 
     for (int i = 0; names[i]; i++) {
         if (!strcmp(s, names[i])) return i;
         n += (size_t)snprintf(list + n, sizeof list - SL_CLI_MIN(n, sizeof list), "%s%s",
-                              i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
+                              i == 0         ? ""
+                              : names[i + 1] ? ", "
+                                             : " or ",
+                              names[i]);
     }
     cli_error("invalid %s '%s' (%s)", what, s, list);
     return -1;
