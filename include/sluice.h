@@ -118,6 +118,11 @@ void sl_session_free(sl_session *session);
 void sl_session_reset(sl_session *session);
 /* Number of positions already in the KV cache. */
 int32_t sl_session_pos(const sl_session *session);
+/* The KV cache's length in tokens. */
+int32_t sl_session_max_ctx(const sl_session *session);
+/* Drops every position from pos on (pos <= sl_session_pos): the next forward
+ * continues from there, reusing the cache before it. */
+void sl_session_rewind(sl_session *session, int32_t pos);
 
 /*
  * Runs n_tokens ids through the model at the current position, appending to the

@@ -8,6 +8,7 @@
 #include "sluice.h"
 
 #define SL_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SL_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 int cli_logits(int argc, char **argv);
 int cli_generate(int argc, char **argv);

@@ -278,6 +278,14 @@ int32_t sl_session_pos(const sl_session *s) {
     return s->pos;
 }
 
+int32_t sl_session_max_ctx(const sl_session *s) {
+    return s->max_ctx;
+}
+
+void sl_session_rewind(sl_session *s, int32_t pos) {
+    if (pos >= 0 && pos < s->pos) s->pos = pos;
+}
+
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
                              int all_logits, sl_error *err) {
     const sl_config *c = &s->model->cfg;
