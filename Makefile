@@ -10,12 +10,12 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
-LDLIBS  += -ljansson -lcrypto -lm
+LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm
 LDFLAGS += -fopenmp
 BUILD   := build
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/format/*.c src/model/*.c src/families/*.c \
-                             src/moe/*.c src/kernels/*.c src/sampler/*.c src/chat/*.c))
+                             src/moe/*.c src/kernels/*.c src/sampler/*.c src/chat/*.c src/tokenizer/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 
@@ -45,8 +45,9 @@ $(BUILD)/san/%.o: %.c
 $(BUILD)/libsluice.a: $(LIB_OBJ)
 	$(AR) rcs $@ $^
 
+# The command-line tool alone links libedit (line editing for `chat`).
 $(BUILD)/sluice: $(CLI_OBJ) $(BUILD)/libsluice.a
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -ledit -o $@
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -71,9 +72,10 @@ san: $(BUILD)/san/test_unit
 
 # Fuzz targets: libFuzzer under clang when available; otherwise the same
 # targets replay their seed corpus through a plain driver.
-FUZZ_TARGETS := safetensors config pack
+FUZZ_TARGETS := safetensors config pack tokenizer tokjson
 FUZZ_LIB_SRC := src/core/common.c src/format/tensor.c src/format/safetensors.c src/format/pack.c \
-                src/model/config.c
+                src/model/config.c src/tokenizer/tokenizer.c
+FUZZ_LIBS    := -ljansson -lpcre2-8 -lutf8proc -lm
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
     | clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1)
 
@@ -81,20 +83,20 @@ ifeq ($(HAVE_LIBFUZZER),1)
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined $^ \
-	    -ljansson -lm -o $@
+	    $(FUZZ_LIBS) -o $@
 FUZZ_RUN = $< -max_total_time=$(1) -rss_limit_mb=2048 $(BUILD)/fuzz/corpus_$* tests/fuzz/seeds_$*
 else
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=address,undefined $^ \
-	    -ljansson -lm -o $@
+	    $(FUZZ_LIBS) -o $@
 FUZZ_RUN = $< tests/fuzz/seeds_$*
 endif
 
 fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done
 	@set -e; for t in $(FUZZ_TARGETS); do \
-	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_SECONDS=12; done
+	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_SECONDS=10; done
 
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done

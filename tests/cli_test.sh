@@ -117,7 +117,70 @@ expect_fail "verify tampered" "experts-000.bin: SHA-256 mismatch" "$BIN" verify 
 if "$BIN" inspect "$TMP/p8" >"$TMP/out" 2>&1 && grep -q "experts int8" "$TMP/out" &&
     grep -q "qwen3_moe" "$TMP/out"; then ok "inspect"; else bad "inspect $(cat "$TMP/out")"; fi
 expect_fail "inspect no model" "config.json" "$BIN" inspect "$TMP"
-for cmd in pack verify inspect; do
+# The text commands on a tiny random model with the real Qwen3 tokenizer.
+if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; then
+    cp tests/tokenizer/qwen3/tokenizer.json "$TMP/tq/"
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml >"$TMP/r1" 2>"$TMP/err"
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml >"$TMP/r2" 2>/dev/null
+    if [ -s "$TMP/r1" ] && cmp -s "$TMP/r1" "$TMP/r2" && grep -q "decode 12 tok" "$TMP/err"; then
+        ok "run: greedy is reproducible, stats line"
+    else
+        bad "run greedy $(cat "$TMP/err")"
+    fi
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 7 >"$TMP/s1" 2>/dev/null
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 7 >"$TMP/s2" 2>/dev/null
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 8 >"$TMP/s3" 2>/dev/null
+    if cmp -s "$TMP/s1" "$TMP/s2" && ! cmp -s "$TMP/s1" "$TMP/s3"; then ok "run: same seed, same text"; else bad "run seeds"; fi
+    stop=$(head -c 3 "$TMP/r1" | tail -c 2)
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml --stop "$stop" >"$TMP/r3" 2>/dev/null
+    if [ "$(wc -c <"$TMP/r3")" -lt "$(wc -c <"$TMP/r1")" ] && ! grep -qF -- "$stop" "$TMP/r3"; then
+        ok "run: --stop ends the reply before the stop string"
+    else
+        bad "run --stop '$stop': $(cat "$TMP/r3")"
+    fi
+    printf 'Hello' >"$TMP/prompt.txt"
+    "$BIN" run "$TMP/tq" -f "$TMP/prompt.txt" -n 12 --chat-template chatml >"$TMP/r4" 2>/dev/null
+    if cmp -s "$TMP/r1" "$TMP/r4"; then ok "run -f FILE"; else bad "run -f"; fi
+    printf 'Hi\n/help\n/stats\n/reset\nHi\n/exit\n' |
+        "$BIN" chat "$TMP/tq" -n 6 --chat-template chatml >"$TMP/c1" 2>"$TMP/err"
+    if grep -q "commands:" "$TMP/c1" && grep -q "expert requests" "$TMP/c1" &&
+        grep -q "(new conversation)" "$TMP/c1"; then
+        ok "chat (piped): /help /stats /reset /exit"
+    else
+        bad "chat piped $(cat "$TMP/err")"
+    fi
+    # The same through a pseudo-terminal (libedit line editing).
+    if command -v script >/dev/null; then
+        printf 'Hi\n/exit\n' | script -qec "$BIN chat $TMP/tq -n 6 --chat-template chatml" /dev/null \
+            >"$TMP/c2" 2>&1
+        if grep -q "sluice chat" "$TMP/c2" && grep -q "prompt .* tok" "$TMP/c2"; then
+            ok "chat on a terminal"
+        else
+            bad "chat pty: $(tail -c 400 "$TMP/c2")"
+        fi
+    fi
+    expect_fail "run without prompt" "-p TEXT or -f FILE" "$BIN" run "$TMP/tq"
+    expect_fail "run bad temp" "invalid --temp" "$BIN" run "$TMP/tq" -p x --temp -1
+    expect_fail "run no tokenizer" "tokenizer" "$BIN" run "$M" -p x
+    expect_fail "run bad template" "unknown chat template" "$BIN" run "$TMP/tq" -p x --chat-template llama
+else
+    bad "could not make the tiny model (python3-numpy missing?)"
+fi
+# tokenize: the contract checked against Hugging Face tokenizers' ids.
+if "$BIN" tokenize tests/tokenizer/qwen3/tokenizer.json --jsonl tests/tokenizer/corpus.jsonl >"$TMP/ids" 2>"$TMP/err" &&
+    python3 - "$TMP/ids" tests/tokenizer/qwen3_ids.jsonl <<'PY'; then
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+sys.exit(0 if a == b and len(a) > 0 else 1)
+PY
+    ok "tokenize --jsonl matches the reference ids"
+else
+    bad "tokenize $(cat "$TMP/err")"
+fi
+expect_fail "tokenize missing input" "one of --jsonl" "$BIN" tokenize tests/tokenizer/qwen3/tokenizer.json
+expect_fail "tokenize bad file" "cannot open" "$BIN" tokenize tests/tokenizer/qwen3/tokenizer.json --jsonl /nonexistent
+for cmd in pack verify inspect run chat tokenize; do
     if "$BIN" $cmd --help >"$TMP/out" 2>&1 && grep -q usage "$TMP/out"; then ok "help '$cmd'"; else bad "help '$cmd'"; fi
 done
 

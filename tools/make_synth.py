@@ -20,6 +20,11 @@ PRESETS = {
                           num_attention_heads=32, num_key_value_heads=4, head_dim=128,
                           num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
                           intermediate_size=6144, norm_topk_prob=True, num_hidden_layers=48),
+    # Tiny layers with the real Qwen vocabulary: end-to-end tests of the text commands.
+    "tiny-qwen-vocab": dict(model_type="qwen3_moe", vocab_size=151936, hidden_size=32,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                            intermediate_size=32, norm_topk_prob=True, num_hidden_layers=2),
     # A tiny shape for smoke tests.
     "tiny": dict(model_type="qwen3_moe", vocab_size=512, hidden_size=64, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,

@@ -15,6 +15,9 @@ int cli_generate(int argc, char **argv);
 int cli_pack(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 /* ---- options every model-running command takes (model_opts.c) ---- */
 

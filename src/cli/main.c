@@ -14,11 +14,14 @@ static const char usage[] =
     "Runs Mixture-of-Experts language models from Hugging Face checkpoints.\n"
     "\n"
     "commands:\n"
+    "  run MODEL -p TEXT                     stream the reply to a prompt\n"
+    "  chat MODEL                            interactive conversation in the terminal\n"
     "  logits MODEL --ids 1,2,3 --out FILE   float32 logits of every prompt position\n"
     "  generate MODEL --ids 1,2,3 -n N       greedy continuation through the KV cache\n"
     "  pack SRC OUT --quant int8|int4|bf16   convert a checkpoint to the streaming format\n"
     "  verify DIR                            check a pack's sizes and SHA-256 hashes\n"
     "  inspect MODEL                         architecture, sizes, quantisation, template\n"
+    "  tokenize TOKENIZER --jsonl FILE       token ids of JSON-string lines\n"
     "\n"
     "MODEL is a Hugging Face checkpoint directory (config.json, *.safetensors)\n"
     "or a directory made by 'sluice pack'.\n"
@@ -209,6 +212,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "pack")) return cli_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "verify")) return cli_verify(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cli_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'sluice --help')", cmd);
     return 1;
 }

@@ -1,0 +1,87 @@
+/*
+ * Tokenizer: Hugging Face `tokenizer.json`, byte-level BPE (GPT-2 / Qwen2 / Qwen3).
+ *
+ * Encoding follows the Rust `tokenizers` pipeline step by step:
+ *
+ *   raw text --split on added tokens (normalized=false)--> segments
+ *   segment  --normalizer (NFC, utf8proc)--> --split on added tokens (normalized=true)-->
+ *   piece    --pre-tokenizer (Split regex, PCRE2, "Isolated"; ByteLevel)--> words
+ *   word     --bytes -> GPT-2 alphabet ids--> --BPE merges (heap over pairs)--> ids
+ *
+ * Anything else found in a tokenizer.json (other model types, normalizers,
+ * pre-tokenizers, decoders, split behaviours) is refused at load with
+ * SL_ERR_UNSUPPORTED rather than silently giving other ids.
+ *
+ * Text is bytes: invalid UTF-8 is not an error. Valid runs are normalised and
+ * matched by the regex; invalid bytes pass through as their own byte-level
+ * tokens, so decode(encode(x)) gives them back.
+ *
+ * A loaded tokenizer is read-only: encode/decode may run from several threads.
+ */
+#ifndef SL_TOKENIZER_H
+#define SL_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+typedef struct sl_tokenizer sl_tokenizer;
+
+/* A growable id array. Start zeroed; free with sl_token_ids_free. */
+typedef struct sl_token_ids {
+    int32_t *ids;
+    size_t n, cap;
+} sl_token_ids;
+
+void sl_token_ids_free(sl_token_ids *v);
+
+/* path is a tokenizer.json file or a directory holding one. */
+sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err);
+void sl_tokenizer_free(sl_tokenizer *tok);
+
+/* Encodes len bytes of text (no BOS/EOS added). out->n is reset to 0, then ids
+ * are appended; out grows as needed. */
+sl_status sl_tokenizer_encode(const sl_tokenizer *tok, const char *text, size_t len,
+                              sl_token_ids *out, sl_error *err);
+
+/* Decodes ids to a malloc'ed NUL-terminated string (*out, *out_len bytes without
+ * the NUL; the caller frees it). Bytes that do not form valid UTF-8 become
+ * U+FFFD, one per maximal invalid subsequence, as Rust's from_utf8_lossy does.
+ * skip_special drops added tokens marked special. An id out of range is
+ * SL_ERR_ARG. */
+sl_status sl_tokenizer_decode(const sl_tokenizer *tok, const int32_t *ids, size_t n,
+                              int32_t skip_special, char **out, size_t *out_len, sl_error *err);
+
+/* Id of a token (an added token's content, or a vocabulary entry written in the
+ * byte-level alphabet, e.g. "Ġthe"); -1 if none. */
+int32_t sl_tokenizer_token_to_id(const sl_tokenizer *tok, const char *token);
+/* One past the largest id (vocabulary plus added tokens). */
+int32_t sl_tokenizer_vocab_size(const sl_tokenizer *tok);
+/* 1 if id is an added token marked special (<|im_end|>, ...). */
+int32_t sl_tokenizer_is_special(const sl_tokenizer *tok, int32_t id);
+
+/*
+ * Streaming detokenizer: push ids one at a time; each push returns the text
+ * that became complete. Text is emitted as soon as it is valid UTF-8 and a
+ * character is never split across pushes; bytes that can never become valid
+ * are emitted as U+FFFD, so the concatenation of every push plus the final
+ * flush equals sl_tokenizer_decode of all the ids.
+ */
+typedef struct sl_detok {
+    const sl_tokenizer *tok;
+    int32_t skip_special;
+    uint8_t pending[4]; /* start of an incomplete UTF-8 character */
+    int32_t n_pending;
+    char *buf; /* owned; the returned text points into it */
+    size_t cap;
+} sl_detok;
+
+void sl_detok_init(sl_detok *d, const sl_tokenizer *tok, int32_t skip_special);
+/* *text (NUL-terminated, *len bytes) stays valid until the next call on d. */
+sl_status sl_detok_push(sl_detok *d, int32_t id, const char **text, size_t *len, sl_error *err);
+/* Emits what is left (an incomplete character becomes U+FFFD) and resets d. */
+sl_status sl_detok_flush(sl_detok *d, const char **text, size_t *len, sl_error *err);
+void sl_detok_free(sl_detok *d);
+
+#endif /* SL_TOKENIZER_H */

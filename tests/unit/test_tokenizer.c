@@ -1,0 +1,448 @@
+/*
+ * Tokenizer tests: Qwen3's tokenizer.json against ids from Hugging Face's Rust
+ * tokenizers (tests/tokenizer/qwen3_ids.jsonl, written by tools/tokenizer_ref.js
+ * from tests/tokenizer/corpus.jsonl), round trips, the streaming detokenizer,
+ * malformed files, and an encoding speed measurement.
+ */
+#include <jansson.h>
+#include <sys/stat.h>
+#include <utf8proc.h>
+
+#include "core/common.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+/* tests/tokenizer sits beside the fixtures directory */
+static void tok_path(char *buf, size_t cap, const char *rel) {
+    snprintf(buf, cap, "%s/../tokenizer/%s", test_fixtures, rel);
+}
+
+/* Qwen3's tokenizer, loaded once (11 MB of JSON) and freed at exit. */
+static sl_tokenizer *qwen3_tok;
+static void qwen3_free(void) {
+    sl_tokenizer_free(qwen3_tok);
+}
+
+static sl_tokenizer *qwen3(void) {
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        char p[1024];
+        tok_path(p, sizeof p, "qwen3");
+        sl_error err = {0};
+        double t0 = sl_now();
+        if (sl_tokenizer_load(p, &qwen3_tok, &err))
+            fprintf(stderr, "  load: %s\n", err.msg);
+        else
+            printf("  tokenizer: loaded %s in %.2f s\n", p, sl_now() - t0);
+        atexit(qwen3_free);
+    }
+    return qwen3_tok;
+}
+
+/* Lines of a JSONL file, each parsed as any JSON value. */
+static json_t *read_jsonl(const char *rel) {
+    char p[1024];
+    tok_path(p, sizeof p, rel);
+    char *data = NULL;
+    size_t n = 0;
+    sl_error err = {0};
+    if (sl_read_file(p, &data, &n, &err)) {
+        fprintf(stderr, "  %s\n", err.msg);
+        return NULL;
+    }
+    json_t *arr = json_array();
+    char *line = data;
+    while (line < data + n) {
+        char *end = memchr(line, '\n', (size_t)(data + n - line));
+        if (!end) end = data + n;
+        json_error_t je;
+        json_t *v = json_loadb(line, (size_t)(end - line), JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        if (!v) {
+            fprintf(stderr, "  %s: %s\n", p, je.text);
+            json_decref(arr);
+            free(data);
+            return NULL;
+        }
+        json_array_append_new(arr, v);
+        line = end + 1;
+    }
+    free(data);
+    return arr;
+}
+
+static int valid_utf8(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t a =
+            utf8proc_iterate((const uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (a <= 0) return 0;
+        i += (size_t)a;
+    }
+    return 1;
+}
+
+/* Every line of corpus_rel encodes to exactly the ids on the same line of ids_rel. */
+static void check_reference(const char *corpus_rel, const char *ids_rel, size_t min_lines) {
+    sl_tokenizer *tok = qwen3();
+    CHECK(tok != NULL);
+    json_t *corpus = read_jsonl(corpus_rel), *ref = read_jsonl(ids_rel);
+    CHECK(corpus && ref);
+    if (!tok || !corpus || !ref) goto done;
+    CHECK(json_array_size(corpus) >= min_lines);
+    CHECK(json_array_size(corpus) == json_array_size(ref));
+    sl_token_ids ids = {0};
+    int shown = 0;
+    for (size_t i = 0; i < json_array_size(corpus) && i < json_array_size(ref); i++) {
+        json_t *s = json_array_get(corpus, i), *want = json_array_get(ref, i);
+        sl_error err = {0};
+        sl_status st =
+            sl_tokenizer_encode(tok, json_string_value(s), json_string_length(s), &ids, &err);
+        CHECKF(st == SL_OK, "%s line %zu: %s", corpus_rel, i + 1, err.msg);
+        int same = ids.n == json_array_size(want);
+        for (size_t k = 0; same && k < ids.n; k++)
+            same = ids.ids[k] == json_integer_value(json_array_get(want, k));
+        CHECKF(same, "%s line %zu: ids differ from the reference", corpus_rel, i + 1);
+        if (!same && shown++ < 5) {
+            char *w = json_dumps(want, JSON_COMPACT);
+            fprintf(stderr, "    want %s\n    got  [", w);
+            for (size_t k = 0; k < ids.n; k++)
+                fprintf(stderr, "%s%d", k ? "," : "", ids.ids[k]);
+            fprintf(stderr, "]\n");
+            free(w);
+        }
+    }
+    sl_token_ids_free(&ids);
+done:
+    json_decref(corpus);
+    json_decref(ref);
+}
+
+/* The hand-written corpus: scripts, code, whitespace runs, special tokens. */
+TEST(tokenizer_qwen3_reference_ids) {
+    check_reference("corpus.jsonl", "qwen3_ids.jsonl", 60);
+}
+
+/* Random strings over the characters engines disagree on (tools/tokenizer_random_corpus.py);
+ * PCRE2's own \s fails here on U+180E, which Rust's tokenizers does not count as space. */
+TEST(tokenizer_qwen3_reference_ids_random) {
+    check_reference("random_corpus.jsonl", "qwen3_random_ids.jsonl", 1000);
+}
+
+TEST(tokenizer_qwen3_special_tokens) {
+    sl_tokenizer *tok = qwen3();
+    CHECK(tok != NULL);
+    if (!tok) return;
+    CHECK(sl_tokenizer_vocab_size(tok) == 151669);
+    CHECK(sl_tokenizer_token_to_id(tok, "<|endoftext|>") == 151643);
+    CHECK(sl_tokenizer_token_to_id(tok, "<|im_start|>") == 151644);
+    CHECK(sl_tokenizer_token_to_id(tok, "<|im_end|>") == 151645);
+    CHECK(sl_tokenizer_token_to_id(tok, "Hello") == 9707);
+    CHECK(sl_tokenizer_token_to_id(tok, "\xc4\xa0world") == 1879); /* "Ġworld" */
+    CHECK(sl_tokenizer_token_to_id(tok, "no such token at all") == -1);
+    CHECK(sl_tokenizer_is_special(tok, 151645));
+    CHECK(!sl_tokenizer_is_special(tok, 9707));
+    /* skip_special drops <|im_end|> */
+    int32_t ids[] = {151644, 9707, 151645};
+    char *s = NULL;
+    size_t n = 0;
+    sl_error err = {0};
+    CHECK(sl_tokenizer_decode(tok, ids, 3, 0, &s, &n, &err) == SL_OK);
+    CHECK(s && strcmp(s, "<|im_start|>Hello<|im_end|>") == 0);
+    free(s);
+    CHECK(sl_tokenizer_decode(tok, ids, 3, 1, &s, &n, &err) == SL_OK);
+    CHECK(s && strcmp(s, "Hello") == 0);
+    free(s);
+    int32_t bad[] = {9707, 999999};
+    sl_error e2 = {0};
+    CHECK(sl_tokenizer_decode(tok, bad, 2, 0, &s, &n, &e2) == SL_ERR_ARG);
+    CHECK(strstr(e2.msg, "999999") != NULL);
+}
+
+/* decode(encode(x)) == NFC(x); streamed chunks are valid UTF-8 and add up to the decode. */
+static void check_roundtrip(const char *corpus_rel) {
+    sl_tokenizer *tok = qwen3();
+    json_t *corpus = read_jsonl(corpus_rel);
+    CHECK(tok && corpus);
+    if (!tok || !corpus) {
+        json_decref(corpus);
+        return;
+    }
+    sl_token_ids ids = {0};
+    for (size_t i = 0; i < json_array_size(corpus); i++) {
+        json_t *js = json_array_get(corpus, i);
+        const char *x = json_string_value(js);
+        size_t xn = json_string_length(js);
+        sl_error err = {0};
+        CHECK(sl_tokenizer_encode(tok, x, xn, &ids, &err) == SL_OK);
+        char *dec = NULL;
+        size_t dn = 0;
+        CHECK(sl_tokenizer_decode(tok, ids.ids, ids.n, 0, &dec, &dn, &err) == SL_OK);
+        utf8proc_uint8_t *nfc = NULL;
+        utf8proc_ssize_t nn = utf8proc_map((const uint8_t *)x, (utf8proc_ssize_t)xn, &nfc,
+                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        CHECK(nn >= 0);
+        CHECKF(dec && nn >= 0 && dn == (size_t)nn && memcmp(dec, nfc, dn) == 0,
+               "%s line %zu: decode(encode(x)) != NFC(x)", corpus_rel, i + 1);
+        free(nfc);
+        /* streaming: every chunk valid UTF-8, all chunks together = decode */
+        sl_detok d;
+        sl_detok_init(&d, tok, 0);
+        char *acc = malloc(dn + 64);
+        size_t an = 0;
+        int ok = acc != NULL;
+        for (size_t k = 0; k <= ids.n && ok; k++) {
+            const char *t;
+            size_t tn;
+            sl_status st = k < ids.n ? sl_detok_push(&d, ids.ids[k], &t, &tn, &err)
+                                     : sl_detok_flush(&d, &t, &tn, &err);
+            ok = st == SL_OK && valid_utf8(t, tn) && an + tn <= dn + 64;
+            if (ok) memcpy(acc + an, t, tn), an += tn;
+        }
+        CHECKF(ok && an == dn && memcmp(acc, dec, dn) == 0, "%s line %zu: streamed text differs",
+               corpus_rel, i + 1);
+        free(acc);
+        free(dec);
+        sl_detok_free(&d);
+    }
+    sl_token_ids_free(&ids);
+    json_decref(corpus);
+}
+
+TEST(tokenizer_qwen3_roundtrip_and_stream) {
+    check_roundtrip("corpus.jsonl");
+    check_roundtrip("random_corpus.jsonl");
+}
+
+TEST(tokenizer_qwen3_bytes_and_partial_characters) {
+    sl_tokenizer *tok = qwen3();
+    CHECK(tok != NULL);
+    if (!tok) return;
+    /* invalid UTF-8 is bytes: no error, and decoding gives U+FFFD for them */
+    const char bad[] = "ok \xff\xfe mid \xe4\xb8 end \xed\xa0\x80 \xc3";
+    sl_token_ids ids = {0};
+    sl_error err = {0};
+    CHECK(sl_tokenizer_encode(tok, bad, sizeof bad - 1, &ids, &err) == SL_OK);
+    CHECK(ids.n > 0);
+    char *dec = NULL;
+    size_t dn = 0;
+    CHECK(sl_tokenizer_decode(tok, ids.ids, ids.n, 0, &dec, &dn, &err) == SL_OK);
+    const char *want =
+        "ok \xef\xbf\xbd\xef\xbf\xbd mid \xef\xbf\xbd end \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd "
+        "\xef\xbf\xbd";
+    CHECKF(dec && strcmp(dec, want) == 0, "got \"%s\"", dec ? dec : "(null)");
+    free(dec);
+    /* a NUL inside the text is a byte like any other */
+    CHECK(sl_tokenizer_encode(tok, "a\0b", 3, &ids, &err) == SL_OK && ids.n == 3);
+
+    /* an emoji split over byte tokens: nothing until the last byte arrives */
+    const char *emoji = "\xf0\x9f\x98\x80"; /* U+1F600 */
+    int32_t byte_ids[4];
+    for (int k = 0; k < 4; k++) {
+        char one[2] = {emoji[k], 0};
+        CHECK(sl_tokenizer_encode(tok, one, 1, &ids, &err) == SL_OK && ids.n == 1);
+        byte_ids[k] = ids.n ? ids.ids[0] : 0;
+    }
+    sl_detok d;
+    sl_detok_init(&d, tok, 0);
+    const char *t;
+    size_t tn;
+    for (int k = 0; k < 3; k++) {
+        CHECK(sl_detok_push(&d, byte_ids[k], &t, &tn, &err) == SL_OK);
+        CHECK(tn == 0);
+    }
+    CHECK(sl_detok_push(&d, byte_ids[3], &t, &tn, &err) == SL_OK);
+    CHECK(tn == 4 && memcmp(t, emoji, 4) == 0);
+    /* a truncated character at the end becomes one U+FFFD at flush */
+    CHECK(sl_detok_push(&d, byte_ids[0], &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_detok_flush(&d, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 3 && memcmp(t, "\xef\xbf\xbd", 3) == 0);
+    /* a lead byte followed by ASCII: U+FFFD then the ASCII, at once */
+    CHECK(sl_detok_push(&d, byte_ids[0], &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_tokenizer_encode(tok, "a", 1, &ids, &err) == SL_OK);
+    CHECK(sl_detok_push(&d, ids.ids[0], &t, &tn, &err) == SL_OK);
+    CHECK(tn == 4 && memcmp(t,
+                            "\xef\xbf\xbd"
+                            "a",
+                            4) == 0);
+    sl_detok_free(&d);
+    sl_token_ids_free(&ids);
+}
+
+/* ---- small hand-written tokenizer.json files ---------------------------------- */
+
+/* A tiny valid byte-level BPE over the letters a, b, c: "ab" and "abc". */
+static const char *TINY_HEAD =
+    "{\"added_tokens\": [{\"id\": 6, \"content\": \"<s>\", \"special\": true}],"
+    " \"normalizer\": %s,"
+    " \"pre_tokenizer\": %s,"
+    " \"decoder\": {\"type\": \"ByteLevel\"},"
+    " \"model\": {\"type\": %s, \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"abc\": 4,"
+    " \"\\u0120\": 5}, \"merges\": %s}}";
+
+static sl_status load_tiny(const char *norm, const char *pre, const char *type, const char *merges,
+                           sl_tokenizer **tok, sl_error *err) {
+    char json[2048], path[512];
+    snprintf(json, sizeof json, TINY_HEAD, norm, pre, type, merges);
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    if (test_write_file(path, json, strlen(json))) return SL_ERR_IO;
+    return sl_tokenizer_load(test_tmpdir(), tok, err);
+}
+
+#define SPLIT_PRE                                                                                  \
+    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": " \
+    "\" ?\\\\p{L}+|\\\\s+\"}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": "         \
+    "\"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]}"
+
+TEST(tokenizer_tiny_merges_both_spellings) {
+    const char *spellings[] = {"[\"a b\", \"ab c\"]", "[[\"a\", \"b\"], [\"ab\", \"c\"]]"};
+    for (int s = 0; s < 2; s++) {
+        sl_tokenizer *tok = NULL;
+        sl_error err = {0};
+        CHECKF(load_tiny("{\"type\": \"NFC\"}", SPLIT_PRE, "\"BPE\"", spellings[s], &tok, &err) ==
+                   SL_OK,
+               "%s", err.msg);
+        if (!tok) continue;
+        sl_token_ids ids = {0};
+        CHECK(sl_tokenizer_encode(tok, "abcab<s>ba c", 12, &ids, &err) == SL_OK);
+        int32_t want[] = {4, 3, 6, 1, 0, 5, 2}; /* abc ab <s> b a Ġ c */
+        CHECK(ids.n == 7 && memcmp(ids.ids, want, sizeof want) == 0);
+        CHECK(sl_tokenizer_token_to_id(tok, "<s>") == 6);
+        CHECK(sl_tokenizer_vocab_size(tok) == 7);
+        sl_token_ids_free(&ids);
+        sl_tokenizer_free(tok);
+    }
+}
+
+/* ByteLevel alone splits with GPT-2's regex; add_prefix_space puts a space first. */
+TEST(tokenizer_tiny_bytelevel_regex) {
+    const char *pres[] = {
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": true}"};
+    int32_t want0[] = {3, 5, 2, 6, 4}, want1[] = {5, 3, 5, 2, 6, 5, 4}; /* [Ġ]ab Ġc <s> [Ġ]abc */
+    for (int k = 0; k < 2; k++) {
+        sl_tokenizer *tok = NULL;
+        sl_error err = {0};
+        CHECKF(load_tiny("null", pres[k], "\"BPE\"", "[\"a b\", \"ab c\"]", &tok, &err) == SL_OK,
+               "%s", err.msg);
+        if (!tok) continue;
+        sl_token_ids ids = {0};
+        CHECK(sl_tokenizer_encode(tok, "ab c<s>abc", 10, &ids, &err) == SL_OK);
+        size_t nw = k ? 7 : 5;
+        CHECK(ids.n == nw && memcmp(ids.ids, k ? want1 : want0, nw * sizeof(int32_t)) == 0);
+        sl_token_ids_free(&ids);
+        sl_tokenizer_free(tok);
+    }
+}
+
+static void expect_load_error(const char *what, const char *json, sl_status code,
+                              const char *needle) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.json", test_tmpdir());
+    CHECK(test_write_file(path, json, strlen(json)) == 0);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    sl_status st = sl_tokenizer_load(path, &tok, &err);
+    CHECKF(st == code && tok == NULL, "%s: status %d (%s)", what, st, err.msg);
+    CHECKF(strstr(err.msg, needle) != NULL, "%s: message \"%s\" lacks \"%s\"", what, err.msg,
+           needle);
+    sl_tokenizer_free(tok);
+}
+
+TEST(tokenizer_malformed_files) {
+    char json[2048];
+    expect_load_error("not json", "{\"model\": ", SL_ERR_FORMAT, "bad.json");
+    expect_load_error("no model", "{\"added_tokens\": []}", SL_ERR_FORMAT, "no \"model\"");
+    snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"WordPiece\"", "[]");
+    expect_load_error("model type", json, SL_ERR_UNSUPPORTED, "WordPiece");
+    snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"BPE\"", "[\"a zz\"]");
+    expect_load_error("merge out of vocab", json, SL_ERR_FORMAT, "merges[0]");
+    snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"BPE\"", "[\"a b\", \"abc\"]");
+    expect_load_error("merge without space", json, SL_ERR_FORMAT, "merges[1]");
+    snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"BPE\"", "[[\"a\"]]");
+    expect_load_error("merge pair of one", json, SL_ERR_FORMAT, "merges[0]");
+    snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"BPE\"", "{}");
+    expect_load_error("merges not array", json, SL_ERR_FORMAT, "merges");
+    snprintf(json, sizeof json, TINY_HEAD, "{\"type\": \"NFKC\"}", SPLIT_PRE, "\"BPE\"", "[]");
+    expect_load_error("normalizer", json, SL_ERR_UNSUPPORTED, "NFKC");
+    snprintf(json, sizeof json, TINY_HEAD, "null", "{\"type\": \"Metaspace\"}", "\"BPE\"", "[]");
+    expect_load_error("pre-tokenizer", json, SL_ERR_UNSUPPORTED, "Metaspace");
+    snprintf(json, sizeof json, TINY_HEAD, "null",
+             "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Removed\"}",
+             "\"BPE\"", "[]");
+    expect_load_error("split behavior", json, SL_ERR_UNSUPPORTED, "Removed");
+    snprintf(json, sizeof json, TINY_HEAD, "null",
+             "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}",
+             "\"BPE\"", "[]");
+    expect_load_error("bad regex", json, SL_ERR_FORMAT, "regex");
+    expect_load_error("lstrip",
+                      "{\"added_tokens\": [{\"id\": 0, \"content\": \"x\", \"lstrip\": true}], "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                      SL_ERR_UNSUPPORTED, "lstrip");
+    expect_load_error("byte_fallback",
+                      "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, "
+                      "\"vocab\": {\"a\": 0}, \"merges\": []}}",
+                      SL_ERR_UNSUPPORTED, "byte_fallback");
+    snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"BPE\"", "[]");
+    {
+        char *d = strstr(json, "\"decoder\"");
+        memcpy(d, "\"decodeX\"", 9); /* no decoder */
+    }
+    expect_load_error("no decoder", json, SL_ERR_UNSUPPORTED, "decoder");
+    expect_load_error("sparse id",
+                      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 2000000000}, "
+                      "\"merges\": []}}",
+                      SL_ERR_FORMAT, "2000000000");
+    expect_load_error("vocab id",
+                      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": \"x\"}, "
+                      "\"merges\": []}}",
+                      SL_ERR_FORMAT, "vocab entry");
+
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/no_tokenizer_here", test_tmpdir());
+    CHECK(mkdir(dir, 0755) == 0);
+    CHECK(sl_tokenizer_load(dir, &tok, &err) == SL_ERR_IO && tok == NULL);
+    CHECK(strstr(err.msg, "tokenizer.json") != NULL);
+    sl_error_clear(&err);
+    CHECK(sl_tokenizer_load("/nonexistent/tokenizer.json", &tok, &err) == SL_ERR_IO && tok == NULL);
+}
+
+/* ---- speed ------------------------------------------------------------------------ */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SPEED_BYTES (256u << 10)
+#else
+#define SPEED_BYTES (4u << 20)
+#endif
+
+TEST(tokenizer_qwen3_speed) {
+    sl_tokenizer *tok = qwen3();
+    json_t *corpus = read_jsonl("corpus.jsonl");
+    CHECK(tok && corpus);
+    if (!tok || !corpus) {
+        json_decref(corpus);
+        return;
+    }
+    char *text = malloc(SPEED_BYTES + 4096);
+    size_t n = 0;
+    while (n < SPEED_BYTES)
+        for (size_t i = 0; i < json_array_size(corpus) && n < SPEED_BYTES; i++) {
+            json_t *s = json_array_get(corpus, i);
+            memcpy(text + n, json_string_value(s), json_string_length(s));
+            n += json_string_length(s);
+            text[n++] = '\n';
+        }
+    sl_token_ids ids = {0};
+    sl_error err = {0};
+    double t0 = sl_now();
+    CHECK(sl_tokenizer_encode(tok, text, n, &ids, &err) == SL_OK);
+    double dt = sl_now() - t0;
+    printf("  tokenizer: %.1f MB -> %zu tokens in %.3f s: %.0f tokens/s, %.1f MB/s\n", n / 1e6,
+           ids.n, dt, ids.n / dt, n / 1e6 / dt);
+    sl_token_ids_free(&ids);
+    free(text);
+    json_decref(corpus);
+}
