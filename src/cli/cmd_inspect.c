@@ -4,6 +4,7 @@
 #include "chat/genconfig.h"
 #include "chat/template.h"
 #include "cli/cli.h"
+#include "tokenizer/tokenizer.h"
 
 static const char inspect_help[] =
     "usage: sluice inspect MODEL\n"
@@ -50,6 +51,15 @@ int cli_inspect(int argc, char **argv) {
            (double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes / gb);
     printf("per token      at most %.2f GB read (resident core + %d experts x %d layers)\n",
            active / gb, i.n_experts_used, i.n_moe_layers);
+    sl_tokenizer *tok = NULL;
+    sl_error terr = {0};
+    if (sl_tokenizer_load(dir, &tok, &terr) == SL_OK) {
+        printf("tokenizer      tokenizer.json, %d ids (model: %d)\n", sl_tokenizer_vocab_size(tok),
+               i.vocab_size);
+        sl_tokenizer_free(tok);
+    } else {
+        printf("tokenizer      none usable (%s)\n", terr.msg);
+    }
     printf("chat template  %s%s%s\n", t.kind == SL_TEMPLATE_CHATML ? "ChatML" : "none (raw text)",
            t.thinking_switch ? ", thinking switch" : "",
            t.default_system[0] ? ", default system message" : "");
