@@ -84,6 +84,9 @@ int cli_model_finish(sl_model *m, const cli_model_opts *o);
 
 /* Prints "sluice: <msg>" to stderr; returns 1 (the exit status for errors). */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Commands taking exactly one path: 0 to go on with argv[1], 1 on error (printed),
+ * 2 after printing help. what: "one DIR", "one MODEL directory". */
+int cli_one_path(int argc, char **argv, const char *help, const char *cmd, const char *what);
 /* Parses "1,2,3" into a new array; 0 on success. */
 int cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 /* Parses a decimal integer in [lo, hi]; 0 on success. */

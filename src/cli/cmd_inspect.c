@@ -13,14 +13,8 @@ static const char inspect_help[] =
     "tokens found in MODEL (a Hugging Face directory or a sluice pack).\n";
 
 int cli_inspect(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(inspect_help, stdout);
-        return 0;
-    }
-    if (argc != 2 || argv[1][0] == '-')
-        return cli_error(argc == 2 ? "unknown option '%s' (see --help)"
-                                   : "inspect needs one MODEL directory (see --help)",
-                         argv[argc > 1]);
+    int r = cli_one_path(argc, argv, inspect_help, "inspect", "one MODEL directory");
+    if (r) return r == 2 ? 0 : 1;
     const char *dir = argv[1];
     sl_model_params mp = {.n_threads = 1};
     sl_model *m = cli_load_model(dir, &mp);

@@ -55,14 +55,8 @@ static const char verify_help[] =
     "manifest; names the first file that differs.\n";
 
 int cli_verify(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(verify_help, stdout);
-        return 0;
-    }
-    if (argc != 2 || argv[1][0] == '-')
-        return cli_error(argc == 2 ? "unknown option '%s' (see --help)"
-                                   : "verify needs one DIR (see --help)",
-                         argv[argc > 1]);
+    int r = cli_one_path(argc, argv, verify_help, "verify", "one DIR");
+    if (r) return r == 2 ? 0 : 1;
     sl_error err = {0};
     if (sl_verify(argv[1], cli_progress, NULL, &err)) return cli_error("%s", err.msg);
     printf("%s: OK\n", argv[1]);

@@ -37,6 +37,17 @@ int cli_error(const char *fmt, ...) {
     return 1;
 }
 
+int cli_one_path(int argc, char **argv, const char *help, const char *cmd, const char *what) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(help, stdout);
+        return 2;
+    }
+    if (argc == 2 && argv[1][0] == '-')
+        return cli_error("unknown option '%s' (see --help)", argv[1]);
+    if (argc != 2) return cli_error("%s needs %s (see --help)", cmd, what);
+    return 0;
+}
+
 int cli_parse_int(const char *s, const char *what, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     errno = 0;
