@@ -8,24 +8,30 @@
 //       tests/tokenizer/qwen3/tokenizer.json tests/tokenizer/corpus.jsonl > tests/tokenizer/qwen3_ids.jsonl
 //
 // Each corpus line is one JSON string; each output line is the JSON array of its
-// ids, encoded with add_special_tokens=false (no BOS/EOS).
+// ids, encoded with add_special_tokens=false (no BOS/EOS). With --decode first,
+// each output line is instead the JSON string decode(encode(line)) (special
+// tokens kept), as the tokenizer's own decoder gives it.
 'use strict';
 const fs = require('fs');
 const { Tokenizer } = require('tokenizers');
 
 async function main() {
-  if (process.argv.length !== 4) {
-    process.stderr.write('usage: tokenizer_ref.js TOKENIZER_JSON CORPUS_JSONL > IDS_JSONL\n');
+  const args = process.argv.slice(2);
+  const decode = args[0] === '--decode';
+  if (decode) args.shift();
+  if (args.length !== 2) {
+    process.stderr.write('usage: tokenizer_ref.js [--decode] TOKENIZER_JSON CORPUS_JSONL > OUT_JSONL\n');
     process.exit(2);
   }
-  const tok = Tokenizer.fromFile(process.argv[2]);
-  const lines = fs.readFileSync(process.argv[3], 'utf8').split('\n');
+  const tok = Tokenizer.fromFile(args[0]);
+  const lines = fs.readFileSync(args[1], 'utf8').split('\n');
   if (lines.length && lines[lines.length - 1] === '') lines.pop();
   const out = [];
   for (const line of lines) {
     const text = JSON.parse(line);
     const enc = await tok.encode(text, null, { addSpecialTokens: false });
-    out.push(JSON.stringify(enc.getIds()));
+    if (decode) out.push(JSON.stringify(await tok.decode(enc.getIds(), false)));
+    else out.push(JSON.stringify(enc.getIds()));
   }
   process.stdout.write(out.join('\n') + '\n');
 }

@@ -192,6 +192,15 @@ typedef struct sl_pretok_step {
 } sl_pretok_step;
 
 #define SL_MAX_PRETOK 8
+#define SL_MAX_NORM   8
+
+/* One normalizer step, applied in order: NFC, Prepend(a), Replace(String a -> b). */
+enum { NORM_NFC, NORM_PREPEND, NORM_REPLACE };
+typedef struct sl_norm_step {
+    int32_t kind;
+    char *a, *b;
+    size_t la, lb;
+} sl_norm_step;
 
 struct sl_tokenizer {
     int32_t n_ids; /* one past the largest id */
@@ -221,8 +230,25 @@ struct sl_tokenizer {
     int32_t has_normalized_added, has_raw_added;
     uint8_t added_first[256]; /* 1 if some added token starts with this byte */
 
-    int32_t nfc;
+    sl_norm_step norm[SL_MAX_NORM];
+    int32_t n_norm;
+
+    /* SentencePiece-style BPE (Llama 2 / Mistral): vocab written with U+2581 for
+     * spaces, start symbols are characters, unknown ones become <0xXX> tokens
+     * (byte_fallback); decoder Replace(U+2581 -> " "), ByteFallback, Fuse, Strip. */
+    int32_t sp;
+    int32_t byte_fallback;
+    int32_t byte_tok[256]; /* id of <0xXX>; -1 if missing */
+    int16_t *byte_val;     /* [n_ids] byte of a <0xXX> token for ByteFallback, else -1 */
+    int32_t strip_start;   /* decoder Strip: leading spaces removed */
+
     int32_t add_prefix_space;
+    /* Metaspace pre-tokenizer (SentencePiece style): spaces -> ms_rep, then a
+     * prepended ms_rep (never / always / only on the text's first piece), then
+     * optionally a split before every ms_rep */
+    int32_t metaspace, ms_prepend, ms_split;
+    char ms_rep[8];
+    size_t ms_rep_len;
     sl_pretok_step steps[SL_MAX_PRETOK];
     int32_t n_steps;
 };
@@ -269,6 +295,11 @@ void sl_tokenizer_free(sl_tokenizer *t) {
     free(t->raw_off);
     free(t->raw_len);
     free(t->special);
+    free(t->byte_val);
+    for (int32_t i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].a);
+        free(t->norm[i].b);
+    }
     free(t->vocab_map);
     free(t->merges);
     for (int32_t i = 0; i < t->n_added; i++)
@@ -380,8 +411,47 @@ static int json_null_or_empty(json_t *o, const char *key) {
 static sl_status load_normalizer(sl_tokenizer *t, json_t *norm, const char *path, sl_error *err) {
     if (!norm || json_is_null(norm)) return SL_OK;
     const char *type = json_string_value(json_object_get(norm, "type"));
-    if (type && strcmp(type, "NFC") == 0) {
-        t->nfc = 1;
+    if (type && (strcmp(type, "NFC") == 0 || strcmp(type, "Prepend") == 0 ||
+                 strcmp(type, "Replace") == 0)) {
+        if (t->n_norm == SL_MAX_NORM)
+            return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: more than %d normalizers", path,
+                           SL_MAX_NORM);
+        sl_norm_step *ns = &t->norm[t->n_norm];
+        const char *a = NULL, *b = "";
+        if (strcmp(type, "NFC") == 0) {
+            ns->kind = NORM_NFC;
+        } else if (strcmp(type, "Prepend") == 0) {
+            ns->kind = NORM_PREPEND;
+            a = json_string_value(json_object_get(norm, "prepend"));
+            if (!a)
+                return sl_fail(err, SL_ERR_FORMAT, "%s: Prepend normalizer without a string", path);
+        } else {
+            ns->kind = NORM_REPLACE;
+            json_t *pat = json_object_get(norm, "pattern");
+            a = json_string_value(json_object_get(pat, "String"));
+            b = json_string_value(json_object_get(norm, "content"));
+            if (json_object_get(pat, "Regex"))
+                return sl_fail(err, SL_ERR_UNSUPPORTED,
+                               "%s: Replace normalizer with a Regex pattern (supported: String)",
+                               path);
+            if (!a || !a[0] || !b)
+                return sl_fail(err, SL_ERR_FORMAT,
+                               "%s: Replace normalizer needs a non-empty String pattern and a "
+                               "content",
+                               path);
+        }
+        if (a) {
+            ns->la = strlen(a);
+            ns->lb = strlen(b);
+            ns->a = strdup(a);
+            ns->b = strdup(b);
+            if (!ns->a || !ns->b) {
+                free(ns->a);
+                free(ns->b);
+                return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+            }
+        }
+        t->n_norm++;
         return SL_OK;
     }
     if (type && strcmp(type, "Sequence") == 0) {
@@ -397,8 +467,9 @@ static sl_status load_normalizer(sl_tokenizer *t, json_t *norm, const char *path
         }
         return SL_OK;
     }
-    return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: unsupported normalizer \"%s\" (supported: NFC)",
-                   path, type ? type : "?");
+    return sl_fail(err, SL_ERR_UNSUPPORTED,
+                   "%s: unsupported normalizer \"%s\" (supported: NFC, Prepend, Replace)", path,
+                   type ? type : "?");
 }
 
 static sl_status load_pretok(sl_tokenizer *t, json_t *pt, int top, int only, const char *path,
@@ -439,6 +510,37 @@ static sl_status load_pretok(sl_tokenizer *t, json_t *pt, int top, int only, con
         t->n_steps++;
         return SL_OK;
     }
+    if (strcmp(type, "Metaspace") == 0) {
+        if (!top)
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "%s: Metaspace inside a Sequence (not supported)", path);
+        const char *r = json_string_value(json_object_get(pt, "replacement"));
+        const char *ps = json_string_value(json_object_get(pt, "prepend_scheme"));
+        json_t *sp = json_object_get(pt, "split");
+        size_t adv = 0;
+        if (!r || !r[0] || utf8_check((const uint8_t *)r, strlen(r), &adv) != 1 || adv != strlen(r))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: Metaspace needs a one-character replacement",
+                           path);
+        if (ps && strcmp(ps, "never") == 0)
+            t->ms_prepend = 0;
+        else if (ps && strcmp(ps, "always") == 0)
+            t->ms_prepend = 1;
+        else if (ps && strcmp(ps, "first") == 0)
+            t->ms_prepend = 2;
+        else if (!ps && json_is_boolean(json_object_get(pt, "add_prefix_space")))
+            t->ms_prepend = tk_json_true(pt, "add_prefix_space"); /* older files */
+        else
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "%s: Metaspace prepend_scheme \"%s\" (supported: first, always, never)",
+                           path, ps ? ps : "none");
+        if (sp && !json_is_boolean(sp))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: Metaspace split is not a boolean", path);
+        t->ms_split = !sp || json_is_true(sp);
+        memcpy(t->ms_rep, r, adv);
+        t->ms_rep_len = adv;
+        t->metaspace = 1;
+        return SL_OK;
+    }
     if (strcmp(type, "ByteLevel") == 0) {
         if (tk_json_true(pt, "add_prefix_space")) {
             if (!only)
@@ -458,7 +560,8 @@ static sl_status load_pretok(sl_tokenizer *t, json_t *pt, int top, int only, con
         return SL_OK;
     }
     return sl_fail(err, SL_ERR_UNSUPPORTED,
-                   "%s: unsupported pre-tokenizer \"%s\" (supported: Split, ByteLevel, Sequence)",
+                   "%s: unsupported pre-tokenizer \"%s\" (supported: Split, ByteLevel, Sequence; "
+                   "Metaspace alone)",
                    path, type);
 }
 
@@ -480,6 +583,78 @@ static size_t bytelevel_decode(const char *s, size_t n, const int16_t *cp_byte, 
     return k;
 }
 
+/* Decoded bytes of a token per the decoder Replace(U+2581 -> " "). */
+static size_t metaspace_decode(const char *s, size_t n, char *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 2 < n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
+            out[k++] = ' ';
+            i += 2;
+        } else {
+            out[k++] = s[i];
+        }
+    }
+    return k;
+}
+
+/* The byte of a "<0xXX>" token as the ByteFallback decoder reads it, else -1. */
+static int16_t fallback_byte(const char *s, size_t n) {
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                : (c == '+' && i == 3) ? 0 /* Rust's from_str_radix takes a sign */
+                                       : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return (int16_t)v;
+}
+
+static int json_type_is(json_t *o, const char *type) {
+    const char *t = json_string_value(json_object_get(o, "type"));
+    return t && strcmp(t, type) == 0;
+}
+
+/* decoder: ByteLevel, or Sequence[Replace(U+2581 -> " "), ByteFallback, Fuse, Strip(" ", n, 0)]
+ * (the Strip optional). Sets t->sp. */
+static sl_status load_decoder(sl_tokenizer *t, json_t *dec, const char *path, sl_error *err) {
+    const char *dtype = json_string_value(json_object_get(dec, "type"));
+    if (dtype && strcmp(dtype, "ByteLevel") == 0) return SL_OK;
+    json_t *list = json_object_get(dec, "decoders");
+    size_t nd = json_array_size(list);
+    int ok = dtype && strcmp(dtype, "Sequence") == 0 && (nd == 3 || nd == 4);
+    if (ok) {
+        json_t *r = json_array_get(list, 0);
+        const char *pat =
+            json_string_value(json_object_get(json_object_get(r, "pattern"), "String"));
+        const char *con = json_string_value(json_object_get(r, "content"));
+        ok = json_type_is(r, "Replace") && pat && con && strcmp(pat, "\xe2\x96\x81") == 0 &&
+             strcmp(con, " ") == 0 && json_type_is(json_array_get(list, 1), "ByteFallback") &&
+             json_type_is(json_array_get(list, 2), "Fuse");
+    }
+    if (ok && nd == 4) {
+        json_t *st = json_array_get(list, 3);
+        const char *c = json_string_value(json_object_get(st, "content"));
+        json_t *a = json_object_get(st, "start"), *b = json_object_get(st, "stop");
+        ok = json_type_is(st, "Strip") && c && strcmp(c, " ") == 0 && json_is_integer(a) &&
+             json_integer_value(a) >= 0 && json_integer_value(a) < 1000 && json_is_integer(b) &&
+             json_integer_value(b) == 0;
+        if (ok) t->strip_start = (int32_t)json_integer_value(a);
+    }
+    if (!ok)
+        return sl_fail(
+            err, SL_ERR_UNSUPPORTED,
+            "%s: unsupported decoder \"%s\" (supported: ByteLevel; Sequence of "
+            "Replace(\"\xe2\x96\x81\" -> \" \"), ByteFallback, Fuse, Strip(\" \", n, 0))",
+            path, dtype ? dtype : "none");
+    t->sp = 1;
+    return SL_OK;
+}
+
 static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_error *err) {
     if (!json_is_object(root)) return sl_fail(err, SL_ERR_FORMAT, "%s: not a JSON object", path);
     json_t *model = json_object_get(root, "model");
@@ -492,8 +667,6 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout))
         return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: BPE dropout is not supported", path);
-    if (tk_json_true(model, "byte_fallback"))
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: BPE byte_fallback is not supported yet", path);
     if (!json_null_or_empty(model, "continuing_subword_prefix") ||
         !json_null_or_empty(model, "end_of_word_suffix"))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
@@ -549,6 +722,14 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     if ((uint64_t)max_id >= 2 * (uint64_t)n_entries + 1024)
         return sl_fail(err, SL_ERR_FORMAT, "%s: token id %lld is far beyond the %zu tokens defined",
                        path, (long long)max_id, n_entries);
+    sl_status st = load_decoder(t, json_object_get(root, "decoder"), path, err);
+    if (st) return st;
+    t->byte_fallback = tk_json_true(model, "byte_fallback");
+    if (t->byte_fallback && !t->sp)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: BPE byte_fallback is supported only with the ByteFallback decoder "
+                       "(SentencePiece style), not with ByteLevel",
+                       path);
     t->n_ids = (int32_t)(max_id + 1);
     size_t n = (size_t)t->n_ids;
     raw_bytes += str_bytes;
@@ -559,15 +740,18 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     t->raw_off = calloc(n, sizeof *t->raw_off);
     t->raw_len = malloc(n * sizeof *t->raw_len);
     t->special = calloc(n, 1);
+    t->byte_val = malloc(n * sizeof *t->byte_val);
     size_t vcap = pow2_at_least(json_object_size(vocab) * 2 + 1);
     t->vocab_map = malloc(vcap * sizeof *t->vocab_map);
     t->vocab_mask = vcap - 1;
     t->added = calloc(n_added + 1, sizeof *t->added);
     if (!t->strs || !t->raws || !t->tok_off || !t->tok_len || !t->raw_off || !t->raw_len ||
-        !t->special || !t->vocab_map || !t->added)
+        !t->special || !t->byte_val || !t->vocab_map || !t->added)
         return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for a vocabulary of %zu", path, n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         t->tok_len[i] = t->raw_len[i] = -1;
+        t->byte_val[i] = -1;
+    }
     memset(t->vocab_map, 0xff, vcap * sizeof *t->vocab_map);
 
     uint32_t alpha[256];
@@ -594,7 +778,9 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
             h = (h + 1) & t->vocab_mask;
         t->vocab_map[h] = id;
         t->raw_off[id] = (int64_t)ro;
-        t->raw_len[id] = (int32_t)bytelevel_decode(key, len, cp_byte, t->raws + ro);
+        t->raw_len[id] = (int32_t)(t->sp ? metaspace_decode(key, len, t->raws + ro)
+                                         : bytelevel_decode(key, len, cp_byte, t->raws + ro));
+        if (t->sp) t->byte_val[id] = fallback_byte(key, len);
         ro += (size_t)t->raw_len[id];
     }
     for (size_t i = 0; i < n_added; i++) {
@@ -615,7 +801,10 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
         t->added_first[(uint8_t)at->content[0]] = 1;
         t->special[at->id] = (uint8_t)at->special;
         t->raw_off[at->id] = (int64_t)ro;
-        t->raw_len[at->id] = (int32_t)bytelevel_decode(at->content, at->len, cp_byte, t->raws + ro);
+        t->raw_len[at->id] =
+            (int32_t)(t->sp ? metaspace_decode(at->content, at->len, t->raws + ro)
+                            : bytelevel_decode(at->content, at->len, cp_byte, t->raws + ro));
+        if (t->sp) t->byte_val[at->id] = fallback_byte(at->content, at->len);
         ro += (size_t)t->raw_len[at->id];
     }
     /* longest first, so the first match at a position is the longest */
@@ -629,7 +818,14 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     for (int b = 0; b < 256; b++) {
         char u[4];
         int k = (int)utf8proc_encode_char((utf8proc_int32_t)alpha[b], (utf8proc_uint8_t *)u);
-        t->byte_id[b] = vocab_lookup(t, u, (size_t)k);
+        t->byte_id[b] = t->sp ? -1 : vocab_lookup(t, u, (size_t)k);
+        char bt[8];
+        snprintf(bt, sizeof bt, "<0x%02X>", (unsigned)b);
+        t->byte_tok[b] = vocab_lookup(t, bt, 6);
+        if (t->byte_fallback && t->byte_tok[b] < 0)
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "%s: byte_fallback without the vocab token \"%s\" (not supported)", path,
+                           bt);
     }
     t->unk_id = -1;
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
@@ -649,7 +845,6 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     for (size_t i = 0; i < mcap; i++)
         t->merges[i].key = UINT64_MAX;
     tk_buf cat = {0};
-    sl_status st = SL_OK;
     for (size_t i = 0; i < nm && !st; i++) {
         json_t *m = json_array_get(merges, i);
         const char *a = NULL, *b = NULL;
@@ -705,12 +900,16 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     if (st) return st;
     st = load_pretok(t, json_object_get(root, "pre_tokenizer"), 1, 1, path, err);
     if (st) return st;
-    json_t *dec = json_object_get(root, "decoder");
-    const char *dtype = json_string_value(json_object_get(dec, "type"));
-    if (!dtype || strcmp(dtype, "ByteLevel") != 0)
+    if (t->sp && (t->n_steps || t->add_prefix_space))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
-                       "%s: unsupported decoder \"%s\" (supported: ByteLevel)", path,
-                       dtype ? dtype : "none");
+                       "%s: a pre-tokenizer with the SentencePiece-style decoder is not "
+                       "supported (only null or Metaspace)",
+                       path);
+    if (t->metaspace && !t->sp)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: Metaspace pre-tokenizer is supported only with the SentencePiece-"
+                       "style decoder",
+                       path);
     return SL_OK;
 }
 
@@ -780,7 +979,8 @@ typedef struct sl_enc {
     sl_pair *heap;
     size_t heap_n, heap_cap;
     pcre2_match_data *md;
-    tk_buf tmp; /* ignore_merges: the word in the byte-level alphabet */
+    tk_buf tmp;           /* ignore_merges: the word in the byte-level alphabet */
+    int32_t raw_at0, at0; /* the segment / piece starts at offset 0 of the text */
     sl_error *err;
 } sl_enc;
 
@@ -844,8 +1044,12 @@ static void push_merge(sl_enc *e, int32_t pos, int *fail) {
  */
 static sl_status bpe_word(sl_enc *e, const uint8_t *w, size_t n) {
     const sl_tokenizer *t = e->tok;
+    if (t->sp && t->ignore_merges) {
+        int32_t id = vocab_lookup(t, (const char *)w, n);
+        if (id >= 0) return ids_push(e->out, id) ? oom(e) : SL_OK;
+    }
     if (n == 1 && t->byte_id[w[0]] >= 0) return ids_push(e->out, t->byte_id[w[0]]) ? oom(e) : SL_OK;
-    if (t->ignore_merges) {
+    if (t->ignore_merges && !t->sp) {
         e->tmp.n = 0;
         for (size_t i = 0; i < n; i++) {
             int32_t b = t->byte_id[w[i]];
@@ -864,8 +1068,27 @@ static sl_status bpe_word(sl_enc *e, const uint8_t *w, size_t n) {
     }
     /* start symbols; a byte missing from the vocab becomes unk (or is dropped) */
     int32_t ns = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[w[i]];
+    for (size_t i = 0; i < n;) {
+        /* byte level: one symbol per byte; SentencePiece style: per character,
+         * an unknown one as its <0xXX> bytes (byte_fallback) */
+        size_t adv = 1;
+        int32_t id;
+        if (t->sp) {
+            if (utf8_check(w + i, n - i, &adv) != 1) adv = 1; /* invalid: one byte */
+            id = vocab_lookup(t, (const char *)w + i, adv);
+            if (id < 0 && t->byte_fallback) {
+                for (size_t k = 0; k < adv; k++) {
+                    e->sym[ns] = (sl_symbol){t->byte_tok[w[i + k]], ns - 1, -1, 1};
+                    if (ns > 0) e->sym[ns - 1].next = ns;
+                    ns++;
+                }
+                i += adv;
+                continue;
+            }
+        } else {
+            id = t->byte_id[w[i]];
+        }
+        i += adv;
         if (id < 0) {
             if (t->unk_id < 0) continue;
             if (t->fuse_unk && ns > 0 && e->sym[ns - 1].id == t->unk_id) continue;
@@ -954,6 +1177,10 @@ static sl_status split_added(sl_enc *e, const uint8_t *s, size_t n, int32_t norm
             const sl_added_token *a = &t->added[j];
             if (a->normalized != normalized || a->len > n - i || memcmp(s + i, a->content, a->len))
                 continue;
+            if (normalized)
+                e->at0 = e->raw_at0 && last == 0;
+            else
+                e->raw_at0 = last == 0;
             if (i > last && (st = next(e, s + last, i - last))) return st;
             if (ids_push(e->out, a->id)) return oom(e);
             i += a->len - 1;
@@ -961,12 +1188,54 @@ static sl_status split_added(sl_enc *e, const uint8_t *s, size_t n, int32_t norm
             break;
         }
     }
+    if (normalized)
+        e->at0 = e->raw_at0 && last == 0;
+    else
+        e->raw_at0 = last == 0;
     if (n > last) return next(e, s + last, n - last);
     return SL_OK;
 }
 
+/* Metaspace: spaces -> replacement, maybe a replacement first, maybe split
+ * before every replacement (MergedWithNext); the pieces go to BPE. */
+static sl_status metaspace(sl_enc *e, const uint8_t *s, size_t n) {
+    const sl_tokenizer *t = e->tok;
+    const char *r = t->ms_rep;
+    size_t rl = t->ms_rep_len;
+    tk_buf b = {0};
+    int bad = 0;
+    for (size_t i = 0, last = 0; i <= n && !bad; i++) {
+        if (i == n || s[i] == ' ') {
+            bad = bytes_append(&b, s + last, i - last);
+            if (i < n) bad |= bytes_append(&b, r, rl);
+            last = i + 1;
+        }
+    }
+    int starts = b.n >= rl && memcmp(b.data, r, rl) == 0;
+    if (!bad && !starts && (t->ms_prepend == 1 || (t->ms_prepend == 2 && e->at0))) {
+        bad = bytes_reserve(&b, rl);
+        if (!bad) {
+            memmove(b.data + rl, b.data, b.n + 1);
+            memcpy(b.data, r, rl);
+            b.n += rl;
+        }
+    }
+    sl_status st = bad ? oom(e) : SL_OK;
+    const uint8_t *p = (const uint8_t *)b.data;
+    size_t start = 0;
+    for (size_t i = 1; !st && i <= b.n; i++) {
+        if (i == b.n || (t->ms_split && i + rl <= b.n && memcmp(p + i, r, rl) == 0)) {
+            st = bpe_word(e, p + start, i - start);
+            start = i;
+        }
+    }
+    free(b.data);
+    return st;
+}
+
 static sl_status after_normalize(sl_enc *e, const uint8_t *s, size_t n) {
     const sl_tokenizer *t = e->tok;
+    if (t->metaspace) return metaspace(e, s, n);
     if (t->add_prefix_space && s[0] != ' ') {
         /* ByteLevel add_prefix_space (only as the sole pre-tokenizer) */
         tk_buf p = {0};
@@ -986,13 +1255,7 @@ static sl_status after_normalize_split(sl_enc *e, const uint8_t *s, size_t n) {
 }
 
 /* NFC over the valid UTF-8 runs of s; invalid bytes are kept as they are. */
-static sl_status normalize_segment(sl_enc *e, const uint8_t *s, size_t n) {
-    const sl_tokenizer *t = e->tok;
-    int ascii = 1;
-    for (size_t i = 0; i < n && ascii; i++)
-        ascii = s[i] < 0x80;
-    if (!t->nfc || ascii) return after_normalize_split(e, s, n);
-    tk_buf out = {0};
+static int nfc_append(tk_buf *out, const uint8_t *s, size_t n) {
     size_t i = 0;
     int bad = 0;
     while (i < n && !bad) {
@@ -1004,20 +1267,69 @@ static sl_status normalize_segment(sl_enc *e, const uint8_t *s, size_t n) {
             utf8proc_ssize_t r = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &dst,
                                               UTF8PROC_STABLE | UTF8PROC_COMPOSE);
             if (r < 0)
-                bad = bytes_append(&out, s + i, j - i);
+                bad = bytes_append(out, s + i, j - i);
             else
-                bad = bytes_append(&out, dst, (size_t)r);
+                bad = bytes_append(out, dst, (size_t)r);
             free(dst);
         }
         if (j < n) {
             utf8_check(s + j, n - j, &adv);
-            bad |= bytes_append(&out, s + j, adv);
+            bad |= bytes_append(out, s + j, adv);
             j += adv;
         }
         i = j;
     }
-    sl_status st = bad ? oom(e) : after_normalize_split(e, (const uint8_t *)out.data, out.n);
-    free(out.data);
+    return bad;
+}
+
+/* Replace: every non-overlapping occurrence of a, left to right, becomes b. */
+static int replace_append(tk_buf *out, const uint8_t *s, size_t n, const sl_norm_step *ns) {
+    size_t i = 0, last = 0;
+    int bad = 0;
+    while (i + ns->la <= n && !bad) {
+        if (s[i] == (uint8_t)ns->a[0] && memcmp(s + i, ns->a, ns->la) == 0) {
+            bad = bytes_append(out, s + last, i - last) || bytes_append(out, ns->b, ns->lb);
+            i += ns->la;
+            last = i;
+        } else {
+            i++;
+        }
+    }
+    return bad || bytes_append(out, s + last, n - last);
+}
+
+/* The normalizer steps in order (NFC, Prepend, Replace) over one segment. */
+static sl_status normalize_segment(sl_enc *e, const uint8_t *s, size_t n) {
+    const sl_tokenizer *t = e->tok;
+    if (t->n_norm == 0) return after_normalize_split(e, s, n);
+    tk_buf cur = {0}, nxt = {0};
+    int bad = 0;
+    const uint8_t *p = s;
+    size_t pn = n;
+    for (int32_t k = 0; k < t->n_norm && !bad; k++) {
+        const sl_norm_step *ns = &t->norm[k];
+        nxt.n = 0;
+        if (ns->kind == NORM_NFC) {
+            int ascii = 1;
+            for (size_t i = 0; i < pn && ascii; i++)
+                ascii = p[i] < 0x80;
+            if (ascii) continue;
+            bad = nfc_append(&nxt, p, pn);
+        } else if (ns->kind == NORM_PREPEND) {
+            if (pn == 0) continue;
+            bad = bytes_append(&nxt, ns->a, ns->la) || bytes_append(&nxt, p, pn);
+        } else {
+            bad = replace_append(&nxt, p, pn, ns);
+        }
+        tk_buf tmp = cur;
+        cur = nxt;
+        nxt = tmp;
+        p = (const uint8_t *)cur.data;
+        pn = cur.n;
+    }
+    sl_status st = bad ? oom(e) : pn ? after_normalize_split(e, p, pn) : SL_OK;
+    free(cur.data);
+    free(nxt.data);
     return st;
 }
 
@@ -1054,10 +1366,65 @@ static sl_status id_bytes(const sl_tokenizer *t, int32_t id, int32_t skip_specia
     return SL_OK;
 }
 
+/* A run of <0xXX> tokens, as ByteFallback: its bytes if they are valid UTF-8,
+ * else one U+FFFD per byte. */
+static int fallback_run(tk_buf *out, const uint8_t *p, size_t n) {
+    size_t i = 0, adv;
+    while (i < n && utf8_check(p + i, n - i, &adv) == 1)
+        i += adv;
+    if (i == n) return bytes_append(out, p, n);
+    int bad = 0;
+    for (size_t k = 0; k < n; k++)
+        bad |= bytes_append(out, REPLACEMENT, 3);
+    return bad;
+}
+
+/* SentencePiece-style decode: Replace(U+2581 -> " ") is in the raw table;
+ * ByteFallback, Fuse, then Strip of leading spaces. */
+static sl_status decode_sp(const sl_tokenizer *t, const int32_t *ids, size_t n,
+                           int32_t skip_special, char **out, size_t *out_len, sl_error *err) {
+    tk_buf run = {0}, txt = {0};
+    int bad = bytes_reserve(&run, 16) || bytes_reserve(&txt, 64);
+    for (size_t i = 0; i < n && !bad; i++) {
+        const uint8_t *p = NULL;
+        size_t k = 0;
+        sl_status st = id_bytes(t, ids[i], skip_special, &p, &k, err);
+        if (st) {
+            free(run.data);
+            free(txt.data);
+            return st;
+        }
+        if (skip_special && t->special[ids[i]]) continue;
+        int16_t b = t->byte_val[ids[i]];
+        if (b >= 0) {
+            uint8_t c = (uint8_t)b;
+            bad = bytes_append(&run, &c, 1);
+            continue;
+        }
+        if (run.n) bad |= fallback_run(&txt, (const uint8_t *)run.data, run.n);
+        run.n = 0;
+        bad |= bytes_append(&txt, p, k);
+    }
+    if (run.n && !bad) bad = fallback_run(&txt, (const uint8_t *)run.data, run.n);
+    free(run.data);
+    if (bad) {
+        free(txt.data);
+        return sl_fail(err, SL_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    size_t skip = 0;
+    while (skip < txt.n && (int32_t)skip < t->strip_start && txt.data[skip] == ' ')
+        skip++;
+    memmove(txt.data, txt.data + skip, txt.n - skip + 1);
+    *out = txt.data;
+    *out_len = txt.n - skip;
+    return SL_OK;
+}
+
 sl_status sl_tokenizer_decode(const sl_tokenizer *t, const int32_t *ids, size_t n,
                               int32_t skip_special, char **out, size_t *out_len, sl_error *err) {
     *out = NULL;
     *out_len = 0;
+    if (t->sp) return decode_sp(t, ids, n, skip_special, out, out_len, err);
     tk_buf raw = {0}, txt = {0};
     int bad = bytes_reserve(&raw, 64) || bytes_reserve(&txt, 64);
     for (size_t i = 0; i < n && !bad; i++) {
@@ -1086,6 +1453,55 @@ void sl_detok_init(sl_detok *d, const sl_tokenizer *tok, int32_t skip_special) {
     memset(d, 0, sizeof *d);
     d->tok = tok;
     d->skip_special = skip_special;
+    d->strip_left = tok->strip_start;
+}
+
+/* SentencePiece style: a <0xXX> byte joins the pending character; a byte run
+ * that turns invalid gives U+FFFD per byte from then on, as ByteFallback does;
+ * any other token ends the run. Then the decoder's Strip on the stream start. */
+static sl_status detok_sp(sl_detok *d, int32_t id, const uint8_t *p, size_t n, int final,
+                          const char **text, size_t *len, sl_error *err) {
+    tk_buf out = {.data = d->buf, .n = 0, .cap = d->cap};
+    int bad = bytes_reserve(&out, 16);
+    int16_t b = id >= 0 ? d->tok->byte_val[id] : -1;
+    if (!final && b >= 0) {
+        if (d->run_bad) {
+            bad |= bytes_append(&out, REPLACEMENT, 3);
+        } else {
+            d->pending[d->n_pending++] = (uint8_t)b;
+            size_t adv;
+            int r = utf8_check(d->pending, (size_t)d->n_pending, &adv);
+            if (r == 1) {
+                bad |= bytes_append(&out, d->pending, (size_t)d->n_pending);
+                d->n_pending = 0;
+            } else if (r < 0) {
+                d->run_bad = 1;
+            }
+        }
+    }
+    if (final || b < 0 || d->run_bad) {
+        for (int32_t k = 0; k < d->n_pending; k++)
+            bad |= bytes_append(&out, REPLACEMENT, 3);
+        d->n_pending = 0;
+    }
+    if (final || b < 0) d->run_bad = 0;
+    if (!final && b < 0) bad |= bytes_append(&out, p, n);
+    d->buf = out.data;
+    d->cap = out.cap;
+    if (bad) return sl_fail(err, SL_ERR_NOMEM, "tokenizer: out of memory");
+    size_t skip = 0;
+    while (d->strip_left > 0 && skip < out.n) {
+        if (out.data[skip] != ' ') {
+            d->strip_left = 0;
+            break;
+        }
+        skip++;
+        d->strip_left--;
+    }
+    *text = out.data + skip;
+    *len = out.n - skip;
+    if (final) d->strip_left = d->tok->strip_start;
+    return SL_OK;
 }
 
 void sl_detok_free(sl_detok *d) {
@@ -1124,13 +1540,18 @@ sl_status sl_detok_push(sl_detok *d, int32_t id, const char **text, size_t *len,
     *len = 0;
     sl_status st = id_bytes(d->tok, id, d->skip_special, &p, &n, err);
     if (st) return st;
+    if (d->tok->sp) {
+        if (d->skip_special && d->tok->special[id]) return SL_OK;
+        return detok_sp(d, id, p, n, 0, text, len, err);
+    }
     return detok_emit(d, p, n, 0, text, len, err);
 }
 
 sl_status sl_detok_flush(sl_detok *d, const char **text, size_t *len, sl_error *err) {
     *text = "";
     *len = 0;
-    sl_status st = detok_emit(d, NULL, 0, 1, text, len, err);
+    sl_status st = d->tok->sp ? detok_sp(d, -1, NULL, 0, 1, text, len, err)
+                              : detok_emit(d, NULL, 0, 1, text, len, err);
     d->n_pending = 0;
     return st;
 }

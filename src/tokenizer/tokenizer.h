@@ -1,20 +1,30 @@
 /*
- * Tokenizer: Hugging Face `tokenizer.json`, byte-level BPE (GPT-2 / Qwen2 / Qwen3).
+ * Tokenizer: Hugging Face `tokenizer.json`, BPE in two flavours:
+ *
+ *  - byte-level (GPT-2 / Qwen2 / Qwen3): decoder ByteLevel;
+ *  - SentencePiece style (Llama 2 / Mistral): vocab written with "▁" (U+2581)
+ *    for spaces, characters as start symbols, `byte_fallback` (a character
+ *    not in the vocab becomes its UTF-8 bytes as <0xXX> tokens) or `unk_token`
+ *    (`fuse_unk`), no pre-tokenizer, decoder Sequence[Replace("▁" -> " "),
+ *    ByteFallback, Fuse, Strip(" ", n, 0)].
  *
  * Encoding follows the Rust `tokenizers` pipeline step by step:
  *
  *   raw text --split on added tokens (normalized=false)--> segments
- *   segment  --normalizer (NFC, utf8proc)--> --split on added tokens (normalized=true)-->
+ *   segment  --normalizer (NFC via utf8proc, Prepend, Replace with a String
+ *              pattern, in file order)--> --split on added tokens (normalized=true)-->
  *   piece    --pre-tokenizer (Split regex, PCRE2, "Isolated"; ByteLevel)--> words
- *   word     --bytes -> GPT-2 alphabet ids--> --BPE merges (heap over pairs)--> ids
+ *   word     --bytes -> GPT-2 alphabet ids, or characters -> ids / <0xXX> ids-->
+ *            --BPE merges (heap over pairs)--> ids
  *
  * Anything else found in a tokenizer.json (other model types, normalizers,
- * pre-tokenizers, decoders, split behaviours) is refused at load with
- * SL_ERR_UNSUPPORTED rather than silently giving other ids.
+ * pre-tokenizers such as Metaspace, decoders, split behaviours) is refused at
+ * load with SL_ERR_UNSUPPORTED rather than silently giving other ids.
  *
  * Text is bytes: invalid UTF-8 is not an error. Valid runs are normalised and
  * matched by the regex; invalid bytes pass through as their own byte-level
- * tokens, so decode(encode(x)) gives them back.
+ * tokens (byte-level) or <0xXX> tokens (byte fallback), so decode(encode(x))
+ * gives them back (as U+FFFD once decoded).
  *
  * A loaded tokenizer is read-only: encode/decode may run from several threads.
  */
@@ -46,15 +56,18 @@ sl_status sl_tokenizer_encode(const sl_tokenizer *tok, const char *text, size_t 
                               sl_token_ids *out, sl_error *err);
 
 /* Decodes ids to a malloc'ed NUL-terminated string (*out, *out_len bytes without
- * the NUL; the caller frees it). Bytes that do not form valid UTF-8 become
- * U+FFFD, one per maximal invalid subsequence, as Rust's from_utf8_lossy does.
+ * the NUL; the caller frees it). Byte-level: bytes that do not form valid UTF-8
+ * become U+FFFD, one per maximal invalid subsequence, as Rust's from_utf8_lossy
+ * does. SentencePiece style: as the tokenizers decoders do, a run of <0xXX>
+ * tokens that is not valid UTF-8 as a whole becomes one U+FFFD per byte, and
+ * the decoder's Strip removes the leading space(s) of the whole text.
  * skip_special drops added tokens marked special. An id out of range is
  * SL_ERR_ARG. */
 sl_status sl_tokenizer_decode(const sl_tokenizer *tok, const int32_t *ids, size_t n,
                               int32_t skip_special, char **out, size_t *out_len, sl_error *err);
 
-/* Id of a token (an added token's content, or a vocabulary entry written in the
- * byte-level alphabet, e.g. "Ġthe"); -1 if none. */
+/* Id of a token (an added token's content, or a vocabulary entry as written in
+ * the file: byte-level alphabet "Ġthe", or metaspace "▁the"); -1 if none. */
 int32_t sl_tokenizer_token_to_id(const sl_tokenizer *tok, const char *token);
 /* One past the largest id (vocabulary plus added tokens). */
 int32_t sl_tokenizer_vocab_size(const sl_tokenizer *tok);
@@ -66,14 +79,21 @@ int32_t sl_tokenizer_is_special(const sl_tokenizer *tok, int32_t id);
  * that became complete. Text is emitted as soon as it is valid UTF-8 and a
  * character is never split across pushes; bytes that can never become valid
  * are emitted as U+FFFD, so the concatenation of every push plus the final
- * flush equals sl_tokenizer_decode of all the ids.
+ * flush equals sl_tokenizer_decode of all the ids. One exception, SentencePiece
+ * style only: a <0xXX> run holding complete valid characters followed by an
+ * invalid byte; the characters were already emitted, where decode gives
+ * U+FFFD for every byte of the run (from the invalid byte on, the stream gives
+ * U+FFFD too). The decoder's Strip applies at the start of the stream (after
+ * init or flush).
  */
 typedef struct sl_detok {
     const sl_tokenizer *tok;
     int32_t skip_special;
     uint8_t pending[4]; /* start of an incomplete UTF-8 character */
     int32_t n_pending;
-    char *buf; /* owned; the returned text points into it */
+    int32_t run_bad;    /* SentencePiece style: the current <0xXX> run is invalid */
+    int32_t strip_left; /* SentencePiece style: leading spaces still to strip */
+    char *buf;          /* owned; the returned text points into it */
     size_t cap;
 } sl_detok;
 

@@ -17,27 +17,40 @@ static void tok_path(char *buf, size_t cap, const char *rel) {
     snprintf(buf, cap, "%s/../tokenizer/%s", test_fixtures, rel);
 }
 
-/* Qwen3's tokenizer, loaded once (11 MB of JSON) and freed at exit. */
-static sl_tokenizer *qwen3_tok;
-static void qwen3_free(void) {
+/* The reference tokenizers, each loaded once and freed at exit: Qwen3's
+ * (byte-level, 11 MB of JSON) and a SentencePiece-style one with byte fallback
+ * (tests/tokenizer/lenml_llama2, Mistral 7B's vocabulary). */
+static sl_tokenizer *qwen3_tok, *sp_tok;
+static void tokenizers_free(void) {
     sl_tokenizer_free(qwen3_tok);
+    sl_tokenizer_free(sp_tok);
+}
+
+static sl_tokenizer *load_once(sl_tokenizer **tok, int *tried, const char *rel) {
+    static int registered;
+    if (!*tried) {
+        *tried = 1;
+        char p[1024];
+        tok_path(p, sizeof p, rel);
+        sl_error err = {0};
+        double t0 = sl_now();
+        if (sl_tokenizer_load(p, tok, &err))
+            fprintf(stderr, "  load: %s\n", err.msg);
+        else
+            printf("  tokenizer: loaded %s in %.2f s\n", p, sl_now() - t0);
+        if (!registered++) atexit(tokenizers_free);
+    }
+    return *tok;
 }
 
 static sl_tokenizer *qwen3(void) {
     static int tried;
-    if (!tried) {
-        tried = 1;
-        char p[1024];
-        tok_path(p, sizeof p, "qwen3");
-        sl_error err = {0};
-        double t0 = sl_now();
-        if (sl_tokenizer_load(p, &qwen3_tok, &err))
-            fprintf(stderr, "  load: %s\n", err.msg);
-        else
-            printf("  tokenizer: loaded %s in %.2f s\n", p, sl_now() - t0);
-        atexit(qwen3_free);
-    }
-    return qwen3_tok;
+    return load_once(&qwen3_tok, &tried, "qwen3");
+}
+
+static sl_tokenizer *sptok(void) {
+    static int tried;
+    return load_once(&sp_tok, &tried, "lenml_llama2");
 }
 
 /* Lines of a JSONL file, each parsed as any JSON value. */
@@ -84,8 +97,8 @@ static int valid_utf8(const char *s, size_t n) {
 }
 
 /* Every line of corpus_rel encodes to exactly the ids on the same line of ids_rel. */
-static void check_reference(const char *corpus_rel, const char *ids_rel, size_t min_lines) {
-    sl_tokenizer *tok = qwen3();
+static void check_reference(sl_tokenizer *tok, const char *corpus_rel, const char *ids_rel,
+                            size_t min_lines) {
     CHECK(tok != NULL);
     json_t *corpus = read_jsonl(corpus_rel), *ref = read_jsonl(ids_rel);
     CHECK(corpus && ref);
@@ -121,13 +134,13 @@ done:
 
 /* The hand-written corpus: scripts, code, whitespace runs, special tokens. */
 TEST(tokenizer_qwen3_reference_ids) {
-    check_reference("corpus.jsonl", "qwen3_ids.jsonl", 60);
+    check_reference(qwen3(), "corpus.jsonl", "qwen3_ids.jsonl", 60);
 }
 
 /* Random strings over the characters engines disagree on (tools/tokenizer_random_corpus.py);
  * PCRE2's own \s fails here on U+180E, which Rust's tokenizers does not count as space. */
 TEST(tokenizer_qwen3_reference_ids_random) {
-    check_reference("random_corpus.jsonl", "qwen3_random_ids.jsonl", 1000);
+    check_reference(qwen3(), "random_corpus.jsonl", "qwen3_random_ids.jsonl", 1000);
 }
 
 TEST(tokenizer_qwen3_special_tokens) {
@@ -160,15 +173,18 @@ TEST(tokenizer_qwen3_special_tokens) {
     CHECK(strstr(e2.msg, "999999") != NULL);
 }
 
-/* decode(encode(x)) == NFC(x); streamed chunks are valid UTF-8 and add up to the decode. */
-static void check_roundtrip(const char *corpus_rel) {
-    sl_tokenizer *tok = qwen3();
+/* decode(encode(x)) == NFC(x), or the reference decode when decoded_rel is given;
+ * streamed chunks are valid UTF-8 and add up to the decode. */
+static void check_roundtrip(sl_tokenizer *tok, const char *corpus_rel, const char *decoded_rel) {
     json_t *corpus = read_jsonl(corpus_rel);
-    CHECK(tok && corpus);
-    if (!tok || !corpus) {
+    json_t *decoded = decoded_rel ? read_jsonl(decoded_rel) : NULL;
+    CHECK(tok && corpus && (decoded || !decoded_rel));
+    if (!tok || !corpus || (!decoded && decoded_rel)) {
         json_decref(corpus);
+        json_decref(decoded);
         return;
     }
+    if (decoded) CHECK(json_array_size(decoded) == json_array_size(corpus));
     sl_token_ids ids = {0};
     for (size_t i = 0; i < json_array_size(corpus); i++) {
         json_t *js = json_array_get(corpus, i);
@@ -179,13 +195,21 @@ static void check_roundtrip(const char *corpus_rel) {
         char *dec = NULL;
         size_t dn = 0;
         CHECK(sl_tokenizer_decode(tok, ids.ids, ids.n, 0, &dec, &dn, &err) == SL_OK);
-        utf8proc_uint8_t *nfc = NULL;
-        utf8proc_ssize_t nn = utf8proc_map((const uint8_t *)x, (utf8proc_ssize_t)xn, &nfc,
-                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-        CHECK(nn >= 0);
-        CHECKF(dec && nn >= 0 && dn == (size_t)nn && memcmp(dec, nfc, dn) == 0,
-               "%s line %zu: decode(encode(x)) != NFC(x)", corpus_rel, i + 1);
-        free(nfc);
+        if (decoded) {
+            json_t *w = json_array_get(decoded, i);
+            CHECKF(dec && w && dn == json_string_length(w) &&
+                       memcmp(dec, json_string_value(w), dn) == 0,
+                   "%s line %zu: decode(encode(x)) differs from the reference decode", corpus_rel,
+                   i + 1);
+        } else {
+            utf8proc_uint8_t *nfc = NULL;
+            utf8proc_ssize_t nn = utf8proc_map((const uint8_t *)x, (utf8proc_ssize_t)xn, &nfc,
+                                               UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            CHECK(nn >= 0);
+            CHECKF(dec && nn >= 0 && dn == (size_t)nn && memcmp(dec, nfc, dn) == 0,
+                   "%s line %zu: decode(encode(x)) != NFC(x)", corpus_rel, i + 1);
+            free(nfc);
+        }
         /* streaming: every chunk valid UTF-8, all chunks together = decode */
         sl_detok d;
         sl_detok_init(&d, tok, 0);
@@ -208,11 +232,12 @@ static void check_roundtrip(const char *corpus_rel) {
     }
     sl_token_ids_free(&ids);
     json_decref(corpus);
+    json_decref(decoded);
 }
 
 TEST(tokenizer_qwen3_roundtrip_and_stream) {
-    check_roundtrip("corpus.jsonl");
-    check_roundtrip("random_corpus.jsonl");
+    check_roundtrip(qwen3(), "corpus.jsonl", NULL);
+    check_roundtrip(qwen3(), "random_corpus.jsonl", NULL);
 }
 
 TEST(tokenizer_qwen3_bytes_and_partial_characters) {
@@ -366,8 +391,12 @@ TEST(tokenizer_malformed_files) {
     expect_load_error("merges not array", json, SL_ERR_FORMAT, "merges");
     snprintf(json, sizeof json, TINY_HEAD, "{\"type\": \"NFKC\"}", SPLIT_PRE, "\"BPE\"", "[]");
     expect_load_error("normalizer", json, SL_ERR_UNSUPPORTED, "NFKC");
-    snprintf(json, sizeof json, TINY_HEAD, "null", "{\"type\": \"Metaspace\"}", "\"BPE\"", "[]");
+    snprintf(json, sizeof json, TINY_HEAD, "null",
+             "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"always\"}",
+             "\"BPE\"", "[]");
     expect_load_error("pre-tokenizer", json, SL_ERR_UNSUPPORTED, "Metaspace");
+    snprintf(json, sizeof json, TINY_HEAD, "null", "{\"type\": \"Whitespace\"}", "\"BPE\"", "[]");
+    expect_load_error("pre-tokenizer", json, SL_ERR_UNSUPPORTED, "Whitespace");
     snprintf(json, sizeof json, TINY_HEAD, "null",
              "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Removed\"}",
              "\"BPE\"", "[]");
@@ -381,7 +410,8 @@ TEST(tokenizer_malformed_files) {
                       "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
                       SL_ERR_UNSUPPORTED, "lstrip");
     expect_load_error("byte_fallback",
-                      "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, "
+                      "{\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
+                      "\"byte_fallback\": true, "
                       "\"vocab\": {\"a\": 0}, \"merges\": []}}",
                       SL_ERR_UNSUPPORTED, "byte_fallback");
     snprintf(json, sizeof json, TINY_HEAD, "null", SPLIT_PRE, "\"BPE\"", "[]");
@@ -418,8 +448,7 @@ TEST(tokenizer_malformed_files) {
 #define SPEED_BYTES (4u << 20)
 #endif
 
-TEST(tokenizer_qwen3_speed) {
-    sl_tokenizer *tok = qwen3();
+static void measure_speed(sl_tokenizer *tok, const char *name) {
     json_t *corpus = read_jsonl("corpus.jsonl");
     CHECK(tok && corpus);
     if (!tok || !corpus) {
@@ -440,9 +469,288 @@ TEST(tokenizer_qwen3_speed) {
     double t0 = sl_now();
     CHECK(sl_tokenizer_encode(tok, text, n, &ids, &err) == SL_OK);
     double dt = sl_now() - t0;
-    printf("  tokenizer: %.1f MB -> %zu tokens in %.3f s: %.0f tokens/s, %.1f MB/s\n", n / 1e6,
-           ids.n, dt, ids.n / dt, n / 1e6 / dt);
+    printf("  tokenizer %s: %.1f MB -> %zu tokens in %.3f s: %.0f tokens/s, %.1f MB/s\n", name,
+           n / 1e6, ids.n, dt, ids.n / dt, n / 1e6 / dt);
     sl_token_ids_free(&ids);
     free(text);
     json_decref(corpus);
+}
+
+TEST(tokenizer_qwen3_speed) {
+    measure_speed(qwen3(), "qwen3");
+}
+
+/* ---- SentencePiece-style BPE with byte fallback (Llama 2 / Mistral layout) ---- */
+
+TEST(tokenizer_sp_reference_ids) {
+    check_reference(sptok(), "corpus.jsonl", "lenml_llama2/ids.jsonl", 60);
+    check_reference(sptok(), "random_corpus.jsonl", "lenml_llama2/random_ids.jsonl", 1000);
+}
+
+/* the reference decode (tokenizers' own decoder: Replace, ByteFallback, Fuse, Strip) */
+TEST(tokenizer_sp_roundtrip_and_stream) {
+    check_roundtrip(sptok(), "corpus.jsonl", "lenml_llama2/decoded.jsonl");
+    check_roundtrip(sptok(), "random_corpus.jsonl", "lenml_llama2/random_decoded.jsonl");
+}
+
+static void expect_decode(sl_tokenizer *tok, const int32_t *ids, size_t n, int32_t skip,
+                          const char *want, const char *what) {
+    char *s = NULL;
+    size_t sn = 0;
+    sl_error err = {0};
+    CHECKF(sl_tokenizer_decode(tok, ids, n, skip, &s, &sn, &err) == SL_OK, "%s: %s", what, err.msg);
+    CHECKF(s && sn == strlen(want) && memcmp(s, want, sn) == 0, "%s: got \"%s\"", what,
+           s ? s : "(null)");
+    free(s);
+}
+
+TEST(tokenizer_sp_tokens_and_bytes) {
+    sl_tokenizer *tok = sptok();
+    CHECK(tok != NULL);
+    if (!tok) return;
+    CHECK(sl_tokenizer_vocab_size(tok) == 32000);
+    CHECK(sl_tokenizer_token_to_id(tok, "<unk>") == 0);
+    CHECK(sl_tokenizer_token_to_id(tok, "<s>") == 1);
+    CHECK(sl_tokenizer_token_to_id(tok, "</s>") == 2);
+    CHECK(sl_tokenizer_token_to_id(tok, "<0x00>") == 3);
+    CHECK(sl_tokenizer_token_to_id(tok, "\xe2\x96\x81Hello") == 22557); /* "▁Hello" */
+    CHECK(sl_tokenizer_is_special(tok, 1) && sl_tokenizer_is_special(tok, 2));
+    CHECK(!sl_tokenizer_is_special(tok, 22557));
+
+    /* <s> in text is the added token; the text after it gets its own "▁" */
+    sl_token_ids ids = {0};
+    sl_error err = {0};
+    CHECK(sl_tokenizer_encode(tok, "<s>Hello", 8, &ids, &err) == SL_OK);
+    CHECK(ids.n == 2 && ids.ids[0] == 1 && ids.ids[1] == 22557);
+    int32_t hello[] = {1, 22557, 2};
+    expect_decode(tok, hello, 3, 0, "<s> Hello</s>", "special kept");
+    expect_decode(tok, hello, 3, 1, "Hello", "special skipped: leading space stripped");
+    expect_decode(tok, hello + 1, 1, 0, "Hello", "leading space stripped");
+    int32_t two_sp[] = {22557, 22557};
+    expect_decode(tok, two_sp, 2, 0, "Hello Hello", "only the first space stripped");
+
+    /* byte fallback: a character not in the vocab becomes its UTF-8 bytes */
+    const char *emoji = "\xf0\x9f\xa7\xbf"; /* U+1F9FF, not in the vocab */
+    CHECK(sl_tokenizer_encode(tok, emoji, 4, &ids, &err) == SL_OK);
+    int32_t want[] = {28705, 3 + 0xf0, 3 + 0x9f, 3 + 0xa7, 3 + 0xbf}; /* ▁ <0xF0>... */
+    CHECK(ids.n == 5 && memcmp(ids.ids, want, sizeof want) == 0);
+    expect_decode(tok, want, 5, 0, emoji, "bytes combine");
+    /* an invalid byte run is one U+FFFD per byte, as ByteFallback does */
+    int32_t badrun[] = {3 + 0xf0, 3 + 0x9f, 22557};
+    expect_decode(tok, badrun, 3, 0,
+                  "\xef\xbf\xbd\xef\xbf\xbd"
+                  " Hello",
+                  "truncated run");
+    int32_t mixed[] = {3 + 0xc3, 3 + 0xa9, 3 + 0xff};
+    expect_decode(tok, mixed, 3, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", "run with a bad byte");
+    /* invalid UTF-8 in the input is encoded as its bytes */
+    CHECK(sl_tokenizer_encode(tok, "a\xff", 2, &ids, &err) == SL_OK);
+    CHECK(ids.n >= 1 && ids.ids[ids.n - 1] == 3 + 0xff);
+
+    /* streaming: nothing until the character is complete, then all of it */
+    sl_detok d;
+    sl_detok_init(&d, tok, 0);
+    const char *t;
+    size_t tn;
+    CHECK(sl_detok_push(&d, 28705, &t, &tn, &err) == SL_OK && tn == 0); /* "▁" stripped */
+    for (int k = 1; k < 4; k++) {
+        CHECK(sl_detok_push(&d, want[k], &t, &tn, &err) == SL_OK);
+        CHECK(tn == 0);
+    }
+    CHECK(sl_detok_push(&d, want[4], &t, &tn, &err) == SL_OK);
+    CHECK(tn == 4 && memcmp(t, emoji, 4) == 0);
+    CHECK(sl_detok_push(&d, 22557, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 6 && memcmp(t, " Hello", 6) == 0); /* only the stream's first space goes */
+    /* a truncated run ended by a token: U+FFFD per byte, then the token */
+    CHECK(sl_detok_push(&d, 3 + 0xe4, &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_detok_push(&d, 3 + 0xb8, &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_detok_push(&d, 22557, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 12 && memcmp(t, "\xef\xbf\xbd\xef\xbf\xbd Hello", 12) == 0);
+    /* an invalid byte: U+FFFD at once; the rest of the run too */
+    CHECK(sl_detok_push(&d, 3 + 0xe4, &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_detok_push(&d, 3 + 0x41, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 6 && memcmp(t, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0);
+    CHECK(sl_detok_push(&d, 3 + 0x41, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 3 && memcmp(t, "\xef\xbf\xbd", 3) == 0);
+    CHECK(sl_detok_push(&d, 22557, &t, &tn, &err) == SL_OK && tn == 6); /* the run ends */
+    /* flush: pending bytes become U+FFFD each, and the next stream strips again */
+    CHECK(sl_detok_push(&d, 3 + 0xf0, &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_detok_flush(&d, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 3 && memcmp(t, "\xef\xbf\xbd", 3) == 0);
+    CHECK(sl_detok_push(&d, 22557, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 5 && memcmp(t, "Hello", 5) == 0);
+    sl_detok_free(&d);
+    /* skip_special: <s> gives nothing and the space after it is still stripped */
+    sl_detok_init(&d, tok, 1);
+    CHECK(sl_detok_push(&d, 1, &t, &tn, &err) == SL_OK && tn == 0);
+    CHECK(sl_detok_push(&d, 22557, &t, &tn, &err) == SL_OK);
+    CHECK(tn == 5 && memcmp(t, "Hello", 5) == 0);
+    sl_detok_free(&d);
+    sl_token_ids_free(&ids);
+}
+
+/* A tiny SentencePiece-style file: metaspace vocab, byte fallback, unk. */
+static const char *SP_HEAD =
+    "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true}],"
+    " \"normalizer\": %s, \"pre_tokenizer\": %s, \"decoder\": %s,"
+    " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true,"
+    " \"byte_fallback\": %s, \"ignore_merges\": %s, \"vocab\": {\"<unk>\": 0, %s"
+    " \"\\u2581\": 1, \"a\": 2, \"b\": 3, \"\\u2581a\": 4, \"ab\": 5, \"\\u2581ab\": 6,"
+    " \"\\u2581b\": 7, \"\\u2581ba\": 8}, \"merges\": [\"\\u2581 a\", \"a b\", \"\\u2581a b\","
+    " \"\\u2581 b\"]}}";
+#define SP_NORM                                                                                    \
+    "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": "             \
+    "\"\\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": "        \
+    "\"\\u2581\"}]}"
+#define SP_DEC                                                                                     \
+    "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": "   \
+    "\"\\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, "      \
+    "{\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}"
+
+static void sp_json(char *json, size_t cap, const char *norm, const char *pre, const char *dec,
+                    const char *fallback, const char *ignore, int bytes) {
+    char vb[256 * 16] = "";
+    size_t k = 0;
+    for (int b = 0; bytes && b < 256; b++)
+        k += (size_t)snprintf(vb + k, sizeof vb - k, "\"<0x%02X>\": %d, ", b, 9 + b);
+    snprintf(json, cap, SP_HEAD, norm, pre, dec, fallback, ignore, vb);
+}
+
+static sl_tokenizer *load_sp_path(const char *path) {
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    if (sl_tokenizer_load(path, &tok, &err)) fprintf(stderr, "  load: %s\n", err.msg);
+    return tok;
+}
+
+static sl_tokenizer *load_sp(const char *json) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/sp.json", test_tmpdir());
+    if (test_write_file(path, json, strlen(json))) return NULL;
+    return load_sp_path(path);
+}
+
+TEST(tokenizer_tiny_sp) {
+    char json[16384];
+    sl_token_ids ids = {0};
+    sl_error err = {0};
+    /* byte fallback: "c" is not in the vocab */
+    sp_json(json, sizeof json, SP_NORM, "null", SP_DEC, "true", "false", 1);
+    sl_tokenizer *tok = load_sp(json);
+    CHECK(tok != NULL);
+    if (tok) {
+        CHECK(sl_tokenizer_encode(tok, "ab bc", 5, &ids, &err) == SL_OK);
+        int32_t want[] = {6, 7, 9 + 'c'}; /* ▁ab ▁b <0x63> */
+        CHECK(ids.n == 3 && memcmp(ids.ids, want, sizeof want) == 0);
+        expect_decode(tok, want, 3, 0, "ab bc", "tiny byte fallback");
+        sl_tokenizer_free(tok);
+    }
+    /* no byte fallback: unknown characters become one fused <unk> */
+    sp_json(json, sizeof json, SP_NORM, "null", SP_DEC, "false", "false", 0);
+    tok = load_sp(json);
+    CHECK(tok != NULL);
+    if (tok) {
+        CHECK(sl_tokenizer_encode(tok, "acca", 4, &ids, &err) == SL_OK);
+        int32_t want[] = {4, 0, 2}; /* ▁a <unk> a */
+        CHECK(ids.n == 3 && memcmp(ids.ids, want, sizeof want) == 0);
+        CHECK(sl_tokenizer_encode(tok, "ba", 2, &ids, &err) == SL_OK);
+        CHECK(ids.n == 2 && ids.ids[0] == 7 && ids.ids[1] == 2); /* ▁b a: no merge to ▁ba */
+        sl_tokenizer_free(tok);
+    }
+    /* ignore_merges: a word in the vocab is taken whole */
+    sp_json(json, sizeof json, SP_NORM, "null", SP_DEC, "true", "true", 1);
+    tok = load_sp(json);
+    CHECK(tok != NULL);
+    if (tok) {
+        CHECK(sl_tokenizer_encode(tok, "ba", 2, &ids, &err) == SL_OK);
+        CHECK(ids.n == 1 && ids.ids[0] == 8);
+        sl_tokenizer_free(tok);
+    }
+    sl_token_ids_free(&ids);
+}
+
+TEST(tokenizer_sp_unsupported) {
+    char json[16384];
+    sp_json(json, sizeof json, SP_NORM, "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\"}",
+            SP_DEC, "true", "false", 1);
+    expect_load_error("metaspace without prepend_scheme", json, SL_ERR_UNSUPPORTED,
+                      "prepend_scheme");
+    sp_json(json, sizeof json, SP_NORM,
+            "{\"type\": \"Metaspace\", \"replacement\": \"ab\", \"prepend_scheme\": \"first\"}",
+            SP_DEC, "true", "false", 1);
+    expect_load_error("metaspace replacement of two characters", json, SL_ERR_FORMAT,
+                      "replacement");
+    sp_json(json, sizeof json, SP_NORM,
+            "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Metaspace\", "
+            "\"replacement\": \"\\u2581\", \"prepend_scheme\": \"first\"}]}",
+            SP_DEC, "true", "false", 1);
+    expect_load_error("metaspace in a sequence", json, SL_ERR_UNSUPPORTED, "Metaspace");
+    sp_json(json, sizeof json, SP_NORM, "null", "{\"type\": \"Metaspace\"}", "true", "false", 1);
+    expect_load_error("metaspace decoder", json, SL_ERR_UNSUPPORTED, "decoder");
+    sp_json(json, sizeof json, SP_NORM, "null",
+            "{\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, "
+            "{\"type\": \"Fuse\"}]}",
+            "true", "false", 1);
+    expect_load_error("decoder without Replace", json, SL_ERR_UNSUPPORTED, "decoder");
+    sp_json(json, sizeof json, SP_NORM, "null", SP_DEC, "true", "false", 0);
+    expect_load_error("byte_fallback without byte tokens", json, SL_ERR_UNSUPPORTED, "<0x00>");
+    sp_json(json, sizeof json,
+            "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \"x\"}", "null",
+            SP_DEC, "true", "false", 1);
+    expect_load_error("regex Replace", json, SL_ERR_UNSUPPORTED, "Regex");
+    sp_json(json, sizeof json,
+            "{\"type\": \"Replace\", \"pattern\": {\"String\": \"\"}, \"content\": \"x\"}", "null",
+            SP_DEC, "true", "false", 1);
+    expect_load_error("empty Replace", json, SL_ERR_FORMAT, "Replace");
+    sp_json(json, sizeof json, SP_NORM, "{\"type\": \"ByteLevel\"}", SP_DEC, "true", "false", 1);
+    expect_load_error("ByteLevel pre-tokenizer with sp decoder", json, SL_ERR_UNSUPPORTED,
+                      "pre-tokenizer");
+    sp_json(json, sizeof json, SP_NORM, "null", "{\"type\": \"ByteLevel\"}", "true", "false", 1);
+    expect_load_error("byte_fallback with ByteLevel", json, SL_ERR_UNSUPPORTED, "byte_fallback");
+}
+
+/* The same vocabulary with the newer layout: no normalizer, a Metaspace
+ * pre-tokenizer (written here from tests/tokenizer/lenml_llama2/tokenizer.json,
+ * as tests/tokenizer/README.md says for the reference ids). */
+static sl_tokenizer *load_metaspace_variant(const char *scheme, int split) {
+    char p[1024], out[512];
+    tok_path(p, sizeof p, "lenml_llama2/tokenizer.json");
+    json_error_t je;
+    json_t *root = json_load_file(p, 0, &je);
+    if (!root) return NULL;
+    json_object_set_new(root, "normalizer", json_null());
+    json_object_set_new(root, "pre_tokenizer",
+                        json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                  "\xe2\x96\x81", "prepend_scheme", scheme, "split", split));
+    snprintf(out, sizeof out, "%s/metaspace.json", test_tmpdir());
+    int rc = json_dump_file(root, out, JSON_COMPACT);
+    json_decref(root);
+    if (rc) return NULL;
+    return load_sp_path(out);
+}
+
+TEST(tokenizer_sp_metaspace_reference_ids) {
+    struct {
+        const char *scheme;
+        int split;
+        const char *ids;
+    } v[] = {{"first", 0, "lenml_llama2/metaspace_first_ids.jsonl"},
+             {"always", 1, "lenml_llama2/metaspace_always_split_ids.jsonl"},
+             {"never", 1, "lenml_llama2/metaspace_never_split_ids.jsonl"}};
+    for (int k = 0; k < 3; k++) {
+        sl_tokenizer *tok = load_metaspace_variant(v[k].scheme, v[k].split);
+        CHECKF(tok != NULL, "metaspace %s", v[k].scheme);
+        if (!tok) continue;
+        check_reference(tok, "corpus.jsonl", v[k].ids, 60);
+        if (k == 0) {
+            check_reference(tok, "random_corpus.jsonl",
+                            "lenml_llama2/metaspace_first_random_ids.jsonl", 1000);
+            check_roundtrip(tok, "corpus.jsonl", "lenml_llama2/metaspace_first_decoded.jsonl");
+        }
+        sl_tokenizer_free(tok);
+    }
+}
+
+TEST(tokenizer_sp_speed) {
+    measure_speed(sptok(), "lenml_llama2 (sentencepiece bpe)");
 }
