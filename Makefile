@@ -112,9 +112,14 @@ fuzz-run-%: $(BUILD)/fuzz/fuzz_%
 
 # ---- the default job -------------------------------------------------------
 
-RUN_MODEL ?= tests/fixtures/qwen2_gqa_untied
+# The demo model (tools/train_demo.py): a Qwen2-MoE trained on the King James
+# Bible, packed at int8. Its experts stream from disk through a cache holding
+# half of them (4 of 8 slots per layer).
+RUN_MODEL ?= models/kjv-moe
+RUN_PROMPT ?= And it came to pass
 run: $(BUILD)/sluice
-	$(BUILD)/sluice generate $(RUN_MODEL) --ids 1,2,3,4,5 -n 16
+	$(BUILD)/sluice run $(RUN_MODEL) --raw -p "$(RUN_PROMPT)" -n 160 --temp 0.8 --top-p 0.95 \
+	    --seed 1 --experts stream --cache-experts 4
 
 format:
 	clang-format -i $$(find include src tests -name '*.[ch]')

@@ -191,6 +191,16 @@ else
 fi
 expect_fail "tokenize missing input" "one of --jsonl" "$BIN" tokenize tests/tokenizer/qwen3/tokenizer.json
 expect_fail "tokenize bad file" "cannot open" "$BIN" tokenize tests/tokenizer/qwen3/tokenizer.json --jsonl /nonexistent
+# The default model (make run): verifies, streams text with a cache of half its experts.
+if "$BIN" verify models/kjv-moe >/dev/null 2>&1 &&
+    "$BIN" run models/kjv-moe --raw -p "And it came to pass" -n 40 --temp 0.8 --seed 1 \
+        --experts stream --cache-experts 4 >"$TMP/d1" 2>"$TMP/err" &&
+    grep -q "^And it came to pass" "$TMP/d1" && grep -q "experts hit" "$TMP/err" &&
+    [ "$(wc -w <"$TMP/d1")" -gt 25 ]; then
+    ok "default model: verify and stream text"
+else
+    bad "default model $(cat "$TMP/err")"
+fi
 for cmd in pack verify inspect run chat tokenize; do
     if "$BIN" $cmd --help >"$TMP/out" 2>&1 && grep -q usage "$TMP/out"; then ok "help '$cmd'"; else bad "help '$cmd'"; fi
 done

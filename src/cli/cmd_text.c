@@ -369,6 +369,7 @@ int cli_run(int argc, char **argv) {
         sl_chat_render(&t.tpl, msgs, n, 1, o.think, text, need + 1);
         struct sigaction sa = {.sa_handler = on_sigint}, old;
         sigaction(SIGINT, &sa, &old);
+        if (t.tpl.kind == SL_TEMPLATE_RAW) fputs(o.prompt, stdout); /* a continuation */
         rc = generate_reply(&t, text, stdout);
         sigaction(SIGINT, &old, NULL);
         free(text);
