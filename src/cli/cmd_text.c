@@ -26,9 +26,12 @@ typedef struct text_opts {
     const char *stops[MAX_STOPS];
     int n_stops, raw, think, max_tokens;
     sl_sampler_params sp;
-    int sp_set; /* bit per sampling option given on the command line */
+    int sp_set; /* SET_* bits: sampling options given on the command line */
     cli_model_opts m;
 } text_opts;
+
+/* Sampling options given explicitly win over generation_config.json's defaults. */
+enum { SET_TEMP = 1, SET_TOP_K = 2, SET_TOP_P = 4, SET_MIN_P = 8 };
 
 enum {
     OPT_RAW = CLI_OPT_COMMAND,
@@ -122,20 +125,20 @@ static int parse(int argc, char **argv, const char *help, int need_prompt, text_
             break;
         case OPT_TEMP:
             o->sp.temperature = (float)parse_float(optarg, "--temp", 0, 100, &bad);
-            o->sp_set |= 1;
+            o->sp_set |= SET_TEMP;
             break;
         case OPT_TOP_K:
             if (cli_parse_int(optarg, "--top-k", 0, 1 << 24, &v)) return 1;
             o->sp.top_k = (int32_t)v;
-            o->sp_set |= 2;
+            o->sp_set |= SET_TOP_K;
             break;
         case OPT_TOP_P:
             o->sp.top_p = (float)parse_float(optarg, "--top-p", 1e-6, 1, &bad);
-            o->sp_set |= 4;
+            o->sp_set |= SET_TOP_P;
             break;
         case OPT_MIN_P:
             o->sp.min_p = (float)parse_float(optarg, "--min-p", 0, 1, &bad);
-            o->sp_set |= 8;
+            o->sp_set |= SET_MIN_P;
             break;
         case OPT_REPEAT:
             o->sp.repetition_penalty =
@@ -217,10 +220,10 @@ static int text_init(text_ctx *t, text_opts *o) {
     if (st) return cli_error("%s", err.msg);
     if (o->raw) t->tpl.kind = SL_TEMPLATE_RAW;
     /* Sampling defaults from generation_config.json, unless given here. */
-    if (!(o->sp_set & 1) && t->gen.temperature >= 0) o->sp.temperature = t->gen.temperature;
-    if (!(o->sp_set & 2) && t->gen.top_k >= 0) o->sp.top_k = t->gen.top_k;
-    if (!(o->sp_set & 4) && t->gen.top_p > 0) o->sp.top_p = t->gen.top_p;
-    if (!(o->sp_set & 8) && t->gen.min_p >= 0) o->sp.min_p = t->gen.min_p;
+    if (!(o->sp_set & SET_TEMP) && t->gen.temperature >= 0) o->sp.temperature = t->gen.temperature;
+    if (!(o->sp_set & SET_TOP_K) && t->gen.top_k >= 0) o->sp.top_k = t->gen.top_k;
+    if (!(o->sp_set & SET_TOP_P) && t->gen.top_p > 0) o->sp.top_p = t->gen.top_p;
+    if (!(o->sp_set & SET_MIN_P) && t->gen.min_p >= 0) o->sp.min_p = t->gen.min_p;
     /* End of turn: the template's <|im_end|> too. */
     int32_t im_end = sl_tokenizer_token_to_id(t->tok, "<|im_end|>");
     if (im_end >= 0 && !sl_gen_config_is_eos(&t->gen, im_end) && t->gen.n_eos < SL_MAX_EOS)
@@ -244,8 +247,14 @@ static int text_init(text_ctx *t, text_opts *o) {
 
 static void reply_append(text_ctx *t, const char *s, size_t n) {
     if (t->reply_len + n + 1 > t->reply_cap) {
-        t->reply_cap = (t->reply_len + n + 1) * 2;
-        t->reply = realloc(t->reply, t->reply_cap);
+        size_t cap = (t->reply_len + n + 1) * 2;
+        char *r = realloc(t->reply, cap);
+        if (!r) {
+            fputs("sluice: out of memory\n", stderr);
+            exit(1); /* the CLI, not the library: exiting is its call */
+        }
+        t->reply = r;
+        t->reply_cap = cap;
     }
     memcpy(t->reply + t->reply_len, s, n);
     t->reply_len += n;
