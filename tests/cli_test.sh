@@ -162,7 +162,7 @@ if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/de
     # Ctrl-C stops a long reply and returns to the prompt, which still works.
     if command -v script >/dev/null; then
         (printf 'Hi\n'; sleep 3; printf '\003'; sleep 1; printf '/exit\n') |
-            timeout 60 script -qec "$BIN chat $TMP/tq -n 100000 --ctx 32768 --chat-template chatml --temp 1" \
+            timeout 60 script -qec "$BIN chat $TMP/tq -n 100000 --ctx 32768 --chat-template chatml" \
                 /dev/null >"$TMP/c3" 2>&1
         if grep -q "(stopped)" "$TMP/c3" && grep -q "prompt .* tok" "$TMP/c3"; then
             ok "chat: Ctrl-C stops the reply, not the program"
