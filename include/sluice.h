@@ -121,8 +121,11 @@ int32_t sl_session_pos(const sl_session *session);
 /* The KV cache's length in tokens. */
 int32_t sl_session_max_ctx(const sl_session *session);
 /* Drops every position from pos on (pos <= sl_session_pos): the next forward
- * continues from there, reusing the cache before it. */
-void sl_session_rewind(sl_session *session, int32_t pos);
+ * continues from there, reusing the cache before it. Returns 0 on success, and
+ * nonzero (changing nothing) when pos < sl_session_pos and the model has
+ * linear-attention layers, whose recurrent state cannot go back: reset and
+ * run the whole prompt again instead. */
+int sl_session_rewind(sl_session *session, int32_t pos);
 
 /*
  * Runs n_tokens ids through the model at the current position, appending to the

@@ -277,10 +277,15 @@ static int generate_reply(text_ctx *t, const char *text, FILE *out) {
     if ((int64_t)t->ids.n + 1 > room)
         return cli_error("the conversation (%zu tokens) does not fit the context of %d (see --ctx)",
                          t->ids.n, room);
-    sl_session_rewind(t->s, keep);
     for (int32_t i = 0; i < n_new; i++)
         sl_sampler_accept(t->smp, t->ids.ids[keep + i]);
-    if (sl_session_forward(t->s, t->ids.ids + keep, n_new, t->logits, 0, &err))
+    /* Models with recurrent (linear-attention) state cannot rewind: run it all again. */
+    int32_t from = keep;
+    if (sl_session_rewind(t->s, keep) != 0) {
+        sl_session_reset(t->s);
+        from = 0;
+    }
+    if (sl_session_forward(t->s, t->ids.ids + from, (int32_t)t->ids.n - from, t->logits, 0, &err))
         return cli_error("%s", err.msg);
     memcpy(t->ctx_ids + keep, t->ids.ids + keep, (size_t)n_new * sizeof(int32_t));
     t->n_ctx = (int32_t)t->ids.n;

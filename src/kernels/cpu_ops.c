@@ -113,6 +113,110 @@ static void cpu_axpy(const sl_backend *be, float *y, float s, const float *x, si
         y[i] += s * x[i];
 }
 
+static void cpu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        y[i] *= 1.0f / (1.0f + expf(-gate[i]));
+}
+
+static void cpu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps) {
+    (void)be;
+    for (int32_t r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * (size_t)n;
+        float ss = 0;
+        for (int32_t i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
+        const float inv = 1.0f / sqrtf(ss + eps);
+        for (int32_t i = 0; i < n; i++)
+            xr[i] *= inv;
+    }
+}
+
+static void cpu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
+                            const sl_tensor *w, int32_t K, float *state) {
+    (void)be;
+    float wk[64];
+    for (int32_t c = 0; c < C; c++) {
+        sl_to_f32(wk, w->data, w->dtype, (size_t)c * (size_t)K, (size_t)K);
+        float *st = state + (size_t)c * (size_t)(K - 1);
+        for (int32_t t = 0; t < T; t++) {
+            const float xt = x[(size_t)t * (size_t)C + (size_t)c];
+            float acc = 0;
+            for (int32_t j = 0; j < K - 1; j++)
+                acc += wk[j] * st[j];
+            acc += wk[K - 1] * xt;
+            y[(size_t)t * (size_t)C + (size_t)c] = acc / (1.0f + expf(-acc));
+            for (int32_t j = 0; j + 1 < K - 1; j++)
+                st[j] = st[j + 1];
+            if (K > 1) st[K - 2] = xt;
+        }
+    }
+}
+
+/* Heads are independent, so they split across threads without changing any sum. */
+static void cpu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
+    const int32_t r = a->nv / a->nk, dk = a->dk, dv = a->dv;
+    const size_t qk_row = (size_t)a->nk * (size_t)dk, v_row = (size_t)a->nv * (size_t)dv;
+    const int nth = a->nv > 1 ? be->n_threads : 1;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int32_t h = 0; h < a->nv; h++) {
+        float A_log, dt_bias, kv[1024];
+        sl_to_f32(&A_log, a->A_log->data, a->A_log->dtype, (size_t)h, 1);
+        sl_to_f32(&dt_bias, a->dt_bias->data, a->dt_bias->dtype, (size_t)h, 1);
+        float *S = a->state + (size_t)h * (size_t)dk * (size_t)dv;
+        const int32_t kh = h / r;
+        for (int32_t t = 0; t < a->T; t++) {
+            const float *q = a->q + (size_t)t * qk_row + (size_t)kh * (size_t)dk;
+            const float *k = a->k + (size_t)t * qk_row + (size_t)kh * (size_t)dk;
+            const float *v = a->v + (size_t)t * v_row + (size_t)h * (size_t)dv;
+            float *o = a->out + (size_t)t * v_row + (size_t)h * (size_t)dv;
+            const float x = a->a[(size_t)t * (size_t)a->nv + (size_t)h] + dt_bias;
+            const float softplus = x > 20.0f ? x : log1pf(expf(x));
+            const float decay = expf(-expf(A_log) * softplus);
+            const float beta = 1.0f / (1.0f + expf(-a->b[(size_t)t * (size_t)a->nv + (size_t)h]));
+            for (int32_t j = 0; j < dv; j++)
+                kv[j] = 0;
+            for (int32_t i = 0; i < dk; i++) {
+                float *Si = S + (size_t)i * (size_t)dv;
+                for (int32_t j = 0; j < dv; j++) {
+                    Si[j] *= decay;
+                    kv[j] += Si[j] * k[i];
+                }
+            }
+            for (int32_t j = 0; j < dv; j++)
+                kv[j] = (v[j] - kv[j]) * beta;
+            for (int32_t j = 0; j < dv; j++)
+                o[j] = 0;
+            for (int32_t i = 0; i < dk; i++) {
+                float *Si = S + (size_t)i * (size_t)dv;
+                const float qi = q[i] * a->q_scale;
+                for (int32_t j = 0; j < dv; j++) {
+                    Si[j] += k[i] * kv[j];
+                    o[j] += Si[j] * qi;
+                }
+            }
+        }
+    }
+}
+
+static void cpu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
+                              const sl_tensor *w, int32_t rows, int32_t n, float eps) {
+    (void)be;
+    for (int32_t r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)n, *zr = z + (size_t)r * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        float ss = 0;
+        for (int32_t i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
+        const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int32_t i = 0; i < n; i++) {
+            float wi;
+            sl_to_f32(&wi, w->data, w->dtype, (size_t)i, 1);
+            yr[i] = wi * (xr[i] * inv) * (zr[i] / (1.0f + expf(-zr[i])));
+        }
+    }
+}
+
 static const sl_ops cpu_ops = {
     .name = "cpu",
     .matmul = sl_matmul_cpu,
@@ -122,6 +226,11 @@ static const sl_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .axpy = cpu_axpy,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .l2norm = cpu_l2norm,
+    .conv1d_silu = cpu_conv1d_silu,
+    .delta_rule = cpu_delta_rule,
+    .gated_rmsnorm = cpu_gated_rmsnorm,
 };
 
 sl_isa sl_cpu_best_isa(void) {

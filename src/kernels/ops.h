@@ -33,6 +33,26 @@ typedef struct sl_attn_args {
     float *scratch; /* n_threads x (pos0 + T) floats */
 } sl_attn_args;
 
+/*
+ * The gated delta rule (Gated DeltaNet) over T tokens, one token after another,
+ * for all value heads h (key head h / (nv / nk)), with per-head state S [dk, dv]:
+ *   beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)
+ *   S = exp(g) S;  d = beta (v - S^T k);  S += k d^T;  out = S^T (q * q_scale)
+ * q and k are already L2-normalised. Every token runs the same code whatever T,
+ * so a prompt in one call, in chunks or token by token gives identical bits.
+ */
+typedef struct sl_delta_args {
+    float *out;               /* [T, nv * dv] */
+    const float *q, *k;       /* [T, nk * dk] */
+    const float *v;           /* [T, nv * dv] */
+    const float *a, *b;       /* [T, nv]: decay and beta logits */
+    const sl_tensor *A_log;   /* [nv] */
+    const sl_tensor *dt_bias; /* [nv] */
+    float *state;             /* [nv, dk, dv], updated in place */
+    int32_t T, nk, nv, dk, dv;
+    float q_scale; /* usually 1/sqrt(dk) */
+} sl_delta_args;
+
 typedef struct sl_ops {
     const char *name;
     void (*matmul)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
@@ -52,6 +72,20 @@ typedef struct sl_ops {
     void (*swiglu)(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* y[i] += s * x[i] */
     void (*axpy)(const sl_backend *be, float *y, float s, const float *x, size_t n);
+    /* y[i] *= sigmoid(gate[i]) */
+    void (*sigmoid_mul)(const sl_backend *be, float *y, const float *gate, size_t n);
+    /* x = x * rsqrt(sum(x^2) + eps), per row of n, in place. */
+    void (*l2norm)(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps);
+    /* Causal depthwise conv1d (no bias) then SiLU, token by token over T rows of C channels:
+     *   y[t][c] = silu(sum_j w[c, 0, j] * in[t - (K-1) + j][c]), j = 0 .. K-1,
+     * where in[<0] comes from state [C, K-1] (the previous K-1 inputs, oldest first),
+     * which is updated to the last K-1 inputs. w is [C, 1, K]. */
+    void (*conv1d_silu)(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
+                        const sl_tensor *w, int32_t K, float *state);
+    void (*delta_rule)(const sl_backend *be, const sl_delta_args *a);
+    /* y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z), per row of n; w is [n], plain weight. */
+    void (*gated_rmsnorm)(const sl_backend *be, float *y, const float *x, const float *z,
+                          const sl_tensor *w, int32_t rows, int32_t n, float eps);
 } sl_ops;
 
 struct sl_backend {

@@ -29,12 +29,14 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
     sl_layer *L = &m->layers[l];
     const int64_t H = c->hidden_size, hd = c->head_dim;
     const int64_t nq = c->n_heads * hd, nkv = c->n_kv_heads * hd;
+    const int64_t nq_proj = o->gated ? 2 * nq : nq;
     const int bias = o->qkv_bias ? SL_BIND_REQUIRED : SL_BIND_OPTIONAL;
+    L->attn_gated = o->gated;
     const char *p = "layers.%d.self_attn.%s";
     sl_status st;
     if ((st = sl_ckpt_bind(ck, &L->attn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
                            "layers.%d.input_layernorm.weight", l)) ||
-        (st = sl_ckpt_bind(ck, &L->wq, SL_BIND_REQUIRED, SL_DIMS(nq, H), err, p, l,
+        (st = sl_ckpt_bind(ck, &L->wq, SL_BIND_REQUIRED, SL_DIMS(nq_proj, H), err, p, l,
                            "q_proj.weight")) ||
         (st = sl_ckpt_bind(ck, &L->wk, SL_BIND_REQUIRED, SL_DIMS(nkv, H), err, p, l,
                            "k_proj.weight")) ||
@@ -119,7 +121,17 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
     const int32_t hd = c->head_dim, pos0 = s->pos;
     const size_t kv_row = (size_t)c->n_kv_heads * (size_t)hd;
 
-    op->matmul(be, b->q, b->xn, &L->wq, &L->bq, T);
+    if (L->attn_gated) {
+        /* [T, nh, 2*hd] per head [query | gate] -> q [T, nh*hd] and gate [T, nh*hd] */
+        const size_t nh = (size_t)c->n_heads, h = (size_t)hd;
+        op->matmul(be, b->qg, b->xn, &L->wq, &L->bq, T);
+        for (size_t r = 0; r < (size_t)T * nh; r++) {
+            memcpy(b->q + r * h, b->qg + r * 2 * h, h * sizeof(float));
+            memcpy(b->qgate + r * h, b->qg + r * 2 * h + h, h * sizeof(float));
+        }
+    } else {
+        op->matmul(be, b->q, b->xn, &L->wq, &L->bq, T);
+    }
     op->matmul(be, b->k, b->xn, &L->wk, &L->bk, T);
     op->matmul(be, b->v, b->xn, &L->wv, &L->bv, T);
     if (L->q_norm.data) {
@@ -150,6 +162,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
         .scratch = b->attn_scratch,
     };
     op->attention(be, &a);
+    if (L->attn_gated)
+        op->sigmoid_mul(be, b->attn, b->qgate, (size_t)T * (size_t)c->n_heads * (size_t)hd);
     op->matmul(be, b->out, b->attn, &L->wo, &L->bo, T);
 }
 
@@ -277,7 +291,10 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         const sl_layer *L = &m->layers[l];
         op->rmsnorm(be, b->xn, b->x, &L->attn_norm, T, H, eps, off);
         const double t0 = sl_now();
-        blk_attention(s, l, T);
+        if (L->is_linear)
+            blk_linear_attention(s, l, T);
+        else
+            blk_attention(s, l, T);
         s->model->stats.t_attention += sl_now() - t0;
         op->axpy(be, b->x, 1.0f, b->out, n);
         op->rmsnorm(be, b->xn, b->x, &L->ffn_norm, T, H, eps, off);

@@ -13,7 +13,14 @@ typedef struct blk_attn_opts {
     int32_t qkv_bias; /* q/k/v projections carry a bias (Qwen2) */
     int32_t o_bias;   /* o_proj carries a bias */
     int32_t qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    int32_t gated;    /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
+                       * (Qwen3-Next, Qwen3.5) */
 } blk_attn_opts;
+
+typedef enum blk_linear_proj {
+    BLK_LINEAR_FUSED = 0,    /* Qwen3-Next: in_proj_qkvz + in_proj_ba, interleaved per key head */
+    BLK_LINEAR_SEPARATE = 1, /* Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a */
+} blk_linear_proj;
 
 typedef struct blk_ffn_opts {
     int32_t shared_expert; /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
@@ -23,17 +30,23 @@ typedef struct blk_ffn_opts {
 sl_status blk_bind_globals(sl_model *m, sl_error *err);
 /* Norms and projections of layer l's self-attention. */
 sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_error *err);
+/* Norm and Gated DeltaNet tensors (linear_attn.*) of layer l (linear_attn.c). */
+sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj, sl_error *err);
 /* Layer l's FFN: dense MLP, or router (+ shared expert); routed experts bind in the store. */
 sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err);
 
 /* s->b.xn -> s->b.out for T tokens at position s->pos; appends K/V to layer l's cache. */
 void blk_attention(sl_session *s, int32_t l, int32_t T);
+/* s->b.xn -> s->b.out for T tokens through Gated DeltaNet, token by token, carrying the
+ * layer's conv and recurrent state in the session (linear_attn.c). */
+void blk_linear_attention(sl_session *s, int32_t l, int32_t T);
 /* s->b.xn -> s->b.out: dense SwiGLU MLP or routed experts (+ shared expert). */
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
 
-/* The pre-norm decoder of Qwen2/Qwen3(-MoE):
+/* The pre-norm decoder of Qwen2/Qwen3(-MoE), Qwen3-Next and Qwen3.5:
  *   x = embed(ids)
  *   per layer: x += attn(norm(x)); x += ffn(norm(x))
+ *   (attn is Gated DeltaNet on the hybrid models' linear-attention layers)
  *   logits = lm_head(norm(x)) */
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                               int all_logits, sl_error *err);

@@ -108,6 +108,53 @@ static sl_status parse_layer_kinds(sl_config *c, const json_t *root, const char 
     return SL_OK;
 }
 
+/*
+ * Hybrid layouts (Qwen3-Next, Qwen3.5): "layer_types" lists "linear_attention" /
+ * "full_attention"; without it, layer l is full iff (l+1) % full_attention_interval == 0.
+ * Only read when the config declares linear attention heads.
+ */
+static sl_status parse_linear(sl_config *c, const json_t *root, const char *path, sl_error *err) {
+    sl_status st;
+    if ((st =
+             get_int(root, "linear_num_value_heads", 0, 0, 4096, &c->lin_n_value_heads, path, err)))
+        return st;
+    if (c->lin_n_value_heads == 0) return SL_OK;
+    int32_t interval = 4;
+    if ((st = get_int(root, "linear_num_key_heads", -1, 1, 4096, &c->lin_n_key_heads, path, err)) ||
+        (st = get_int(root, "linear_key_head_dim", -1, 1, 4096, &c->lin_key_dim, path, err)) ||
+        (st = get_int(root, "linear_value_head_dim", -1, 1, 1024, &c->lin_value_dim, path, err)) ||
+        (st = get_int(root, "linear_conv_kernel_dim", 4, 1, 64, &c->lin_conv_kernel, path, err)) ||
+        (st = get_int(root, "full_attention_interval", 4, 1, 4096, &interval, path, err)))
+        return st;
+    if (c->lin_n_value_heads % c->lin_n_key_heads != 0)
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: linear_num_value_heads %d is not a multiple of "
+                       "linear_num_key_heads %d",
+                       path, c->lin_n_value_heads, c->lin_n_key_heads);
+    c->layer_is_linear = calloc((size_t)c->n_layers, 1);
+    if (!c->layer_is_linear) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    json_t *types = json_object_get(root, "layer_types");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || json_array_size(types) != (size_t)c->n_layers)
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: 'layer_types' is not an array of num_hidden_layers entries", path);
+        for (int32_t l = 0; l < c->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            if (t && strcmp(t, "linear_attention") == 0)
+                c->layer_is_linear[l] = 1;
+            else if (!t || strcmp(t, "full_attention") != 0)
+                return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: layer_types[%d] '%s' is not supported",
+                               path, l, t ? t : "?");
+        }
+    } else {
+        for (int32_t l = 0; l < c->n_layers; l++)
+            c->layer_is_linear[l] = (l + 1) % interval != 0;
+    }
+    for (int32_t l = 0; l < c->n_layers; l++)
+        c->n_linear_layers += c->layer_is_linear[l];
+    return SL_OK;
+}
+
 sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_error *err) {
     memset(c, 0, sizeof *c);
     json_error_t jerr;
@@ -115,6 +162,7 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
     if (!root)
         return sl_fail(err, SL_ERR_FORMAT, "%s: invalid JSON (%s, line %d)", path, jerr.text,
                        jerr.line);
+    json_t *const top = root; /* root moves to "text_config" when there is one */
     sl_status st = SL_OK;
     const int64_t big = INT32_MAX / 4;
     if (!json_is_object(root)) {
@@ -127,6 +175,9 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         goto done;
     }
     snprintf(c->arch, sizeof c->arch, "%s", json_string_value(mt));
+    /* A vision-language checkpoint (Qwen3.5-MoE) nests the text model's config. */
+    json_t *tc = json_object_get(root, "text_config");
+    if (json_is_object(tc)) root = tc;
     json_t *act = json_object_get(root, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu)",
@@ -160,7 +211,9 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         (st = get_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
                       err)) ||
         (st = get_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
-        (st = get_int(root, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path, err)) ||
+        (st = get_int(top, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path, err)) ||
+        (st = get_int(root, "tie_word_embeddings", c->tie_word_embeddings, 0, 1,
+                      &c->tie_word_embeddings, path, err)) ||
         (st = get_int(root, "attention_bias", 0, 0, 1, &c->attention_bias, path, err)) ||
         (st = get_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
         (st = get_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position, path,
@@ -182,10 +235,13 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
                      path, c->n_experts_used, c->n_experts);
         goto done;
     }
-    if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)))
+    if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)) ||
+        (st = parse_linear(c, root, path, err)))
         goto done;
+    /* Qwen3.5-MoE has no norm_topk_prob: its top-k weights are always renormalised. */
+    if (strncmp(c->arch, "qwen3_5_moe", 11) == 0) c->norm_topk_prob = 1;
 done:
-    json_decref(root);
+    json_decref(top);
     if (st) sl_config_free(c);
     return st;
 }
@@ -201,5 +257,7 @@ sl_status sl_config_load(sl_config *c, const char *path, sl_error *err) {
 
 void sl_config_free(sl_config *c) {
     free(c->layer_is_moe);
+    free(c->layer_is_linear);
     c->layer_is_moe = NULL;
+    c->layer_is_linear = NULL;
 }

@@ -30,6 +30,14 @@ typedef struct sl_config {
     float rms_norm_eps;
     double rope_theta;
     uint8_t *layer_is_moe; /* [n_layers]: 1 = routed experts, 0 = dense FFN */
+    /* Gated DeltaNet (linear attention) of the hybrid families; zero when absent. */
+    uint8_t *layer_is_linear; /* [n_layers]: 1 = linear attention, 0 = full attention */
+    int32_t n_linear_layers;
+    int32_t lin_n_key_heads;   /* linear_num_key_heads (nk) */
+    int32_t lin_n_value_heads; /* linear_num_value_heads (nv), a multiple of nk */
+    int32_t lin_key_dim;       /* linear_key_head_dim (dk) */
+    int32_t lin_value_dim;     /* linear_value_head_dim (dv) */
+    int32_t lin_conv_kernel;   /* linear_conv_kernel_dim (K) */
 } sl_config;
 
 /* Parses text (the contents of path) into cfg. Validates every size it reads. */

@@ -14,6 +14,9 @@
 static const sl_family *const families[] = {
     &sl_family_qwen3_moe,
     &sl_family_qwen2_moe,
+    &sl_family_qwen3_next,
+    &sl_family_qwen3_5_moe, /* the vision-language checkpoint: its text model */
+    &sl_family_qwen3_5_moe_text,
 };
 
 /* A packed model's config is the "config" object of its manifest. */
@@ -70,7 +73,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
                      "%s: architecture '%s' is not supported (sluice "
-                     "runs: qwen3_moe, qwen2_moe)",
+                     "runs: qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe)",
                      path, m->cfg.arch);
         goto fail;
     }
@@ -192,7 +195,30 @@ static void layout(sl_session *s, carver *cv) {
                                     SL_MAX(c->moe_intermediate_size, c->shared_intermediate_size));
     const size_t kv = (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
     const size_t rope = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
+    const size_t nlin = c->n_linear_layers ? (size_t)c->n_layers : 0;
+    const size_t nv = (size_t)c->lin_n_value_heads;
+    const size_t kd = (size_t)c->lin_n_key_heads * (size_t)c->lin_key_dim;
+    const size_t vd = nv * (size_t)c->lin_value_dim, cd = 2 * kd + vd;
+    const size_t Km1 = c->lin_conv_kernel > 0 ? (size_t)c->lin_conv_kernel - 1 : 0;
+    const size_t lb = nlin ? B : 0; /* linear-attention scratch only when used */
     sl_session_buf *b = &s->b;
+    s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
+    s->conv_state_n = nlin * cd * Km1;
+    s->delta_state = carve(cv, s->delta_state_n, sizeof(float));
+    s->conv_state = carve(cv, s->conv_state_n, sizeof(float));
+    b->qg = carve(cv, B * 2 * nq, sizeof(float));
+    b->qgate = carve(cv, B * nq, sizeof(float));
+    b->lin_proj = carve(cv, lb * (2 * kd + 2 * vd), sizeof(float));
+    b->lin_ba = carve(cv, lb * 2 * nv, sizeof(float));
+    b->lin_mixed = carve(cv, lb * cd, sizeof(float));
+    b->lin_conv = carve(cv, lb * cd, sizeof(float));
+    b->lin_q = carve(cv, lb * kd, sizeof(float));
+    b->lin_k = carve(cv, lb * kd, sizeof(float));
+    b->lin_v = carve(cv, lb * vd, sizeof(float));
+    b->lin_z = carve(cv, lb * vd, sizeof(float));
+    b->lin_a = carve(cv, lb * nv, sizeof(float));
+    b->lin_b = carve(cv, lb * nv, sizeof(float));
+    b->lin_o = carve(cv, lb * vd, sizeof(float));
     s->kcache = carve(cv, kv, sizeof(float));
     s->vcache = carve(cv, kv, sizeof(float));
     s->rope_cos = carve(cv, rope, sizeof(float));
@@ -260,6 +286,7 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     cv = (carver){.base = s->arena};
     layout(s, &cv);
     fill_rope(s);
+    sl_session_reset(s);
     *out = s;
     return SL_OK;
 }
@@ -272,6 +299,8 @@ void sl_session_free(sl_session *s) {
 
 void sl_session_reset(sl_session *s) {
     s->pos = 0;
+    if (s->delta_state_n) memset(s->delta_state, 0, s->delta_state_n * sizeof(float));
+    if (s->conv_state_n) memset(s->conv_state, 0, s->conv_state_n * sizeof(float));
 }
 
 int32_t sl_session_pos(const sl_session *s) {
@@ -282,8 +311,12 @@ int32_t sl_session_max_ctx(const sl_session *s) {
     return s->max_ctx;
 }
 
-void sl_session_rewind(sl_session *s, int32_t pos) {
-    if (pos >= 0 && pos < s->pos) s->pos = pos;
+int sl_session_rewind(sl_session *s, int32_t pos) {
+    if (pos < 0 || pos >= s->pos) return 0;
+    /* Recurrent (linear-attention) state summarises every token: it cannot go back. */
+    if (s->model->cfg.n_linear_layers > 0) return 1;
+    s->pos = pos;
+    return 0;
 }
 
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,

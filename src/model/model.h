@@ -16,6 +16,20 @@ typedef struct sl_layer {
     sl_tensor wq, wk, wv, wo; /* [nh*hd, H], [nkv*hd, H], [nkv*hd, H], [H, nh*hd] */
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
+    int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
+    /* Gated DeltaNet (is_linear); key_dim = nk*dk, value_dim = nv*dv,
+     * conv_dim = 2*key_dim + value_dim. Either the fused Qwen3-Next projections
+     * (in_qkvz, in_ba, interleaved per key-head group) or the separate Qwen3.5 ones. */
+    int32_t is_linear;
+    sl_tensor in_qkvz;        /* [2*key_dim + 2*value_dim, H] */
+    sl_tensor in_ba;          /* [2*nv, H] */
+    sl_tensor in_qkv;         /* [conv_dim, H] */
+    sl_tensor in_z;           /* [value_dim, H] */
+    sl_tensor in_b, in_a;     /* [nv, H] */
+    sl_tensor conv_w;         /* [conv_dim, 1, K] */
+    sl_tensor A_log, dt_bias; /* [nv] */
+    sl_tensor lin_norm;       /* [dv]: gated RMSNorm weight (plain w) */
+    sl_tensor out_proj;       /* [H, value_dim] */
     sl_tensor ffn_norm;       /* [H] */
     int32_t is_moe;
     sl_tensor mlp_gate, mlp_up, mlp_down; /* dense FFN: [I, H], [I, H], [H, I] */
@@ -67,6 +81,16 @@ typedef struct sl_session_buf {
     int32_t *expert_start;     /* [E] scratch for the counting sort */
     const sl_expert **fetched; /* [E] */
     float *attn_scratch;       /* [n_threads, max_ctx] */
+    float *qg;                 /* [B, nh*2*hd] gated q_proj output */
+    float *qgate;              /* [B, nh*hd] */
+    float *lin_proj;           /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
+    float *lin_ba;             /* [B, 2*nv] fused ba projection */
+    float *lin_mixed;          /* [B, conv_dim] conv input [q | k | v] */
+    float *lin_conv;           /* [B, conv_dim] conv output */
+    float *lin_q, *lin_k;      /* [B, key_dim] */
+    float *lin_v, *lin_z;      /* [B, value_dim] */
+    float *lin_a, *lin_b;      /* [B, nv] */
+    float *lin_o;              /* [B, value_dim] */
 } sl_session_buf;
 
 struct sl_session {
@@ -74,6 +98,11 @@ struct sl_session {
     int32_t max_ctx, max_batch, pos;
     float *kcache, *vcache;     /* [n_layers, max_ctx, nkv*hd] */
     float *rope_cos, *rope_sin; /* [max_ctx, rot_dim / 2] */
+    /* Recurrent state of the linear-attention layers (indexed by layer; empty when none);
+     * it cannot be rewound, only reset. */
+    float *delta_state;                 /* [n_layers, nv, dk, dv] */
+    float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
+    size_t delta_state_n, conv_state_n; /* element counts */
     sl_session_buf b;
     void *arena;
 };
@@ -90,5 +119,8 @@ struct sl_family {
 
 extern const sl_family sl_family_qwen3_moe;
 extern const sl_family sl_family_qwen2_moe;
+extern const sl_family sl_family_qwen3_next;
+extern const sl_family sl_family_qwen3_5_moe;
+extern const sl_family sl_family_qwen3_5_moe_text;
 
 #endif /* SL_MODEL_H */

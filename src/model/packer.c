@@ -115,12 +115,13 @@ static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
     return t->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : t->dtype;
 }
 
-/* Converts rows [0, N) of a 2-D float tensor (or the flat 1-D one) into dt, writing data
+/* Converts rows [0, N) of a 2-D float tensor (or any other one, flat) into dt, writing data
  * and collecting scales/biases into sc/bi. row: scratch of K floats, qrow: row_bytes. */
 static void convert_rows(hwriter *w, const sl_tensor *t, sl_dtype dt, float *row, uint8_t *qrow,
                          uint16_t *sc, uint16_t *bi) {
     const int64_t N = t->ndim == 2 ? t->shape[0] : 1;
-    const int64_t K = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    /* 1-D and 3-D tensors (a conv weight [C, 1, K]) are written flat, all elements. */
+    const int64_t K = t->ndim == 2 ? t->shape[1] : (int64_t)(t->nbytes / sl_dtype_size(t->dtype));
     const int64_t G = sl_qgroups(K);
     for (int64_t n = 0; n < N; n++) {
         sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);

@@ -167,6 +167,125 @@ TEST(test_rmsnorm_rope_swiglu) {
         CHECK(fabs(o[i] - g[i] / (1 + exp(-g[i])) * u[i]) < 1e-6);
 }
 
+/* The Gated DeltaNet ops: conv1d+SiLU with state, l2norm, the delta rule, the gated norm;
+ * T tokens at once and one token at a time give the same bits. */
+TEST(test_deltanet_ops) {
+    sl_backend be;
+    sl_backend_cpu_init(&be, 2, SL_ISA_AVX512);
+    enum { T = 5, C = 7, K = 4, NK = 2, NV = 6, DK = 5, DV = 3 };
+    /* conv */
+    float x[T * C], w[C * K], y[T * C], y1[T * C], st[C * (K - 1)], st1[C * (K - 1)];
+    for (int i = 0; i < T * C; i++)
+        x[i] = frand() * 2, y[i] = y1[i] = POISON;
+    for (int i = 0; i < C * K; i++)
+        w[i] = frand();
+    for (int i = 0; i < C * (K - 1); i++)
+        st[i] = st1[i] = frand();
+    sl_tensor wt = {.dtype = SL_DTYPE_F32, .ndim = 3, .shape = {C, 1, K}, .data = w};
+    float hist[C * (K - 1)];
+    memcpy(hist, st, sizeof hist);
+    be.ops->conv1d_silu(&be, y, x, T, C, &wt, K, st);
+    for (int t = 0; t < T; t++)
+        be.ops->conv1d_silu(&be, y1 + t * C, x + t * C, 1, C, &wt, K, st1);
+    CHECK(memcmp(y, y1, sizeof y) == 0 && memcmp(st, st1, sizeof st) == 0);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0;
+            for (int j = 0; j < K; j++) {
+                const int src = t - (K - 1) + j; /* < 0: from the initial state */
+                acc += (double)w[c * K + j] *
+                       (src >= 0 ? x[src * C + c] : hist[c * (K - 1) + (K - 1) + src]);
+            }
+            CHECK(fabs(y[t * C + c] - acc / (1 + exp(-acc))) < 1e-5);
+        }
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < K - 1; j++)
+            CHECK(st[c * (K - 1) + j] == x[(T - (K - 1) + j) * C + c]);
+    /* l2norm */
+    float v[3 * 7];
+    for (int i = 0; i < 21; i++)
+        v[i] = frand();
+    float v0[21];
+    memcpy(v0, v, sizeof v);
+    be.ops->l2norm(&be, v, 3, 7, 1e-6f);
+    for (int r = 0; r < 3; r++) {
+        double ss = 0;
+        for (int i = 0; i < 7; i++)
+            ss += (double)v0[r * 7 + i] * v0[r * 7 + i];
+        for (int i = 0; i < 7; i++)
+            CHECK(fabs(v[r * 7 + i] - v0[r * 7 + i] / sqrt(ss + 1e-6)) < 1e-6);
+    }
+    /* delta rule */
+    float q[T * NK * DK], k[T * NK * DK], vv[T * NV * DV], a[T * NV], b[T * NV], Al[NV], dt[NV];
+    float o[T * NV * DV], o1[T * NV * DV], S[NV * DK * DV] = {0}, S1[NV * DK * DV] = {0};
+    for (int i = 0; i < T * NK * DK; i++)
+        q[i] = frand(), k[i] = frand() * 0.4f;
+    for (int i = 0; i < T * NV * DV; i++)
+        vv[i] = frand(), o[i] = o1[i] = POISON;
+    for (int i = 0; i < T * NV; i++)
+        a[i] = frand() * 3, b[i] = frand() * 3;
+    for (int i = 0; i < NV; i++)
+        Al[i] = frand(), dt[i] = frand();
+    sl_tensor At = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {NV}, .data = Al};
+    sl_tensor dtt = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {NV}, .data = dt};
+    sl_delta_args da = {.out = o, .q = q, .k = k, .v = vv, .a = a, .b = b, .A_log = &At,
+                        .dt_bias = &dtt, .state = S, .T = T, .nk = NK, .nv = NV, .dk = DK,
+                        .dv = DV, .q_scale = 0.45f};
+    be.ops->delta_rule(&be, &da);
+    for (int t = 0; t < T; t++) {
+        sl_delta_args d1 = da;
+        d1.out = o1 + t * NV * DV, d1.q = q + t * NK * DK, d1.k = k + t * NK * DK;
+        d1.v = vv + t * NV * DV, d1.a = a + t * NV, d1.b = b + t * NV, d1.state = S1, d1.T = 1;
+        be.ops->delta_rule(&be, &d1);
+    }
+    CHECK(memcmp(o, o1, sizeof o) == 0 && memcmp(S, S1, sizeof S) == 0);
+    double R[NV][DK][DV] = {{{0}}};
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NV; h++) {
+            const int kh = h / (NV / NK);
+            const float *qt = q + (t * NK + kh) * DK, *kt = k + (t * NK + kh) * DK;
+            const double xa = a[t * NV + h] + (double)dt[h];
+            const double g = -exp(Al[h]) * log1p(exp(xa)), beta = 1 / (1 + exp(-b[t * NV + h]));
+            double kv[DV] = {0};
+            for (int i = 0; i < DK; i++)
+                for (int j = 0; j < DV; j++)
+                    R[h][i][j] *= exp(g), kv[j] += R[h][i][j] * kt[i];
+            for (int i = 0; i < DK; i++)
+                for (int j = 0; j < DV; j++)
+                    R[h][i][j] += kt[i] * (vv[(t * NV + h) * DV + j] - kv[j]) * beta;
+            for (int j = 0; j < DV; j++) {
+                double acc = 0;
+                for (int i = 0; i < DK; i++)
+                    acc += R[h][i][j] * qt[i] * 0.45;
+                CHECK(fabs(o[(t * NV + h) * DV + j] - acc) < 1e-5);
+            }
+        }
+    /* gated norm: plain weight */
+    float gx[2 * DV * 3], gz[2 * DV * 3], gy[2 * DV * 3], gw[DV * 3];
+    for (int i = 0; i < 18; i++)
+        gx[i] = frand() * 2, gz[i] = frand() * 3, gy[i] = POISON;
+    for (int i = 0; i < 9; i++)
+        gw[i] = frand();
+    sl_tensor gwt = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {9}, .data = gw};
+    be.ops->gated_rmsnorm(&be, gy, gx, gz, &gwt, 2, 9, 1e-6f);
+    for (int r = 0; r < 2; r++) {
+        double ss = 0;
+        for (int i = 0; i < 9; i++)
+            ss += (double)gx[r * 9 + i] * gx[r * 9 + i];
+        for (int i = 0; i < 9; i++) {
+            const double z = gz[r * 9 + i];
+            CHECK(fabs(gy[r * 9 + i] - gw[i] * gx[r * 9 + i] / sqrt(ss / 9 + 1e-6) * z /
+                                            (1 + exp(-z))) < 1e-5);
+        }
+    }
+    float sy[5], sg[5], sy0[5];
+    for (int i = 0; i < 5; i++)
+        sy[i] = sy0[i] = frand(), sg[i] = frand() * 4;
+    be.ops->sigmoid_mul(&be, sy, sg, 5);
+    for (int i = 0; i < 5; i++)
+        CHECK(fabs(sy[i] - sy0[i] / (1 + exp(-sg[i]))) < 1e-6);
+}
+
 TEST(test_attention_against_naive) {
     sl_backend be;
     sl_backend_cpu_init(&be, 2, SL_ISA_AVX512);

@@ -1,0 +1,139 @@
+/*
+ * Gated DeltaNet, the linear attention of Qwen3-Next and Qwen3.5 (contracts in
+ * blocks.h). Per token:
+ *
+ *   x --in_proj--> mixed [q | k | v] (conv_dim), z [nv, dv], b [nv], a [nv]
+ *   mixed --causal depthwise conv (kernel K) + SiLU--> q [nk, dk], k [nk, dk], v [nv, dv]
+ *   q, k L2-normalised per head; value head h reads key head h / (nv / nk)
+ *   S_h = exp(g) S_h + k (beta (v - S_h^T k))^T;  o_h = S_h^T q / sqrt(dk)
+ *   y_h = w * rmsnorm(o_h) * silu(z_h);  out = out_proj(y)
+ *
+ * The conv keeps the last K-1 inputs and the recurrence its [dk, dv] state per
+ * value head, both in the session. Every token takes the same path, so prefill,
+ * chunked prefill and decode give the same bits.
+ *
+ * Qwen3-Next fuses the projections and interleaves them per key-head group g
+ * (r = nv / nk value heads per group):
+ *
+ *   in_proj_qkvz row block g: | q_g (dk) | k_g (dk) | v_g (r*dv) | z_g (r*dv) |
+ *   in_proj_ba   row block g: | b_g (r)  | a_g (r)  |
+ *
+ * Qwen3.5 keeps them apart, in_proj_qkv already in conv order [q_all | k_all | v_all].
+ */
+#include <math.h>
+
+#include "model/blocks.h"
+
+sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj, sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const sl_ckpt *ck = &m->ck;
+    sl_layer *L = &m->layers[l];
+    const int64_t H = c->hidden_size, nv = c->lin_n_value_heads, dv = c->lin_value_dim;
+    const int64_t kd = (int64_t)c->lin_n_key_heads * c->lin_key_dim, vd = nv * dv;
+    const int64_t cd = 2 * kd + vd;
+    const char *p = "layers.%d.linear_attn.%s";
+    sl_status st;
+    L->is_linear = 1;
+    if ((st = sl_ckpt_bind(ck, &L->attn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
+                           "layers.%d.input_layernorm.weight", l)) ||
+        (st = sl_ckpt_bind(ck, &L->conv_w, SL_BIND_REQUIRED, SL_DIMS(cd, 1, c->lin_conv_kernel),
+                           err, p, l, "conv1d.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->A_log, SL_BIND_REQUIRED, SL_DIMS(nv), err, p, l, "A_log")) ||
+        (st = sl_ckpt_bind(ck, &L->dt_bias, SL_BIND_REQUIRED, SL_DIMS(nv), err, p, l, "dt_bias")) ||
+        (st = sl_ckpt_bind(ck, &L->lin_norm, SL_BIND_REQUIRED, SL_DIMS(dv), err, p, l,
+                           "norm.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->out_proj, SL_BIND_REQUIRED, SL_DIMS(H, vd), err, p, l,
+                           "out_proj.weight")))
+        return st;
+    if (proj == BLK_LINEAR_FUSED)
+        return (st = sl_ckpt_bind(ck, &L->in_qkvz, SL_BIND_REQUIRED, SL_DIMS(cd + vd, H), err, p, l,
+                                  "in_proj_qkvz.weight"))
+                   ? st
+                   : sl_ckpt_bind(ck, &L->in_ba, SL_BIND_REQUIRED, SL_DIMS(2 * nv, H), err, p, l,
+                                  "in_proj_ba.weight");
+    if ((st = sl_ckpt_bind(ck, &L->in_qkv, SL_BIND_REQUIRED, SL_DIMS(cd, H), err, p, l,
+                           "in_proj_qkv.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->in_z, SL_BIND_REQUIRED, SL_DIMS(vd, H), err, p, l,
+                           "in_proj_z.weight")) ||
+        (st = sl_ckpt_bind(ck, &L->in_b, SL_BIND_REQUIRED, SL_DIMS(nv, H), err, p, l,
+                           "in_proj_b.weight")))
+        return st;
+    return sl_ckpt_bind(ck, &L->in_a, SL_BIND_REQUIRED, SL_DIMS(nv, H), err, p, l,
+                        "in_proj_a.weight");
+}
+
+/* Qwen3-Next's group-interleaved qkvz / ba rows -> mixed [q_all | k_all | v_all], z, b, a. */
+static void split_fused(sl_session_buf *b, const sl_config *c, int32_t T) {
+    const size_t nk = (size_t)c->lin_n_key_heads, dk = (size_t)c->lin_key_dim;
+    const size_t r = (size_t)(c->lin_n_value_heads / c->lin_n_key_heads);
+    const size_t rdv = r * (size_t)c->lin_value_dim, kd = nk * dk, vd = nk * rdv;
+    const size_t cd = 2 * kd + vd, grp = 2 * dk + 2 * rdv, nv = nk * r;
+    for (size_t t = 0; t < (size_t)T; t++) {
+        const float *src = b->lin_proj + t * nk * grp, *ba = b->lin_ba + t * 2 * nv;
+        float *mix = b->lin_mixed + t * cd, *z = b->lin_z + t * vd;
+        for (size_t g = 0; g < nk; g++) {
+            const float *sg = src + g * grp;
+            memcpy(mix + g * dk, sg, dk * sizeof(float));
+            memcpy(mix + kd + g * dk, sg + dk, dk * sizeof(float));
+            memcpy(mix + 2 * kd + g * rdv, sg + 2 * dk, rdv * sizeof(float));
+            memcpy(z + g * rdv, sg + 2 * dk + rdv, rdv * sizeof(float));
+            memcpy(b->lin_b + t * nv + g * r, ba + g * 2 * r, r * sizeof(float));
+            memcpy(b->lin_a + t * nv + g * r, ba + g * 2 * r + r, r * sizeof(float));
+        }
+    }
+}
+
+void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
+    const sl_model *m = s->model;
+    const sl_config *c = &m->cfg;
+    const sl_backend *be = &m->be;
+    const sl_ops *op = be->ops;
+    const sl_layer *L = &m->layers[l];
+    sl_session_buf *b = &s->b;
+    const int32_t nk = c->lin_n_key_heads, nv = c->lin_n_value_heads;
+    const int32_t dk = c->lin_key_dim, dv = c->lin_value_dim, K = c->lin_conv_kernel;
+    const size_t kd = (size_t)nk * (size_t)dk, vd = (size_t)nv * (size_t)dv, cd = 2 * kd + vd;
+
+    if (L->in_qkvz.data) {
+        op->matmul(be, b->lin_proj, b->xn, &L->in_qkvz, NULL, T);
+        op->matmul(be, b->lin_ba, b->xn, &L->in_ba, NULL, T);
+        split_fused(b, c, T);
+    } else {
+        op->matmul(be, b->lin_mixed, b->xn, &L->in_qkv, NULL, T);
+        op->matmul(be, b->lin_z, b->xn, &L->in_z, NULL, T);
+        op->matmul(be, b->lin_b, b->xn, &L->in_b, NULL, T);
+        op->matmul(be, b->lin_a, b->xn, &L->in_a, NULL, T);
+    }
+
+    float *conv_state = s->conv_state + (size_t)l * cd * (size_t)(K - 1);
+    op->conv1d_silu(be, b->lin_conv, b->lin_mixed, T, (int32_t)cd, &L->conv_w, K, conv_state);
+    for (size_t t = 0; t < (size_t)T; t++) {
+        const float *row = b->lin_conv + t * cd;
+        memcpy(b->lin_q + t * kd, row, kd * sizeof(float));
+        memcpy(b->lin_k + t * kd, row + kd, kd * sizeof(float));
+        memcpy(b->lin_v + t * vd, row + 2 * kd, vd * sizeof(float));
+    }
+    op->l2norm(be, b->lin_q, T * nk, dk, 1e-6f);
+    op->l2norm(be, b->lin_k, T * nk, dk, 1e-6f);
+
+    const sl_delta_args a = {
+        .out = b->lin_o,
+        .q = b->lin_q,
+        .k = b->lin_k,
+        .v = b->lin_v,
+        .a = b->lin_a,
+        .b = b->lin_b,
+        .A_log = &L->A_log,
+        .dt_bias = &L->dt_bias,
+        .state = s->delta_state + (size_t)l * (size_t)nv * (size_t)dk * (size_t)dv,
+        .T = T,
+        .nk = nk,
+        .nv = nv,
+        .dk = dk,
+        .dv = dv,
+        .q_scale = 1.0f / sqrtf((float)dk),
+    };
+    op->delta_rule(be, &a);
+    op->gated_rmsnorm(be, b->lin_o, b->lin_o, b->lin_z, &L->lin_norm, T * nv, dv, c->rms_norm_eps);
+    op->matmul(be, b->out, b->lin_o, &L->out_proj, NULL, T);
+}
