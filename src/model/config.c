@@ -17,13 +17,10 @@ static sl_status get_int(const json_t *o, const char *key, int64_t dflt, int64_t
         *out = (int32_t)dflt;
         return SL_OK;
     }
-    if (json_is_boolean(v)) {
-        *out = json_is_true(v);
-        return SL_OK;
-    }
-    if (!json_is_integer(v))
+    /* Flags may be spelled true/false; as numbers they pass the same range check. */
+    if (!json_is_integer(v) && !json_is_boolean(v))
         return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not an integer", path, key);
-    int64_t x = json_integer_value(v);
+    int64_t x = json_is_boolean(v) ? json_is_true(v) : json_integer_value(v);
     if (x < lo || x > hi)
         return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' = %lld is out of range [%lld, %lld]", path,
                        key, (long long)x, (long long)lo, (long long)hi);
