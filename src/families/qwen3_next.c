@@ -10,20 +10,7 @@
 #include "model/blocks.h"
 
 static sl_status qwen3_next_bind(sl_model *m, sl_error *err) {
-    const blk_attn_opts attn = {.qkv_bias = m->cfg.attention_bias,
-                                .o_bias = m->cfg.attention_bias,
-                                .qk_norm = 1,
-                                .gated = 1};
-    const blk_ffn_opts ffn = {.shared_expert = 1};
-    if (!m->cfg.layer_is_linear)
-        return sl_fail(err, SL_ERR_FORMAT, "%s: qwen3_next config has no linear_* keys", m->ck.dir);
-    sl_status st = blk_bind_globals(m, err);
-    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++) {
-        st = m->cfg.layer_is_linear[l] ? blk_bind_linear_attention(m, l, BLK_LINEAR_FUSED, err)
-                                       : blk_bind_attention(m, l, &attn, err);
-        if (!st) st = blk_bind_ffn(m, l, &ffn, err);
-    }
-    return st;
+    return blk_bind_hybrid(m, BLK_LINEAR_FUSED, err);
 }
 
 const sl_family sl_family_qwen3_next = {

@@ -109,6 +109,24 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
                         "layers.%d.mlp.shared_expert_gate.weight", l);
 }
 
+sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err) {
+    const blk_attn_opts attn = {.qkv_bias = m->cfg.attention_bias,
+                                .o_bias = m->cfg.attention_bias,
+                                .qk_norm = 1,
+                                .gated = 1};
+    const blk_ffn_opts ffn = {.shared_expert = 1};
+    if (!m->cfg.layer_is_linear)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: %s config has no linear_* keys", m->ck.dir,
+                       m->cfg.arch);
+    sl_status st = blk_bind_globals(m, err);
+    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++) {
+        st = m->cfg.layer_is_linear[l] ? blk_bind_linear_attention(m, l, proj, err)
+                                       : blk_bind_attention(m, l, &attn, err);
+        if (!st) st = blk_bind_ffn(m, l, &ffn, err);
+    }
+    return st;
+}
+
 /* ------------------------------------------------------------- compute */
 
 void blk_attention(sl_session *s, int32_t l, int32_t T) {

@@ -32,6 +32,10 @@ sl_status blk_bind_globals(sl_model *m, sl_error *err);
 sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_error *err);
 /* Norm and Gated DeltaNet tensors (linear_attn.*) of layer l (linear_attn.c). */
 sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj, sl_error *err);
+/* A whole hybrid decoder (Qwen3-Next, Qwen3.5): Gated DeltaNet on the layers config marks
+ * linear (projections laid out as proj), gated full attention with q/k norms elsewhere,
+ * FFNs with a sigmoid-gated shared expert. */
+sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err);
 /* Layer l's FFN: dense MLP, or router (+ shared expert); routed experts bind in the store. */
 sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err);
 
