@@ -14,12 +14,21 @@ static void cpu_embed(const sl_backend *be, float *y, const sl_tensor *table, co
     (void)be;
     const int64_t n = table->shape[1];
     if (sl_dtype_is_quant(table->dtype)) {
-        for (int32_t t = 0; t < T; t++) sl_dequantize_row(table, ids[t], y + (size_t)t * (size_t)n);
+        for (int32_t t = 0; t < T; t++)
+            sl_dequantize_row(table, ids[t], y + (size_t)t * (size_t)n);
         return;
     }
     for (int32_t t = 0; t < T; t++)
         sl_to_f32(y + (size_t)t * (size_t)n, table->data, table->dtype, (size_t)ids[t] * (size_t)n,
                   (size_t)n);
+}
+
+/* 1 / sqrt(mean(x^2) + eps) of one row, in float32 as torch computes it. */
+static float rms_inv(const float *x, int32_t n, float eps) {
+    float ss = 0;
+    for (int32_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    return 1.0f / sqrtf(ss / (float)n + eps);
 }
 
 /* Matches torch: variance in float32, x * rsqrt(var + eps), then times the weight. */
@@ -29,10 +38,7 @@ static void cpu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl
     for (int32_t r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * (size_t)n;
         float *yr = y + (size_t)r * (size_t)n;
-        float ss = 0;
-        for (int32_t i = 0; i < n; i++)
-            ss += xr[i] * xr[i];
-        const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+        const float inv = rms_inv(xr, n, eps);
         for (int32_t i = 0; i < n; i++) {
             float wi;
             sl_to_f32(&wi, w->data, w->dtype, (size_t)i, 1);
@@ -205,10 +211,7 @@ static void cpu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, co
     for (int32_t r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * (size_t)n, *zr = z + (size_t)r * (size_t)n;
         float *yr = y + (size_t)r * (size_t)n;
-        float ss = 0;
-        for (int32_t i = 0; i < n; i++)
-            ss += xr[i] * xr[i];
-        const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+        const float inv = rms_inv(xr, n, eps);
         for (int32_t i = 0; i < n; i++) {
             float wi;
             sl_to_f32(&wi, w->data, w->dtype, (size_t)i, 1);

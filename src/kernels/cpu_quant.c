@@ -902,10 +902,28 @@ static void qmm_run(const sl_backend *be, const qmm *a, sl_isa isa, int q4, int 
     }
 }
 
+/* The job description of tokens [ts, ts + Ts) of a call; path-specific buffers unset. */
+static qmm qmm_slice(const sl_tensor *w, const float *x, float *y, int32_t ts, int32_t Ts,
+                     int64_t Gp, float *xsum) {
+    const int64_t N = w->shape[0], K = w->shape[1];
+    return (qmm){.w = w->data,
+                 .ws = sl_row_bytes(w->dtype, K),
+                 .sc = w->scales,
+                 .bi = w->biases,
+                 .x = x + (size_t)ts * (size_t)K,
+                 .y = y + (size_t)ts * (size_t)N,
+                 .N = N,
+                 .K = K,
+                 .G = sl_qgroups(K),
+                 .T = Ts,
+                 .xsum = xsum,
+                 .Gp = Gp};
+}
+
 /* The Q4 int8 path; its own stack frame (the float path's buffers are not needed). */
 __attribute__((noinline)) static void matmul_q4_int8(const sl_backend *be, float *y, const float *x,
                                                      const sl_tensor *w, int32_t T) {
-    const int64_t N = w->shape[0], K = w->shape[1], G = sl_qgroups(K);
+    const int64_t K = w->shape[1], G = sl_qgroups(K);
     const int64_t Gp = (G + QCH - 1) / QCH * QCH;
     const int32_t slice = (int32_t)(QIS_MAX / Gp);
     uint8_t xq[QIQ_MAX] __attribute__((aligned(64)));
@@ -914,21 +932,10 @@ __attribute__((noinline)) static void matmul_q4_int8(const sl_backend *be, float
     float xr[QIS_MAX] __attribute__((aligned(64)));
     for (int32_t ts = 0; ts < T; ts += slice) {
         const int32_t Ts = SL_MIN(slice, T - ts);
-        const qmm a = {.w = w->data,
-                       .ws = sl_row_bytes(w->dtype, K),
-                       .sc = w->scales,
-                       .bi = w->biases,
-                       .x = x + (size_t)ts * (size_t)K,
-                       .y = y + (size_t)ts * (size_t)N,
-                       .N = N,
-                       .K = K,
-                       .G = G,
-                       .T = Ts,
-                       .xsum = xs,
-                       .Gp = Gp,
-                       .xq = xq,
-                       .xd = xd,
-                       .xr = xr};
+        qmm a = qmm_slice(w, x, y, ts, Ts, Gp, xs);
+        a.xq = xq;
+        a.xd = xd;
+        a.xr = xr;
         for (int32_t t = 0; t < Ts; t++) {
             const size_t o = (size_t)t * (size_t)Gp;
             q_vnni_prep(a.x + (size_t)t * (size_t)K, K, Gp, xq + o * QG, xd + o, xs + o, xr + o);
@@ -940,7 +947,7 @@ __attribute__((noinline)) static void matmul_q4_int8(const sl_backend *be, float
 void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                               int32_t T, sl_qpath path) {
     SL_ASSERT(w->ndim == 2 && sl_dtype_is_quant(w->dtype) && w->scales && w->biases);
-    const int64_t N = w->shape[0], K = w->shape[1], G = sl_qgroups(K);
+    const int64_t K = w->shape[1], G = sl_qgroups(K);
     const int64_t Gp = (G + QCH - 1) / QCH * QCH;
     const int q4 = is_q4(w->dtype);
     if (q4 && path != SL_QPATH_FLOAT && Gp <= QIS_MAX && sl_quant_int8_available(be)) {
@@ -954,19 +961,7 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
     float xperm[QXP_MAX] __attribute__((aligned(64)));
     for (int32_t ts = 0; ts < T; ts += slice) {
         const int32_t Ts = SL_MIN(slice, T - ts);
-        qmm a = {.w = w->data,
-                 .ws = sl_row_bytes(w->dtype, K),
-                 .sc = w->scales,
-                 .bi = w->biases,
-                 .x = x + (size_t)ts * (size_t)K,
-                 .y = y + (size_t)ts * (size_t)N,
-                 .N = N,
-                 .K = K,
-                 .G = G,
-                 .T = Ts,
-                 .xsum = xsum,
-                 .Gp = Gp,
-                 .xperm = NULL};
+        qmm a = qmm_slice(w, x, y, ts, Ts, Gp, xsum);
         for (int32_t t = 0; t < Ts && isa != SL_ISA_SCALAR; t++)
             for (int64_t g0 = 0; g0 < G; g0 += QCH) {
                 if (isa == SL_ISA_AVX512)

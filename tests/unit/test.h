@@ -6,6 +6,7 @@
 #define SL_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,14 @@ extern const char *test_fixtures; /* tests/fixtures directory */
 
 /* Writes bytes to path; returns 0 on success. */
 int test_write_file(const char *path, const void *data, size_t n);
+/* Logits of every position of ids[0..n) through one session of max_batch chunk, or
+ * NULL (error printed); vocab receives the vocabulary size, stats (if not NULL) the
+ * model's counters afterwards. */
+struct sl_model_params;
+struct sl_stats;
+float *test_logits(const char *dir, const struct sl_model_params *mp, const int32_t *ids, int32_t n,
+                   int32_t chunk, struct sl_stats *stats, int32_t *vocab);
+
 /* A fresh temporary directory (removed at exit). */
 const char *test_tmpdir(void);
 

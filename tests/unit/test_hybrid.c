@@ -10,29 +10,6 @@
 static const int32_t ids[] = {199, 84, 95, 75, 77, 172, 45, 117, 8, 87}; /* < every vocab */
 #define N_IDS ((int32_t)(sizeof ids / sizeof ids[0]))
 
-/* All-position logits of ids (max_batch chunk), or NULL (error printed). */
-static float *logits_of(const char *dir, const sl_model_params *mp, int32_t chunk, int32_t *vocab) {
-    sl_model *m = NULL;
-    sl_session *s = NULL;
-    sl_error err = {0};
-    float *out = NULL;
-    if (sl_model_load(dir, mp, &m, &err)) goto fail;
-    *vocab = m->cfg.vocab_size;
-    sl_session_params sp = {.max_ctx = N_IDS, .max_batch = chunk};
-    out = malloc((size_t)N_IDS * (size_t)*vocab * sizeof(float));
-    if (sl_session_create(m, &sp, &s, &err) || sl_session_forward(s, ids, N_IDS, out, 1, &err))
-        goto fail;
-    sl_session_free(s);
-    sl_model_free(m);
-    return out;
-fail:
-    fprintf(stderr, "  %s: %s\n", dir, err.msg);
-    free(out);
-    sl_session_free(s);
-    sl_model_free(m);
-    return NULL;
-}
-
 TEST(test_hybrid_pack_bitwise) {
     static const char *const cases[] = {"qwen3_next_a", "qwen3_next_b", "qwen3_5_moe_vlm"};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -40,7 +17,7 @@ TEST(test_hybrid_pack_bitwise) {
         snprintf(src, sizeof src, "%s/%s", test_fixtures, cases[c]);
         int32_t V = 0;
         sl_model_params mp = {.n_threads = 2};
-        float *ref = logits_of(src, &mp, N_IDS, &V);
+        float *ref = test_logits(src, &mp, ids, N_IDS, N_IDS, NULL, &V);
         CHECK(ref != NULL);
         for (int q = SL_QUANT_BF16; ref && q <= SL_QUANT_INT8; q++) {
             snprintf(dst, sizeof dst, "%s/hybrid-%s-%d", test_tmpdir(), cases[c], q);
@@ -49,7 +26,7 @@ TEST(test_hybrid_pack_bitwise) {
             CHECKF(sl_pack(src, dst, &pp, &err) == SL_OK, "%s: %s", cases[c], err.msg);
             mp.experts = SL_EXPERTS_STREAM;
             mp.cache_experts = 3;
-            float *got = logits_of(dst, &mp, 3, &V);
+            float *got = test_logits(dst, &mp, ids, N_IDS, 3, NULL, &V);
             CHECK(got != NULL);
             if (got && q == SL_QUANT_BF16)
                 CHECKF(memcmp(got, ref, (size_t)N_IDS * (size_t)V * sizeof(float)) == 0,

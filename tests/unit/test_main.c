@@ -3,6 +3,8 @@
 
 #include "test.h"
 
+#include "sluice.h"
+
 #define MAX_TESTS 256
 
 static struct {
@@ -45,6 +47,33 @@ const char *test_tmpdir(void) {
         atexit(remove_tmpdir);
     }
     return tmpdir;
+}
+
+/* Logits of every prompt position, or NULL (error printed). stats receives the counters. */
+float *test_logits(const char *dir, const sl_model_params *mp, const int32_t *ids, int32_t n,
+                   int32_t chunk, sl_stats *stats, int32_t *vocab) {
+    sl_model *m = NULL;
+    sl_session *s = NULL;
+    sl_error err = {0};
+    float *out = NULL;
+    if (sl_model_load(dir, mp, &m, &err)) goto fail;
+    sl_model_info info;
+    sl_model_get_info(m, &info);
+    *vocab = info.vocab_size;
+    sl_session_params sp = {.max_ctx = n, .max_batch = chunk};
+    out = malloc((size_t)n * (size_t)info.vocab_size * sizeof(float));
+    if (sl_session_create(m, &sp, &s, &err) || sl_session_forward(s, ids, n, out, 1, &err))
+        goto fail;
+    if (stats) sl_model_get_stats(m, stats);
+    sl_session_free(s);
+    sl_model_free(m);
+    return out;
+fail:
+    fprintf(stderr, "  %s: %s\n", dir, err.msg);
+    free(out);
+    sl_session_free(s);
+    sl_model_free(m);
+    return NULL;
 }
 
 int main(int argc, char **argv) {

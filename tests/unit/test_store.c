@@ -58,33 +58,6 @@ static int32_t fixture_ids(const char *name, int32_t *ids, int32_t cap) {
     return count;
 }
 
-/* Logits of every prompt position, or NULL (error printed). stats receives the counters. */
-static float *logits_of(const char *dir, const sl_model_params *mp, const int32_t *ids, int32_t n,
-                        int32_t chunk, sl_stats *stats, int32_t *vocab) {
-    sl_model *m = NULL;
-    sl_session *s = NULL;
-    sl_error err = {0};
-    float *out = NULL;
-    if (sl_model_load(dir, mp, &m, &err)) goto fail;
-    sl_model_info info;
-    sl_model_get_info(m, &info);
-    *vocab = info.vocab_size;
-    sl_session_params sp = {.max_ctx = n, .max_batch = chunk};
-    out = malloc((size_t)n * (size_t)info.vocab_size * sizeof(float));
-    if (sl_session_create(m, &sp, &s, &err) || sl_session_forward(s, ids, n, out, 1, &err))
-        goto fail;
-    if (stats) sl_model_get_stats(m, stats);
-    sl_session_free(s);
-    sl_model_free(m);
-    return out;
-fail:
-    fprintf(stderr, "  %s: %s\n", dir, err.msg);
-    free(out);
-    sl_session_free(s);
-    sl_model_free(m);
-    return NULL;
-}
-
 static double rel_l2(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -101,14 +74,14 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
         char src[512];
         snprintf(src, sizeof src, "%s/%s", test_fixtures, cases[c]);
         sl_model_params mp = {.n_threads = 2};
-        float *ref = logits_of(src, &mp, ids, n, n, NULL, &V);
+        float *ref = test_logits(src, &mp, ids, n, n, NULL, &V);
         CHECK(ref != NULL);
         for (int q = SL_QUANT_BF16; ref && q <= SL_QUANT_INT4; q++) {
             const char *dir = packed(cases[c], (sl_quant)q);
             CHECK(dir != NULL);
             if (!dir) continue;
             mp.experts = SL_EXPERTS_RESIDENT;
-            float *base = logits_of(dir, &mp, ids, n, n, NULL, &V);
+            float *base = test_logits(dir, &mp, ids, n, n, NULL, &V);
             CHECK(base != NULL);
             if (!base) continue;
             const size_t count = (size_t)n * (size_t)V;
@@ -149,7 +122,7 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
                                       .cache_experts = v[i].slots,
                                       .cache_policy = v[i].pol};
                 sl_stats st;
-                float *got = logits_of(dir, &vp, ids, n, v[i].chunk, &st, &V);
+                float *got = test_logits(dir, &vp, ids, n, v[i].chunk, &st, &V);
                 CHECKF(got && memcmp(got, base, count * sizeof(float)) == 0,
                        "%s q%d variant %zu differs", cases[c], q, i);
                 if (v[i].mode == SL_EXPERTS_STREAM)
