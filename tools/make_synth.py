@@ -20,6 +20,15 @@ PRESETS = {
                           num_attention_heads=32, num_key_value_heads=4, head_dim=128,
                           num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
                           intermediate_size=6144, norm_topk_prob=True, num_hidden_layers=48),
+    # Qwen3.5-397B-A17B layer shapes (Gated DeltaNet 3 : 1 gated attention); 60 layers in the
+    # real model, so pass --layers (4 is one full cycle of the layer pattern).
+    "qwen3.5-397b-a17b": dict(model_type="qwen3_5_moe_text", vocab_size=248320, hidden_size=4096,
+                              num_attention_heads=32, num_key_value_heads=2, head_dim=256,
+                              linear_num_key_heads=16, linear_num_value_heads=64,
+                              linear_key_head_dim=128, linear_value_head_dim=128,
+                              linear_conv_kernel_dim=4, full_attention_interval=4,
+                              num_experts=512, num_experts_per_tok=10, moe_intermediate_size=1024,
+                              shared_expert_intermediate_size=1024, num_hidden_layers=60),
     # Tiny layers with the real Qwen vocabulary: end-to-end tests of the text commands.
     "tiny-qwen-vocab": dict(model_type="qwen3_moe", vocab_size=151936, hidden_size=32,
                             num_attention_heads=2, num_key_value_heads=1, head_dim=16,
@@ -53,7 +62,12 @@ class Writer:
     def put(self, arr):
         self.f.write(arr.tobytes())
 
+    def hole(self, nbytes):
+        """Skips nbytes: they read back as zeros and take no disk space (a sparse file)."""
+        self.f.seek(nbytes, os.SEEK_CUR)
+
     def close(self):
+        self.f.truncate(self.f.tell())
         self.f.close()
 
 
@@ -69,16 +83,29 @@ def main():
     ap.add_argument("--preset", default="qwen3-30b-a3b", choices=sorted(PRESETS))
     ap.add_argument("--layers", type=int, help="override num_hidden_layers")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--zero-experts", action="store_true",
+                    help="leave the routed experts' weights zero, as holes in a sparse file: the BF16 "
+                         "source of a 512-expert model does not fit on disk otherwise. Bytes moved and "
+                         "time per token are unchanged; the output is still noise.")
     a = ap.parse_args()
     cfg = dict(PRESETS[a.preset])
     if a.layers:
         cfg["num_hidden_layers"] = a.layers
-    cfg.update(rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=40960,
-               hidden_act="silu", tie_word_embeddings=False, decoder_sparse_step=1,
-               mlp_only_layers=[], architectures=["Qwen3MoeForCausalLM"], torch_dtype="bfloat16")
+    hybrid = cfg["model_type"] == "qwen3_5_moe_text"
+    cfg.update(rms_norm_eps=1e-6, max_position_embeddings=40960, hidden_act="silu",
+               tie_word_embeddings=False, torch_dtype="bfloat16")
     V, H, L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     E, I = cfg["num_experts"], cfg["moe_intermediate_size"]
+    if hybrid:
+        cfg.update(architectures=["Qwen3_5MoeForCausalLM"],
+                   rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                        partial_rotary_factor=0.25),
+                   layer_types=["full_attention" if (l + 1) % cfg["full_attention_interval"] == 0
+                                else "linear_attention" for l in range(L)])
+    else:
+        cfg.update(rope_theta=1000000.0, decoder_sparse_step=1, mlp_only_layers=[],
+                   architectures=["Qwen3MoeForCausalLM"])
 
     specs = {"model.embed_tokens.weight": ("BF16", (V, H)), "model.norm.weight": ("BF16", (H,)),
              "lm_head.weight": ("BF16", (V, H))}
@@ -86,13 +113,34 @@ def main():
         p = f"model.layers.{l}."
         specs[p + "input_layernorm.weight"] = ("BF16", (H,))
         specs[p + "post_attention_layernorm.weight"] = ("BF16", (H,))
-        specs[p + "self_attn.q_proj.weight"] = ("BF16", (nh * hd, H))
-        specs[p + "self_attn.k_proj.weight"] = ("BF16", (nkv * hd, H))
-        specs[p + "self_attn.v_proj.weight"] = ("BF16", (nkv * hd, H))
-        specs[p + "self_attn.o_proj.weight"] = ("BF16", (H, nh * hd))
-        specs[p + "self_attn.q_norm.weight"] = ("BF16", (hd,))
-        specs[p + "self_attn.k_norm.weight"] = ("BF16", (hd,))
+        if hybrid and cfg["layer_types"][l] == "linear_attention":
+            nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+            kd, vd = nk * cfg["linear_key_head_dim"], nv * cfg["linear_value_head_dim"]
+            q = p + "linear_attn."
+            specs[q + "in_proj_qkv.weight"] = ("BF16", (2 * kd + vd, H))
+            specs[q + "in_proj_z.weight"] = ("BF16", (vd, H))
+            specs[q + "in_proj_b.weight"] = ("BF16", (nv, H))
+            specs[q + "in_proj_a.weight"] = ("BF16", (nv, H))
+            specs[q + "conv1d.weight"] = ("BF16", (2 * kd + vd, 1, cfg["linear_conv_kernel_dim"]))
+            specs[q + "A_log"] = ("BF16", (nv,))
+            specs[q + "dt_bias"] = ("BF16", (nv,))
+            specs[q + "norm.weight"] = ("BF16", (cfg["linear_value_head_dim"],))
+            specs[q + "out_proj.weight"] = ("BF16", (H, vd))
+        else:
+            qrows = (2 if hybrid else 1) * nh * hd  # gated attention: [query | gate] per head
+            specs[p + "self_attn.q_proj.weight"] = ("BF16", (qrows, H))
+            specs[p + "self_attn.k_proj.weight"] = ("BF16", (nkv * hd, H))
+            specs[p + "self_attn.v_proj.weight"] = ("BF16", (nkv * hd, H))
+            specs[p + "self_attn.o_proj.weight"] = ("BF16", (H, nh * hd))
+            specs[p + "self_attn.q_norm.weight"] = ("BF16", (hd,))
+            specs[p + "self_attn.k_norm.weight"] = ("BF16", (hd,))
         specs[p + "mlp.gate.weight"] = ("BF16", (E, H))
+        if hybrid:
+            Is = cfg["shared_expert_intermediate_size"]
+            specs[p + "mlp.shared_expert.gate_proj.weight"] = ("BF16", (Is, H))
+            specs[p + "mlp.shared_expert.up_proj.weight"] = ("BF16", (Is, H))
+            specs[p + "mlp.shared_expert.down_proj.weight"] = ("BF16", (H, Is))
+            specs[p + "mlp.shared_expert_gate.weight"] = ("BF16", (1, H))
         specs[p + "mlp.experts.gate_up_proj"] = ("BF16", (E, 2 * I, H))
         specs[p + "mlp.experts.down_proj"] = ("BF16", (E, H, I))
 
@@ -102,7 +150,12 @@ def main():
     rng = np.random.default_rng(a.seed)
     w = Writer(os.path.join(a.out, "model.safetensors"), specs)
     for i, (name, (_, shape)) in enumerate(specs.items()):
-        if name.endswith("norm.weight"):
+        if a.zero_experts and ".mlp.experts." in name:
+            w.hole(int(np.prod(shape)) * 2)
+            continue
+        if name.endswith("norm.weight") and hybrid:
+            arr = bf16(rng, shape, 0.1)  # (1 + w) norms, and the gated norm's w near 0.1
+        elif name.endswith("norm.weight"):
             arr = np.full(shape, 0x3F80, dtype=np.uint16)  # 1.0 in BF16
         elif name.endswith("mlp.gate.weight"):
             arr = bf16(rng, shape, 0.05)
