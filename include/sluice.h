@@ -77,6 +77,8 @@ typedef struct sl_stats {
     int64_t prefill_bytes_read;           /* the part read during prefill */
     double read_time;                     /* waiting for expert reads */
     double t_attention, t_router, t_expert_io, t_expert_compute, t_other;
+    int64_t ple_rows, ple_bytes; /* Qwen4-Exp: n-gram embedding rows read per token (PLE) */
+    double t_ple_io;             /* time reading them */
 } sl_stats;
 
 typedef struct sl_session_params {

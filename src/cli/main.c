@@ -180,7 +180,8 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     sl_stats s;
     sl_model_get_stats(m, &s);
     const double total = s.prefill_time + s.decode_time;
-    const double other = total - s.t_attention - s.t_router - s.t_expert_io - s.t_expert_compute;
+    const double other = total - s.t_attention - s.t_router - s.t_expert_io - s.t_expert_compute -
+                         s.t_ple_io;
     const int64_t dec_bytes = s.bytes_read - s.prefill_bytes_read;
     fprintf(f, "--- sluice statistics ---\n");
     fprintf(f, "prompt tokens        %lld (%.2f tok/s, %.3f s)\n", (long long)s.prompt_tokens,
@@ -196,10 +197,15 @@ void cli_print_stats(const sl_model *m, FILE *f) {
             rate((double)s.prefill_bytes_read / 1e6, (double)s.prompt_tokens));
     fprintf(f, "  per decode step    %.2f MB\n",
             rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
+    if (s.ple_rows)
+        fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
+                (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,
+                rate((double)s.ple_bytes / 1e3, (double)(s.prompt_tokens + s.gen_tokens)));
     fprintf(f, "time: attention      %.3f s\n", s.t_attention);
     fprintf(f, "      router         %.3f s\n", s.t_router);
     fprintf(f, "      expert I/O     %.3f s\n", s.t_expert_io);
     fprintf(f, "      expert compute %.3f s\n", s.t_expert_compute);
+    if (s.ple_rows) fprintf(f, "      PLE row reads  %.3f s\n", s.t_ple_io);
     fprintf(f, "      other          %.3f s (embedding, norms, dense FFN, head)\n",
             other > 0 ? other : 0);
 }

@@ -260,3 +260,55 @@ sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int 
     t.name = names[which];
     return t;
 }
+
+/* ------------------------------------------------------------ n-gram tables */
+
+static const uint8_t ngram_magic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 0, 'N'};
+
+void sl_ngram_layout(sl_ngram_header *h) {
+    h->row_bytes = (uint64_t)h->dim * sl_dtype_size(h->dtype);
+    h->data_offset = SL_PACK_PAGE;
+    h->file_size = h->data_offset + h->rows * h->row_bytes;
+}
+
+sl_status sl_ngram_header_parse(sl_ngram_header *h, const char *path, const void *bytes, size_t n,
+                                uint64_t file_size, sl_error *err) {
+    const uint8_t *p = bytes;
+    if (n < 48 || memcmp(p, ngram_magic, 8) != 0)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice n-gram table (bad magic)", path);
+    memset(h, 0, sizeof *h);
+    h->version = rd32(p + 8);
+    h->layer = rd32(p + 12);
+    h->dtype = sl_pack_dtype_from_code(p[16]);
+    h->dim = rd32(p + 20);
+    h->rows = rd64(p + 24);
+    if (h->version != SL_PACK_VERSION)
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d)",
+                       path, h->version, SL_PACK_VERSION);
+    if (!(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32) ||
+        h->dim == 0 || h->dim > (1u << 16) || h->rows == 0 || h->rows > (1ull << 40))
+        return sl_fail(err, SL_ERR_FORMAT, "%s: bad header (rows %llu, dim %u, dtype code %u)",
+                       path, (unsigned long long)h->rows, h->dim, p[16]);
+    sl_ngram_header want = *h;
+    sl_ngram_layout(&want);
+    if (rd64(p + 32) != want.data_offset || rd64(p + 40) != want.file_size)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: layout in the header does not match its shape",
+                       path);
+    if (file_size != want.file_size)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: %llu bytes, expected %llu (truncated?)", path,
+                       (unsigned long long)file_size, (unsigned long long)want.file_size);
+    *h = want;
+    return SL_OK;
+}
+
+void sl_ngram_header_write(const sl_ngram_header *h, uint8_t *buf) {
+    memset(buf, 0, SL_PACK_PAGE);
+    memcpy(buf, ngram_magic, 8);
+    wr32(buf + 8, h->version);
+    wr32(buf + 12, h->layer);
+    buf[16] = sl_pack_dtype_code(h->dtype);
+    wr32(buf + 20, h->dim);
+    wr64(buf + 24, h->rows);
+    wr64(buf + 32, h->data_offset);
+    wr64(buf + 40, h->file_size);
+}

@@ -9,6 +9,8 @@
  *   experts-LLL.bin     one per MoE layer: header page, then one 4 KiB-aligned
  *                       blob per expert (gate, up, down with scales and biases),
  *                       so a cache miss is one aligned read
+ *   ngram-LLL.bin       one per PLE layer (Qwen4-Exp): header page, then the n-gram
+ *                       embedding table's rows back to back, so a row is one small read
  *
  * Every number read from these files is validated before use.
  */
@@ -48,6 +50,20 @@ typedef struct sl_experts_header {
     uint64_t file_size;
     uint64_t part[SL_EX_PARTS]; /* offsets inside a blob; scales/biases 0 when unquantised */
 } sl_experts_header;
+
+/* An n-gram table file: rows [rows, dim] of dtype (BF16, F16 or F32) from data_offset. */
+typedef struct sl_ngram_header {
+    uint32_t version, layer;
+    sl_dtype dtype;
+    uint32_t dim;
+    uint64_t rows, row_bytes, data_offset, file_size;
+} sl_ngram_header;
+
+/* Fills row_bytes, data_offset and file_size from dtype, dim and rows. */
+void sl_ngram_layout(sl_ngram_header *h);
+sl_status sl_ngram_header_parse(sl_ngram_header *h, const char *path, const void *bytes, size_t n,
+                                uint64_t file_size, sl_error *err);
+void sl_ngram_header_write(const sl_ngram_header *h, uint8_t *buf);
 
 /* On-disk dtype codes (stable across versions, unlike sl_dtype). */
 uint8_t sl_pack_dtype_code(sl_dtype t);

@@ -65,7 +65,8 @@ static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads,
     }
 }
 
-/* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t. */
+/* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t, or only the
+ * rows listed in sel[t] (ascending) when a selection is given. */
 static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const size_t q_stride = (size_t)a->n_heads * (size_t)hd;
@@ -76,12 +77,14 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
     for (int32_t it = 0; it < n_items; it++) {
         const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
-        const int32_t n_keys = a->pos0 + t + 1;
+        const int32_t *sel = a->sel ? a->sel + (size_t)t * (size_t)a->sel_stride : NULL;
+        const int32_t n_keys = sel ? a->n_sel[t] : a->pos0 + t + 1;
         float *sc = a->scratch + (size_t)omp_get_thread_num() * ctx;
         const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
         float mx = -INFINITY;
         for (int32_t j = 0; j < n_keys; j++) {
-            const float *k = a->kcache + (size_t)j * kv_stride + (size_t)kvh * (size_t)hd;
+            const size_t row = (size_t)(sel ? sel[j] : j);
+            const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             float s = 0;
             for (int32_t d = 0; d < hd; d++)
                 s += q[d] * k[d];
@@ -98,7 +101,8 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
         for (int32_t d = 0; d < hd; d++)
             o[d] = 0;
         for (int32_t j = 0; j < n_keys; j++) {
-            const float *v = a->vcache + (size_t)j * kv_stride + (size_t)kvh * (size_t)hd;
+            const size_t row = (size_t)(sel ? sel[j] : j);
+            const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             const float p = sc[j] * inv;
             for (int32_t d = 0; d < hd; d++)
                 o[d] += p * v[d];
@@ -139,22 +143,23 @@ static void cpu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, 
 }
 
 static void cpu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
-                            const sl_tensor *w, int32_t K, float *state) {
+                            const sl_tensor *w, int32_t K, int32_t dil, float *state) {
     (void)be;
     float wk[64];
+    const int32_t S = (K - 1) * dil; /* state: the last S inputs, oldest first */
     for (int32_t c = 0; c < C; c++) {
         sl_to_f32(wk, w->data, w->dtype, (size_t)c * (size_t)K, (size_t)K);
-        float *st = state + (size_t)c * (size_t)(K - 1);
+        float *st = state + (size_t)c * (size_t)S;
         for (int32_t t = 0; t < T; t++) {
             const float xt = x[(size_t)t * (size_t)C + (size_t)c];
             float acc = 0;
             for (int32_t j = 0; j < K - 1; j++)
-                acc += wk[j] * st[j];
+                acc += wk[j] * st[S - (K - 1 - j) * dil];
             acc += wk[K - 1] * xt;
             y[(size_t)t * (size_t)C + (size_t)c] = acc / (1.0f + expf(-acc));
-            for (int32_t j = 0; j + 1 < K - 1; j++)
+            for (int32_t j = 0; j + 1 < S; j++)
                 st[j] = st[j + 1];
-            if (K > 1) st[K - 2] = xt;
+            if (S > 0) st[S - 1] = xt;
         }
     }
 }
@@ -206,7 +211,8 @@ static void cpu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
 }
 
 static void cpu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
-                              const sl_tensor *w, int32_t rows, int32_t n, float eps) {
+                              const sl_tensor *w, int32_t rows, int32_t n, float eps,
+                              sl_act gate) {
     (void)be;
     for (int32_t r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * (size_t)n, *zr = z + (size_t)r * (size_t)n;
@@ -215,8 +221,70 @@ static void cpu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, co
         for (int32_t i = 0; i < n; i++) {
             float wi;
             sl_to_f32(&wi, w->data, w->dtype, (size_t)i, 1);
-            yr[i] = wi * (xr[i] * inv) * (zr[i] / (1.0f + expf(-zr[i])));
+            const float sg = 1.0f / (1.0f + expf(-zr[i]));
+            yr[i] = wi * (xr[i] * inv) * (gate == SL_ACT_SIGMOID ? sg : zr[i] * sg);
         }
+    }
+}
+
+static void cpu_activate(const sl_backend *be, float *y, const float *x, size_t n, float div,
+                         float mul, sl_act act) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i] / div, sg = 1.0f / (1.0f + expf(-v));
+        y[i] = mul * (act == SL_ACT_SIGMOID ? sg : v * sg);
+    }
+}
+
+static void cpu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
+                       int32_t hc, int32_t n) {
+    (void)be;
+    for (int32_t t = 0; t < T; t++) {
+        const float *wt = w + (size_t)t * (size_t)hc * (size_t)n;
+        const float *xt = x + (size_t)t * (size_t)hc * (size_t)n;
+        for (int32_t i = 0; i < n; i++) {
+            float acc = 0;
+            for (int32_t c = 0; c < hc; c++)
+                acc += wt[(size_t)c * (size_t)n + (size_t)i] * xt[(size_t)c * (size_t)n + (size_t)i];
+            y[(size_t)t * (size_t)n + (size_t)i] = acc / (float)hc;
+        }
+    }
+}
+
+static void cpu_ple_gate(const sl_backend *be, float *y, const float *key, const float *query,
+                         const float *value, int32_t T, int32_t hc, int32_t n) {
+    (void)be;
+    const float sq = (float)sqrt((double)n);
+    for (int32_t r = 0; r < T * hc; r++) {
+        const float *k = key + (size_t)r * (size_t)n, *q = query + (size_t)r * (size_t)n;
+        float g = 0;
+        for (int32_t i = 0; i < n; i++)
+            g += k[i] * q[i];
+        g /= sq;
+        g = sqrtf(fmaxf(fabsf(g), 1e-6f)) * (float)((g > 0) - (g < 0));
+        const float sg = 1.0f / (1.0f + expf(-g));
+        const float *v = value + (size_t)(r / hc) * (size_t)n;
+        float *yr = y + (size_t)r * (size_t)n;
+        for (int32_t i = 0; i < n; i++)
+            yr[i] = sg * v[i];
+    }
+}
+
+static void cpu_qsa_scores(const sl_backend *be, float *scores, const float *q, const float *keys,
+                           int32_t n_heads, int32_t n_blocks, int32_t d) {
+    (void)be;
+    const float sq = (float)sqrt((double)d);
+    for (int32_t b = 0; b < n_blocks; b++) {
+        const float *k = keys + (size_t)b * (size_t)d;
+        float acc = 0;
+        for (int32_t h = 0; h < n_heads; h++) {
+            const float *qh = q + (size_t)h * (size_t)d;
+            float s = 0;
+            for (int32_t i = 0; i < d; i++)
+                s += qh[i] * k[i];
+            acc += fmaxf(s, 0.0f);
+        }
+        scores[b] = acc / sq;
     }
 }
 
@@ -234,6 +302,10 @@ static const sl_ops cpu_ops = {
     .conv1d_silu = cpu_conv1d_silu,
     .delta_rule = cpu_delta_rule,
     .gated_rmsnorm = cpu_gated_rmsnorm,
+    .activate = cpu_activate,
+    .hc_mix = cpu_hc_mix,
+    .ple_gate = cpu_ple_gate,
+    .qsa_scores = cpu_qsa_scores,
 };
 
 sl_isa sl_cpu_best_isa(void) {

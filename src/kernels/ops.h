@@ -31,7 +31,16 @@ typedef struct sl_attn_args {
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;    /* usually 1/sqrt(head_dim) */
     float *scratch; /* n_threads x (pos0 + T) floats */
+    /* Optional sparse attention (QSA): query t sees only the n_sel[t] cache rows
+     * sel[t * sel_stride ...], in ascending order. NULL: every row up to its position. */
+    const int32_t *sel, *n_sel;
+    int32_t sel_stride;
 } sl_attn_args;
+
+typedef enum sl_act {
+    SL_ACT_SILU = 0, /* x * sigmoid(x) */
+    SL_ACT_SIGMOID = 1,
+} sl_act;
 
 /*
  * The gated delta rule (Gated DeltaNet) over T tokens, one token after another,
@@ -76,16 +85,32 @@ typedef struct sl_ops {
     void (*sigmoid_mul)(const sl_backend *be, float *y, const float *gate, size_t n);
     /* x = x * rsqrt(sum(x^2) + eps), per row of n, in place. */
     void (*l2norm)(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps);
-    /* Causal depthwise conv1d (no bias) then SiLU, token by token over T rows of C channels:
-     *   y[t][c] = silu(sum_j w[c, 0, j] * in[t - (K-1) + j][c]), j = 0 .. K-1,
-     * where in[<0] comes from state [C, K-1] (the previous K-1 inputs, oldest first),
-     * which is updated to the last K-1 inputs. w is [C, 1, K]. */
+    /* Causal depthwise conv1d (no bias) with dilation d, then SiLU, token by token over T
+     * rows of C channels:
+     *   y[t][c] = silu(sum_j w[c, 0, j] * in[t - (K-1-j) d][c]), j = 0 .. K-1,
+     * where in[<0] comes from state [C, (K-1) d] (the previous inputs, oldest first),
+     * which is updated to the last (K-1) d inputs. w is [C, 1, K]. */
     void (*conv1d_silu)(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
-                        const sl_tensor *w, int32_t K, float *state);
+                        const sl_tensor *w, int32_t K, int32_t d, float *state);
     void (*delta_rule)(const sl_backend *be, const sl_delta_args *a);
-    /* y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z), per row of n; w is [n], plain weight. */
+    /* y = w * (x * rsqrt(mean(x^2) + eps)) * gate(z), per row of n; w is [n], plain weight;
+     * gate is SiLU or sigmoid. */
     void (*gated_rmsnorm)(const sl_backend *be, float *y, const float *x, const float *z,
-                          const sl_tensor *w, int32_t rows, int32_t n, float eps);
+                          const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate);
+    /* y[i] = mul * act(x[i] / div); y may alias x. */
+    void (*activate)(const sl_backend *be, float *y, const float *x, size_t n, float div,
+                     float mul, sl_act act);
+    /* Hyper-connection mix: y[t][i] = mean over c < hc of w[t][c][i] * x[t][c][i]. */
+    void (*hc_mix)(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
+                   int32_t hc, int32_t n);
+    /* PLE gate, per token t and stream c: g = key[t][c] . query[t][c] / sqrt(n),
+     * g = sign(g) sqrt(max(|g|, 1e-6)), y[t][c] = sigmoid(g) * value[t]. */
+    void (*ple_gate)(const sl_backend *be, float *y, const float *key, const float *query,
+                     const float *value, int32_t T, int32_t hc, int32_t n);
+    /* QSA block scores of one query: scores[b] = sum over heads h of relu(q[h] . keys[b])
+     * / sqrt(d); q is [n_heads, d], keys [n_blocks, d]. */
+    void (*qsa_scores)(const sl_backend *be, float *scores, const float *q, const float *keys,
+                       int32_t n_heads, int32_t n_blocks, int32_t d);
 } sl_ops;
 
 struct sl_backend {

@@ -7,13 +7,20 @@
 
 /* ------------------------------------------------------------- binding */
 
+/* With hyper-connections (Qwen4-Exp) the sublayer and final norms are the hyper-connections'
+ * own grouped norms: the checkpoint has none of input_layernorm, post_attention_layernorm
+ * and norm. */
+static int norm_flags(const sl_model *m) {
+    return m->cfg.hc_count ? SL_BIND_OPTIONAL : SL_BIND_REQUIRED;
+}
+
 sl_status blk_bind_globals(sl_model *m, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int64_t V = c->vocab_size, H = c->hidden_size;
     sl_status st;
     if ((st = sl_ckpt_bind(&m->ck, &m->embed, SL_BIND_REQUIRED, SL_DIMS(V, H), err,
                            "embed_tokens.weight")) ||
-        (st = sl_ckpt_bind(&m->ck, &m->norm, SL_BIND_REQUIRED, SL_DIMS(H), err, "norm.weight")))
+        (st = sl_ckpt_bind(&m->ck, &m->norm, norm_flags(m), SL_DIMS(H), err, "norm.weight")))
         return st;
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
@@ -34,7 +41,7 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
     L->attn_gated = o->gated;
     const char *p = "layers.%d.self_attn.%s";
     sl_status st;
-    if ((st = sl_ckpt_bind(ck, &L->attn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
+    if ((st = sl_ckpt_bind(ck, &L->attn_norm, norm_flags(m), SL_DIMS(H), err,
                            "layers.%d.input_layernorm.weight", l)) ||
         (st = sl_ckpt_bind(ck, &L->wq, SL_BIND_REQUIRED, SL_DIMS(nq_proj, H), err, p, l,
                            "q_proj.weight")) ||
@@ -80,7 +87,7 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
     sl_layer *L = &m->layers[l];
     const int64_t H = c->hidden_size;
     sl_status st;
-    if ((st = sl_ckpt_bind(ck, &L->ffn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
+    if ((st = sl_ckpt_bind(ck, &L->ffn_norm, norm_flags(m), SL_DIMS(H), err,
                            "layers.%d.post_attention_layernorm.weight", l)))
         return st;
     L->is_moe = c->layer_is_moe[l];
@@ -139,6 +146,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
     const int32_t hd = c->head_dim, pos0 = s->pos;
     const size_t kv_row = (size_t)c->n_kv_heads * (size_t)hd;
 
+    if (L->idx_qk.data) blk_qsa_select(s, l, T); /* which positions each query sees */
+
     if (L->attn_gated) {
         /* [T, nh, 2*hd] per head [query | gate] -> q [T, nh*hd] and gate [T, nh*hd] */
         const size_t nh = (size_t)c->n_heads, h = (size_t)hd;
@@ -178,6 +187,9 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
         .head_dim = hd,
         .scale = 1.0f / sqrtf((float)hd),
         .scratch = b->attn_scratch,
+        .sel = L->idx_qk.data ? b->qsa_sel : NULL,
+        .n_sel = b->qsa_nsel,
+        .sel_stride = c->idx_budget + c->idx_ratio - 1,
     };
     op->attention(be, &a);
     if (L->attn_gated)

@@ -47,6 +47,36 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T);
 /* s->b.xn -> s->b.out: dense SwiGLU MLP or routed experts (+ shared expert). */
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
 
+/* Hyper-connections (hyper.c): the tensors of one gated residual under the prefix fmt % l
+ * (without inject for the final mixer); its grouped norm over the hc streams; the mix of
+ * s->b.hres into s->b.xn (and injection weights into s->b.hinj); and the injection of
+ * s->b.out back into the streams. */
+sl_status blk_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *err,
+                         const char *fmt, int32_t l);
+void blk_grouped_rmsnorm(sl_session *s, float *y, const float *x, const sl_tensor *w, int32_t T);
+void blk_hyper_mix(sl_session *s, const sl_hyper *hy, int32_t T);
+void blk_hyper_inject(sl_session *s, int32_t T);
+
+/* PLE (ple.c). bind: layer l's PLE tensors and hash constants (no-op without PLE);
+ * open_tables: the n-gram tables, mapped or (use_pread) read row by row from a pack;
+ * history: the n-gram token history of a chunk (once per forward, before the layers);
+ * blk_ple: s->b.hres += PLE(s->b.hres) of layer l. */
+sl_status blk_bind_ple(sl_model *m, int32_t l, sl_error *err);
+sl_status sl_ple_open_tables(sl_model *m, const char *dir, int use_pread, sl_error *err);
+void sl_ple_free(sl_model *m);
+void blk_ple_history(sl_session *s, const int32_t *ids, int32_t T);
+sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err);
+/* The hash constants derived from the config (what checkpoints also ship as buffers), and
+ * one token's table rows for its history hist[ngram_size]; exposed for tests. */
+void sl_ple_derive(const sl_config *c, int32_t ple_index, uint64_t *mult, int64_t *vocab,
+                   int64_t *offset);
+void sl_ple_rows(const sl_config *c, const sl_ple *P, const int32_t *hist, int64_t *rows);
+
+/* QSA (qsa.c): layer l's indexer tensors; the positions each of T queries attends to,
+ * into s->b.qsa_sel / qsa_nsel (called by blk_attention on layers with an indexer). */
+sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err);
+void blk_qsa_select(sl_session *s, int32_t l, int32_t T);
+
 /* The pre-norm decoder of Qwen2/Qwen3(-MoE), Qwen3-Next and Qwen3.5:
  *   x = embed(ids)
  *   per layer: x += attn(norm(x)); x += ffn(norm(x))

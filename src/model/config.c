@@ -139,7 +139,8 @@ static sl_status parse_linear(sl_config *c, const json_t *root, const char *path
             const char *t = json_string_value(json_array_get(types, (size_t)l));
             if (t && strcmp(t, "linear_attention") == 0)
                 c->layer_is_linear[l] = 1;
-            else if (!t || strcmp(t, "full_attention") != 0)
+            else if (!t || (strcmp(t, "full_attention") != 0 &&
+                            strcmp(t, "qwen_sparse_attention") != 0))
                 return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: layer_types[%d] '%s' is not supported",
                                path, l, t ? t : "?");
         }
@@ -149,6 +150,114 @@ static sl_status parse_linear(sl_config *c, const json_t *root, const char *path
     }
     for (int32_t l = 0; l < c->n_layers; l++)
         c->n_linear_layers += c->layer_is_linear[l];
+    return SL_OK;
+}
+
+/* eos_token_id of the text config (else the top level): an integer or a list, whose first
+ * entry counts. Only PLE computes with it (parse_qwen4 requires it there); elsewhere a value
+ * that is not a token id is ignored. */
+static void parse_eos(sl_config *c, const json_t *root, const json_t *top) {
+    json_t *v = json_object_get(root, "eos_token_id");
+    if (!v || json_is_null(v)) v = json_object_get(top, "eos_token_id");
+    if (json_is_array(v)) v = json_array_get(v, 0);
+    c->eos_id = json_is_integer(v) && json_integer_value(v) >= 0 &&
+                        json_integer_value(v) < c->vocab_size
+                    ? (int32_t)json_integer_value(v)
+                    : -1;
+}
+
+int32_t sl_ngram_heads(const sl_config *c) {
+    return (c->ngram_size - 1) * c->ngram_heads_per;
+}
+
+/*
+ * Qwen4-Exp: hyper-connections (hc_count streams), PLE on the one-indexed
+ * ple_layer_ids (linear-attention layers only), the QSA indexer on full
+ * attention, and the output gate of Gated DeltaNet (output_gate_type).
+ */
+static sl_status parse_qwen4(sl_config *c, const json_t *root, const char *path, sl_error *err) {
+    sl_status st;
+    const int64_t big = INT32_MAX / 4;
+    json_t *gt = json_object_get(root, "output_gate_type");
+    if (gt && !json_is_null(gt)) {
+        const char *g = json_string_value(gt);
+        if (!g || (strcmp(g, "silu") != 0 && strcmp(g, "sigmoid") != 0))
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "%s: output_gate_type '%s' is not supported (silu or sigmoid)", path,
+                           g ? g : "?");
+        c->lin_gate_sigmoid = strcmp(g, "sigmoid") == 0;
+    }
+    if ((st = get_int(root, "hc_count", 4, 2, 64, &c->hc_count, path, err)) ||
+        (st = get_int(root, "hc_lowrank", 320, 1, 1 << 16, &c->hc_lowrank, path, err)) ||
+        (st = get_int(root, "ple_embed_dim", c->hidden_size, 1, 1 << 20, &c->ple_embed_dim, path,
+                      err)) ||
+        (st = get_int(root, "ple_conv_kernel_size", 4, 1, 64, &c->ple_conv_kernel, path, err)) ||
+        (st = get_int(root, "ngram_size", 3, 2, 8, &c->ngram_size, path, err)) ||
+        (st = get_int(root, "heads_per_ngram", 8, 1, 256, &c->ngram_heads_per, path, err)) ||
+        (st = get_int(root, "ngram_vocab_size_base", 20000000, 2, big, &c->ngram_vocab_base, path,
+                      err)) ||
+        (st = get_int(root, "make_ngram_vocab_size_divisible_by", 128, 1, 1 << 20,
+                      &c->ngram_vocab_divisor, path, err)) ||
+        (st = get_int(root, "indexer_n_heads", 0, 0, 4096, &c->idx_heads, path, err)) ||
+        (st = get_int(root, "indexer_head_dim", 0, 0, 4096, &c->idx_head_dim, path, err)) ||
+        (st = get_int(root, "indexer_budget", 0, 0, big, &c->idx_budget, path, err)) ||
+        (st = get_int(root, "indexer_compress_ratio", 0, 0, big, &c->idx_ratio, path, err)))
+        return st;
+    json_t *seed = json_object_get(root, "seed");
+    c->ngram_seed = 1234;
+    if (seed && !json_is_null(seed)) {
+        if (!json_is_integer(seed) || json_integer_value(seed) < 0)
+            return sl_fail(err, SL_ERR_FORMAT, "%s: 'seed' is not a non-negative integer", path);
+        c->ngram_seed = json_integer_value(seed);
+    }
+    if (c->idx_heads) {
+        int32_t kv = 1;
+        if ((st = get_int(root, "indexer_kv_heads", -1, 1, 4096, &kv, path, err))) return st;
+        if (kv != 1 || c->idx_head_dim < c->rot_dim || c->idx_ratio < 1 ||
+            c->idx_budget < c->idx_ratio || c->idx_budget % c->idx_ratio)
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: QSA indexer needs indexer_kv_heads = 1, indexer_head_dim >= the "
+                           "rotary dims (%d), and indexer_budget a multiple of "
+                           "indexer_compress_ratio",
+                           path, c->rot_dim);
+    }
+    c->layer_ple = malloc((size_t)c->n_layers);
+    if (!c->layer_ple) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    memset(c->layer_ple, -1, (size_t)c->n_layers);
+    json_t *ids = json_object_get(root, "ple_layer_ids");
+    if (ids && !json_is_null(ids)) {
+        if (!json_is_array(ids))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: 'ple_layer_ids' is not an array", path);
+        /* Sorted and deduplicated, as transformers does; layer ids are one-indexed. */
+        for (int32_t l = 0; l < c->n_layers; l++) {
+            size_t i;
+            json_t *v;
+            json_array_foreach(ids, i, v) {
+                if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                    json_integer_value(v) > c->n_layers)
+                    return sl_fail(err, SL_ERR_FORMAT,
+                                   "%s: ple_layer_ids[%zu] is not a layer id in [1, %d]", path, i,
+                                   c->n_layers);
+                if (json_integer_value(v) != l + 1 || c->layer_ple[l] >= 0) continue;
+                if (!c->layer_is_linear || !c->layer_is_linear[l])
+                    return sl_fail(err, SL_ERR_UNSUPPORTED,
+                                   "%s: PLE on layer %d, which is not a linear-attention layer",
+                                   path, l + 1);
+                if (c->n_ple_layers >= 127)
+                    return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: too many PLE layers", path);
+                c->layer_ple[l] = (int8_t)c->n_ple_layers++;
+            }
+        }
+    }
+    if (c->n_ple_layers) {
+        if (c->ple_embed_dim % sl_ngram_heads(c) != 0)
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: ple_embed_dim %d is not a multiple of the %d n-gram heads", path,
+                           c->ple_embed_dim, sl_ngram_heads(c));
+        if (c->eos_id < 0)
+            return sl_fail(err, SL_ERR_FORMAT, "%s: PLE layers need eos_token_id (a token id)",
+                           path);
+    }
     return SL_OK;
 }
 
@@ -235,6 +344,12 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
     if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)) ||
         (st = parse_linear(c, root, path, err)))
         goto done;
+    parse_eos(c, root, top);
+    if (strncmp(c->arch, "qwen4_exp", 9) == 0) {
+        /* norm_topk_prob defaults to true in this family */
+        if (!json_object_get(root, "norm_topk_prob")) c->norm_topk_prob = 1;
+        if ((st = parse_qwen4(c, root, path, err))) goto done;
+    }
     /* Qwen3.5-MoE has no norm_topk_prob: its top-k weights are always renormalised. */
     if (strncmp(c->arch, "qwen3_5_moe", 11) == 0) c->norm_topk_prob = 1;
 done:
@@ -255,6 +370,8 @@ sl_status sl_config_load(sl_config *c, const char *path, sl_error *err) {
 void sl_config_free(sl_config *c) {
     free(c->layer_is_moe);
     free(c->layer_is_linear);
+    free(c->layer_ple);
     c->layer_is_moe = NULL;
     c->layer_is_linear = NULL;
+    c->layer_ple = NULL;
 }

@@ -34,8 +34,9 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
     const char *p = "layers.%d.linear_attn.%s";
     sl_status st;
     L->is_linear = 1;
-    if ((st = sl_ckpt_bind(ck, &L->attn_norm, SL_BIND_REQUIRED, SL_DIMS(H), err,
-                           "layers.%d.input_layernorm.weight", l)) ||
+    /* no input_layernorm with hyper-connections (blocks.c, norm_flags) */
+    if ((st = sl_ckpt_bind(ck, &L->attn_norm, c->hc_count ? SL_BIND_OPTIONAL : SL_BIND_REQUIRED,
+                           SL_DIMS(H), err, "layers.%d.input_layernorm.weight", l)) ||
         (st = sl_ckpt_bind(ck, &L->conv_w, SL_BIND_REQUIRED, SL_DIMS(cd, 1, c->lin_conv_kernel),
                            err, p, l, "conv1d.weight")) ||
         (st = sl_ckpt_bind(ck, &L->A_log, SL_BIND_REQUIRED, SL_DIMS(nv), err, p, l, "A_log")) ||
@@ -106,7 +107,7 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
     }
 
     float *conv_state = s->conv_state + (size_t)l * cd * (size_t)(K - 1);
-    op->conv1d_silu(be, b->lin_conv, b->lin_mixed, T, (int32_t)cd, &L->conv_w, K, conv_state);
+    op->conv1d_silu(be, b->lin_conv, b->lin_mixed, T, (int32_t)cd, &L->conv_w, K, 1, conv_state);
     for (size_t t = 0; t < (size_t)T; t++) {
         const float *row = b->lin_conv + t * cd;
         memcpy(b->lin_q + t * kd, row, kd * sizeof(float));
@@ -134,6 +135,7 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
         .q_scale = 1.0f / sqrtf((float)dk),
     };
     op->delta_rule(be, &a);
-    op->gated_rmsnorm(be, b->lin_o, b->lin_o, b->lin_z, &L->lin_norm, T * nv, dv, c->rms_norm_eps);
+    op->gated_rmsnorm(be, b->lin_o, b->lin_o, b->lin_z, &L->lin_norm, T * nv, dv, c->rms_norm_eps,
+                      c->lin_gate_sigmoid ? SL_ACT_SIGMOID : SL_ACT_SILU);
     op->matmul(be, b->out, b->lin_o, &L->out_proj, NULL, T);
 }

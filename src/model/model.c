@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "format/pack.h"
+#include "model/blocks.h"
 
 static const sl_family *const families[] = {
     &sl_family_qwen3_moe,
@@ -17,6 +18,8 @@ static const sl_family *const families[] = {
     &sl_family_qwen3_next,
     &sl_family_qwen3_5_moe, /* the vision-language checkpoint: its text model */
     &sl_family_qwen3_5_moe_text,
+    &sl_family_qwen4_exp, /* the vision-language checkpoint: its text model */
+    &sl_family_qwen4_exp_text,
 };
 
 /* A packed model's config is the "config" object of its manifest. */
@@ -73,7 +76,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
                      "%s: architecture '%s' is not supported (sluice "
-                     "runs: qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe)",
+                     "runs: qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp)",
                      path, m->cfg.arch);
         goto fail;
     }
@@ -103,6 +106,9 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         st = sl_experts_bind_hf(&m->experts, &m->ck, c->n_layers, c->layer_is_moe, c->n_experts,
                                 c->hidden_size, c->moe_intermediate_size, err);
     }
+    /* PLE n-gram tables are read per token like experts: pread when streaming. */
+    if (!st && c->n_ple_layers)
+        st = sl_ple_open_tables(m, dir, p.experts == SL_EXPERTS_STREAM, err);
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -114,6 +120,7 @@ fail:
 void sl_model_free(sl_model *m) {
     if (!m) return;
     sl_experts_free(&m->experts);
+    sl_ple_free(m);
     free(m->layers);
     sl_ckpt_close(&m->ck);
     sl_config_free(&m->cfg);
@@ -131,7 +138,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     int64_t resident = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
-        if (strstr(t->name, ".mlp.experts.")) continue;
+        if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
         resident += (int64_t)t->nbytes;
         if (t->scales) resident += 2 * 2 * t->shape[0] * sl_qgroups(t->shape[1]);
     }
@@ -201,7 +208,40 @@ static void layout(sl_session *s, carver *cv) {
     const size_t vd = nv * (size_t)c->lin_value_dim, cd = 2 * kd + vd;
     const size_t Km1 = c->lin_conv_kernel > 0 ? (size_t)c->lin_conv_kernel - 1 : 0;
     const size_t lb = nlin ? B : 0; /* linear-attention scratch only when used */
+    /* Qwen4-Exp: hyper-connections, PLE, QSA (all zero-sized when absent) */
+    const size_t hcH = (size_t)c->hc_count * H, hb = c->hc_count ? B : 0;
+    const size_t pb = c->n_ple_layers ? B : 0, G = pb ? (size_t)sl_ngram_heads(c) : 0;
+    const size_t D = pb ? (size_t)c->ple_embed_dim : 0, NG = (size_t)c->ngram_size;
+    const size_t ple_conv = pb ? (size_t)(c->ple_conv_kernel - 1) * NG : 0;
+    const size_t ib = c->idx_heads ? B : 0, ihd = (size_t)c->idx_head_dim;
+    const size_t nblk = c->idx_heads ? (size_t)(s->max_ctx / c->idx_ratio) + 1 : 0;
+    const size_t nidx = c->idx_heads ? (size_t)c->n_layers : 0;
     sl_session_buf *b = &s->b;
+    b->hres = carve(cv, hb * hcH, sizeof(float));
+    b->hnorm = carve(cv, hb * hcH, sizeof(float));
+    b->hlow = carve(cv, hb * (size_t)c->hc_lowrank, sizeof(float));
+    b->hw = carve(cv, hb * hcH, sizeof(float));
+    b->hinj = carve(cv, hb * (size_t)c->hc_count, sizeof(float));
+    b->ple_hist = carve(cv, pb * NG, sizeof(int32_t));
+    b->ple_rows = carve(cv, pb * G, sizeof(int64_t));
+    b->ple_rowbuf = carve(cv, G ? D / G * 4 : 0, 1);
+    b->ple_emb = carve(cv, pb * D, sizeof(float));
+    b->ple_key = carve(cv, pb * hcH, sizeof(float));
+    b->ple_gate = carve(cv, pb * hcH, sizeof(float));
+    b->ple_val = carve(cv, pb * H, sizeof(float));
+    b->ple_norm = carve(cv, pb * hcH, sizeof(float));
+    b->ple_conv = carve(cv, pb * hcH, sizeof(float));
+    b->idx_qk = carve(cv, ib * (size_t)(c->idx_heads + 1) * ihd, sizeof(float));
+    b->idx_q = carve(cv, ib * (size_t)c->idx_heads * ihd, sizeof(float));
+    b->qsa_scores = carve(cv, nblk, sizeof(float));
+    b->qsa_taken = carve(cv, nblk, 1);
+    b->qsa_sel = carve(cv, ib * (size_t)(c->idx_budget + c->idx_ratio - 1), sizeof(int32_t));
+    b->qsa_nsel = carve(cv, ib, sizeof(int32_t));
+    s->idx_kcache = carve(cv, nidx * (size_t)s->max_ctx * ihd, sizeof(float));
+    s->idx_blocks = carve(cv, nidx * nblk * ihd, sizeof(float));
+    s->ple_ctx = carve(cv, pb ? NG - 1 : 0, sizeof(int32_t));
+    s->ple_conv_state_n = (size_t)c->n_ple_layers * hcH * ple_conv;
+    s->ple_conv_state = carve(cv, s->ple_conv_state_n, sizeof(float));
     s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
     s->conv_state_n = nlin * cd * Km1;
     s->delta_state = carve(cv, s->delta_state_n, sizeof(float));
@@ -301,6 +341,13 @@ void sl_session_reset(sl_session *s) {
     s->pos = 0;
     if (s->delta_state_n) memset(s->delta_state, 0, s->delta_state_n * sizeof(float));
     if (s->conv_state_n) memset(s->conv_state, 0, s->conv_state_n * sizeof(float));
+    const sl_config *c = &s->model->cfg;
+    if (c->n_ple_layers) {
+        /* PLE's token history starts as EOS, as after the end of a previous document */
+        for (int32_t i = 0; i < c->ngram_size - 1; i++)
+            s->ple_ctx[i] = c->eos_id;
+        memset(s->ple_conv_state, 0, s->ple_conv_state_n * sizeof(float));
+    }
 }
 
 int32_t sl_session_pos(const sl_session *s) {

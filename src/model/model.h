@@ -10,6 +10,52 @@
 #include "model/config.h"
 #include "moe/experts.h"
 
+/*
+ * Qwen4-Exp hyper-connection: reads the hc residual streams W [hc, H] through a
+ * grouped RMSNorm n, mixes them with w = sigmoid(up(silu(down(n) / hc))) into
+ * mean_c(w[c] * n[c]), and (when inject is present) weights the sublayer's output
+ * back onto the un-normalised streams by 2 * sigmoid(inject(n) / hc).
+ */
+typedef struct sl_hyper {
+    sl_tensor norm;   /* [hc*H]: RMSNorm (1 + w), one statistic per stream */
+    sl_tensor down;   /* [r, hc*H] */
+    sl_tensor up;     /* [hc*H, r] */
+    sl_tensor inject; /* [hc, hc*H]; absent in the final mixer */
+} sl_hyper;
+
+/*
+ * One PLE layer's n-gram embedding table [rows, dim]. In the real model it holds
+ * about 51 billion parameters, so it is never loaded: each token's rows are read
+ * where they lie, from the checkpoint or pack mapping (parts, concatenated on rows),
+ * or with one pread per row (fd >= 0: a packed model whose experts are streamed).
+ */
+typedef struct sl_ngram_table {
+    int64_t rows;
+    int32_t dim;
+    sl_dtype dtype;
+    int32_t n_parts;
+    sl_tensor *parts; /* shards in row order (views into a mapping) */
+    int fd;           /* pread access, or -1 */
+    uint64_t data_off;
+    size_t row_bytes;
+    void *map; /* the pack file's mapping (owned), or NULL */
+    size_t map_len;
+} sl_ngram_table;
+
+#define SL_NGRAM_MAX 8
+
+/* Qwen4-Exp PLE of one layer: hashed n-gram embeddings gated into every stream. */
+typedef struct sl_ple {
+    int32_t index;              /* position in ple_layer_ids */
+    uint64_t mult[SL_NGRAM_MAX]; /* hash multiplier per n-gram position */
+    int64_t *vocab, *offset;    /* [n-gram heads]: prime vocabulary and table row offset */
+    sl_ngram_table table;
+    sl_tensor key_proj;   /* [hc*H, D] */
+    sl_tensor value_proj; /* [H, D] */
+    sl_tensor norm_key, norm_query, norm_conv; /* [hc*H], grouped like sl_hyper.norm */
+    sl_tensor conv;       /* [hc*H, 1, K], dilation ngram_size */
+} sl_ple;
+
 /* One decoder layer. Absent tensors (no bias, no qk-norm, dense vs MoE) have data == NULL. */
 typedef struct sl_layer {
     sl_tensor attn_norm;      /* [H] */
@@ -36,6 +82,12 @@ typedef struct sl_layer {
     sl_tensor router;                     /* [E, H] */
     sl_tensor sh_gate, sh_up, sh_down;    /* shared expert: [Is, H], [Is, H], [H, Is] */
     sl_tensor sh_router;                  /* [1, H]: sigmoid gate of the shared expert */
+    /* Qwen4-Exp: hyper-connections replace attn_norm and ffn_norm */
+    sl_hyper hc_attn, hc_ffn;
+    sl_ple *ple; /* PLE before the mixer, or NULL */
+    /* QSA indexer in front of full attention (Qwen4-Exp) */
+    sl_tensor idx_qk;                 /* [(idx_heads + 1) * idx_head_dim, H] */
+    sl_tensor idx_q_norm, idx_k_norm; /* [idx_head_dim], (1 + w) */
 } sl_layer;
 
 typedef struct sl_family sl_family;
@@ -49,6 +101,8 @@ struct sl_model {
     sl_tensor norm;    /* [H] final norm */
     sl_tensor lm_head; /* [V, H]; the embedding when tied */
     sl_layer *layers;  /* [n_layers] */
+    sl_hyper hc_final; /* Qwen4-Exp: the final mixer, in place of the final norm */
+    sl_ple *ples;      /* [n_ple_layers] */
     sl_expert_store experts;
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t packed;    /* loaded from a sluice pack (else a Hugging Face directory) */
@@ -91,6 +145,25 @@ typedef struct sl_session_buf {
     float *lin_v, *lin_z;      /* [B, value_dim] */
     float *lin_a, *lin_b;      /* [B, nv] */
     float *lin_o;              /* [B, value_dim] */
+    /* Qwen4-Exp (hc = hc_count, D = ple_embed_dim, G = n-gram heads) */
+    float *hres;               /* [B, hc*H] the residual streams */
+    float *hnorm;              /* [B, hc*H] grouped-normed streams */
+    float *hlow;               /* [B, r] low-rank mix */
+    float *hw;                 /* [B, hc*H] mix weights */
+    float *hinj;               /* [B, hc] injection weights */
+    int32_t *ple_hist;         /* [B, ngram_size] token at shift 0..n-1 (EOS past a reset) */
+    int64_t *ple_rows;         /* [B, G] table rows */
+    uint8_t *ple_rowbuf;       /* one table row (pread) */
+    float *ple_emb;            /* [B, D] */
+    float *ple_key, *ple_gate; /* [B, hc*H] */
+    float *ple_val;            /* [B, H] */
+    float *ple_norm, *ple_conv; /* [B, hc*H] */
+    float *idx_qk;             /* [B, (idx_heads + 1) * idx_head_dim] */
+    float *idx_q;              /* [B, idx_heads * idx_head_dim] */
+    float *qsa_scores;         /* [max_ctx / ratio] */
+    uint8_t *qsa_taken;        /* [max_ctx / ratio] */
+    int32_t *qsa_sel;          /* [B, budget + ratio - 1] attended positions per query */
+    int32_t *qsa_nsel;         /* [B] */
 } sl_session_buf;
 
 struct sl_session {
@@ -103,6 +176,13 @@ struct sl_session {
     float *delta_state;                 /* [n_layers, nv, dk, dv] */
     float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
     size_t delta_state_n, conv_state_n; /* element counts */
+    /* Qwen4-Exp: the QSA indexer's caches (indexed by layer, like the KV cache) and PLE's
+     * recurrent state (token history and the dilated conv's inputs). */
+    float *idx_kcache;     /* [n_layers, max_ctx, idx_head_dim] raw indexer keys */
+    float *idx_blocks;     /* [n_layers, max_ctx / ratio, idx_head_dim] pooled block keys */
+    int32_t *ple_ctx;      /* [ngram_size - 1] the last tokens, oldest first */
+    float *ple_conv_state; /* [n_ple_layers, hc*H, (K-1) * ngram_size] */
+    size_t ple_conv_state_n;
     sl_session_buf b;
     void *arena;
 };
@@ -122,5 +202,7 @@ extern const sl_family sl_family_qwen2_moe;
 extern const sl_family sl_family_qwen3_next;
 extern const sl_family sl_family_qwen3_5_moe;
 extern const sl_family sl_family_qwen3_5_moe_text;
+extern const sl_family sl_family_qwen4_exp;
+extern const sl_family sl_family_qwen4_exp_text;
 
 #endif /* SL_MODEL_H */

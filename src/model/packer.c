@@ -179,9 +179,10 @@ static void put_le(uint8_t *p, uint64_t v, int n) {
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Resident tensors: everything of the text model except routed experts. */
+/* Resident tensors: everything of the text model except routed experts and PLE n-gram
+ * tables (which get files of their own). */
 static int is_resident(const sl_ckpt *ck, const char *name) {
-    if (strstr(name, ".mlp.experts.")) return 0;
+    if (strstr(name, ".mlp.experts.") || strstr(name, ".ngram_embedding.")) return 0;
     return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 ||
            strcmp(name, "lm_head.weight") == 0;
 }
@@ -343,6 +344,47 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
     return st;
 }
 
+/* ------------------------------------------------------- ngram-LLL.bin */
+
+/* Layer l's n-gram table, rows back to back after a header page (F32 becomes BF16). */
+static sl_status write_ngram(const sl_model *m, int32_t l, const char *path, char hex[65],
+                             uint64_t *size, sl_error *err) {
+    const sl_ngram_table *tb = &m->layers[l].ple->table;
+    sl_ngram_header h = {.version = SL_PACK_VERSION,
+                         .layer = (uint32_t)l,
+                         .dtype = tb->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : tb->dtype,
+                         .dim = (uint32_t)tb->dim,
+                         .rows = (uint64_t)tb->rows};
+    sl_ngram_layout(&h);
+    uint8_t *page = calloc(1, SL_PACK_PAGE);
+    float *row = malloc((size_t)tb->dim * sizeof(float));
+    uint16_t *half = malloc((size_t)tb->dim * sizeof(uint16_t));
+    hwriter w;
+    sl_status st = !page || !row || !half ? sl_fail(err, SL_ERR_NOMEM, "out of memory")
+                                          : hw_open(&w, path, err);
+    if (!st) {
+        sl_ngram_header_write(&h, page);
+        hw_put(&w, page, SL_PACK_PAGE);
+        for (int32_t i = 0; i < tb->n_parts; i++) {
+            const sl_tensor *t = &tb->parts[i];
+            if (t->dtype == h.dtype) {
+                hw_put(&w, t->data, t->nbytes);
+                continue;
+            }
+            for (int64_t r = 0; r < t->shape[0]; r++) {
+                sl_to_f32(row, t->data, t->dtype, (size_t)(r * tb->dim), (size_t)tb->dim);
+                for (int32_t k = 0; k < tb->dim; k++)
+                    half[k] = sl_f32_to_bf16(row[k]);
+                hw_put(&w, half, (size_t)tb->dim * 2);
+            }
+        }
+        st = hw_close(&w, hex, err);
+    }
+    free(page), free(row), free(half);
+    *size = h.file_size;
+    return st;
+}
+
 /* -------------------------------------------------------------- pack */
 
 static const char *const extra_files[] = {"tokenizer.json", "tokenizer_config.json",
@@ -409,6 +451,23 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         }
         if (p.progress) p.progress(p.progress_user, "pack experts", l + 1, m->cfg.n_layers);
     }
+    json_t *ple_layers = json_array();
+    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++) {
+        if (!m->layers[l].ple) continue;
+        char name[64];
+        snprintf(name, sizeof name, "ngram-%03d.bin", l);
+        snprintf(path, sizeof path, "%s/%s", out_dir, name);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        if (!(st = write_ngram(m, l, tmp, hex, &size, err)) && rename(tmp, path) != 0)
+            st = sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+        if (!st) {
+            json_t *fe = file_entry(name, size, hex);
+            json_object_set_new(fe, "ngram_layer", json_integer(l));
+            json_array_append_new(files, fe);
+            json_array_append_new(ple_layers, json_integer(l));
+        }
+        if (p.progress) p.progress(p.progress_user, "pack n-gram tables", l + 1, m->cfg.n_layers);
+    }
     for (size_t i = 0; !st && i < sizeof extra_files / sizeof extra_files[0]; i++) {
         snprintf(tmp, sizeof tmp, "%s/%s", src_dir, extra_files[i]);
         if (stat(tmp, &sb) != 0) continue;
@@ -422,11 +481,12 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         json_t *cfg = json_load_file(path, 0, &je);
         static const char *qnames[] = {"bf16", "int8", "int4"};
         json_t *man =
-            json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o}", "format", "sluice",
+            json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o, s:o}", "format", "sluice",
                       "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant", qnames[p.quant],
                       "quant_router", p.quant_router, "group_size", SL_QGROUP, "config",
-                      cfg ? cfg : json_object(), "moe_layers", layers, "files", files);
-        layers = files = NULL;
+                      cfg ? cfg : json_object(), "moe_layers", layers, "ple_layers", ple_layers,
+                      "files", files);
+        layers = files = ple_layers = NULL;
         snprintf(path, sizeof path, "%s/manifest.json", out_dir);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
         if (!man || json_dump_file(man, tmp, JSON_INDENT(1)) != 0 || rename(tmp, path) != 0)
@@ -435,6 +495,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     }
     json_decref(layers);
     json_decref(files);
+    json_decref(ple_layers);
     sl_model_free(m);
     return st;
 }

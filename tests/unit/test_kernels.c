@@ -184,9 +184,9 @@ TEST(test_deltanet_ops) {
     sl_tensor wt = {.dtype = SL_DTYPE_F32, .ndim = 3, .shape = {C, 1, K}, .data = w};
     float hist[C * (K - 1)];
     memcpy(hist, st, sizeof hist);
-    be.ops->conv1d_silu(&be, y, x, T, C, &wt, K, st);
+    be.ops->conv1d_silu(&be, y, x, T, C, &wt, K, 1, st);
     for (int t = 0; t < T; t++)
-        be.ops->conv1d_silu(&be, y1 + t * C, x + t * C, 1, C, &wt, K, st1);
+        be.ops->conv1d_silu(&be, y1 + t * C, x + t * C, 1, C, &wt, K, 1, st1);
     CHECK(memcmp(y, y1, sizeof y) == 0 && memcmp(st, st1, sizeof st) == 0);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < C; c++) {
@@ -267,7 +267,7 @@ TEST(test_deltanet_ops) {
     for (int i = 0; i < 9; i++)
         gw[i] = frand();
     sl_tensor gwt = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {9}, .data = gw};
-    be.ops->gated_rmsnorm(&be, gy, gx, gz, &gwt, 2, 9, 1e-6f);
+    be.ops->gated_rmsnorm(&be, gy, gx, gz, &gwt, 2, 9, 1e-6f, SL_ACT_SILU);
     for (int r = 0; r < 2; r++) {
         double ss = 0;
         for (int i = 0; i < 9; i++)
@@ -357,4 +357,147 @@ TEST(test_router_topk) {
     float nan_l[4] = {NAN, NAN, NAN, NAN};
     sl_router_topk(nan_l, 4, 2, 1, pb, id2, w2);
     CHECK(id2[0] >= 0 && id2[0] < 4 && id2[1] >= 0 && id2[1] < 4);
+}
+
+/* Qwen4-Exp ops against naive double-precision formulas. */
+TEST(test_qwen4_ops) {
+    sl_backend be;
+    sl_backend_cpu_init(&be, 2, SL_ISA_AVX512);
+    /* dilated conv: kernel 3, dilation 2, state of (K-1)*d = 4 inputs; T=1 steps agree */
+    enum { T = 6, C = 5, K = 3, D = 2, S = (K - 1) * D };
+    float x[T * C], w[C * K], y[T * C], y1[T * C], st[C * S], st1[C * S], hist[C * S];
+    for (int i = 0; i < T * C; i++)
+        x[i] = frand() * 2, y[i] = y1[i] = POISON;
+    for (int i = 0; i < C * K; i++)
+        w[i] = frand();
+    for (int i = 0; i < C * S; i++)
+        st[i] = st1[i] = hist[i] = frand();
+    sl_tensor wt = {.dtype = SL_DTYPE_F32, .ndim = 3, .shape = {C, 1, K}, .data = w};
+    be.ops->conv1d_silu(&be, y, x, T, C, &wt, K, D, st);
+    for (int t = 0; t < T; t++)
+        be.ops->conv1d_silu(&be, y1 + t * C, x + t * C, 1, C, &wt, K, D, st1);
+    CHECK(memcmp(y, y1, sizeof y) == 0 && memcmp(st, st1, sizeof st) == 0);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0;
+            for (int j = 0; j < K; j++) {
+                const int src = t - (K - 1 - j) * D; /* < 0: from the initial state */
+                acc += (double)w[c * K + j] * (src >= 0 ? x[src * C + c] : hist[c * S + S + src]);
+            }
+            CHECK(fabs(y[t * C + c] - acc / (1 + exp(-acc))) < 1e-5);
+        }
+    /* sigmoid-gated norm */
+    float gx[8], gz[8], gy[8], gw[4];
+    for (int i = 0; i < 8; i++)
+        gx[i] = frand() * 2, gz[i] = frand() * 3, gy[i] = POISON;
+    for (int i = 0; i < 4; i++)
+        gw[i] = frand();
+    sl_tensor gwt = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {4}, .data = gw};
+    be.ops->gated_rmsnorm(&be, gy, gx, gz, &gwt, 2, 4, 1e-6f, SL_ACT_SIGMOID);
+    for (int r = 0; r < 2; r++) {
+        double ss = 0;
+        for (int i = 0; i < 4; i++)
+            ss += (double)gx[r * 4 + i] * gx[r * 4 + i];
+        for (int i = 0; i < 4; i++)
+            CHECK(fabs(gy[r * 4 + i] -
+                       gw[i] * gx[r * 4 + i] / sqrt(ss / 4 + 1e-6) / (1 + exp(-gz[r * 4 + i]))) <
+                  1e-5);
+    }
+    /* activate */
+    float ax[7], ay[7];
+    for (int i = 0; i < 7; i++)
+        ax[i] = frand() * 6, ay[i] = POISON;
+    be.ops->activate(&be, ay, ax, 7, 3.0f, 2.0f, SL_ACT_SIGMOID);
+    for (int i = 0; i < 7; i++)
+        CHECK(fabs(ay[i] - 2 / (1 + exp(-ax[i] / 3.0))) < 1e-6);
+    be.ops->activate(&be, ay, ax, 7, 4.0f, 1.0f, SL_ACT_SILU);
+    for (int i = 0; i < 7; i++)
+        CHECK(fabs(ay[i] - ax[i] / 4.0 / (1 + exp(-ax[i] / 4.0))) < 1e-6);
+    /* hc_mix and ple_gate: 2 tokens, 3 streams of 5 */
+    enum { HT = 2, HC = 3, HN = 5 };
+    float hw[HT * HC * HN], hx[HT * HC * HN], hv[HT * HN], hy[HT * HC * HN];
+    for (int i = 0; i < HT * HC * HN; i++)
+        hw[i] = frand(), hx[i] = frand() * 2, hy[i] = POISON;
+    for (int i = 0; i < HT * HN; i++)
+        hv[i] = frand();
+    be.ops->hc_mix(&be, hy, hw, hx, HT, HC, HN);
+    for (int t = 0; t < HT; t++)
+        for (int i = 0; i < HN; i++) {
+            double acc = 0;
+            for (int c = 0; c < HC; c++)
+                acc += (double)hw[(t * HC + c) * HN + i] * hx[(t * HC + c) * HN + i];
+            CHECK(fabs(hy[t * HN + i] - acc / HC) < 1e-6);
+        }
+    be.ops->ple_gate(&be, hy, hw, hx, hv, HT, HC, HN);
+    for (int t = 0; t < HT; t++)
+        for (int c = 0; c < HC; c++) {
+            double g = 0;
+            for (int i = 0; i < HN; i++)
+                g += (double)hw[(t * HC + c) * HN + i] * hx[(t * HC + c) * HN + i];
+            g /= sqrt(HN);
+            g = (g > 0 ? 1 : g < 0 ? -1 : 0) * sqrt(fmax(fabs(g), 1e-6));
+            for (int i = 0; i < HN; i++)
+                CHECK(fabs(hy[(t * HC + c) * HN + i] - hv[t * HN + i] / (1 + exp(-g))) < 1e-6);
+        }
+    /* qsa_scores: 3 heads, 4 blocks of 6 */
+    float qq[3 * 6], kk[4 * 6], sc[4];
+    for (int i = 0; i < 18; i++)
+        qq[i] = frand();
+    for (int i = 0; i < 24; i++)
+        kk[i] = frand();
+    be.ops->qsa_scores(&be, sc, qq, kk, 3, 4, 6);
+    for (int b = 0; b < 4; b++) {
+        double acc = 0;
+        for (int h = 0; h < 3; h++) {
+            double d = 0;
+            for (int i = 0; i < 6; i++)
+                d += (double)qq[h * 6 + i] * kk[b * 6 + i];
+            acc += fmax(d, 0);
+        }
+        CHECK(fabs(sc[b] - acc / sqrt(6)) < 1e-6);
+    }
+}
+
+/* Attention over a selection: every position listed is bitwise the dense result; a subset
+ * equals dense attention over a cache holding only those rows. */
+TEST(test_attention_selection) {
+    sl_backend be;
+    sl_backend_cpu_init(&be, 2, SL_ISA_AVX512);
+    enum { T = 2, POS0 = 5, NH = 2, NKV = 1, HD = 4, CTX = POS0 + T, W = CTX };
+    float q[T * NH * HD], kc[CTX * HD], vc[CTX * HD], dense[T * NH * HD], out[T * NH * HD];
+    float scratch[2 * CTX];
+    for (int i = 0; i < T * NH * HD; i++)
+        q[i] = frand() * 2, dense[i] = out[i] = POISON;
+    for (int i = 0; i < CTX * HD; i++)
+        kc[i] = frand() * 2, vc[i] = frand();
+    sl_attn_args a = {.out = dense, .q = q, .kcache = kc, .vcache = vc, .T = T, .pos0 = POS0,
+                      .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .scale = 0.5f,
+                      .scratch = scratch};
+    be.ops->attention(&be, &a);
+    int32_t sel[T * W], nsel[T];
+    for (int t = 0; t < T; t++) {
+        nsel[t] = POS0 + t + 1;
+        for (int j = 0; j < nsel[t]; j++)
+            sel[t * W + j] = j;
+    }
+    a.out = out, a.sel = sel, a.n_sel = nsel, a.sel_stride = W;
+    be.ops->attention(&be, &a);
+    CHECK(memcmp(out, dense, sizeof out) == 0);
+    /* positions {1, 3, 4, last}: the same as dense over a cache of just those rows */
+    float kc2[4 * HD], vc2[4 * HD], out2[NH * HD], q2[NH * HD];
+    const int pick[4] = {1, 3, 4, POS0};
+    for (int i = 0; i < 4; i++) {
+        memcpy(kc2 + i * HD, kc + pick[i] * HD, HD * sizeof(float));
+        memcpy(vc2 + i * HD, vc + pick[i] * HD, HD * sizeof(float));
+        sel[i] = pick[i];
+    }
+    nsel[0] = 4;
+    a.T = 1, a.out = out;
+    be.ops->attention(&be, &a);
+    memcpy(q2, q, sizeof q2);
+    sl_attn_args a2 = {.out = out2, .q = q2, .kcache = kc2, .vcache = vc2, .T = 1, .pos0 = 3,
+                       .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .scale = 0.5f,
+                       .scratch = scratch};
+    be.ops->attention(&be, &a2);
+    CHECK(memcmp(out, out2, sizeof out2) == 0);
 }
