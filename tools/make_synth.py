@@ -29,6 +29,22 @@ PRESETS = {
                               linear_conv_kernel_dim=4, full_attention_interval=4,
                               num_experts=512, num_experts_per_tok=10, moe_intermediate_size=1024,
                               shared_expert_intermediate_size=1024, num_hidden_layers=60),
+    # Qwen4-Exp layer shapes: hidden 2560, 4 hyper-connection streams, 512 experts, top-10,
+    # expert size 640, PLE on layer 1 (one-indexed) with 16 hashed n-gram heads. The real n-gram
+    # table has ~20M rows per head (ngram_vocab_size_base); pass --ngram-base to size the table
+    # on disk. Indexer sizes are not published: these are plausible values.
+    "qwen4-exp": dict(model_type="qwen4_exp_text", vocab_size=248320, hidden_size=2560,
+                      num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                      linear_num_key_heads=16, linear_num_value_heads=32,
+                      linear_key_head_dim=128, linear_value_head_dim=128,
+                      linear_conv_kernel_dim=4, full_attention_interval=4,
+                      num_experts=512, num_experts_per_tok=10, moe_intermediate_size=640,
+                      shared_expert_intermediate_size=640, num_hidden_layers=40,
+                      hc_count=4, hc_lowrank=320, ple_layer_ids=[1], ngram_size=3,
+                      heads_per_ngram=8, ngram_vocab_size_base=20000000,
+                      make_ngram_vocab_size_divisible_by=128, ple_conv_kernel_size=4,
+                      indexer_n_heads=8, indexer_kv_heads=1, indexer_head_dim=128,
+                      indexer_budget=2048, indexer_compress_ratio=16, eos_token_id=248044),
     # Tiny layers with the real Qwen vocabulary: end-to-end tests of the text commands.
     "tiny-qwen-vocab": dict(model_type="qwen3_moe", vocab_size=151936, hidden_size=32,
                             num_attention_heads=2, num_key_value_heads=1, head_dim=16,
@@ -40,6 +56,21 @@ PRESETS = {
                  moe_intermediate_size=32, intermediate_size=96, norm_topk_prob=True,
                  num_hidden_layers=2),
 }
+
+
+def next_primes(base, skip, count):
+    """The primes >= base, after skipping `skip` of them: each n-gram head's vocabulary."""
+    def is_prime(v):
+        if v < 2 or v % 2 == 0:
+            return v == 2
+        return all(v % d for d in range(3, int(v ** 0.5) + 1, 2))
+    out, p = [], base - 1
+    while len(out) < skip + count:
+        p += 1
+        while not is_prime(p):
+            p += 1
+        out.append(p)
+    return out[skip:]
 
 
 class Writer:
@@ -84,21 +115,26 @@ def main():
     ap.add_argument("--layers", type=int, help="override num_hidden_layers")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--zero-experts", action="store_true",
-                    help="leave the routed experts' weights zero, as holes in a sparse file: the BF16 "
-                         "source of a 512-expert model does not fit on disk otherwise. Bytes moved and "
-                         "time per token are unchanged; the output is still noise.")
+                    help="leave the routed experts' weights (and PLE n-gram tables) zero, as holes in "
+                         "a sparse file: the BF16 source of a 512-expert model does not fit on disk "
+                         "otherwise. Bytes moved and time per token are unchanged; the output is "
+                         "still noise.")
+    ap.add_argument("--ngram-base", type=int, help="override ngram_vocab_size_base (table rows)")
     a = ap.parse_args()
     cfg = dict(PRESETS[a.preset])
     if a.layers:
         cfg["num_hidden_layers"] = a.layers
-    hybrid = cfg["model_type"] == "qwen3_5_moe_text"
+    if a.ngram_base:
+        cfg["ngram_vocab_size_base"] = a.ngram_base
+    qwen4 = cfg["model_type"] == "qwen4_exp_text"
+    hybrid = cfg["model_type"] in ("qwen3_5_moe_text", "qwen4_exp_text")
     cfg.update(rms_norm_eps=1e-6, max_position_embeddings=40960, hidden_act="silu",
                tie_word_embeddings=False, torch_dtype="bfloat16")
     V, H, L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     E, I = cfg["num_experts"], cfg["moe_intermediate_size"]
     if hybrid:
-        cfg.update(architectures=["Qwen3_5MoeForCausalLM"],
+        cfg.update(architectures=["Qwen4ExpForCausalLM" if qwen4 else "Qwen3_5MoeForCausalLM"],
                    rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
                                         partial_rotary_factor=0.25),
                    layer_types=["full_attention" if (l + 1) % cfg["full_attention_interval"] == 0
@@ -107,12 +143,43 @@ def main():
         cfg.update(rope_theta=1000000.0, decoder_sparse_step=1, mlp_only_layers=[],
                    architectures=["Qwen3MoeForCausalLM"])
 
-    specs = {"model.embed_tokens.weight": ("BF16", (V, H)), "model.norm.weight": ("BF16", (H,)),
-             "lm_head.weight": ("BF16", (V, H))}
+    specs = {"model.embed_tokens.weight": ("BF16", (V, H)), "lm_head.weight": ("BF16", (V, H))}
+    hc = cfg.get("hc_count", 0)
+
+    def hyper(p, inject):  # a hyper-connection's gated residual (Qwen4-Exp)
+        specs[p + "hc_norm.weight"] = ("BF16", (hc * H,))
+        specs[p + "input_mix_weight_down.weight"] = ("BF16", (cfg["hc_lowrank"], hc * H))
+        specs[p + "input_mix_weight_up.weight"] = ("BF16", (hc * H, cfg["hc_lowrank"]))
+        if inject:
+            specs[p + "block_inject_weight.weight"] = ("BF16", (hc, hc * H))
+
+    if qwen4:
+        hyper("model.hyper_connection_mixer.", False)
+    else:
+        specs["model.norm.weight"] = ("BF16", (H,))
     for l in range(L):
         p = f"model.layers.{l}."
-        specs[p + "input_layernorm.weight"] = ("BF16", (H,))
-        specs[p + "post_attention_layernorm.weight"] = ("BF16", (H,))
+        if qwen4:
+            hyper(p + "attn_hyper_connection.", True)
+            hyper(p + "mlp_hyper_connection.", True)
+        else:
+            specs[p + "input_layernorm.weight"] = ("BF16", (H,))
+            specs[p + "post_attention_layernorm.weight"] = ("BF16", (H,))
+        if qwen4 and l + 1 in cfg["ple_layer_ids"]:
+            G = (cfg["ngram_size"] - 1) * cfg["heads_per_ngram"]
+            rows = 0  # the heads' prime vocabularies are each >= the base; pad like transformers
+            base = cfg["ngram_vocab_size_base"]
+            rows = sum(next_primes(base, cfg["ple_layer_ids"].index(l + 1) * G, G))
+            div = cfg["make_ngram_vocab_size_divisible_by"]
+            rows = (rows + div - 1) // div * div
+            D = H  # ple_embed_dim defaults to hidden_size
+            q = p + "ple."
+            specs[q + "ple_embedding.ngram_embedding.weight"] = ("BF16", (rows, D // G))
+            specs[q + "key_proj.weight"] = ("BF16", (hc * H, D))
+            specs[q + "value_proj.weight"] = ("BF16", (H, D))
+            for n in ("norm_key", "norm_query", "norm_conv"):
+                specs[q + n + ".weight"] = ("BF16", (hc * H,))
+            specs[q + "conv1d.weight"] = ("BF16", (hc * H, 1, cfg["ple_conv_kernel_size"]))
         if hybrid and cfg["layer_types"][l] == "linear_attention":
             nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
             kd, vd = nk * cfg["linear_key_head_dim"], nv * cfg["linear_value_head_dim"]
@@ -134,6 +201,11 @@ def main():
             specs[p + "self_attn.o_proj.weight"] = ("BF16", (H, nh * hd))
             specs[p + "self_attn.q_norm.weight"] = ("BF16", (hd,))
             specs[p + "self_attn.k_norm.weight"] = ("BF16", (hd,))
+            if qwen4:
+                ih, ihd = cfg["indexer_n_heads"], cfg["indexer_head_dim"]
+                specs[p + "self_attn.indexer.index_qk_proj.weight"] = ("BF16", ((ih + 1) * ihd, H))
+                specs[p + "self_attn.indexer.q_layernorm.weight"] = ("BF16", (ihd,))
+                specs[p + "self_attn.indexer.k_layernorm.weight"] = ("BF16", (ihd,))
         specs[p + "mlp.gate.weight"] = ("BF16", (E, H))
         if hybrid:
             Is = cfg["shared_expert_intermediate_size"]
@@ -150,7 +222,7 @@ def main():
     rng = np.random.default_rng(a.seed)
     w = Writer(os.path.join(a.out, "model.safetensors"), specs)
     for i, (name, (_, shape)) in enumerate(specs.items()):
-        if a.zero_experts and ".mlp.experts." in name:
+        if a.zero_experts and (".mlp.experts." in name or ".ngram_embedding." in name):
             w.hole(int(np.prod(shape)) * 2)
             continue
         if name.endswith("norm.weight") and hybrid:
