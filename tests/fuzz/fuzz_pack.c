@@ -1,4 +1,5 @@
-/* Fuzz target: the packed format's core.bin parser and experts-file header parser. */
+/* Fuzz target: the packed format's core.bin parser and the experts-file and n-gram-table
+ * header parsers. */
 #include "format/pack.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -20,5 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     err = (sl_error){0};
     if (sl_experts_header_parse(&h, "fuzz/experts.bin", data, size, (uint64_t)size, &err) == SL_OK)
         SL_ASSERT(h.data_offset + (uint64_t)h.n_experts * h.blob_bytes == size);
+    sl_ngram_header g;
+    err = (sl_error){0};
+    if (sl_ngram_header_parse(&g, "fuzz/ngram.bin", data, size, (uint64_t)size, &err) == SL_OK)
+        SL_ASSERT(g.data_offset + g.rows * g.row_bytes == size && g.row_bytes > 0);
     return 0;
 }
