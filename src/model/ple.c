@@ -234,6 +234,8 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
     tb->row_bytes = (size_t)h.row_bytes;
     tb->data_off = h.data_offset;
     if (use_pread) {
+        /* rows are scattered: no readahead, a row costs about one page from disk */
+        posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
         tb->fd = fd;
         return SL_OK;
     }
