@@ -105,6 +105,9 @@ typedef struct sl_model_info {
     int64_t expert_bytes;    /* one routed expert (gate, up, down, scales) */
     const char *experts_mode; /* "mapped", "resident" or "stream" */
     int32_t cache_slots;      /* stream: slots per MoE layer */
+    int32_t n_ple_layers;     /* Qwen4-Exp: layers with a PLE n-gram table */
+    int64_t ple_table_bytes;  /* their tables, all together (kept on disk) */
+    int32_t ple_rows_per_token; /* rows one token reads per PLE layer */
 } sl_model_info;
 
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors). */

@@ -117,6 +117,9 @@ expect_fail "verify tampered" "experts-000.bin: SHA-256 mismatch" "$BIN" verify 
 if "$BIN" inspect "$TMP/p8" >"$TMP/out" 2>&1 && grep -q "experts int8" "$TMP/out" &&
     grep -q "qwen3_moe" "$TMP/out"; then ok "inspect"; else bad "inspect $(cat "$TMP/out")"; fi
 expect_fail "inspect no model" "config.json" "$BIN" inspect "$TMP"
+# Qwen4-Exp: PLE tables and an eos list reported
+if "$BIN" inspect "$FIX/qwen4_exp_b" >"$TMP/out" 2>&1 && grep -q "PLE *2 layer" "$TMP/out" &&
+    grep -q "end of turn *7, 9" "$TMP/out"; then ok "inspect qwen4_exp"; else bad "inspect qwen4_exp $(cat "$TMP/out")"; fi
 # The text commands on a tiny random model with the real Qwen3 tokenizer.
 if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; then
     cp tests/tokenizer/qwen3/tokenizer.json "$TMP/tq/"

@@ -45,6 +45,10 @@ int cli_inspect(int argc, char **argv) {
            (double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes / gb);
     printf("per token      at most %.2f GB read (resident core + %d experts x %d layers)\n",
            active / gb, i.n_experts_used, i.n_moe_layers);
+    if (i.n_ple_layers)
+        printf("PLE            %d layer(s), n-gram tables %.2f GB on disk, %d rows per token "
+               "and layer\n",
+               i.n_ple_layers, (double)i.ple_table_bytes / gb, i.ple_rows_per_token);
     sl_tokenizer *tok = NULL;
     sl_error terr = {0};
     if (sl_tokenizer_load(dir, &tok, &terr) == SL_OK) {

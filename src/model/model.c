@@ -154,6 +154,9 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
                                  : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
         slots = L->n_slots;
     }
+    int64_t ple_bytes = 0;
+    for (int32_t i = 0; i < c->n_ple_layers; i++)
+        ple_bytes += m->ples[i].table.rows * (int64_t)m->ples[i].table.row_bytes;
     static const char *const modes[] = {"mapped", "resident", "stream"};
     *info = (sl_model_info){
         .arch = c->arch,
@@ -175,6 +178,9 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .expert_bytes = expert_bytes,
         .experts_mode = modes[m->experts.mode],
         .cache_slots = slots,
+        .n_ple_layers = c->n_ple_layers,
+        .ple_table_bytes = ple_bytes,
+        .ple_rows_per_token = c->n_ple_layers ? sl_ngram_heads(c) : 0,
     };
 }
 
