@@ -16,7 +16,7 @@ BUILD   := build
 
 LIB_SRC := $(sort $(wildcard src/core/*.c src/format/*.c src/model/*.c src/families/*.c \
                              src/moe/*.c src/kernels/*.c src/sampler/*.c src/chat/*.c src/tokenizer/*.c))
-CLI_SRC := $(sort $(wildcard src/cli/*.c))
+CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -29,7 +29,7 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/san/%.o)
 SAN_UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/san/%.o)
 
-.PHONY: all test unit parity cli-test san fuzz-smoke fuzz run format clean
+.PHONY: all test unit parity cli-test server-test san fuzz-smoke fuzz run format clean
 
 all: $(BUILD)/sluice
 	@echo "sluice built: $(BUILD)/sluice (CPU backend; SIMD chosen at run time)"
@@ -45,9 +45,10 @@ $(BUILD)/san/%.o: %.c
 $(BUILD)/libsluice.a: $(LIB_OBJ)
 	$(AR) rcs $@ $^
 
-# The command-line tool alone links libedit (line editing for `chat`).
+# The command-line tool alone links libedit (line editing for `chat`) and
+# libmicrohttpd (the HTTP server of `serve`, src/server/).
 $(BUILD)/sluice: $(CLI_OBJ) $(BUILD)/libsluice.a
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -ledit -o $@
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -ledit -lmicrohttpd -lpthread -o $@
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -57,7 +58,7 @@ $(BUILD)/san/test_unit: $(SAN_UNIT_OBJ) $(SAN_LIB_OBJ)
 
 # ---- tests ---------------------------------------------------------------
 
-test: unit cli-test san fuzz-smoke
+test: unit cli-test server-test san fuzz-smoke
 	@echo "make test: all suites passed"
 
 unit: $(BUILD)/test_unit
@@ -65,6 +66,11 @@ unit: $(BUILD)/test_unit
 
 cli-test: $(BUILD)/sluice
 	bash tests/cli_test.sh $(BUILD)/sluice tests/fixtures
+
+# The OpenAI-compatible server driven by the official `openai` npm client
+# (installed into tests/server/node_modules on first run), curl and a load test.
+server-test: $(BUILD)/sluice
+	bash tests/server/server_test.sh $(BUILD)/sluice
 
 san: $(BUILD)/san/test_unit
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 \

@@ -17,6 +17,7 @@ int cli_verify(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 
 /* ---- options every model-running command takes (model_opts.c) ---- */

@@ -13,11 +13,7 @@
 
 #include <editline/readline.h>
 
-#include "chat/genconfig.h"
-#include "chat/template.h"
-#include "cli/cli.h"
-#include "sampler/sampler.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/generate.h"
 
 #define MAX_STOPS 8
 
@@ -179,19 +175,8 @@ static int parse(int argc, char **argv, const char *help, int need_prompt, text_
 /* Everything a text command holds. */
 typedef struct text_ctx {
     text_opts *o;
-    sl_model *m;
-    sl_model_info info;
-    sl_session *s;
-    sl_tokenizer *tok;
-    sl_sampler *smp;
-    sl_chat_template tpl;
-    sl_gen_config gen;
-    float *logits;
+    cli_gen g;
     sl_token_ids ids;
-    int32_t *ctx_ids; /* ids in the KV cache, for chat's prefix reuse */
-    int32_t n_ctx;
-    char *reply; /* the current reply's text */
-    size_t reply_len, reply_cap;
 } text_ctx;
 
 static volatile sig_atomic_t interrupted;
@@ -201,148 +186,61 @@ static void on_sigint(int sig) {
 }
 
 static void text_free(text_ctx *t) {
-    free(t->logits), free(t->ctx_ids), free(t->reply);
     sl_token_ids_free(&t->ids);
-    sl_sampler_free(t->smp);
-    sl_tokenizer_free(t->tok);
-    sl_session_free(t->s);
-    sl_model_free(t->m);
+    cli_gen_free(&t->g);
 }
 
 static int text_init(text_ctx *t, text_opts *o) {
     sl_error err = {0};
     t->o = o;
-    sl_status st = sl_tokenizer_load(o->tokenizer ? o->tokenizer : o->model, &t->tok, &err);
-    if (!st)
-        st = o->template_name ? sl_chat_template_from_name(o->template_name, &t->tpl, &err)
-                              : sl_chat_template_detect(o->model, &t->tpl, &err);
-    if (!st) st = sl_gen_config_load(o->model, &t->gen, &err);
-    if (st) return cli_error("%s", err.msg);
-    if (o->raw) t->tpl.kind = SL_TEMPLATE_RAW;
+    cli_gen_setup su = {.model = o->model,
+                        .tokenizer = o->tokenizer,
+                        .template_name = o->template_name,
+                        .raw = o->raw,
+                        .mo = &o->m};
+    if (cli_gen_init(&t->g, &su)) return 1;
     /* Sampling defaults from generation_config.json, unless given here. */
-    if (!(o->sp_set & SET_TEMP) && t->gen.temperature >= 0) o->sp.temperature = t->gen.temperature;
-    if (!(o->sp_set & SET_TOP_K) && t->gen.top_k >= 0) o->sp.top_k = t->gen.top_k;
-    if (!(o->sp_set & SET_TOP_P) && t->gen.top_p > 0) o->sp.top_p = t->gen.top_p;
-    if (!(o->sp_set & SET_MIN_P) && t->gen.min_p >= 0) o->sp.min_p = t->gen.min_p;
-    /* End of turn: the template's <|im_end|> too. */
-    int32_t im_end = sl_tokenizer_token_to_id(t->tok, "<|im_end|>");
-    if (im_end >= 0 && !sl_gen_config_is_eos(&t->gen, im_end) && t->gen.n_eos < SL_MAX_EOS)
-        t->gen.eos[t->gen.n_eos++] = im_end;
-    if (!(t->m = cli_load_model(o->model, &o->m.mp))) return 1;
-    sl_model_get_info(t->m, &t->info);
-    if (sl_tokenizer_vocab_size(t->tok) > t->info.vocab_size)
-        return cli_error("%s: the tokenizer has %d ids but the model only %d",
-                         o->tokenizer ? o->tokenizer : o->model, sl_tokenizer_vocab_size(t->tok),
-                         t->info.vocab_size);
-    const int32_t ctx = (int32_t)(o->m.ctx ? o->m.ctx : SL_CLI_MIN(t->info.max_position, 8192));
-    sl_session_params sp = {.max_ctx = ctx, .max_batch = (int32_t)o->m.batch};
-    t->logits = malloc((size_t)t->info.vocab_size * sizeof(float));
-    t->ctx_ids = malloc((size_t)ctx * sizeof(int32_t));
-    if (!t->logits || !t->ctx_ids) return cli_error("out of memory");
-    if (sl_session_create(t->m, &sp, &t->s, &err) ||
-        sl_sampler_create(&o->sp, t->info.vocab_size, &t->smp, &err))
+    const sl_gen_config *gc = &t->g.gen;
+    if (!(o->sp_set & SET_TEMP) && gc->temperature >= 0) o->sp.temperature = gc->temperature;
+    if (!(o->sp_set & SET_TOP_K) && gc->top_k >= 0) o->sp.top_k = gc->top_k;
+    if (!(o->sp_set & SET_TOP_P) && gc->top_p > 0) o->sp.top_p = gc->top_p;
+    if (!(o->sp_set & SET_MIN_P) && gc->min_p >= 0) o->sp.min_p = gc->min_p;
+    if (sl_sampler_create(&o->sp, t->g.info.vocab_size, &t->g.smp, &err))
         return cli_error("%s", err.msg);
     return 0;
 }
 
-static void reply_append(text_ctx *t, const char *s, size_t n) {
-    if (t->reply_len + n + 1 > t->reply_cap) {
-        size_t cap = (t->reply_len + n + 1) * 2;
-        char *r = realloc(t->reply, cap);
-        if (!r) {
-            fputs("sluice: out of memory\n", stderr);
-            exit(1); /* the CLI, not the library: exiting is its call */
-        }
-        t->reply = r;
-        t->reply_cap = cap;
-    }
-    memcpy(t->reply + t->reply_len, s, n);
-    t->reply_len += n;
-    t->reply[t->reply_len] = '\0';
+static int emit_file(void *user, const char *text, size_t len) {
+    fwrite(text, 1, len, (FILE *)user);
+    fflush((FILE *)user);
+    return 0;
+}
+
+static int was_interrupted(void *user) {
+    (void)user;
+    return interrupted;
 }
 
 /* Runs `text` (already templated) after the ids in the KV cache that it starts with,
  * then streams a reply to out. 0 or 1 (error printed). */
 static int generate_reply(text_ctx *t, const char *text, FILE *out) {
     sl_error err = {0};
-    if (sl_tokenizer_encode(t->tok, text, strlen(text), &t->ids, &err))
+    if (sl_tokenizer_encode(t->g.tok, text, strlen(text), &t->ids, &err))
         return cli_error("%s", err.msg);
-    /* Reuse the longest prefix already in the KV cache. */
-    int32_t keep = 0;
-    while (keep < t->n_ctx && (size_t)keep < t->ids.n && t->ctx_ids[keep] == t->ids.ids[keep])
-        keep++;
-    if ((size_t)keep == t->ids.n && keep > 0) keep--; /* need at least one token to get logits */
-    const int32_t n_new = (int32_t)t->ids.n - keep;
-    const int32_t room = sl_session_max_ctx(t->s);
-    if ((int64_t)t->ids.n + 1 > room)
+    if ((int64_t)t->ids.n + 1 > sl_session_max_ctx(t->g.s))
         return cli_error("the conversation (%zu tokens) does not fit the context of %d (see --ctx)",
-                         t->ids.n, room);
-    for (int32_t i = 0; i < n_new; i++)
-        sl_sampler_accept(t->smp, t->ids.ids[keep + i]);
-    /* Models with recurrent (linear-attention) state cannot rewind: run it all again. */
-    int32_t from = keep;
-    if (sl_session_rewind(t->s, keep) != 0) {
-        sl_session_reset(t->s);
-        from = 0;
-    }
-    if (sl_session_forward(t->s, t->ids.ids + from, (int32_t)t->ids.n - from, t->logits, 0, &err))
-        return cli_error("%s", err.msg);
-    memcpy(t->ctx_ids + keep, t->ids.ids + keep, (size_t)n_new * sizeof(int32_t));
-    t->n_ctx = (int32_t)t->ids.n;
-
-    sl_detok d;
-    sl_detok_init(&d, t->tok, 1);
-    t->reply_len = 0;
-    size_t printed = 0, hold = 0;
-    for (int i = 0; i < t->o->n_stops; i++)
-        hold = SL_CLI_MAX(hold, strlen(t->o->stops[i]) - 1);
-    int rc = 0, stopped = 0;
+                         t->ids.n, sl_session_max_ctx(t->g.s));
+    cli_gen_params p = {.max_tokens = t->o->max_tokens,
+                        .stops = t->o->stops,
+                        .n_stops = t->o->n_stops,
+                        .emit = emit_file,
+                        .cancelled = was_interrupted,
+                        .user = out};
+    cli_gen_result res;
     interrupted = 0;
-    for (int n = 0; n < t->o->max_tokens && !interrupted && !stopped; n++) {
-        const int32_t id = sl_sampler_sample(t->smp, t->logits);
-        if (sl_gen_config_is_eos(&t->gen, id)) break;
-        const char *piece;
-        size_t len;
-        if (sl_detok_push(&d, id, &piece, &len, &err)) {
-            rc = cli_error("%s", err.msg);
-            break;
-        }
-        reply_append(t, piece, len);
-        /* Print all but the last `hold` bytes, which may begin a stop string; a stop
-         * string found in the unprinted text ends the reply just before it. */
-        size_t upto = t->reply_len > hold ? t->reply_len - hold : 0;
-        if (upto < printed) upto = printed;
-        for (int i = 0; i < t->o->n_stops; i++) {
-            const char *hit = strstr(t->reply + printed, t->o->stops[i]);
-            if (hit && (!stopped || (size_t)(hit - t->reply) < upto)) {
-                upto = (size_t)(hit - t->reply);
-                stopped = 1;
-            }
-        }
-        if (upto > printed) {
-            fwrite(t->reply + printed, 1, upto - printed, out);
-            fflush(out);
-            printed = upto;
-        }
-        if (stopped) {
-            t->reply_len = upto;
-            t->reply[upto] = '\0';
-            break;
-        }
-        sl_sampler_accept(t->smp, id);
-        if (t->n_ctx >= room) break; /* context full */
-        t->ctx_ids[t->n_ctx++] = id;
-        if (sl_session_forward(t->s, &id, 1, t->logits, 0, &err)) {
-            rc = cli_error("%s", err.msg);
-            break;
-        }
-    }
-    const char *rest;
-    size_t rest_len;
-    if (!stopped && !sl_detok_flush(&d, &rest, &rest_len, &err)) reply_append(t, rest, rest_len);
-    if (!stopped && t->reply_len > printed)
-        fwrite(t->reply + printed, 1, t->reply_len - printed, out);
-    sl_detok_free(&d);
+    int rc = 0;
+    if (cli_gen_reply(&t->g, t->ids.ids, (int32_t)t->ids.n, &p, &res, &err))
+        rc = cli_error("%s", err.msg);
     fputc('\n', out);
     fflush(out);
     return rc;
@@ -375,21 +273,21 @@ int cli_run(int argc, char **argv) {
     if (!rc) {
         sl_chat_msg msgs[2];
         int32_t n = 0;
-        if (o.system && t.tpl.kind != SL_TEMPLATE_RAW)
+        if (o.system && t.g.tpl.kind != SL_TEMPLATE_RAW)
             msgs[n++] = (sl_chat_msg){"system", o.system};
         msgs[n++] = (sl_chat_msg){"user", o.prompt};
-        size_t need = sl_chat_render(&t.tpl, msgs, n, 1, o.think, NULL, 0);
+        size_t need = sl_chat_render(&t.g.tpl, msgs, n, 1, o.think, NULL, 0);
         char *text = malloc(need + 1);
-        sl_chat_render(&t.tpl, msgs, n, 1, o.think, text, need + 1);
+        sl_chat_render(&t.g.tpl, msgs, n, 1, o.think, text, need + 1);
         struct sigaction sa = {.sa_handler = on_sigint}, old;
         sigaction(SIGINT, &sa, &old);
-        if (t.tpl.kind == SL_TEMPLATE_RAW) fputs(o.prompt, stdout); /* a continuation */
+        if (t.g.tpl.kind == SL_TEMPLATE_RAW) fputs(o.prompt, stdout); /* a continuation */
         rc = generate_reply(&t, text, stdout);
         sigaction(SIGINT, &old, NULL);
         free(text);
         if (!rc) {
-            cli_print_summary(t.m, stderr);
-            rc = cli_model_finish(t.m, &o.m);
+            cli_print_summary(t.g.m, stderr);
+            rc = cli_model_finish(t.g.m, &o.m);
         }
     }
     text_free(&t);
@@ -459,7 +357,7 @@ int cli_chat(int argc, char **argv) {
         return rc;
     }
     const int tty = isatty(STDIN_FILENO);
-    if (tty) fprintf(stderr, "sluice chat: %s (%s). %s", o.model, t.info.arch, chat_commands);
+    if (tty) fprintf(stderr, "sluice chat: %s (%s). %s", o.model, t.g.info.arch, chat_commands);
     chat_log log = {0};
     if (o.system) log_add(&log, "system", o.system);
     struct sigaction sa = {.sa_handler = on_sigint}, old;
@@ -477,12 +375,12 @@ int cli_chat(int argc, char **argv) {
             } else if (!strcmp(line, "/reset")) {
                 log_clear(&log);
                 if (o.system) log_add(&log, "system", o.system);
-                sl_session_reset(t.s);
-                sl_sampler_reset(t.smp);
-                t.n_ctx = 0;
+                sl_session_reset(t.g.s);
+                sl_sampler_reset(t.g.smp);
+                t.g.n_ctx = 0;
                 printf("(new conversation)\n");
             } else if (!strcmp(line, "/stats")) {
-                cli_print_stats(t.m, stdout);
+                cli_print_stats(t.g.m, stdout);
             } else if (!strcmp(line, "/help")) {
                 fputs(chat_commands, stdout);
             } else {
@@ -494,18 +392,18 @@ int cli_chat(int argc, char **argv) {
         }
         log_add(&log, "user", line);
         free(line);
-        size_t need = sl_chat_render(&t.tpl, log.msgs, log.n, 1, o.think, NULL, 0);
+        size_t need = sl_chat_render(&t.g.tpl, log.msgs, log.n, 1, o.think, NULL, 0);
         char *text = malloc(need + 1);
-        sl_chat_render(&t.tpl, log.msgs, log.n, 1, o.think, text, need + 1);
+        sl_chat_render(&t.g.tpl, log.msgs, log.n, 1, o.think, text, need + 1);
         sigaction(SIGINT, &sa, &old);
         rc = generate_reply(&t, text, stdout);
         sigaction(SIGINT, &old, NULL);
         free(text);
         if (rc) break;
         if (interrupted) printf("(stopped)\n");
-        log_add(&log, "assistant", t.reply ? t.reply : "");
+        log_add(&log, "assistant", t.g.reply ? t.g.reply : "");
     }
-    if (!rc) cli_print_summary(t.m, stderr);
+    if (!rc) cli_print_summary(t.g.m, stderr);
     log_clear(&log);
     free(log.msgs), free(log.owned);
     text_free(&t);

@@ -16,6 +16,7 @@ static const char usage[] =
     "commands:\n"
     "  run MODEL -p TEXT                     stream the reply to a prompt\n"
     "  chat MODEL                            interactive conversation in the terminal\n"
+    "  serve MODEL [--port N]                OpenAI-compatible HTTP server\n"
     "  logits MODEL --ids 1,2,3 --out FILE   float32 logits of every prompt position\n"
     "  generate MODEL --ids 1,2,3 -n N       greedy continuation through the KV cache\n"
     "  pack SRC OUT --quant int8|int4|bf16   convert a checkpoint to the streaming format\n"
@@ -231,6 +232,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cli_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'sluice --help')", cmd);
     return 1;

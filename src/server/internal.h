@@ -1,0 +1,133 @@
+/* The server's shared structures: jobs, the queue, counters (see server.h). */
+#ifndef SL_SERVER_INTERNAL_H
+#define SL_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <jansson.h>
+
+#include "server/server.h"
+
+#define SRV_MAX_STOPS 8
+
+typedef enum srv_job_state {
+    SRV_JOB_QUEUED = 0,
+    SRV_JOB_RUNNING = 1,
+    SRV_JOB_DONE = 2,
+} srv_job_state;
+
+/*
+ * One generation request. Shared by its HTTP thread and the model worker, each
+ * holding a reference (refs); the last release frees it. The request part is
+ * fixed before queueing; the progress part is guarded by mu and announced on cv.
+ */
+typedef struct srv_job {
+    /* request */
+    sl_token_ids prompt;
+    sl_sampler_params sp;
+    int32_t max_tokens;
+    int32_t ignore_eos;
+    char *stops[SRV_MAX_STOPS];
+    int32_t n_stops;
+    double deadline; /* sl_now() seconds: the request's timeout */
+    /* progress */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job_state state;
+    char *text; /* the reply so far (bytes; may end inside a UTF-8 character until done) */
+    size_t text_len, text_cap;
+    cli_gen_result res;
+    int32_t timed_out;
+    int32_t failed; /* the HTTP status to answer (500, 503); error holds the message */
+    char error[256];
+    atomic_int cancel; /* set by the HTTP side: the client went away */
+    int32_t refs;      /* under mu */
+    struct srv_job *next;
+} srv_job;
+
+/* Counters for /metrics, under srv.mu. */
+typedef struct srv_metrics {
+    int64_t http[8]; /* responses by status, SRV_CODES order */
+    int64_t finish[3], timeouts;
+    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    sl_stats stats; /* the model's counters after the last job */
+} srv_metrics;
+
+/* The status codes counted, in srv_metrics.http order. */
+#define SRV_CODES                                                                                  \
+    { 200, 400, 401, 404, 405, 413, 500, 503 }
+
+struct srv {
+    srv_config cfg;
+    cli_gen *g;              /* the worker's alone once started */
+    const sl_tokenizer *tok; /* read-only: HTTP threads tokenize */
+    sl_chat_template tpl;
+    int32_t max_ctx, vocab;
+    int32_t port;
+    double started;       /* sl_now() at start */
+    int64_t started_wall; /* time() at start */
+    struct MHD_Daemon *daemon;
+    int listen_fd;
+    pthread_t worker;
+    int worker_started;
+
+    pthread_mutex_t mu; /* everything below */
+    pthread_cond_t cv;  /* queue changes, job done, requests finished */
+    srv_job *head, *tail;
+    int32_t n_queued, n_running;
+    int32_t n_requests; /* HTTP requests in progress (shutdown waits for 0) */
+    int32_t stopping;   /* refuse new requests */
+    int32_t worker_exit;
+    uint64_t n_ids; /* response ids and default seeds */
+    srv_metrics metrics;
+};
+
+/* ---- worker.c ---- */
+/* A condition variable on CLOCK_MONOTONIC, and a wait on it of at most ms. */
+void srv_cond_init(pthread_cond_t *cv);
+int srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int32_t ms);
+/* A new job (one reference, the caller's); NULL when out of memory. */
+srv_job *srv_job_new(void);
+void srv_job_release(srv_job *j);
+/* Queues j (taking a second reference for the worker): 0, or -1 when `parallel`
+ * requests are already admitted, -2 when the server is stopping (both 503). */
+int srv_submit(srv *s, srv_job *j);
+void *srv_worker_main(void *arg);
+/* 1, 2, 3, ...: response ids and default seeds. */
+uint64_t srv_next_number(srv *s);
+
+/* ---- openai.c ---- */
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+
+/* What the HTTP side keeps of a parsed request besides the job. */
+typedef struct srv_request_opts {
+    srv_kind kind;
+    int32_t stream, include_usage;
+} srv_request_opts;
+
+/* Parses and validates a request body into j (prompt tokenized, sampling, stops,
+ * max_tokens). 0, or the HTTP status with *error set to an OpenAI error object. */
+int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_job *j,
+                      srv_request_opts *o, json_t **error);
+/* {"error": {...}} with the given message, type, param (may be NULL), code (may be NULL). */
+json_t *srv_error_json(const char *message, const char *type, const char *param, const char *code);
+/* The finish_reason string of a finished job. */
+const char *srv_finish_reason(const srv_job *j);
+/* The whole response of a finished job. */
+json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id,
+                          int64_t created);
+/* One streamed chunk: text (len bytes, may be NULL), finish (NULL while going on),
+ * role (the first chat chunk). */
+json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
+                       const char *text, size_t len, const char *finish, int role);
+/* The usage object. */
+json_t *srv_usage_json(const srv_job *j);
+
+/* ---- metrics.c ---- */
+/* The Prometheus text exposition of s's counters (malloc'ed). */
+char *srv_metrics_text(srv *s);
+/* Counts a response of the given status. */
+void srv_count_status(srv *s, int status);
+
+#endif /* SL_SERVER_INTERNAL_H */

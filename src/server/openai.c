@@ -1,0 +1,355 @@
+/*
+ * The OpenAI API's JSON: validating requests of /v1/chat/completions and
+ * /v1/completions into jobs, and writing responses, stream chunks and error
+ * objects. Every wrong field is a 400 naming the field; nothing here can take
+ * the server down.
+ */
+#include <stdarg.h>
+
+#include "server/internal.h"
+
+json_t *srv_error_json(const char *message, const char *type, const char *param, const char *code) {
+    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message, "type", type, "param",
+                     param ? json_string(param) : json_null(), "code",
+                     code ? json_string(code) : json_null());
+}
+
+static int bad(json_t **error, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(json_t **error, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    *error = srv_error_json(msg, "invalid_request_error", param, NULL);
+    return 400;
+}
+
+/* Optional fields: absent or null leaves *out. 0, or 400 with *error set. */
+static int get_number(json_t *req, const char *key, double lo, double hi, double *out,
+                      json_t **error) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return bad(error, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return bad(error, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+static int get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                   json_t **error) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return bad(error, key, "'%s' must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return bad(error, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
+                   (long long)hi, (long long)x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(json_t *obj, const char *key, int32_t *out, json_t **error) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return bad(error, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* stop: a string or an array of strings. */
+static int get_stops(json_t *req, srv_job *j, json_t **error) {
+    json_t *v = json_object_get(req, "stop");
+    if (!v || json_is_null(v)) return 0;
+    const size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (n > SRV_MAX_STOPS)
+        return bad(error, "stop", "'stop' holds at most %d strings", SRV_MAX_STOPS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(s))
+            return bad(error, "stop", "'stop' must be a string or an array of strings");
+        if (!*json_string_value(s)) return bad(error, "stop", "'stop' strings must not be empty");
+        if (!(j->stops[j->n_stops] = strdup(json_string_value(s))))
+            return bad(error, "stop", "out of memory");
+        j->n_stops++;
+    }
+    return 0;
+}
+
+/* Text of a message's content: a string, null, or an array of {"type":"text"} parts
+ * (malloc'ed into *out). */
+static int message_text(json_t *content, size_t i, char **out, json_t **error) {
+    if (!content || json_is_null(content)) return (*out = strdup("")) ? 0 : 500;
+    if (json_is_string(content)) return (*out = strdup(json_string_value(content))) ? 0 : 500;
+    if (!json_is_array(content))
+        return bad(error, "messages",
+                   "messages[%zu].content must be a string or an array of text parts", i);
+    size_t len = 0, k;
+    json_t *part;
+    json_array_foreach(content, k, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
+            return bad(error, "messages",
+                       "messages[%zu].content[%zu]: only text parts are supported", i, k);
+        if (!json_is_string(text))
+            return bad(error, "messages", "messages[%zu].content[%zu].text must be a string", i, k);
+        len += json_string_length(text);
+    }
+    char *s = malloc(len + 1);
+    if (!s) return 500;
+    len = 0;
+    json_array_foreach(content, k, part) {
+        json_t *text = json_object_get(part, "text");
+        memcpy(s + len, json_string_value(text), json_string_length(text));
+        len += json_string_length(text);
+    }
+    s[len] = '\0';
+    *out = s;
+    return 0;
+}
+
+/* messages -> the chat template's text (malloc'ed). */
+static int chat_prompt(srv *s, json_t *req, char **text, json_t **error) {
+    json_t *msgs = json_object_get(req, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(error, "messages", "'messages' must be a non-empty array");
+    int32_t think = s->cfg.think;
+    json_t *kw = json_object_get(req, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw))
+            return bad(error, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        int rc = get_bool(kw, "enable_thinking", &think, error);
+        if (rc) return rc;
+    }
+    const size_t n = json_array_size(msgs);
+    sl_chat_msg *m = calloc(n, sizeof *m);
+    char **owned = calloc(n, sizeof *owned);
+    int rc = m && owned ? 0 : 500;
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *msg = json_array_get(msgs, i);
+        json_t *role = json_object_get(msg, "role");
+        if (!json_is_object(msg) || !json_is_string(role)) {
+            rc = bad(error, "messages", "messages[%zu] must be an object with a string 'role'", i);
+            break;
+        }
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+            rc = bad(error, "messages",
+                     "messages[%zu].role '%s' is not supported (system, developer, user or "
+                     "assistant)",
+                     i, r);
+            break;
+        }
+        json_t *content = json_object_get(msg, "content");
+        if ((!content || json_is_null(content)) && strcmp(r, "assistant") != 0) {
+            rc = bad(error, "messages", "messages[%zu].content is missing", i);
+            break;
+        }
+        rc = message_text(content, i, &owned[i], error);
+        m[i] = (sl_chat_msg){r, owned[i]};
+    }
+    if (!rc) {
+        size_t need = sl_chat_render(&s->tpl, m, (int32_t)n, 1, think, NULL, 0);
+        if ((*text = malloc(need + 1)))
+            sl_chat_render(&s->tpl, m, (int32_t)n, 1, think, *text, need + 1);
+        else
+            rc = 500;
+    }
+    for (size_t i = 0; owned && i < n; i++)
+        free(owned[i]);
+    free(owned);
+    free(m);
+    return rc;
+}
+
+/* prompt: a string, an array holding one string, or an array of token ids. */
+static int completion_prompt(srv *s, json_t *req, srv_job *j, char **text, json_t **error) {
+    json_t *p = json_object_get(req, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) return (*text = strdup(json_string_value(p))) ? 0 : 500;
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return bad(error, "prompt",
+                   "'prompt' must be a string, an array of one string, or an array of token ids");
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->vocab)
+            return bad(error, "prompt", "prompt[%zu] must be a token id in [0, %d)", i, s->vocab);
+        if (j->prompt.n == j->prompt.cap) {
+            size_t cap = j->prompt.cap ? 2 * j->prompt.cap : 64;
+            int32_t *ids = realloc(j->prompt.ids, cap * sizeof *ids);
+            if (!ids) return 500;
+            j->prompt.ids = ids;
+            j->prompt.cap = cap;
+        }
+        j->prompt.ids[j->prompt.n++] = (int32_t)json_integer_value(v);
+    }
+    return 0;
+}
+
+static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opts *o,
+                 json_t **error) {
+    if (!json_is_object(req)) return bad(error, NULL, "the request body must be a JSON object");
+    o->kind = kind;
+    json_t *model = json_object_get(req, "model");
+    if (model && !json_is_string(model)) return bad(error, "model", "'model' must be a string");
+    int64_t n = 1, max_tokens = -1, seed = -1, top_k = -1;
+    double temp = -1, top_p = -1, min_p = -1, rep = -1, pres = 0, freq = 0;
+    int32_t logprobs = 0, echo = 0;
+    int rc;
+    if ((rc = get_int(req, "n", 1, 128, &n, error)) ||
+        (rc = get_bool(req, "stream", &o->stream, error)) ||
+        (rc = get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, error)) ||
+        (rc = get_int(req, "max_completion_tokens", 1, INT32_MAX, &max_tokens, error)) ||
+        (rc = get_number(req, "temperature", 0, 2, &temp, error)) ||
+        (rc = get_number(req, "top_p", 0, 1, &top_p, error)) ||
+        (rc = get_int(req, "top_k", 0, INT32_MAX, &top_k, error)) ||
+        (rc = get_number(req, "min_p", 0, 1, &min_p, error)) ||
+        (rc = get_number(req, "repetition_penalty", 1e-3, 100, &rep, error)) ||
+        (rc = get_number(req, "presence_penalty", -2, 2, &pres, error)) ||
+        (rc = get_number(req, "frequency_penalty", -2, 2, &freq, error)) ||
+        (rc = get_int(req, "seed", INT64_MIN, INT64_MAX, &seed, error)) ||
+        (rc = get_bool(req, "logprobs", &logprobs, error)) ||
+        (rc = get_bool(req, "echo", &echo, error)) ||
+        (rc = get_bool(req, "ignore_eos", &j->ignore_eos, error)) ||
+        (rc = get_stops(req, j, error)))
+        return rc;
+    if (n != 1) return bad(error, "n", "only n=1 is supported");
+    if (logprobs) return bad(error, "logprobs", "logprobs are not supported");
+    if (echo) return bad(error, "echo", "echo is not supported");
+    json_t *tools = json_object_get(req, "tools");
+    if (json_array_size(tools) > 0) return bad(error, "tools", "tools are not supported");
+    json_t *so = json_object_get(req, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return bad(error, "stream_options", "'stream_options' must be an object");
+        if ((rc = get_bool(so, "include_usage", &o->include_usage, error))) return rc;
+    }
+
+    /* Sampling: the request, else the server's defaults (generation_config.json). */
+    j->sp = s->cfg.sp;
+    if (temp >= 0) j->sp.temperature = (float)temp;
+    if (top_p == 0) j->sp.temperature = 0; /* nothing but the most likely token */
+    if (top_p > 0) j->sp.top_p = (float)top_p;
+    if (top_k >= 0) j->sp.top_k = (int32_t)top_k;
+    if (min_p >= 0) j->sp.min_p = (float)min_p;
+    if (rep > 0) j->sp.repetition_penalty = (float)rep;
+    j->sp.presence_penalty = (float)pres;
+    j->sp.frequency_penalty = (float)freq;
+    if (json_is_integer(json_object_get(req, "seed")))
+        j->sp.seed = (uint64_t)seed;
+    else
+        j->sp.seed = srv_next_number(s) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(sl_now() * 1e9);
+
+    /* The prompt's ids. */
+    char *text = NULL;
+    rc = kind == SRV_CHAT ? chat_prompt(s, req, &text, error)
+                          : completion_prompt(s, req, j, &text, error);
+    if (rc == 500) *error = srv_error_json("out of memory", "server_error", NULL, NULL);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    if (text) {
+        sl_error err = {0};
+        sl_status st = sl_tokenizer_encode(s->tok, text, strlen(text), &j->prompt, &err);
+        free(text);
+        if (st) return bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
+    }
+    const char *what = kind == SRV_CHAT ? "messages" : "prompt";
+    if (j->prompt.n == 0) return bad(error, what, "the prompt is empty (0 tokens)");
+    if ((int64_t)j->prompt.n + 1 > s->max_ctx) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %d tokens. However, your %s resulted "
+                 "in %zu tokens (at least %zu are needed to reply).",
+                 s->max_ctx, what, j->prompt.n, j->prompt.n + 1);
+        *error = srv_error_json(msg, "invalid_request_error", what, "context_length_exceeded");
+        return 400;
+    }
+    /* The legacy completions endpoint defaults to 16 tokens, chat to the context's end. */
+    const int64_t room = s->max_ctx - (int64_t)j->prompt.n;
+    if (max_tokens < 0) max_tokens = kind == SRV_CHAT ? room : 16;
+    j->max_tokens = (int32_t)SL_CLI_MIN(max_tokens, room);
+    return 0;
+}
+
+int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_job *j,
+                      srv_request_opts *o, json_t **error) {
+    json_error_t je;
+    json_t *req = json_loadb(body, len, 0, &je);
+    if (!req)
+        return bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)",
+                   je.text, je.line, je.column);
+    int rc = parse(s, kind, req, j, o, error);
+    json_decref(req);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- responses */
+
+const char *srv_finish_reason(const srv_job *j) {
+    return j->res.finish == CLI_FINISH_STOP ? "stop" : "length";
+}
+
+json_t *srv_usage_json(const srv_job *j) {
+    const cli_gen_result *r = &j->res;
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", r->prompt_tokens,
+                     "completion_tokens", r->completion_tokens, "total_tokens",
+                     r->prompt_tokens + r->completion_tokens, "prompt_tokens_details",
+                     "cached_tokens", r->cached_tokens);
+}
+
+/* A JSON string of text that should be valid UTF-8 (the detokenizer's output, cut at
+ * character boundaries); "" if it is not, rather than invalid JSON. */
+static json_t *text_json(const char *text, size_t len) {
+    json_t *v = json_stringn(text ? text : "", text ? len : 0);
+    return v ? v : json_string("");
+}
+
+static json_t *envelope(const srv *s, const char *id, int64_t created, const char *object) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", id, "object", object, "created",
+                     (json_int_t)created, "model", s->cfg.model_id, "system_fingerprint",
+                     "sluice-" SL_VERSION);
+}
+
+json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id,
+                          int64_t created) {
+    const int chat = o->kind == SRV_CHAT;
+    json_t *r = envelope(s, id, created, chat ? "chat.completion" : "text_completion");
+    json_t *choice =
+        json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason", srv_finish_reason(j));
+    json_t *text = text_json(j->text, j->text_len);
+    if (chat)
+        json_object_set_new(choice, "message",
+                            json_pack("{s:s, s:o}", "role", "assistant", "content", text));
+    else
+        json_object_set_new(choice, "text", text);
+    json_object_set_new(r, "choices", json_pack("[o]", choice));
+    json_object_set_new(r, "usage", srv_usage_json(j));
+    return r;
+}
+
+json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
+                       const char *text, size_t len, const char *finish, int role) {
+    const int chat = o->kind == SRV_CHAT;
+    json_t *r = envelope(s, id, created, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
+                               finish ? json_string(finish) : json_null());
+    if (chat) {
+        json_t *delta = json_object();
+        if (role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (text || role) json_object_set_new(delta, "content", text_json(text, len));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", text_json(text, len));
+    }
+    json_object_set_new(r, "choices", json_pack("[o]", choice));
+    if (o->include_usage) json_object_set_new(r, "usage", json_null());
+    return r;
+}

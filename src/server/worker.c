@@ -1,0 +1,197 @@
+/*
+ * The job queue and the model worker: one thread owns the model's session and
+ * runs admitted requests one at a time, first come first served, appending each
+ * reply's text to its job as it forms.
+ */
+#include <time.h>
+
+#include "server/internal.h"
+
+void srv_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+int srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int32_t ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += ms / 1000;
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(cv, mu, &t);
+}
+
+srv_job *srv_job_new(void) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    srv_cond_init(&j->cv);
+    atomic_init(&j->cancel, 0);
+    j->refs = 1;
+    return j;
+}
+
+void srv_job_release(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last) return;
+    sl_token_ids_free(&j->prompt);
+    for (int32_t i = 0; i < j->n_stops; i++)
+        free(j->stops[i]);
+    free(j->text);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+int srv_submit(srv *s, srv_job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->n_queued + s->n_running >= s->cfg.parallel) {
+        const int stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        return stopping ? -2 : -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    j->next = NULL;
+    if (s->tail)
+        s->tail->next = j;
+    else
+        s->head = j;
+    s->tail = j;
+    s->n_queued++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+uint64_t srv_next_number(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = ++s->n_ids;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* ---- callbacks of the generation loop ---- */
+
+static int job_emit(void *user, const char *text, size_t len) {
+    srv_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    if (j->text_len + len + 1 > j->text_cap) {
+        size_t cap = (j->text_len + len + 1) * 2;
+        char *t = realloc(j->text, cap);
+        if (!t) {
+            pthread_mutex_unlock(&j->mu);
+            return 1; /* cancels; reported as an error below */
+        }
+        j->text = t;
+        j->text_cap = cap;
+    }
+    memcpy(j->text + j->text_len, text, len);
+    j->text_len += len;
+    j->text[j->text_len] = '\0';
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return atomic_load(&j->cancel);
+}
+
+static int job_cancelled(void *user) {
+    srv_job *j = user;
+    if (atomic_load(&j->cancel)) return 1;
+    if (sl_now() > j->deadline) {
+        j->timed_out = 1; /* the worker's field until the job is done */
+        return 1;
+    }
+    return 0;
+}
+
+/* Ends a job: frees its slot and counts it first, so that a client seeing its reply
+ * end can send the next request at once without finding the server full. */
+static void job_finish(srv *s, srv_job *j, const cli_gen_result *res, int status,
+                       const char *error) {
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    srv_metrics *m = &s->metrics;
+    m->finish[res->finish]++;
+    m->timeouts += j->timed_out;
+    m->prompt_tokens += res->prompt_tokens;
+    m->cached_tokens += res->cached_tokens;
+    m->completion_tokens += res->completion_tokens;
+    sl_model_get_stats(s->g->m, &m->stats);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+
+    pthread_mutex_lock(&j->mu);
+    j->res = *res;
+    if (error) {
+        j->failed = status;
+        snprintf(j->error, sizeof j->error, "%s", error);
+    }
+    j->state = SRV_JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void run_job(srv *s, srv_job *j) {
+    cli_gen *g = s->g;
+    cli_gen_result res = {.prompt_tokens = (int32_t)j->prompt.n, .finish = CLI_FINISH_CANCELLED};
+    if (job_cancelled(j)) { /* gone, or timed out, while queued */
+        job_finish(s, j, &res, 503,
+                   j->timed_out ? "the request timed out waiting for the model" : NULL);
+        return;
+    }
+    sl_error err = {0};
+    sl_sampler_free(g->smp);
+    g->smp = NULL;
+    if (sl_sampler_create(&j->sp, g->info.vocab_size, &g->smp, &err)) {
+        job_finish(s, j, &res, 500, err.msg);
+        return;
+    }
+    cli_gen_params p = {.max_tokens = j->max_tokens,
+                        .stops = (const char *const *)j->stops,
+                        .n_stops = j->n_stops,
+                        .accept_prompt = 1,
+                        .ignore_eos = j->ignore_eos,
+                        .emit = job_emit,
+                        .cancelled = job_cancelled,
+                        .user = j};
+    sl_status st = cli_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
+    if (!st && res.finish == CLI_FINISH_CANCELLED && !j->timed_out && !atomic_load(&j->cancel))
+        st = sl_fail(&err, SL_ERR_NOMEM, "out of memory"); /* job_emit failed */
+    if (j->timed_out) res.finish = CLI_FINISH_LENGTH;      /* what was generated is returned */
+    job_finish(s, j, &res, 500, st ? err.msg : NULL);
+}
+
+void *srv_worker_main(void *arg) {
+    srv *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !s->worker_exit)
+            pthread_cond_wait(&s->cv, &s->mu);
+        srv_job *j = s->head;
+        if (!j) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        s->head = j->next;
+        if (!s->head) s->tail = NULL;
+        s->n_queued--;
+        s->n_running++;
+        pthread_mutex_unlock(&s->mu);
+
+        pthread_mutex_lock(&j->mu);
+        j->state = SRV_JOB_RUNNING;
+        pthread_mutex_unlock(&j->mu);
+        run_job(s, j);
+        srv_job_release(j);
+    }
+}
