@@ -19,7 +19,25 @@ LIB_SRC := $(sort $(wildcard src/core/*.c src/format/*.c src/model/*.c src/famil
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# CUDA=1 builds the CUDA backend (src/kernels/cuda/*.cu, nvcc; sm_90 code plus PTX
+# that newer GPUs JIT-compile) in place of its stub; the default build has no CUDA.
+NVCC     ?= nvcc
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+ifeq ($(CUDA),1)
+BUILD    := build-cuda
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC)))
+NVFLAGS  ?= -O3
+NVFLAGS  += -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+            -Iinclude -Isrc -Xcompiler -Wall -MMD -MP
+LIB_SRC  := $(filter-out src/kernels/cuda_stub.c,$(LIB_SRC))
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(sort $(wildcard src/kernels/cuda/*.cu)))
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+BACKENDS := CPU + CUDA backends
+else
+BACKENDS := CPU backend; CUDA $(if $(HAVE_NVCC),found: make CUDA=1 builds it,not found (no nvcc))
+endif
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 
@@ -32,17 +50,22 @@ SAN_UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/san/%.o)
 .PHONY: all test unit parity cli-test server-test san fuzz-smoke fuzz run format clean
 
 all: $(BUILD)/sluice
-	@echo "sluice built: $(BUILD)/sluice (CPU backend; SIMD chosen at run time)"
+	@echo "sluice built: $(BUILD)/sluice ($(BACKENDS); SIMD chosen at run time)"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/san/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
 $(BUILD)/libsluice.a: $(LIB_OBJ)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 # The command-line tool alone links libedit (line editing for `chat`) and
@@ -137,3 +160,14 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- CUDA (on a machine with nvcc and a GPU) ------------------------------
+# make test-cuda: every CUDA op against the CPU op, then end-to-end parity of the
+# CUDA backend with the CPU backend on the fixtures.
+CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/*.c))
+$(BUILD)/test_cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libsluice.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+test-cuda:
+	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/sluice
+	build-cuda/test_cuda tests/fixtures

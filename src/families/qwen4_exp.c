@@ -49,10 +49,9 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
     sl_session_buf *b = &s->b;
     const size_t H = (size_t)c->hidden_size, hc = (size_t)c->hc_count;
 
-    be->ops->embed(be, b->x, &m->embed, ids, T);
-    for (int32_t t = 0; t < T; t++)
-        for (size_t ch = 0; ch < hc; ch++)
-            memcpy(b->hres + ((size_t)t * hc + ch) * H, b->x + (size_t)t * H, H * sizeof(float));
+    blk_embed(s, b->x, ids, T);
+    for (size_t ch = 0; ch < hc; ch++) /* every stream starts as the embedding */
+        be->ops->copy2d(be, b->hres + ch * H, hc * H, b->x, H, T, (int32_t)H);
     if (c->n_ple_layers) blk_ple_history(s, ids, T);
     for (int32_t l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
@@ -72,9 +71,10 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
     }
     /* Only the rows whose logits are wanted go through the final mixer and head. */
     const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
-    memmove(b->hres, b->hres + (size_t)first * hc * H, (size_t)rows * hc * H * sizeof(float));
+    if (first) be->ops->copy2d(be, b->hres, hc * H, b->hres + (size_t)first * hc * H, hc * H, 1,
+                               (int32_t)(hc * H)); /* one row when first > 0 */
     blk_hyper_mix(s, &m->hc_final, rows);
-    if (logits) be->ops->matmul(be, logits, b->xn, &m->lm_head, NULL, rows);
+    blk_head(s, b->xn, rows, logits);
     return SL_OK;
 }
 

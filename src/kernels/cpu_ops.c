@@ -5,9 +5,77 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+
+static void *cpu_alloc(const sl_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_release(const sl_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_copy(const sl_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src && bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src,
+                       size_t src_ld, int32_t rows, int32_t cols) {
+    (void)be;
+    for (int32_t r = 0; r < rows; r++)
+        memmove(dst + (size_t)r * dst_ld, src + (size_t)r * src_ld, (size_t)cols * sizeof(float));
+}
+
+static void cpu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx,
+                          const float *src, const int32_t *src_idx, int32_t n, int32_t cols) {
+    (void)be;
+    for (int32_t i = 0; i < n; i++)
+        memcpy(dst + (size_t)(dst_idx ? dst_idx[i] : i) * (size_t)cols,
+               src + (size_t)(src_idx ? src_idx[i] : i) * (size_t)cols, (size_t)cols * sizeof(float));
+}
+
+static void cpu_fill(const sl_backend *be, float *dst, float v, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = v;
+}
+
+static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w,
+                             int32_t T, int32_t k, int32_t n) {
+    (void)be;
+    for (int32_t t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * (size_t)n;
+        for (int32_t i = 0; i < n; i++)
+            yt[i] = 0;
+        for (int32_t r = 0; r < k; r++) {
+            const float wr = w[t * k + r], *xr = x + ((size_t)t * (size_t)k + (size_t)r) * (size_t)n;
+            for (int32_t i = 0; i < n; i++)
+                yt[i] += wr * xr[i];
+        }
+    }
+}
+
+static void cpu_hc_inject(const sl_backend *be, float *w, const float *out, const float *inj,
+                          int32_t T, int32_t hc, int32_t n) {
+    (void)be;
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t c = 0; c < hc; c++) {
+            float *wr = w + ((size_t)t * (size_t)hc + (size_t)c) * (size_t)n;
+            const float s = inj[t * hc + c], *o = out + (size_t)t * (size_t)n;
+            for (int32_t i = 0; i < n; i++)
+                wr[i] += s * o[i];
+        }
+}
 
 static void cpu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
                       int32_t T) {
@@ -231,7 +299,12 @@ static void cpu_activate(const sl_backend *be, float *y, const float *x, size_t 
                          float mul, sl_act act) {
     (void)be;
     for (size_t i = 0; i < n; i++) {
-        const float v = x[i] / div, sg = 1.0f / (1.0f + expf(-v));
+        const float v = x[i] / div;
+        if (act == SL_ACT_NONE) {
+            y[i] = mul * v;
+            continue;
+        }
+        const float sg = 1.0f / (1.0f + expf(-v));
         y[i] = mul * (act == SL_ACT_SIGMOID ? sg : v * sg);
     }
 }
@@ -290,6 +363,15 @@ static void cpu_qsa_scores(const sl_backend *be, float *scores, const float *q, 
 
 static const sl_ops cpu_ops = {
     .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_host = cpu_copy,
+    .to_dev = cpu_copy,
+    .copy2d = cpu_copy2d,
+    .copy_rows = cpu_copy_rows,
+    .fill = cpu_fill,
+    .weighted_sum = cpu_weighted_sum,
+    .hc_inject = cpu_hc_inject,
     .matmul = sl_matmul_cpu,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

@@ -2,7 +2,16 @@
  * The backend boundary. Families and blocks compute only through these
  * operations, so a second backend (CUDA) implements this table, not the
  * families. Activations are float32 row-major buffers owned by the session;
- * weights are sl_tensor views (F32/F16/BF16, widened to float32 on the fly).
+ * weights are sl_tensor views (F32/F16/BF16, widened to float32 on the fly,
+ * or Q8/Q4).
+ *
+ * Memory. Every buffer an op reads or writes (activations, caches, index lists,
+ * and the data/scales/biases of weights) lives in backend memory: host memory
+ * for the CPU backend, GPU memory for CUDA. Blocks never touch it directly:
+ * they move bytes with copy2d/copy_rows and cross to host memory only through
+ * to_host/to_dev, for the few decisions taken on the host (router top-k, QSA
+ * block choice, PLE table rows). Scalars passed by value (axpy's s) are host
+ * values.
  *
  * Matrix convention is PyTorch's nn.Linear: W is [N, K] (out x in) and
  * y[t][n] = sum_k x[t][k] * W[n][k] (+ b[n]).
@@ -40,6 +49,7 @@ typedef struct sl_attn_args {
 typedef enum sl_act {
     SL_ACT_SILU = 0, /* x * sigmoid(x) */
     SL_ACT_SIGMOID = 1,
+    SL_ACT_NONE = 2, /* x */
 } sl_act;
 
 /*
@@ -64,9 +74,25 @@ typedef struct sl_delta_args {
 
 typedef struct sl_ops {
     const char *name;
+    /* Backend memory, zero-filled; NULL when out of memory. */
+    void *(*alloc)(const sl_backend *be, size_t bytes);
+    void (*release)(const sl_backend *be, void *p);
+    /* Synchronous copies between host and backend memory: when they return, the
+     * bytes are there (to_host waits for all work queued before it). */
+    void (*to_host)(const sl_backend *be, void *host, const void *src, size_t bytes);
+    void (*to_dev)(const sl_backend *be, void *dst, const void *host, size_t bytes);
+    /* dst[r * dst_ld + c] = src[r * src_ld + c], r < rows, c < cols. */
+    void (*copy2d)(const sl_backend *be, float *dst, size_t dst_ld, const float *src,
+                   size_t src_ld, int32_t rows, int32_t cols);
+    /* Row i of n: dst[dst_idx[i]] = src[src_idx[i]] (rows of cols floats); a NULL index
+     * list means i. Index lists are in backend memory. */
+    void (*copy_rows)(const sl_backend *be, float *dst, const int32_t *dst_idx, const float *src,
+                      const int32_t *src_idx, int32_t n, int32_t cols);
+    void (*fill)(const sl_backend *be, float *dst, float v, size_t n);
     void (*matmul)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
-    /* Copies rows ids[t] of a [V, n] table into y[t]. ids are already validated. */
+    /* Copies rows ids[t] of a [V, n] table into y[t]. ids (backend memory) are already
+     * validated. */
     void (*embed)(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
                   int32_t T);
     /* y = x * rsqrt(mean(x^2) + eps) * (w_offset + w), per row of n; y may alias x. */
@@ -81,6 +107,10 @@ typedef struct sl_ops {
     void (*swiglu)(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* y[i] += s * x[i] */
     void (*axpy)(const sl_backend *be, float *y, float s, const float *x, size_t n);
+    /* MoE combine, per token t < T: y[t] = sum over r < k (in order) of w[t*k + r] *
+     * x[t*k + r]; w in backend memory, rows of n. */
+    void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w,
+                         int32_t T, int32_t k, int32_t n);
     /* y[i] *= sigmoid(gate[i]) */
     void (*sigmoid_mul)(const sl_backend *be, float *y, const float *gate, size_t n);
     /* x = x * rsqrt(sum(x^2) + eps), per row of n, in place. */
@@ -100,6 +130,9 @@ typedef struct sl_ops {
     /* y[i] = mul * act(x[i] / div); y may alias x. */
     void (*activate)(const sl_backend *be, float *y, const float *x, size_t n, float div,
                      float mul, sl_act act);
+    /* Hyper-connection injection: w[t][c][i] += inj[t][c] * out[t][i], c < hc, i < n. */
+    void (*hc_inject)(const sl_backend *be, float *w, const float *out, const float *inj,
+                      int32_t T, int32_t hc, int32_t n);
     /* Hyper-connection mix: y[t][i] = mean over c < hc of w[t][c][i] * x[t][c][i]. */
     void (*hc_mix)(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
                    int32_t hc, int32_t n);
@@ -117,10 +150,18 @@ struct sl_backend {
     const sl_ops *ops;
     int32_t n_threads;
     sl_isa isa;
+    int32_t device; /* backend memory is not host memory (CUDA) */
+    void *ctx;      /* backend state (CUDA: streams, handles, scratch) */
 };
 
 /* The CPU backend; isa is clamped to what the processor supports. */
 void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa);
+/* The CUDA backend (built with make CUDA=1), on GPU `gpu`; fails with a message when
+ * sluice was built without CUDA or no GPU is usable. */
+sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err);
+void sl_backend_cuda_free(sl_backend *be);
+/* Whether this build has the CUDA backend and a GPU is present. */
+int sl_backend_cuda_available(void);
 /* The best ISA this processor runs. */
 sl_isa sl_cpu_best_isa(void);
 const char *sl_isa_name(sl_isa isa);

@@ -152,10 +152,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
         /* [T, nh, 2*hd] per head [query | gate] -> q [T, nh*hd] and gate [T, nh*hd] */
         const size_t nh = (size_t)c->n_heads, h = (size_t)hd;
         op->matmul(be, b->qg, b->xn, &L->wq, &L->bq, T);
-        for (size_t r = 0; r < (size_t)T * nh; r++) {
-            memcpy(b->q + r * h, b->qg + r * 2 * h, h * sizeof(float));
-            memcpy(b->qgate + r * h, b->qg + r * 2 * h + h, h * sizeof(float));
-        }
+        op->copy2d(be, b->q, h, b->qg, 2 * h, T * (int32_t)nh, (int32_t)h);
+        op->copy2d(be, b->qgate, h, b->qg + h, 2 * h, T * (int32_t)nh, (int32_t)h);
     } else {
         op->matmul(be, b->q, b->xn, &L->wq, &L->bq, T);
     }
@@ -172,8 +170,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
 
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
-    memcpy(kc + (size_t)pos0 * kv_row, b->k, (size_t)T * kv_row * sizeof(float));
-    memcpy(vc + (size_t)pos0 * kv_row, b->v, (size_t)T * kv_row * sizeof(float));
+    op->copy2d(be, kc + (size_t)pos0 * kv_row, kv_row, b->k, kv_row, T, (int32_t)kv_row);
+    op->copy2d(be, vc + (size_t)pos0 * kv_row, kv_row, b->v, kv_row, T, (int32_t)kv_row);
 
     sl_attn_args a = {
         .out = b->attn,
@@ -226,10 +224,12 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const size_t H = (size_t)c->hidden_size;
 
     double t0 = sl_now();
+    /* Routing is decided on the host: the logits come over, ids and weights go back. */
     be->ops->matmul(be, b->router_logits, b->xn, &L->router, NULL, T);
+    be->ops->to_host(be, b->h_router_logits, b->router_logits, (size_t)T * (size_t)E * sizeof(float));
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
     for (int32_t t = 0; t < T; t++) {
-        sl_router_topk(b->router_logits + (size_t)t * (size_t)E, E, k, c->norm_topk_prob,
+        sl_router_topk(b->h_router_logits + (size_t)t * (size_t)E, E, k, c->norm_topk_prob,
                        b->router_probs, b->topk_ids + (size_t)t * (size_t)k,
                        b->topk_w + (size_t)t * (size_t)k);
         for (int32_t r = 0; r < k; r++)
@@ -247,6 +247,12 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
+    /* Per grouped row: the token it reads (gather) and the (token, rank) row it fills. */
+    for (int32_t i = 0; i < T * k; i++)
+        b->h_gather[i] = b->expert_rows[i] / k;
+    be->ops->to_dev(be, b->gather_idx, b->h_gather, (size_t)(T * k) * sizeof(int32_t));
+    be->ops->to_dev(be, b->scatter_idx, b->expert_rows, (size_t)(T * k) * sizeof(int32_t));
+    be->ops->to_dev(be, b->topk_w_dev, b->topk_w, (size_t)(T * k) * sizeof(float));
     double t1 = sl_now();
     m->stats.t_router += t1 - t0;
 
@@ -271,28 +277,23 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         if (st) return st;
         for (int32_t j = 0; j < nj; j++) {
             const int32_t e = b->expert_list[j0 + j], cnt = b->expert_count[e];
-            const int32_t *rows = b->expert_rows + b->expert_start[e] - cnt;
+            const int32_t first = b->expert_start[e] - cnt; /* e's rows in expert_rows */
             const sl_expert *ex = b->fetched[j];
-            for (int32_t i = 0; i < cnt; i++)
-                memcpy(b->xg + (size_t)i * H, b->xn + (size_t)(rows[i] / k) * H, H * sizeof(float));
+            be->ops->copy_rows(be, b->xg, NULL, b->xn, b->gather_idx + first, cnt, (int32_t)H);
             swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
-            for (int32_t i = 0; i < cnt; i++)
-                memcpy(b->expert_out + (size_t)rows[i] * H, b->ffn_out + (size_t)i * H,
-                       H * sizeof(float));
+            be->ops->copy_rows(be, b->expert_out, b->scatter_idx + first, b->ffn_out, NULL, cnt,
+                               (int32_t)H);
         }
         t1 = sl_now();
         m->stats.t_expert_compute += t1 - t2;
     }
-    memset(b->out, 0, (size_t)T * H * sizeof(float));
-    for (int32_t t = 0; t < T; t++)
-        for (int32_t r = 0; r < k; r++)
-            be->ops->axpy(be, b->out + (size_t)t * H, b->topk_w[t * k + r],
-                          b->expert_out + ((size_t)t * (size_t)k + (size_t)r) * H, H);
+    be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
     if (L->sh_router.data) {
         swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
         be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
+        be->ops->to_host(be, b->h_sh_logit, b->sh_logit, (size_t)T * sizeof(float));
         for (int32_t t = 0; t < T; t++)
-            be->ops->axpy(be, b->out + (size_t)t * H, 1.0f / (1.0f + expf(-b->sh_logit[t])),
+            be->ops->axpy(be, b->out + (size_t)t * H, 1.0f / (1.0f + expf(-b->h_sh_logit[t])),
                           b->ffn_out + (size_t)t * H, H);
     }
     return SL_OK;
@@ -303,6 +304,22 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     if (L->is_moe) return moe(s, l, T, err);
     swiglu_mlp(s, s->b.out, s->b.xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down, T);
     return SL_OK;
+}
+
+void blk_embed(sl_session *s, float *y, const int32_t *ids, int32_t T) {
+    const sl_backend *be = &s->model->be;
+    be->ops->to_dev(be, s->b.ids, ids, (size_t)T * sizeof(int32_t));
+    be->ops->embed(be, y, &s->model->embed, s->b.ids, T);
+}
+
+void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
+    const sl_model *m = s->model;
+    const sl_backend *be = &m->be;
+    if (!logits) return;
+    /* Straight into the caller's buffer when backend memory is host memory. */
+    float *dst = be->device ? s->b.logits : logits;
+    be->ops->matmul(be, dst, x, &m->lm_head, NULL, rows);
+    be->ops->to_host(be, logits, dst, (size_t)rows * (size_t)m->cfg.vocab_size * sizeof(float));
 }
 
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
@@ -316,7 +333,7 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     const size_t n = (size_t)T * (size_t)H;
     const float eps = c->rms_norm_eps, off = m->norm_offset;
 
-    op->embed(be, b->x, &m->embed, ids, T);
+    blk_embed(s, b->x, ids, T);
     for (int32_t l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
         op->rmsnorm(be, b->xn, b->x, &L->attn_norm, T, H, eps, off);
@@ -336,6 +353,6 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
     float *xl = b->x + (size_t)first * (size_t)H;
     op->rmsnorm(be, xl, xl, &m->norm, rows, H, eps, off);
-    if (logits) op->matmul(be, logits, xl, &m->lm_head, NULL, rows);
+    blk_head(s, xl, rows, logits);
     return SL_OK;
 }

@@ -77,6 +77,11 @@ void sl_ple_rows(const sl_config *c, const sl_ple *P, const int32_t *hist, int64
 sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err);
 void blk_qsa_select(sl_session *s, int32_t l, int32_t T);
 
+/* The token embedding of T host ids into y; the LM head over rows x [rows, H] into the
+ * caller's host logits (NULL: none wanted). */
+void blk_embed(sl_session *s, float *y, const int32_t *ids, int32_t T);
+void blk_head(sl_session *s, const float *x, int32_t rows, float *logits);
+
 /* The pre-norm decoder of Qwen2/Qwen3(-MoE), Qwen3-Next and Qwen3.5:
  *   x = embed(ids)
  *   per layer: x += attn(norm(x)); x += ffn(norm(x))

@@ -74,12 +74,6 @@ void blk_hyper_mix(sl_session *s, const sl_hyper *hy, int32_t T) {
 
 void blk_hyper_inject(sl_session *s, int32_t T) {
     const sl_model *m = s->model;
-    const sl_config *c = &m->cfg;
-    sl_session_buf *b = &s->b;
-    const size_t H = (size_t)c->hidden_size;
-    for (int32_t t = 0; t < T; t++)
-        for (int32_t ch = 0; ch < c->hc_count; ch++) {
-            const size_t r = (size_t)t * (size_t)c->hc_count + (size_t)ch;
-            m->be.ops->axpy(&m->be, b->hres + r * H, b->hinj[r], b->out + (size_t)t * H, H);
-        }
+    m->be.ops->hc_inject(&m->be, s->b.hres, s->b.out, s->b.hinj, T, m->cfg.hc_count,
+                         m->cfg.hidden_size);
 }

@@ -63,24 +63,22 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
                         "in_proj_a.weight");
 }
 
-/* Qwen3-Next's group-interleaved qkvz / ba rows -> mixed [q_all | k_all | v_all], z, b, a. */
-static void split_fused(sl_session_buf *b, const sl_config *c, int32_t T) {
+/* Qwen3-Next's group-interleaved qkvz / ba rows -> mixed [q_all | k_all | v_all], z, b, a:
+ * per key-head group, strided copies over all T tokens at once. */
+static void split_fused(const sl_backend *be, sl_session_buf *b, const sl_config *c, int32_t T) {
     const size_t nk = (size_t)c->lin_n_key_heads, dk = (size_t)c->lin_key_dim;
     const size_t r = (size_t)(c->lin_n_value_heads / c->lin_n_key_heads);
     const size_t rdv = r * (size_t)c->lin_value_dim, kd = nk * dk, vd = nk * rdv;
     const size_t cd = 2 * kd + vd, grp = 2 * dk + 2 * rdv, nv = nk * r;
-    for (size_t t = 0; t < (size_t)T; t++) {
-        const float *src = b->lin_proj + t * nk * grp, *ba = b->lin_ba + t * 2 * nv;
-        float *mix = b->lin_mixed + t * cd, *z = b->lin_z + t * vd;
-        for (size_t g = 0; g < nk; g++) {
-            const float *sg = src + g * grp;
-            memcpy(mix + g * dk, sg, dk * sizeof(float));
-            memcpy(mix + kd + g * dk, sg + dk, dk * sizeof(float));
-            memcpy(mix + 2 * kd + g * rdv, sg + 2 * dk, rdv * sizeof(float));
-            memcpy(z + g * rdv, sg + 2 * dk + rdv, rdv * sizeof(float));
-            memcpy(b->lin_b + t * nv + g * r, ba + g * 2 * r, r * sizeof(float));
-            memcpy(b->lin_a + t * nv + g * r, ba + g * 2 * r + r, r * sizeof(float));
-        }
+    const sl_ops *op = be->ops;
+    for (size_t g = 0; g < nk; g++) {
+        const float *sg = b->lin_proj + g * grp, *ba = b->lin_ba + g * 2 * r;
+        op->copy2d(be, b->lin_mixed + g * dk, cd, sg, nk * grp, T, (int32_t)dk);
+        op->copy2d(be, b->lin_mixed + kd + g * dk, cd, sg + dk, nk * grp, T, (int32_t)dk);
+        op->copy2d(be, b->lin_mixed + 2 * kd + g * rdv, cd, sg + 2 * dk, nk * grp, T, (int32_t)rdv);
+        op->copy2d(be, b->lin_z + g * rdv, vd, sg + 2 * dk + rdv, nk * grp, T, (int32_t)rdv);
+        op->copy2d(be, b->lin_b + g * r, nv, ba, 2 * nv, T, (int32_t)r);
+        op->copy2d(be, b->lin_a + g * r, nv, ba + r, 2 * nv, T, (int32_t)r);
     }
 }
 
@@ -98,7 +96,7 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
     if (L->in_qkvz.data) {
         op->matmul(be, b->lin_proj, b->xn, &L->in_qkvz, NULL, T);
         op->matmul(be, b->lin_ba, b->xn, &L->in_ba, NULL, T);
-        split_fused(b, c, T);
+        split_fused(be, b, c, T);
     } else {
         op->matmul(be, b->lin_mixed, b->xn, &L->in_qkv, NULL, T);
         op->matmul(be, b->lin_z, b->xn, &L->in_z, NULL, T);
@@ -108,12 +106,9 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
 
     float *conv_state = s->conv_state + (size_t)l * cd * (size_t)(K - 1);
     op->conv1d_silu(be, b->lin_conv, b->lin_mixed, T, (int32_t)cd, &L->conv_w, K, 1, conv_state);
-    for (size_t t = 0; t < (size_t)T; t++) {
-        const float *row = b->lin_conv + t * cd;
-        memcpy(b->lin_q + t * kd, row, kd * sizeof(float));
-        memcpy(b->lin_k + t * kd, row + kd, kd * sizeof(float));
-        memcpy(b->lin_v + t * vd, row + 2 * kd, vd * sizeof(float));
-    }
+    op->copy2d(be, b->lin_q, kd, b->lin_conv, cd, T, (int32_t)kd);
+    op->copy2d(be, b->lin_k, kd, b->lin_conv + kd, cd, T, (int32_t)kd);
+    op->copy2d(be, b->lin_v, vd, b->lin_conv + 2 * kd, cd, T, (int32_t)vd);
     op->l2norm(be, b->lin_q, T * nk, dk, 1e-6f);
     op->l2norm(be, b->lin_k, T * nk, dk, 1e-6f);
 

@@ -198,7 +198,7 @@ static void *carve(carver *cv, size_t n, size_t elem) {
     return cv->base ? cv->base + at : NULL;
 }
 
-static void layout(sl_session *s, carver *cv) {
+static void layout(sl_session *s, carver *cv, carver *hv) {
     const sl_config *c = &s->model->cfg;
     const size_t B = (size_t)s->max_batch, H = (size_t)c->hidden_size;
     const size_t E = (size_t)SL_MAX(c->n_experts, 1), k = (size_t)SL_MAX(c->n_experts_used, 1);
@@ -223,14 +223,29 @@ static void layout(sl_session *s, carver *cv) {
     const size_t nblk = c->idx_heads ? (size_t)(s->max_ctx / c->idx_ratio) + 1 : 0;
     const size_t nidx = c->idx_heads ? (size_t)c->n_layers : 0;
     sl_session_buf *b = &s->b;
+    const size_t V = (size_t)c->vocab_size, D0 = (size_t)c->ple_embed_dim;
+    const size_t stride = c->idx_heads ? (size_t)(c->idx_budget + c->idx_ratio - 1) : 0;
+    b->ids = carve(cv, B, sizeof(int32_t));
+    b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
+    b->h_router_logits = carve(hv, B * E, sizeof(float));
+    b->h_sh_logit = carve(hv, B, sizeof(float));
+    b->h_gather = carve(hv, B * k, sizeof(int32_t));
+    b->gather_idx = carve(cv, B * k, sizeof(int32_t));
+    b->scatter_idx = carve(cv, B * k, sizeof(int32_t));
+    b->topk_w_dev = carve(cv, B * k, sizeof(float));
+    b->ones = carve(cv, (size_t)SL_MAX(c->idx_ratio, 1), sizeof(float));
+    b->h_qsa_scores = carve(hv, nblk, sizeof(float));
+    b->h_qsa_sel = carve(hv, ib * stride, sizeof(int32_t));
+    b->h_qsa_nsel = carve(hv, ib, sizeof(int32_t));
+    b->h_ple_emb = carve(hv, pb ? B * D0 : 0, sizeof(float));
     b->hres = carve(cv, hb * hcH, sizeof(float));
     b->hnorm = carve(cv, hb * hcH, sizeof(float));
     b->hlow = carve(cv, hb * (size_t)c->hc_lowrank, sizeof(float));
     b->hw = carve(cv, hb * hcH, sizeof(float));
     b->hinj = carve(cv, hb * (size_t)c->hc_count, sizeof(float));
-    b->ple_hist = carve(cv, pb * NG, sizeof(int32_t));
-    b->ple_rows = carve(cv, pb * G, sizeof(int64_t));
-    b->ple_rowbuf = carve(cv, G ? D / G * 4 : 0, 1);
+    b->ple_hist = carve(hv, pb * NG, sizeof(int32_t));
+    b->ple_rows = carve(hv, pb * G, sizeof(int64_t));
+    b->ple_rowbuf = carve(hv, G ? D / G * 4 : 0, 1);
     b->ple_emb = carve(cv, pb * D, sizeof(float));
     b->ple_key = carve(cv, pb * hcH, sizeof(float));
     b->ple_gate = carve(cv, pb * hcH, sizeof(float));
@@ -240,12 +255,12 @@ static void layout(sl_session *s, carver *cv) {
     b->idx_qk = carve(cv, ib * (size_t)(c->idx_heads + 1) * ihd, sizeof(float));
     b->idx_q = carve(cv, ib * (size_t)c->idx_heads * ihd, sizeof(float));
     b->qsa_scores = carve(cv, nblk, sizeof(float));
-    b->qsa_taken = carve(cv, nblk, 1);
+    b->qsa_taken = carve(hv, nblk, 1);
     b->qsa_sel = carve(cv, ib * (size_t)(c->idx_budget + c->idx_ratio - 1), sizeof(int32_t));
     b->qsa_nsel = carve(cv, ib, sizeof(int32_t));
     s->idx_kcache = carve(cv, nidx * (size_t)s->max_ctx * ihd, sizeof(float));
     s->idx_blocks = carve(cv, nidx * nblk * ihd, sizeof(float));
-    s->ple_ctx = carve(cv, pb ? NG - 1 : 0, sizeof(int32_t));
+    s->ple_ctx = carve(hv, pb ? NG - 1 : 0, sizeof(int32_t));
     s->ple_conv_state_n = (size_t)c->n_ple_layers * hcH * ple_conv;
     s->ple_conv_state = carve(cv, s->ple_conv_state_n, sizeof(float));
     s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
@@ -282,35 +297,45 @@ static void layout(sl_session *s, carver *cv) {
     b->xg = carve(cv, B * H, sizeof(float));
     b->expert_out = carve(cv, B * k * H, sizeof(float));
     b->router_logits = carve(cv, B * E, sizeof(float));
-    b->router_probs = carve(cv, E, sizeof(float));
+    b->router_probs = carve(hv, E, sizeof(float));
     b->sh_logit = carve(cv, B, sizeof(float));
-    b->topk_ids = carve(cv, B * k, sizeof(int32_t));
-    b->topk_w = carve(cv, B * k, sizeof(float));
-    b->expert_list = carve(cv, E, sizeof(int32_t));
-    b->expert_rows = carve(cv, B * k, sizeof(int32_t));
-    b->expert_count = carve(cv, E, sizeof(int32_t));
-    b->expert_start = carve(cv, E, sizeof(int32_t));
-    b->fetched = carve(cv, E, sizeof(sl_expert *));
+    b->topk_ids = carve(hv, B * k, sizeof(int32_t));
+    b->topk_w = carve(hv, B * k, sizeof(float));
+    b->expert_list = carve(hv, E, sizeof(int32_t));
+    b->expert_rows = carve(hv, B * k, sizeof(int32_t));
+    b->expert_count = carve(hv, E, sizeof(int32_t));
+    b->expert_start = carve(hv, E, sizeof(int32_t));
+    b->fetched = carve(hv, E, sizeof(sl_expert *));
     b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
 }
 
-/* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them. */
-static void fill_rope(sl_session *s) {
+/* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
+ * host, then copied to backend memory. */
+static sl_status fill_rope(sl_session *s, sl_error *err) {
     const sl_config *c = &s->model->cfg;
+    const sl_backend *be = &s->model->be;
     const int32_t half = c->rot_dim / 2;
+    const size_t n = (size_t)s->max_ctx * (size_t)half;
+    float *cs = malloc(2 * n * sizeof(float));
+    if (!cs) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < half; i++) {
         float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rot_dim);
         for (int32_t p = 0; p < s->max_ctx; p++) {
             float ang = (float)p * inv;
-            s->rope_cos[(size_t)p * (size_t)half + (size_t)i] = cosf(ang);
-            s->rope_sin[(size_t)p * (size_t)half + (size_t)i] = sinf(ang);
+            cs[(size_t)p * (size_t)half + (size_t)i] = cosf(ang);
+            cs[n + (size_t)p * (size_t)half + (size_t)i] = sinf(ang);
         }
     }
+    be->ops->to_dev(be, s->rope_cos, cs, n * sizeof(float));
+    be->ops->to_dev(be, s->rope_sin, cs + n, n * sizeof(float));
+    free(cs);
+    return SL_OK;
 }
 
 sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_session **out,
                             sl_error *err) {
     *out = NULL;
+    sl_status st;
     sl_session_params p = params ? *params : (sl_session_params){0};
     if (p.max_ctx < 0 || p.max_batch < 0)
         return sl_fail(err, SL_ERR_ARG, "context and batch sizes must be positive");
@@ -322,16 +347,26 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     s->model = m;
     s->max_ctx = p.max_ctx;
     s->max_batch = p.max_batch;
-    carver cv = {0};
-    layout(s, &cv);
-    s->arena = sl_alloc(cv.off, err);
-    if (!s->arena) {
-        free(s);
-        return SL_ERR_NOMEM;
+    carver cv = {0}, hv = {0};
+    layout(s, &cv, &hv);
+    const sl_backend *be = &m->be;
+    s->arena = be->ops->alloc(be, cv.off);
+    s->host_arena = sl_alloc(hv.off, err);
+    if (!s->arena || !s->host_arena) {
+        sl_session_free(s);
+        return sl_fail(err, SL_ERR_NOMEM, "out of %s memory for a session of %d tokens",
+                       s->arena ? "host" : be->device ? "GPU" : "host", p.max_ctx);
     }
     cv = (carver){.base = s->arena};
-    layout(s, &cv);
-    fill_rope(s);
+    hv = (carver){.base = s->host_arena};
+    layout(s, &cv, &hv);
+    if ((st = fill_rope(s, err))) {
+        sl_session_free(s);
+        return st;
+    }
+    const float one = 1.0f;
+    for (int32_t i = 0; i < SL_MAX(m->cfg.idx_ratio, 1); i++)
+        be->ops->to_dev(be, s->b.ones + i, &one, sizeof one);
     sl_session_reset(s);
     *out = s;
     return SL_OK;
@@ -339,20 +374,22 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
 
 void sl_session_free(sl_session *s) {
     if (!s) return;
-    free(s->arena);
+    if (s->arena) s->model->be.ops->release(&s->model->be, s->arena);
+    free(s->host_arena);
     free(s);
 }
 
 void sl_session_reset(sl_session *s) {
+    const sl_backend *be = &s->model->be;
     s->pos = 0;
-    if (s->delta_state_n) memset(s->delta_state, 0, s->delta_state_n * sizeof(float));
-    if (s->conv_state_n) memset(s->conv_state, 0, s->conv_state_n * sizeof(float));
+    if (s->delta_state_n) be->ops->fill(be, s->delta_state, 0.0f, s->delta_state_n);
+    if (s->conv_state_n) be->ops->fill(be, s->conv_state, 0.0f, s->conv_state_n);
     const sl_config *c = &s->model->cfg;
     if (c->n_ple_layers) {
         /* PLE's token history starts as EOS, as after the end of a previous document */
         for (int32_t i = 0; i < c->ngram_size - 1; i++)
             s->ple_ctx[i] = c->eos_id;
-        memset(s->ple_conv_state, 0, s->ple_conv_state_n * sizeof(float));
+        be->ops->fill(be, s->ple_conv_state, 0.0f, s->ple_conv_state_n);
     }
 }
 

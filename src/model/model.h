@@ -110,10 +110,26 @@ struct sl_model {
 };
 
 /*
- * Activations, all carved from one allocation at session creation.
+ * Activations, carved at session creation from two allocations: backend memory
+ * (what ops compute on; host memory for the CPU backend, GPU memory for CUDA)
+ * and host memory (fields marked "host": routing decisions and the mirrors of
+ * the few values the host reads or writes).
  * B = max_batch (tokens per forward chunk), H = hidden, k = experts per token.
  */
 typedef struct sl_session_buf {
+    int32_t *ids;              /* [B] token ids of the chunk */
+    float *logits;             /* [B, V] when the backend is not host memory, else NULL */
+    float *h_router_logits;    /* host [B, E] */
+    float *h_sh_logit;         /* host [B] */
+    int32_t *h_gather;         /* host [B * k] */
+    int32_t *gather_idx;       /* [B * k] token row of each grouped (token, rank) row */
+    int32_t *scatter_idx;      /* [B * k] (token, rank) row of each grouped row */
+    float *topk_w_dev;         /* [B * k] */
+    float *ones;               /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
+    float *h_qsa_scores;       /* host [max_ctx / ratio] */
+    int32_t *h_qsa_sel;        /* host [B, budget + ratio - 1] */
+    int32_t *h_qsa_nsel;       /* host [B] */
+    float *h_ple_emb;          /* host [B, D] */
     float *x;                  /* [B, H] residual stream */
     float *xn;                 /* [B, H] normed input of a sublayer */
     float *out;                /* [B, H] sublayer output */
@@ -125,15 +141,15 @@ typedef struct sl_session_buf {
     float *xg;                 /* [B, H] rows gathered for one expert */
     float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
     float *router_logits;      /* [B, E] */
-    float *router_probs;       /* [E] */
+    float *router_probs;       /* host [E] */
     float *sh_logit;           /* [B] */
-    int32_t *topk_ids;         /* [B, k] */
-    float *topk_w;             /* [B, k] */
-    int32_t *expert_list;      /* [E] distinct experts of the chunk, ascending */
-    int32_t *expert_rows;      /* [B * k] (token * k + rank) grouped by expert */
-    int32_t *expert_count;     /* [E] rows per expert */
-    int32_t *expert_start;     /* [E] scratch for the counting sort */
-    const sl_expert **fetched; /* [E] */
+    int32_t *topk_ids;         /* host [B, k] */
+    float *topk_w;             /* host [B, k] */
+    int32_t *expert_list;      /* host [E] distinct experts of the chunk, ascending */
+    int32_t *expert_rows;      /* host [B * k] (token * k + rank) grouped by expert */
+    int32_t *expert_count;     /* host [E] rows per expert */
+    int32_t *expert_start;     /* host [E] scratch for the counting sort */
+    const sl_expert **fetched; /* host [E] */
     float *attn_scratch;       /* [n_threads, max_ctx] */
     float *qg;                 /* [B, nh*2*hd] gated q_proj output */
     float *qgate;              /* [B, nh*hd] */
@@ -151,9 +167,9 @@ typedef struct sl_session_buf {
     float *hlow;               /* [B, r] low-rank mix */
     float *hw;                 /* [B, hc*H] mix weights */
     float *hinj;               /* [B, hc] injection weights */
-    int32_t *ple_hist;         /* [B, ngram_size] token at shift 0..n-1 (EOS past a reset) */
-    int64_t *ple_rows;         /* [B, G] table rows */
-    uint8_t *ple_rowbuf;       /* one table row (pread) */
+    int32_t *ple_hist;         /* host [B, ngram_size] token at shift s (EOS past a reset) */
+    int64_t *ple_rows;         /* host [B, G] table rows */
+    uint8_t *ple_rowbuf;       /* host: one table row (pread) */
     float *ple_emb;            /* [B, D] */
     float *ple_key, *ple_gate; /* [B, hc*H] */
     float *ple_val;            /* [B, H] */
@@ -161,7 +177,7 @@ typedef struct sl_session_buf {
     float *idx_qk;             /* [B, (idx_heads + 1) * idx_head_dim] */
     float *idx_q;              /* [B, idx_heads * idx_head_dim] */
     float *qsa_scores;         /* [max_ctx / ratio] */
-    uint8_t *qsa_taken;        /* [max_ctx / ratio] */
+    uint8_t *qsa_taken;        /* host [max_ctx / ratio] */
     int32_t *qsa_sel;          /* [B, budget + ratio - 1] attended positions per query */
     int32_t *qsa_nsel;         /* [B] */
 } sl_session_buf;
@@ -180,11 +196,12 @@ struct sl_session {
      * recurrent state (token history and the dilated conv's inputs). */
     float *idx_kcache;     /* [n_layers, max_ctx, idx_head_dim] raw indexer keys */
     float *idx_blocks;     /* [n_layers, max_ctx / ratio, idx_head_dim] pooled block keys */
-    int32_t *ple_ctx;      /* [ngram_size - 1] the last tokens, oldest first */
+    int32_t *ple_ctx;      /* host [ngram_size - 1] the last tokens, oldest first */
     float *ple_conv_state; /* [n_ple_layers, hc*H, (K-1) * ngram_size] */
     size_t ple_conv_state_n;
     sl_session_buf b;
-    void *arena;
+    void *arena;      /* backend memory */
+    void *host_arena; /* host memory */
 };
 
 /* A model family: binds its tensors and runs its forward pass over blocks. */

@@ -359,11 +359,12 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         sl_ple_rows(c, P, b->ple_hist + (size_t)t * (size_t)c->ngram_size, rows);
         for (int32_t g = 0; g < G; g++) {
             sl_status st = table_row(&P->table, rows[g],
-                                     b->ple_emb + (size_t)t * (size_t)D + (size_t)g * (size_t)dim,
+                                     b->h_ple_emb + (size_t)t * (size_t)D + (size_t)g * (size_t)dim,
                                      b->ple_rowbuf, err);
             if (st) return st;
         }
     }
+    be->ops->to_dev(be, b->ple_emb, b->h_ple_emb, (size_t)T * (size_t)D * sizeof(float));
     m->stats.ple_rows += (int64_t)T * G;
     m->stats.ple_bytes += (int64_t)T * G * (int64_t)P->table.row_bytes;
     m->stats.t_ple_io += sl_now() - t0;

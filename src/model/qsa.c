@@ -46,12 +46,10 @@ static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     float *blocks = s->idx_blocks + (size_t)l * nblk * (size_t)ihd;
     for (int32_t bk = s->pos / R; (bk + 1) * R <= s->pos + T; bk++) {
         float *k = blocks + (size_t)bk * (size_t)ihd;
-        for (int32_t d = 0; d < ihd; d++) {
-            float acc = 0;
-            for (int32_t j = 0; j < R; j++)
-                acc += keys[(size_t)(bk * R + j) * (size_t)ihd + (size_t)d];
-            k[d] = acc / (float)R;
-        }
+        /* the mean of the block's R raw keys: their sum, then / R */
+        be->ops->weighted_sum(be, k, keys + (size_t)bk * (size_t)R * (size_t)ihd, s->b.ones, 1, R,
+                              ihd);
+        be->ops->activate(be, k, k, (size_t)ihd, (float)R, 1.0f, SL_ACT_NONE);
         be->ops->rmsnorm(be, k, k, &L->idx_k_norm, 1, ihd, c->rms_norm_eps, m->norm_offset);
         be->ops->rope(be, k, 1, 1, ihd, c->rot_dim, bk * R, s->rope_cos, s->rope_sin);
     }
@@ -71,32 +69,32 @@ void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
     const float *blocks = s->idx_blocks + (size_t)l * nblk * (size_t)ihd;
 
     be->ops->matmul(be, b->idx_qk, b->xn, &L->idx_qk, NULL, T);
-    for (int32_t t = 0; t < T; t++) {
-        memcpy(b->idx_q + (size_t)t * nq, b->idx_qk + (size_t)t * row, nq * sizeof(float));
-        memcpy(keys + (size_t)(s->pos + t) * (size_t)ihd, b->idx_qk + (size_t)t * row + nq,
-               (size_t)ihd * sizeof(float));
-    }
+    be->ops->copy2d(be, b->idx_q, nq, b->idx_qk, row, T, (int32_t)nq);
+    be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk + nq, row, T,
+                    ihd);
     be->ops->rmsnorm(be, b->idx_q, b->idx_q, &L->idx_q_norm, T * ih, ihd, c->rms_norm_eps,
                      m->norm_offset);
     be->ops->rope(be, b->idx_q, T, ih, ihd, c->rot_dim, s->pos, s->rope_cos, s->rope_sin);
     pool_blocks(s, l, T);
 
+    /* The choice of blocks is made on the host from the scores; the lists go back. */
     for (int32_t t = 0; t < T; t++) {
         const int32_t p = s->pos + t, nb = (p + 1) / R;
-        int32_t *sel = b->qsa_sel + (size_t)t * (size_t)stride, n = 0;
+        int32_t *sel = b->h_qsa_sel + (size_t)t * (size_t)stride, n = 0;
         if (nb <= top) { /* within the budget: dense */
             for (int32_t j = 0; j <= p; j++)
                 sel[n++] = j;
-            b->qsa_nsel[t] = n;
+            b->h_qsa_nsel[t] = n;
             continue;
         }
+        const float *sc = b->h_qsa_scores;
         be->ops->qsa_scores(be, b->qsa_scores, b->idx_q + (size_t)t * nq, blocks, ih, nb, ihd);
+        be->ops->to_host(be, b->h_qsa_scores, b->qsa_scores, (size_t)nb * sizeof(float));
         memset(b->qsa_taken, 0, (size_t)nb);
         for (int32_t k = 0; k < top; k++) {
             int32_t best = -1;
             for (int32_t bk = 0; bk < nb; bk++)
-                if (!b->qsa_taken[bk] && (best < 0 || b->qsa_scores[bk] > b->qsa_scores[best]))
-                    best = bk;
+                if (!b->qsa_taken[bk] && (best < 0 || sc[bk] > sc[best])) best = bk;
             b->qsa_taken[best] = 1;
         }
         for (int32_t bk = 0; bk < nb; bk++)
@@ -104,6 +102,8 @@ void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
                 sel[n++] = bk * R + j;
         for (int32_t j = nb * R; j <= p; j++)
             sel[n++] = j;
-        b->qsa_nsel[t] = n;
+        b->h_qsa_nsel[t] = n;
     }
+    be->ops->to_dev(be, b->qsa_sel, b->h_qsa_sel, (size_t)T * (size_t)stride * sizeof(int32_t));
+    be->ops->to_dev(be, b->qsa_nsel, b->h_qsa_nsel, (size_t)T * sizeof(int32_t));
 }

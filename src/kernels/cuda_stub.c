@@ -1,0 +1,19 @@
+/*
+ * The CUDA backend's entry points when sluice is built without CUDA (the
+ * default `make`; `make CUDA=1` compiles src/kernels/cuda/ instead).
+ */
+#include "kernels/ops.h"
+
+sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err) {
+    (void)be, (void)gpu;
+    return sl_fail(err, SL_ERR_UNSUPPORTED,
+                   "this sluice was built without CUDA (rebuild with make CUDA=1)");
+}
+
+void sl_backend_cuda_free(sl_backend *be) {
+    (void)be;
+}
+
+int sl_backend_cuda_available(void) {
+    return 0;
+}
