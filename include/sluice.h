@@ -56,8 +56,16 @@ typedef enum sl_cache_policy {
     SL_CACHE_LRU = 1,
 } sl_cache_policy;
 
+typedef enum sl_backend_kind {
+    SL_BACKEND_AUTO = 0, /* CUDA when built in and a GPU is present, else CPU */
+    SL_BACKEND_CPU = 1,
+    SL_BACKEND_CUDA = 2,
+} sl_backend_kind;
+
 typedef struct sl_model_params {
     int32_t n_threads; /* compute threads; 0 = all online cores */
+    sl_backend_kind backend;
+    int32_t gpu_experts; /* CUDA: expert slots per MoE layer in GPU memory (0 = all experts) */
     sl_experts_mode experts;
     int32_t cache_experts;  /* stream: slots per MoE layer (0 = from cache_mem) */
     int64_t cache_mem;      /* stream: byte budget for all layers' slots */
@@ -79,6 +87,9 @@ typedef struct sl_stats {
     double t_attention, t_router, t_expert_io, t_expert_compute, t_other;
     int64_t ple_rows, ple_bytes; /* Qwen4-Exp: n-gram embedding rows read per token (PLE) */
     double t_ple_io;             /* time reading them */
+    /* GPU expert cache (CUDA backend): requests, hits, bytes copied from host memory */
+    int64_t gpu_expert_requests, gpu_expert_hits, gpu_bytes_copied;
+    double gpu_copy_time;
 } sl_stats;
 
 typedef struct sl_session_params {
@@ -108,6 +119,8 @@ typedef struct sl_model_info {
     int32_t n_ple_layers;     /* Qwen4-Exp: layers with a PLE n-gram table */
     int64_t ple_table_bytes;  /* their tables, all together (kept on disk) */
     int32_t ple_rows_per_token; /* rows one token reads per PLE layer */
+    const char *backend;        /* "cpu" or "cuda" */
+    int32_t gpu_expert_slots;   /* CUDA: expert slots per MoE layer in GPU memory */
 } sl_model_info;
 
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors). */

@@ -34,6 +34,8 @@ enum {
     CLI_OPT_IO_THREADS,
     CLI_OPT_STATS,
     CLI_OPT_ROUTER_HIST,
+    CLI_OPT_BACKEND,
+    CLI_OPT_GPU_EXPERTS,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -49,7 +51,9 @@ enum {
         {"direct-io", no_argument, 0, CLI_OPT_DIRECT_IO},                                          \
         {"io-threads", required_argument, 0, CLI_OPT_IO_THREADS},                                  \
         {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
-        {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST}, {                              \
+        {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
+        {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
+        {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS}, {                              \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -66,6 +70,8 @@ enum {
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
     "  --stats                print the full statistics table at the end\n"                        \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
+    "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
+    "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"    \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

@@ -45,6 +45,9 @@ int cli_inspect(int argc, char **argv) {
            (double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes / gb);
     printf("per token      at most %.2f GB read (resident core + %d experts x %d layers)\n",
            active / gb, i.n_experts_used, i.n_moe_layers);
+    printf("backend        %s", i.backend);
+    if (i.gpu_expert_slots) printf(", %d expert slots per layer in GPU memory", i.gpu_expert_slots);
+    printf("\n");
     if (i.n_ple_layers)
         printf("PLE            %d layer(s), n-gram tables %.2f GB on disk, %d rows per token "
                "and layer\n",

@@ -198,6 +198,11 @@ void cli_print_stats(const sl_model *m, FILE *f) {
             rate((double)s.prefill_bytes_read / 1e6, (double)s.prompt_tokens));
     fprintf(f, "  per decode step    %.2f MB\n",
             rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
+    if (s.gpu_expert_requests)
+        fprintf(f, "GPU expert cache     %lld requests, hits %lld (%.1f%%), %.1f MB copied in %.3f s\n",
+                (long long)s.gpu_expert_requests, (long long)s.gpu_expert_hits,
+                100.0 * (double)s.gpu_expert_hits / (double)s.gpu_expert_requests,
+                (double)s.gpu_bytes_copied / 1e6, s.gpu_copy_time);
     if (s.ple_rows)
         fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
                 (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,

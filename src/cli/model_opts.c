@@ -35,6 +35,17 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         if (cli_parse_int(arg, "--io-threads", 1, 256, &v)) return -1;
         o->mp.io_threads = (int32_t)v;
         return 1;
+    case CLI_OPT_BACKEND: {
+        static const char *const kinds[] = {"auto", "cpu", "cuda", NULL}; /* sl_backend_kind */
+        int i = cli_parse_choice(arg, "--backend", kinds);
+        if (i < 0) return -1;
+        o->mp.backend = (sl_backend_kind)i;
+        return 1;
+    }
+    case CLI_OPT_GPU_EXPERTS:
+        if (cli_parse_int(arg, "--gpu-experts", 1, 1 << 20, &v)) return -1;
+        o->mp.gpu_experts = (int32_t)v;
+        return 1;
     case CLI_OPT_STATS: o->stats = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;
     default: return 0;

@@ -268,10 +268,12 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                 (size_t)(j - n_cached) * sizeof(int32_t));
         b->expert_list[n_cached++] = e;
     }
-    const int32_t cap = sl_experts_capacity(store, l);
+    int32_t cap = sl_experts_capacity(store, l);
+    if (m->dev.layers) cap = SL_MIN(cap, m->dev.n_slots);
     for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
         const int32_t nj = SL_MIN(cap, n_used - j0);
         sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
+        if (!st && m->dev.layers) sl_dev_cache_map(&m->dev, be, l, b->expert_list + j0, nj, b->fetched);
         double t2 = sl_now();
         m->stats.t_expert_io += t2 - t1;
         if (st) return st;

@@ -45,6 +45,85 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, sl_error
     return st;
 }
 
+/* Every weight the families bind (absent ones have data == NULL), for upload_weights. */
+static int32_t model_weights(sl_model *m, sl_tensor **out) {
+    int32_t n = 0;
+#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
+#define HYPER(h) (W((h).norm), W((h).down), W((h).up), W((h).inject))
+    W(m->embed), W(m->norm), W(m->lm_head);
+    HYPER(m->hc_final);
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        sl_layer *L = &m->layers[l];
+        W(L->attn_norm), W(L->wq), W(L->wk), W(L->wv), W(L->wo), W(L->bq), W(L->bk), W(L->bv);
+        W(L->bo), W(L->q_norm), W(L->k_norm), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
+        W(L->in_z), W(L->in_b), W(L->in_a), W(L->conv_w), W(L->A_log), W(L->dt_bias);
+        W(L->lin_norm), W(L->out_proj), W(L->ffn_norm), W(L->mlp_gate), W(L->mlp_up);
+        W(L->mlp_down), W(L->router), W(L->sh_gate), W(L->sh_up), W(L->sh_down), W(L->sh_router);
+        HYPER(L->hc_attn);
+        HYPER(L->hc_ffn);
+        W(L->idx_qk), W(L->idx_q_norm), W(L->idx_k_norm);
+    }
+    for (int32_t i = 0; i < m->cfg.n_ple_layers; i++) {
+        sl_ple *P = &m->ples[i];
+        W(P->key_proj), W(P->value_proj), W(P->norm_key), W(P->norm_query), W(P->norm_conv);
+        W(P->conv);
+    }
+#undef HYPER
+#undef W
+    return n;
+}
+
+/* Copies every bound weight (data, and scales/biases of quantised ones) into backend memory
+ * and points the model's tensors there. A tensor bound twice (a tied head) is copied once. */
+static sl_status upload_weights(sl_model *m, sl_error *err) {
+    const sl_backend *be = &m->be;
+    const int32_t n = model_weights(m, NULL);
+    sl_tensor **ts = calloc((size_t)n, sizeof *ts);
+    const void **src = calloc((size_t)n, sizeof *src);
+    m->uploads = calloc((size_t)n, sizeof *m->uploads);
+    if (!ts || !src || !m->uploads) {
+        free(ts), free(src);
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    }
+    model_weights(m, ts);
+    sl_status st = SL_OK;
+    for (int32_t i = 0; !st && i < n; i++) {
+        sl_tensor *t = ts[i];
+        if (!t->data) continue;
+        int32_t j = 0;
+        while (j < m->n_uploads && src[j] != t->data)
+            j++;
+        const size_t sb = sl_dtype_is_quant(t->dtype)
+                              ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
+                              : 0;
+        const size_t data_bytes = (t->nbytes + 63) & ~(size_t)63;
+        if (j == m->n_uploads) {
+            uint8_t *d = be->ops->alloc(be, data_bytes + 2 * sb);
+            if (!d) {
+                st = sl_fail(err, SL_ERR_NOMEM, "out of GPU memory for weight '%s' (%.1f MB)",
+                             t->name ? t->name : "?", (double)(t->nbytes + 2 * sb) / 1e6);
+                break;
+            }
+            be->ops->to_dev(be, d, t->data, t->nbytes);
+            if (sb) {
+                be->ops->to_dev(be, d + data_bytes, t->scales, sb);
+                be->ops->to_dev(be, d + data_bytes + sb, t->biases, sb);
+            }
+            src[j] = t->data;
+            m->uploads[m->n_uploads++] = d;
+        }
+        uint8_t *d = m->uploads[j];
+        t->data = d;
+        if (sb) {
+            t->scales = (const uint16_t *)(d + data_bytes);
+            t->biases = (const uint16_t *)(d + data_bytes + sb);
+        }
+    }
+    free(ts);
+    free(src);
+    return st;
+}
+
 static const sl_family *find_family(const char *arch) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (strcmp(families[i]->arch, arch) == 0) return families[i];
@@ -81,7 +160,12 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         goto fail;
     }
     m->norm_offset = m->family->norm_offset;
-    sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
+    if (p.backend == SL_BACKEND_CUDA ||
+        (p.backend == SL_BACKEND_AUTO && sl_backend_cuda_available())) {
+        if ((st = sl_backend_cuda_init(&m->be, 0, err))) goto fail;
+    } else {
+        sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
+    }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
     m->layers = sl_calloc((size_t)m->cfg.n_layers, sizeof(sl_layer), err);
     if (!m->layers) {
@@ -109,6 +193,9 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     /* PLE n-gram tables are read per token like experts: pread when streaming. */
     if (!st && c->n_ple_layers)
         st = sl_ple_open_tables(m, dir, p.experts == SL_EXPERTS_STREAM, err);
+    /* A backend with memory of its own gets the weights and a cache of expert slots there. */
+    if (!st && m->be.device && !(st = upload_weights(m, err)))
+        st = sl_dev_cache_init(&m->dev, &m->be, &m->experts, p.gpu_experts, p.cache_policy, err);
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -119,6 +206,13 @@ fail:
 
 void sl_model_free(sl_model *m) {
     if (!m) return;
+    if (m->be.device) {
+        sl_dev_cache_free(&m->dev, &m->be);
+        for (int32_t i = 0; i < m->n_uploads; i++)
+            m->be.ops->release(&m->be, m->uploads[i]);
+        free(m->uploads);
+        sl_backend_cuda_free(&m->be);
+    }
     sl_experts_free(&m->experts);
     sl_ple_free(m);
     free(m->layers);
@@ -181,6 +275,8 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .n_ple_layers = c->n_ple_layers,
         .ple_table_bytes = ple_bytes,
         .ple_rows_per_token = c->n_ple_layers ? sl_ngram_heads(c) : 0,
+        .backend = m->be.ops->name,
+        .gpu_expert_slots = m->be.device ? m->dev.n_slots : 0,
     };
 }
 
@@ -460,12 +556,18 @@ void sl_model_get_stats(const sl_model *m, sl_stats *out) {
     out->expert_hits = m->experts.hits;
     out->bytes_read = m->experts.bytes_read;
     out->read_time = m->experts.read_time;
+    out->gpu_expert_requests = m->dev.requests;
+    out->gpu_expert_hits = m->dev.hits;
+    out->gpu_bytes_copied = m->dev.bytes;
+    out->gpu_copy_time = m->dev.time;
 }
 
 void sl_model_reset_stats(sl_model *m) {
     memset(&m->stats, 0, sizeof m->stats);
     m->experts.requests = m->experts.hits = m->experts.bytes_read = 0;
     m->experts.read_time = 0;
+    m->dev.requests = m->dev.hits = m->dev.bytes = 0;
+    m->dev.time = 0;
 }
 
 sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_error *err) {

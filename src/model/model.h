@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "moe/dev_cache.h"
 #include "moe/experts.h"
 
 /*
@@ -104,6 +105,9 @@ struct sl_model {
     sl_hyper hc_final; /* Qwen4-Exp: the final mixer, in place of the final norm */
     sl_ple *ples;      /* [n_ple_layers] */
     sl_expert_store experts;
+    sl_dev_cache dev;  /* experts in backend memory (CUDA); unused on the CPU backend */
+    void **uploads;    /* backend copies of the weights (CUDA), released with the model */
+    int32_t n_uploads;
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t packed;    /* loaded from a sluice pack (else a Hugging Face directory) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */

@@ -1,0 +1,142 @@
+/* The expert cache in backend memory (contracts in dev_cache.h). */
+#include "moe/dev_cache.h"
+
+static size_t align64(size_t x) {
+    return (x + 63) & ~(size_t)63;
+}
+
+static size_t scale_bytes(const sl_tensor *t) {
+    return sl_dtype_is_quant(t->dtype) ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
+                                       : 0;
+}
+
+/* Any host view of one of the layer's experts: they all share dtypes and shapes. */
+static const sl_expert *sample_view(const sl_expert_layer *L) {
+    return L->views ? &L->views[0] : L->slot_views ? &L->slot_views[0] : NULL;
+}
+
+sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expert_store *store,
+                            int32_t n_slots, sl_cache_policy policy, sl_error *err) {
+    memset(d, 0, sizeof *d);
+    d->n_layers = store->n_layers;
+    d->n_experts = store->n_experts;
+    d->n_slots = SL_MAX(1, SL_MIN(n_slots > 0 ? n_slots : store->n_experts, store->n_experts));
+    d->policy = policy;
+    d->layers = sl_calloc((size_t)d->n_layers, sizeof(sl_dev_layer), err);
+    if (!d->layers) return SL_ERR_NOMEM;
+    for (int32_t l = 0; l < d->n_layers; l++) {
+        const sl_expert_layer *HL = &store->layers[l];
+        const sl_expert *ex = HL->n_experts ? sample_view(HL) : NULL;
+        if (!ex) continue;
+        if (!d->slot_bytes) { /* one layout for all layers: gate, up, down with scales/biases */
+            const sl_tensor *m[3] = {&ex->gate, &ex->up, &ex->down};
+            size_t off = 0;
+            for (int i = 0; i < 3; i++) {
+                d->off[3 * i] = off;
+                off = align64(off + m[i]->nbytes);
+                d->off[3 * i + 1] = off;
+                off = align64(off + scale_bytes(m[i]));
+                d->off[3 * i + 2] = off;
+                off = align64(off + scale_bytes(m[i]));
+            }
+            d->slot_bytes = off;
+        }
+        sl_dev_layer *L = &d->layers[l];
+        const size_t n = (size_t)d->n_slots;
+        L->mem = be->ops->alloc(be, n * d->slot_bytes);
+        if (!L->mem)
+            return sl_fail(err, SL_ERR_NOMEM,
+                           "out of GPU memory for %d expert slots per layer (%.1f MB each); "
+                           "use fewer (--gpu-experts)",
+                           d->n_slots, (double)d->slot_bytes / 1e6);
+        L->views = sl_calloc(n, sizeof(sl_expert), err);
+        L->slot_expert = sl_calloc(n, sizeof(int32_t), err);
+        L->slot_uses = sl_calloc(n, sizeof(int64_t), err);
+        L->slot_last = sl_calloc(n, sizeof(int64_t), err);
+        L->expert_slot = sl_calloc((size_t)d->n_experts, sizeof(int32_t), err);
+        if (!L->views || !L->slot_expert || !L->slot_uses || !L->slot_last || !L->expert_slot)
+            return SL_ERR_NOMEM;
+        for (size_t i = 0; i < n; i++) {
+            L->slot_expert[i] = -1;
+            uint8_t *base = L->mem + i * d->slot_bytes;
+            sl_expert *v = &L->views[i];
+            *v = *ex;
+            sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
+            for (int j = 0; j < 3; j++) {
+                m[j]->data = base + d->off[3 * j];
+                m[j]->scales = m[j]->scales ? (const uint16_t *)(base + d->off[3 * j + 1]) : NULL;
+                m[j]->biases = m[j]->biases ? (const uint16_t *)(base + d->off[3 * j + 2]) : NULL;
+            }
+        }
+        for (int32_t e = 0; e < d->n_experts; e++)
+            L->expert_slot[e] = -1;
+    }
+    return SL_OK;
+}
+
+void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be) {
+    for (int32_t l = 0; d->layers && l < d->n_layers; l++) {
+        sl_dev_layer *L = &d->layers[l];
+        if (L->mem) be->ops->release(be, L->mem);
+        free(L->views), free(L->slot_expert), free(L->slot_uses), free(L->slot_last);
+        free(L->expert_slot);
+    }
+    free(d->layers);
+    memset(d, 0, sizeof *d);
+}
+
+/* The slot to refill: an empty one, else by policy, never one used by this request. */
+static int32_t victim(const sl_dev_cache *d, const sl_dev_layer *L) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < d->n_slots; i++) {
+        if (L->slot_expert[i] < 0) return i;
+        if (L->slot_last[i] == d->tick) continue; /* pinned by the request in flight */
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        const int older = L->slot_last[i] < L->slot_last[best];
+        if (d->policy == SL_CACHE_LRU ? older
+                                      : (L->slot_uses[i] < L->slot_uses[best] ||
+                                         (L->slot_uses[i] == L->slot_uses[best] && older)))
+            best = i;
+    }
+    return best;
+}
+
+void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
+                      int32_t n, const sl_expert **views) {
+    sl_dev_layer *L = &d->layers[layer];
+    const double t0 = sl_now();
+    d->tick++;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        int32_t s = L->expert_slot[e];
+        d->requests++;
+        if (s >= 0) {
+            d->hits++;
+            L->slot_uses[s]++;
+        } else {
+            s = victim(d, L);
+            if (L->slot_expert[s] >= 0) L->expert_slot[L->slot_expert[s]] = -1;
+            L->slot_expert[s] = e;
+            L->expert_slot[e] = s;
+            L->slot_uses[s] = 1;
+            const sl_tensor *src[3] = {&views[i]->gate, &views[i]->up, &views[i]->down};
+            uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
+            for (int j = 0; j < 3; j++) {
+                be->ops->to_dev(be, base + d->off[3 * j], src[j]->data, src[j]->nbytes);
+                if (src[j]->scales) {
+                    be->ops->to_dev(be, base + d->off[3 * j + 1], src[j]->scales,
+                                    scale_bytes(src[j]));
+                    be->ops->to_dev(be, base + d->off[3 * j + 2], src[j]->biases,
+                                    scale_bytes(src[j]));
+                }
+                d->bytes += (int64_t)(src[j]->nbytes + 2 * scale_bytes(src[j]));
+            }
+        }
+        L->slot_last[s] = d->tick;
+        views[i] = &L->views[s];
+    }
+    d->time += sl_now() - t0;
+}

@@ -1,0 +1,45 @@
+/*
+ * The expert cache in backend memory (the CUDA backend's GPU tier). The
+ * expert store decides where an expert's bytes come from on the host (the
+ * checkpoint mapping, resident memory, or a slot filled from disk); when the
+ * backend computes in memory of its own, this cache keeps a number of expert
+ * slots there per MoE layer and copies an expert in on a miss. Same policies
+ * as the store's (LFU: empty slots first, then fewest uses, ties to the oldest;
+ * or LRU); slots of the request in flight are never evicted.
+ */
+#ifndef SL_DEV_CACHE_H
+#define SL_DEV_CACHE_H
+
+#include "kernels/ops.h"
+#include "moe/experts.h"
+
+typedef struct sl_dev_layer {
+    uint8_t *mem;          /* backend memory: n_slots x slot_bytes */
+    sl_expert *views;      /* [n_slots] views into mem */
+    int32_t *slot_expert;  /* [n_slots], -1 when empty */
+    int64_t *slot_uses;    /* [n_slots] */
+    int64_t *slot_last;    /* [n_slots] tick of the last request */
+    int32_t *expert_slot;  /* [n_experts], -1 when not cached */
+} sl_dev_layer;
+
+typedef struct sl_dev_cache {
+    int32_t n_layers, n_experts, n_slots;
+    sl_cache_policy policy;
+    size_t slot_bytes;
+    size_t off[9]; /* gate, gate scales, gate biases, up ..., down ... inside a slot */
+    sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
+    int64_t tick;
+    int64_t requests, hits, bytes;
+    double time;
+} sl_dev_cache;
+
+/* Slots for every MoE layer of the store, n_slots each (clamped to [1, n_experts]). */
+sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expert_store *store,
+                            int32_t n_slots, sl_cache_policy policy, sl_error *err);
+void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be);
+/* Replaces the host views in[0..n) of experts ids[] (as the store's fetch gave them) by views
+ * into backend memory, copying the misses in; n <= n_slots. */
+void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
+                      int32_t n, const sl_expert **views);
+
+#endif /* SL_DEV_CACHE_H */
