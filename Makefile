@@ -162,12 +162,16 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- CUDA (on a machine with nvcc and a GPU) ------------------------------
-# make test-cuda: every CUDA op against the CPU op, then end-to-end parity of the
-# CUDA backend with the CPU backend on the fixtures.
-CUDA_TEST_SRC := $(sort $(wildcard tests/cuda/*.c))
-$(BUILD)/test_cuda: $(CUDA_TEST_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libsluice.a
+# make test-cuda: every CUDA op against the CPU op (test_cuda), then end-to-end
+# parity of the CUDA backend with the CPU backend and transformers on the
+# fixtures (test_cuda_model).
+$(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/libsluice.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/test_cuda_model: $(BUILD)/tests/cuda/test_cuda_model.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 test-cuda:
-	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/sluice
+	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model build-cuda/sluice
 	build-cuda/test_cuda tests/fixtures
+	build-cuda/test_cuda_model tests/fixtures

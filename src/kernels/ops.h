@@ -77,6 +77,10 @@ typedef struct sl_ops {
     /* Backend memory, zero-filled; NULL when out of memory. */
     void *(*alloc)(const sl_backend *be, size_t bytes);
     void (*release)(const sl_backend *be, void *p);
+    /* Optional (may be NULL): makes a host buffer fast to copy to backend memory (page-locked
+     * for DMA); undone by unpin before the buffer is freed. */
+    void (*pin)(const sl_backend *be, void *host, size_t bytes);
+    void (*unpin)(const sl_backend *be, void *host);
     /* Synchronous copies between host and backend memory: when they return, the
      * bytes are there (to_host waits for all work queued before it). */
     void (*to_host)(const sl_backend *be, void *host, const void *src, size_t bytes);

@@ -124,6 +124,20 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
     return st;
 }
 
+/* Pins (or unpins) the expert store's own host buffers: resident blobs or stream slots. */
+static void pin_store(sl_model *m, int pin) {
+    for (int32_t l = 0; l < m->experts.n_layers; l++) {
+        sl_expert_layer *L = &m->experts.layers[l];
+        uint8_t *p = L->resident ? L->resident : L->slot_mem;
+        const size_t n = (size_t)(L->resident ? L->n_experts : L->n_slots) * L->hdr.blob_bytes;
+        if (!p || !n) continue;
+        if (pin)
+            m->be.ops->pin(&m->be, p, n);
+        else
+            m->be.ops->unpin(&m->be, p);
+    }
+}
+
 static const sl_family *find_family(const char *arch) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (strcmp(families[i]->arch, arch) == 0) return families[i];
@@ -193,9 +207,11 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     /* PLE n-gram tables are read per token like experts: pread when streaming. */
     if (!st && c->n_ple_layers)
         st = sl_ple_open_tables(m, dir, p.experts == SL_EXPERTS_STREAM, err);
-    /* A backend with memory of its own gets the weights and a cache of expert slots there. */
+    /* A backend with memory of its own gets the weights and a cache of expert slots there,
+     * filled from the store's host memory, which is pinned for fast copies. */
     if (!st && m->be.device && !(st = upload_weights(m, err)))
         st = sl_dev_cache_init(&m->dev, &m->be, &m->experts, p.gpu_experts, p.cache_policy, err);
+    if (!st && m->be.device && m->be.ops->pin) pin_store(m, 1);
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -207,6 +223,7 @@ fail:
 void sl_model_free(sl_model *m) {
     if (!m) return;
     if (m->be.device) {
+        if (m->be.ops->unpin) pin_store(m, 0);
         sl_dev_cache_free(&m->dev, &m->be);
         for (int32_t i = 0; i < m->n_uploads; i++)
             m->be.ops->release(&m->be, m->uploads[i]);

@@ -1,0 +1,157 @@
+/*
+ * The CUDA backend: context (one GPU, one stream), memory, and the sl_ops table.
+ *
+ * Every op is queued on the context's single non-blocking stream and returns at
+ * once; only alloc's zero-fill, to_host, to_dev and release order themselves with
+ * the host. Kernels live in cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the
+ * rest); each one is tested against the CPU op in tests/cuda/test_cuda_ops.c.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+extern "C" {
+#include "kernels/cuda/cuda_backend.h"
+}
+
+void *cu_scratch(const sl_backend *be, size_t bytes) {
+    cu_ctx *c = cu_of(be);
+    if (bytes <= c->scratch_bytes) return c->scratch;
+    /* Rare (sizes settle after the first tokens): queued kernels may still use the old one. */
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
+    size_t nb = bytes + bytes / 4 + (1 << 20);
+    CUDA_CHECK(cudaMalloc(&c->scratch, nb));
+    c->scratch_bytes = nb;
+    return c->scratch;
+}
+
+/* ------------------------------------------------------------- memory */
+
+static void *cu_alloc(const sl_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky-free allocation error */
+        return NULL;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 256, cu_of(be)->stream));
+    return p;
+}
+
+static void cu_release(const sl_backend *be, void *p) {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+    CUDA_CHECK(cudaFree(p));
+}
+
+static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t s = cu_of(be)->stream;
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t s = cu_of(be)->stream;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
+    /* The host buffer may be reused as soon as we return. */
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/* ------------------------------------------------------------- table */
+
+static sl_ops make_ops(void) {
+    sl_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.alloc = cu_alloc;
+    o.release = cu_release;
+    o.to_host = cu_to_host;
+    o.to_dev = cu_to_dev;
+    o.copy2d = cu_copy2d;
+    o.copy_rows = cu_copy_rows;
+    o.fill = cu_fill;
+    o.matmul = cu_matmul;
+    o.embed = cu_embed;
+    o.rmsnorm = cu_rmsnorm;
+    o.rope = cu_rope;
+    o.attention = cu_attention;
+    o.swiglu = cu_swiglu;
+    o.axpy = cu_axpy;
+    o.weighted_sum = cu_weighted_sum;
+    o.sigmoid_mul = cu_sigmoid_mul;
+    o.l2norm = cu_l2norm;
+    o.conv1d_silu = cu_conv1d_silu;
+    o.delta_rule = cu_delta_rule;
+    o.gated_rmsnorm = cu_gated_rmsnorm;
+    o.activate = cu_activate;
+    o.hc_inject = cu_hc_inject;
+    o.hc_mix = cu_hc_mix;
+    o.ple_gate = cu_ple_gate;
+    o.qsa_scores = cu_qsa_scores;
+    return o;
+}
+
+static const sl_ops cuda_ops = make_ops();
+
+extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: no usable GPU (%s)", cudaGetErrorString(e));
+    }
+    if (n <= 0) return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: no GPU found");
+    if (gpu < 0 || gpu >= n)
+        return sl_fail(err, SL_ERR_ARG, "CUDA: GPU %d requested, %d present", (int)gpu, n);
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(gpu)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, gpu)) != cudaSuccess)
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d: %s", (int)gpu, cudaGetErrorString(e));
+    if (prop.major < 7)
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d (%s) has compute capability %d.%d",
+                       (int)gpu, prop.name, prop.major, prop.minor);
+    cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
+    if (!c) return sl_fail(err, SL_ERR_NOMEM, "CUDA: out of host memory");
+    c->gpu = gpu;
+    c->n_sm = prop.multiProcessorCount;
+    snprintf(c->name, sizeof c->name, "%s (%d SMs, %.0f GiB)", prop.name, c->n_sm,
+             (double)prop.totalGlobalMem / (1 << 30));
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        free(c);
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: stream: %s", cudaGetErrorString(e));
+    }
+    cu_matmul_setup();
+    cu_ops_setup();
+    be->ops = &cuda_ops;
+    be->n_threads = 1;
+    be->isa = SL_ISA_SCALAR;
+    be->device = 1;
+    be->ctx = c;
+    return SL_OK;
+}
+
+extern "C" void sl_backend_cuda_free(sl_backend *be) {
+    cu_ctx *c = be && be->device ? cu_of(be) : NULL;
+    if (!c) return;
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
+    CUDA_CHECK(cudaStreamDestroy(c->stream));
+    free(c);
+    be->ctx = NULL;
+    be->ops = NULL;
+}
+
+extern "C" int sl_backend_cuda_available(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+extern "C" void sl_cuda_sync(const sl_backend *be) {
+    CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+}
+
+extern "C" const char *sl_cuda_device_name(const sl_backend *be) { return cu_of(be)->name; }

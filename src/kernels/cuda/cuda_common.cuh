@@ -1,0 +1,141 @@
+/*
+ * What the CUDA backend's translation units share: the backend context, the
+ * error check, weight views and loaders, and the launchers each .cu exports.
+ */
+#ifndef SL_CUDA_COMMON_CUH
+#define SL_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* The project's headers are C; common.h declares sl_fail etc. outside extern "C". */
+extern "C" {
+#include "core/common.h"
+#include "kernels/ops.h"
+}
+
+/* Every CUDA call is checked. Ops return void, so a failure there is fatal with file:line. */
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "sluice: %s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,            \
+                    cudaGetErrorString(e_), #call);                                                \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+typedef struct cu_ctx {
+    int gpu;
+    int n_sm;
+    cudaStream_t stream;
+    char name[256];
+    /* Device scratch (attention partials, overlapping copies), grown on demand. */
+    void *scratch;
+    size_t scratch_bytes;
+} cu_ctx;
+
+static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
+
+/* Device scratch of at least `bytes`; growing waits for queued work first. */
+void *cu_scratch(const sl_backend *be, size_t bytes);
+
+/* Largest dynamic shared memory the kernels below opt into. */
+#define CU_MAX_SMEM (160 * 1024)
+
+/* ----------------------------------------------------------- weights */
+
+/* A weight as kernels see it: device pointers plus the row layout. */
+typedef struct cu_w {
+    const uint8_t *data;
+    const uint16_t *scales, *biases; /* Q8/Q4: [N, G] bf16 */
+    size_t ws;                       /* bytes per row */
+    int64_t K, G;
+    int dt;
+} cu_w;
+
+static inline cu_w cu_w_of(const sl_tensor *t) {
+    cu_w w;
+    w.data = (const uint8_t *)t->data;
+    w.scales = t->scales;
+    w.biases = t->biases;
+    w.K = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->shape[0];
+    w.ws = sl_row_bytes(t->dtype, w.K);
+    w.G = sl_qgroups(w.K);
+    w.dt = (int)t->dtype;
+    return w;
+}
+
+__device__ __forceinline__ float cu_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ float cu_f16(uint16_t h) {
+    return __half2float(__ushort_as_half(h));
+}
+
+/* Element i of a flat F32/F16/BF16 array. */
+__device__ __forceinline__ float cu_load_f(const void *p, int dt, size_t i) {
+    if (dt == SL_DTYPE_BF16) return cu_bf16(((const uint16_t *)p)[i]);
+    if (dt == SL_DTYPE_F16) return cu_f16(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* w[n][k] of any weight dtype, widened (quantised: q * scale + bias). */
+__device__ __forceinline__ float cu_load_w(const cu_w &w, int64_t n, int64_t k) {
+    const uint8_t *row = w.data + (size_t)n * w.ws;
+    if (w.dt == SL_DTYPE_Q8 || w.dt == SL_DTYPE_Q4) {
+        unsigned q = w.dt == SL_DTYPE_Q8 ? row[k] : (row[k >> 1] >> ((k & 1) * 4)) & 15u;
+        const size_t g = (size_t)n * (size_t)w.G + (size_t)(k / SL_QGROUP);
+        return (float)q * cu_bf16(w.scales[g]) + cu_bf16(w.biases[g]);
+    }
+    return cu_load_f(row, w.dt, (size_t)k);
+}
+
+static inline unsigned cu_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : b);
+}
+
+/* Launchers, one per op, defined in cuda_matmul.cu and cuda_ops.cu. */
+void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+               const sl_tensor *bias, int32_t T);
+void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
+              int32_t T);
+void cu_matmul_setup(void);
+
+void cu_ops_setup(void);
+void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
+               int32_t rows, int32_t cols);
+void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, const float *src,
+                  const int32_t *src_idx, int32_t n, int32_t cols);
+void cu_fill(const sl_backend *be, float *dst, float v, size_t n);
+void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor *w, int32_t rows,
+                int32_t n, float eps, float w_offset);
+void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
+             int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab);
+void cu_attention(const sl_backend *be, const sl_attn_args *a);
+void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
+void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n);
+void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
+                     int32_t k, int32_t n);
+void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n);
+void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps);
+void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
+                    const sl_tensor *w, int32_t K, int32_t d, float *state);
+void cu_delta_rule(const sl_backend *be, const sl_delta_args *a);
+void cu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
+                      const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate);
+void cu_activate(const sl_backend *be, float *y, const float *x, size_t n, float div, float mul,
+                 sl_act act);
+void cu_hc_inject(const sl_backend *be, float *w, const float *out, const float *inj, int32_t T,
+                  int32_t hc, int32_t n);
+void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
+               int32_t hc, int32_t n);
+void cu_ple_gate(const sl_backend *be, float *y, const float *key, const float *query,
+                 const float *value, int32_t T, int32_t hc, int32_t n);
+void cu_qsa_scores(const sl_backend *be, float *scores, const float *q, const float *keys,
+                   int32_t n_heads, int32_t n_blocks, int32_t d);
+
+#endif /* SL_CUDA_COMMON_CUH */

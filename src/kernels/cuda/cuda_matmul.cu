@@ -1,0 +1,361 @@
+/*
+ * CUDA matmul, y[T, N] = x[T, K] . W[N, K]^T (+ b), for F32/F16/BF16/Q8/Q4 W, and embed.
+ *
+ * Three kernels:
+ *   gemv_fast     decode (T <= 4), rows whose bytes split into aligned 16-byte chunks.
+ *                 A warp owns R rows; lane l reads chunks l, l+32, ... of each row with
+ *                 one 16-byte streaming load (L1 bypassed so x stays in L1), and every
+ *                 x value it loads (float4, L1-cached) serves all R rows and NT tokens.
+ *                 16 bytes are 4 F32, 8 F16/BF16, 16 Q8 or 32 Q4 weights; a Q8/Q4
+ *                 chunk never straddles a 64-wide group, so per chunk
+ *                     y += scale * sum((q - z) x) + (bias + z scale) * sum(x)
+ *                 with codes centred on z = 128 (Q8) / 8 (Q4), as cpu_quant.c does,
+ *                 to keep the two terms from cancelling.
+ *   gemv_generic  decode, any K and alignment: a warp per row, element loads.
+ *   gemm_tiled    prefill (T > 4): 64 tokens x 64 rows per block, K in steps of 32,
+ *                 weights widened into shared memory once per tile and reused by all
+ *                 64 tokens; each thread accumulates 4 x 4 outputs in registers.
+ * All accumulate in float32; sums are ordered differently from the CPU backend's
+ * (tree reductions), which the tests allow for.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+#define GEMV_WARPS 4
+
+/* Weights per 16-byte chunk. */
+template <int DT> struct chunk_elems;
+template <> struct chunk_elems<SL_DTYPE_F32> { static constexpr int E = 4; };
+template <> struct chunk_elems<SL_DTYPE_F16> { static constexpr int E = 8; };
+template <> struct chunk_elems<SL_DTYPE_BF16> { static constexpr int E = 8; };
+template <> struct chunk_elems<SL_DTYPE_Q8> { static constexpr int E = 16; };
+template <> struct chunk_elems<SL_DTYPE_Q4> { static constexpr int E = 32; };
+
+/* 16 bytes read once: skip L1 so the activations it holds stay there. */
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int DT, int R, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
+              const void *__restrict__ bias, int bias_dt, int N, int K) {
+    constexpr int E = chunk_elems<DT>::E;
+    constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
+    constexpr int Z = DT == SL_DTYPE_Q8 ? 128 : 8;
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
+    if (row0 >= N) return;
+    const int C = K / E;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
+        wr[r] = (const uint4 *)(w.data + (size_t)min(row0 + r, (int64_t)N - 1) * w.ws);
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = 0.0f;
+
+#pragma unroll 2
+    for (int c = lane; c < C; c += 32) {
+        uint4 wv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            wv[r] = ld_stream(wr[r] + c);
+        const float4 *xc = (const float4 *)(x + (size_t)c * E);
+        if (QUANT) {
+            float d[R][NT], xs[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                xs[t] = 0.0f;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    d[r][t] = 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < E / 4; j++) {
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    const float4 xv = __ldg(xc + (size_t)t * (K / 4) + j);
+                    xs[t] += (xv.x + xv.y) + (xv.z + xv.w);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float q0, q1, q2, q3;
+                        if (DT == SL_DTYPE_Q8) {
+                            const uint32_t u = word_of(wv[r], j);
+                            q0 = (float)((int)(u & 255u) - Z);
+                            q1 = (float)((int)((u >> 8) & 255u) - Z);
+                            q2 = (float)((int)((u >> 16) & 255u) - Z);
+                            q3 = (float)((int)(u >> 24) - Z);
+                        } else {
+                            const uint32_t u = word_of(wv[r], j >> 1) >> ((j & 1) * 16);
+                            q0 = (float)((int)(u & 15u) - Z);
+                            q1 = (float)((int)((u >> 4) & 15u) - Z);
+                            q2 = (float)((int)((u >> 8) & 15u) - Z);
+                            q3 = (float)((int)((u >> 12) & 15u) - Z);
+                        }
+                        d[r][t] += q0 * xv.x + q1 * xv.y + q2 * xv.z + q3 * xv.w;
+                    }
+                }
+            }
+            const int64_t g = ((int64_t)c * E) / SL_QGROUP;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int64_t gi = min(row0 + r, (int64_t)N - 1) * w.G + g;
+                const float s = cu_bf16(__ldg(w.scales + gi));
+                const float b = cu_bf16(__ldg(w.biases + gi)) + (float)Z * s;
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] += s * d[r][t] + b * xs[t];
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < E / 4; j++) {
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    const float4 xv = __ldg(xc + (size_t)t * (K / 4) + j);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float w0, w1, w2, w3;
+                        if (DT == SL_DTYPE_F32) {
+                            w0 = __uint_as_float(wv[r].x), w1 = __uint_as_float(wv[r].y);
+                            w2 = __uint_as_float(wv[r].z), w3 = __uint_as_float(wv[r].w);
+                        } else {
+                            const uint32_t a = word_of(wv[r], 2 * j), b = word_of(wv[r], 2 * j + 1);
+                            if (DT == SL_DTYPE_BF16) {
+                                w0 = __uint_as_float(a << 16), w1 = __uint_as_float(a & 0xffff0000u);
+                                w2 = __uint_as_float(b << 16), w3 = __uint_as_float(b & 0xffff0000u);
+                            } else {
+                                w0 = cu_f16((uint16_t)(a & 0xffffu)), w1 = cu_f16((uint16_t)(a >> 16));
+                                w2 = cu_f16((uint16_t)(b & 0xffffu)), w3 = cu_f16((uint16_t)(b >> 16));
+                            }
+                        }
+                        acc[r][t] += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = warp_sum(acc[r][t]);
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (row0 + r >= N) break;
+            const float bv = bias ? cu_load_f(bias, bias_dt, (size_t)(row0 + r)) : 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                y[(size_t)t * N + row0 + r] = acc[r][t] + bv;
+        }
+    }
+}
+
+/* A warp per row, any dtype, K and alignment. */
+template <int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_generic(float *__restrict__ y, const float *__restrict__ x, cu_w w,
+                 const void *__restrict__ bias, int bias_dt, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (n >= N) return;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+    for (int k = lane; k < K; k += 32) {
+        const float wv = cu_load_w(w, n, k);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[t] += wv * x[(size_t)t * K + k];
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = warp_sum(acc[t]);
+    if (lane == 0) {
+        const float bv = bias ? cu_load_f(bias, bias_dt, (size_t)n) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            y[(size_t)t * N + n] = acc[t] + bv;
+    }
+}
+
+/* ------------------------------------------------------------ prefill */
+
+#define GM_BM 64 /* tokens per block */
+#define GM_BN 64 /* rows per block */
+#define GM_BK 32
+
+template <int DT>
+__global__ void __launch_bounds__(256)
+    gemm_tiled(float *__restrict__ y, const float *__restrict__ x, cu_w w,
+               const void *__restrict__ bias, int bias_dt, int N, int K, int T) {
+    __shared__ __align__(16) float xs[GM_BK][GM_BM + 4];
+    __shared__ __align__(16) float wsm[GM_BK][GM_BN + 4];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int64_t n0 = (int64_t)blockIdx.x * GM_BN, t0 = (int64_t)blockIdx.y * GM_BM;
+    w.dt = DT; /* lets the compiler resolve cu_load_w's branches */
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += GM_BK) {
+#pragma unroll
+        for (int i = 0; i < GM_BM * GM_BK / 256; i++) {
+            const int idx = tid + i * 256, r = idx / GM_BK, kk = idx % GM_BK, k = k0 + kk;
+            const int64_t t = t0 + r, n = n0 + r;
+            xs[kk][r] = (t < T && k < K) ? x[(size_t)t * K + k] : 0.0f;
+            wsm[kk][r] = (n < N && k < K) ? cu_load_w(w, n, k) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int kk = 0; kk < GM_BK; kk++) {
+            const float4 a = *(const float4 *)&xs[kk][ty * 4];
+            const float4 b = *(const float4 *)&wsm[kk][tx * 4];
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int64_t n = n0 + tx * 4 + j;
+        if (n >= N) continue;
+        const float bv = bias ? cu_load_f(bias, bias_dt, (size_t)n) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t t = t0 + ty * 4 + i;
+            if (t < T) y[(size_t)t * N + n] = acc[i][j] + bv;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+template <int DT, int R>
+static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &w, const void *b,
+                          int bdt, int N, int K, int T) {
+    const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
+    switch (T) {
+    case 1: gemv_fast<DT, R, 1><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
+    case 2: gemv_fast<DT, R, 2><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
+    case 3: gemv_fast<DT, R, 3><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
+    default: gemv_fast<DT, R, 4><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
+    }
+}
+
+template <int DT>
+static void launch_fast(const cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
+                        int bdt, int N, int K, int T) {
+    /* More rows per warp reuse each x load more, but leave fewer warps to hide latency:
+     * take the most that still gives every SM a few blocks. */
+    const int64_t want = (int64_t)c->n_sm * 4;
+    if ((int64_t)N / (GEMV_WARPS * 4) >= want)
+        launch_fast_r<DT, 4>(c->stream, y, x, w, b, bdt, N, K, T);
+    else if ((int64_t)N / (GEMV_WARPS * 2) >= want)
+        launch_fast_r<DT, 2>(c->stream, y, x, w, b, bdt, N, K, T);
+    else
+        launch_fast_r<DT, 1>(c->stream, y, x, w, b, bdt, N, K, T);
+}
+
+static int chunk_of(int dt) {
+    switch (dt) {
+    case SL_DTYPE_F32: return 4;
+    case SL_DTYPE_F16:
+    case SL_DTYPE_BF16: return 8;
+    case SL_DTYPE_Q8: return 16;
+    case SL_DTYPE_Q4: return 32;
+    default: return 0;
+    }
+}
+
+void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+               const sl_tensor *bias, int32_t T) {
+    SL_ASSERT(w->ndim == 2);
+    const int64_t N = w->shape[0], K = w->shape[1];
+    SL_ASSERT(N < INT32_MAX && K < INT32_MAX);
+    const int dt = (int)w->dtype;
+    SL_ASSERT(chunk_of(dt) > 0);
+    if (T <= 0 || N <= 0) return;
+    const cu_ctx *c = cu_of(be);
+    const cu_w wv = cu_w_of(w);
+    const void *b = bias && bias->data ? bias->data : NULL;
+    const int bdt = b ? (int)bias->dtype : 0;
+    cudaStream_t s = c->stream;
+    if (T > 4) {
+        dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
+        switch (dt) {
+        case SL_DTYPE_F32: gemm_tiled<SL_DTYPE_F32><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F16: gemm_tiled<SL_DTYPE_F16><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_BF16: gemm_tiled<SL_DTYPE_BF16><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_Q8: gemm_tiled<SL_DTYPE_Q8><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        default: gemm_tiled<SL_DTYPE_Q4><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        }
+        CUDA_LAUNCHED();
+        return;
+    }
+    const int E = chunk_of(dt);
+    const int fast = K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 &&
+                     ((uintptr_t)x & 15) == 0;
+    if (fast) {
+        switch (dt) {
+        case SL_DTYPE_F32: launch_fast<SL_DTYPE_F32>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F16: launch_fast<SL_DTYPE_F16>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_BF16: launch_fast<SL_DTYPE_BF16>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_Q8: launch_fast<SL_DTYPE_Q8>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        default: launch_fast<SL_DTYPE_Q4>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        }
+    } else {
+        const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS);
+        const unsigned th = GEMV_WARPS * 32;
+        switch (T) {
+        case 1: gemv_generic<1><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 2: gemv_generic<2><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 3: gemv_generic<3><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
+        default: gemv_generic<4><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
+        }
+    }
+    CUDA_LAUNCHED();
+}
+
+void cu_matmul_setup(void) {}
+
+/* -------------------------------------------------------------- embed */
+
+__global__ void embed_kernel(float *__restrict__ y, cu_w w, const int32_t *__restrict__ ids,
+                             int n) {
+    const int t = blockIdx.y;
+    const int64_t row = ids[t];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        y[(size_t)t * n + i] = cu_load_w(w, row, i);
+}
+
+void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
+              int32_t T) {
+    if (T <= 0) return;
+    const cu_w w = cu_w_of(table);
+    const int n = (int)table->shape[1];
+    if (n <= 0) return;
+    dim3 grid(cu_blocks((size_t)n, 256) < 64 ? cu_blocks((size_t)n, 256) : 64, (unsigned)T);
+    embed_kernel<<<grid, 256, 0, cu_of(be)->stream>>>(y, w, ids, n);
+    CUDA_LAUNCHED();
+}
