@@ -10,9 +10,10 @@ static size_t scale_bytes(const sl_tensor *t) {
                                        : 0;
 }
 
-/* Any host view of one of the layer's experts: they all share dtypes and shapes. */
+/* Any host view of one of the layer's experts (they all share dtypes and shapes): a stream
+ * slot's, else the mapped or resident view of expert 0. */
 static const sl_expert *sample_view(const sl_expert_layer *L) {
-    return L->views ? &L->views[0] : L->slot_views ? &L->slot_views[0] : NULL;
+    return L->n_slots ? &L->slot_views[0] : L->views ? &L->views[0] : NULL;
 }
 
 sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expert_store *store,

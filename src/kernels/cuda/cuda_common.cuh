@@ -32,7 +32,7 @@ typedef struct cu_ctx {
     int gpu;
     int n_sm;
     cudaStream_t stream;
-    char name[256];
+    char name[320];
     /* Device scratch (attention partials, overlapping copies), grown on demand. */
     void *scratch;
     size_t scratch_bytes;
@@ -42,9 +42,6 @@ static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
 
 /* Device scratch of at least `bytes`; growing waits for queued work first. */
 void *cu_scratch(const sl_backend *be, size_t bytes);
-
-/* Largest dynamic shared memory the kernels below opt into. */
-#define CU_MAX_SMEM (160 * 1024)
 
 /* ----------------------------------------------------------- weights */
 
@@ -103,9 +100,7 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
                const sl_tensor *bias, int32_t T);
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T);
-void cu_matmul_setup(void);
 
-void cu_ops_setup(void);
 void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
                int32_t rows, int32_t cols);
 void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, const float *src,

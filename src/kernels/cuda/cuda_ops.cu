@@ -1,0 +1,673 @@
+/*
+ * CUDA kernels for every op but matmul/embed: copies, element-wise ops, norms,
+ * RoPE, attention, the causal conv and the gated delta rule. Each follows its
+ * CPU op in cpu_ops.c (same formula, same float32 arithmetic); reductions are
+ * trees instead of running sums, so results differ from the CPU in the last bits.
+ */
+#include <math.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define EW_THREADS 256
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum (or max) over the block; sh holds 32 floats; every thread gets the result. */
+template <bool MAX> __device__ float block_reduce(float v, float *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
+        v = MAX ? warp_max(v) : warp_sum(v);
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    v = sh[0];
+    __syncthreads();
+    return v;
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static unsigned ew_blocks(size_t n) {
+    const unsigned b = cu_blocks(n, EW_THREADS);
+    return b < 65536u ? b : 65536u; /* grid-stride beyond */
+}
+
+/* Threads per row-block for reductions over rows of n. */
+static unsigned row_threads(int32_t n) {
+    unsigned t = 32;
+    while (t < 1024 && (int32_t)t < n)
+        t <<= 1;
+    return t > 256 ? 256 : t;
+}
+
+/* ------------------------------------------------------------ copies */
+
+__global__ void copy2d_kernel(float *dst, size_t dst_ld, const float *src, size_t src_ld,
+                              int32_t rows, int32_t cols) {
+    const size_t n = (size_t)rows * (size_t)cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        dst[r * dst_ld + c] = src[r * src_ld + c];
+    }
+}
+
+void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
+               int32_t rows, int32_t cols) {
+    if (rows <= 0 || cols <= 0 || (dst == src && dst_ld == src_ld)) return;
+    cudaStream_t s = cu_of(be)->stream;
+    const size_t n = (size_t)rows * (size_t)cols;
+    const float *dend = dst + (size_t)(rows - 1) * dst_ld + (size_t)cols;
+    const float *send = src + (size_t)(rows - 1) * src_ld + (size_t)cols;
+    if (dst < send && src < dend) {
+        /* Overlapping: through scratch, as if every source row were read first. */
+        float *tmp = (float *)cu_scratch(be, n * sizeof(float));
+        copy2d_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(tmp, (size_t)cols, src, src_ld, rows, cols);
+        copy2d_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(dst, dst_ld, tmp, (size_t)cols, rows, cols);
+    } else {
+        copy2d_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(dst, dst_ld, src, src_ld, rows, cols);
+    }
+    CUDA_LAUNCHED();
+}
+
+__global__ void copy_rows_kernel(float *__restrict__ dst, const int32_t *__restrict__ dst_idx,
+                                 const float *__restrict__ src, const int32_t *__restrict__ src_idx,
+                                 int32_t cols) {
+    const int32_t i = blockIdx.y;
+    float *d = dst + (size_t)(dst_idx ? dst_idx[i] : i) * (size_t)cols;
+    const float *sr = src + (size_t)(src_idx ? src_idx[i] : i) * (size_t)cols;
+    for (int32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        d[c] = sr[c];
+}
+
+void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, const float *src,
+                  const int32_t *src_idx, int32_t n, int32_t cols) {
+    if (n <= 0 || cols <= 0) return;
+    unsigned bx = cu_blocks((size_t)cols, EW_THREADS);
+    for (int32_t i0 = 0; i0 < n; i0 += 65535) { /* gridDim.y limit */
+        const int32_t m = SL_MIN(65535, n - i0);
+        dim3 grid(bx < 32 ? bx : 32, (unsigned)m);
+        copy_rows_kernel<<<grid, EW_THREADS, 0, cu_of(be)->stream>>>(
+            dst_idx ? dst : dst + (size_t)i0 * cols, dst_idx ? dst_idx + i0 : NULL,
+            src_idx ? src : src + (size_t)i0 * cols, src_idx ? src_idx + i0 : NULL, cols);
+    }
+    CUDA_LAUNCHED();
+}
+
+__global__ void fill_kernel(float *dst, float v, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = v;
+}
+
+void cu_fill(const sl_backend *be, float *dst, float v, size_t n) {
+    if (!n) return;
+    fill_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(dst, v, n);
+    CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------ element-wise */
+
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    if (!n) return;
+    swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(out, gate, up, n);
+    CUDA_LAUNCHED();
+}
+
+__global__ void axpy_kernel(float *y, float s, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += s * x[i];
+}
+
+void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n) {
+    if (!n) return;
+    axpy_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(y, s, x, n);
+    CUDA_LAUNCHED();
+}
+
+__global__ void sigmoid_mul_kernel(float *y, const float *gate, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] *= sigmoidf_(gate[i]);
+}
+
+void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n) {
+    if (!n) return;
+    sigmoid_mul_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(y, gate, n);
+    CUDA_LAUNCHED();
+}
+
+__global__ void activate_kernel(float *y, const float *x, size_t n, float div, float mul, int act) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i] / div, sg = sigmoidf_(v);
+        y[i] = mul * (act == SL_ACT_NONE ? v : act == SL_ACT_SIGMOID ? sg : v * sg);
+    }
+}
+
+void cu_activate(const sl_backend *be, float *y, const float *x, size_t n, float div, float mul,
+                 sl_act act) {
+    if (!n) return;
+    activate_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(y, x, n, div, mul, (int)act);
+    CUDA_LAUNCHED();
+}
+
+__global__ void weighted_sum_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                    const float *__restrict__ w, int32_t T, int32_t k, int32_t n) {
+    const size_t total = (size_t)T * (size_t)n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / (size_t)n, c = i % (size_t)n;
+        float acc = 0.0f;
+        for (int32_t r = 0; r < k; r++)
+            acc += w[t * (size_t)k + r] * x[(t * (size_t)k + r) * (size_t)n + c];
+        y[i] = acc;
+    }
+}
+
+void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
+                     int32_t k, int32_t n) {
+    const size_t total = (size_t)T * (size_t)n;
+    if (T <= 0 || n <= 0) return;
+    weighted_sum_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(y, x, w, T, k, n);
+    CUDA_LAUNCHED();
+}
+
+__global__ void hc_inject_kernel(float *__restrict__ w, const float *__restrict__ out,
+                                 const float *__restrict__ inj, int32_t T, int32_t hc, int32_t n) {
+    const size_t total = (size_t)T * (size_t)hc * (size_t)n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t tc = i / (size_t)n, c = i % (size_t)n, t = tc / (size_t)hc;
+        w[i] += inj[tc] * out[t * (size_t)n + c];
+    }
+}
+
+void cu_hc_inject(const sl_backend *be, float *w, const float *out, const float *inj, int32_t T,
+                  int32_t hc, int32_t n) {
+    const size_t total = (size_t)T * (size_t)hc * (size_t)n;
+    if (T <= 0 || hc <= 0 || n <= 0) return;
+    hc_inject_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(w, out, inj, T, hc, n);
+    CUDA_LAUNCHED();
+}
+
+__global__ void hc_mix_kernel(float *__restrict__ y, const float *__restrict__ w,
+                              const float *__restrict__ x, int32_t T, int32_t hc, int32_t n) {
+    const size_t total = (size_t)T * (size_t)n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / (size_t)n, c = i % (size_t)n;
+        const size_t base = t * (size_t)hc * (size_t)n + c;
+        float acc = 0.0f;
+        for (int32_t h = 0; h < hc; h++)
+            acc += w[base + (size_t)h * n] * x[base + (size_t)h * n];
+        y[i] = acc / (float)hc;
+    }
+}
+
+void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
+               int32_t hc, int32_t n) {
+    const size_t total = (size_t)T * (size_t)n;
+    if (T <= 0 || n <= 0) return;
+    hc_mix_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(y, w, x, T, hc, n);
+    CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------------- norms */
+
+/* One block per row; y may alias x (each thread reads its elements before writing them). */
+__global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int wdt, int32_t n,
+                               float eps, float w_offset) {
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_reduce<false>(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = (xr[i] * inv) * (w_offset + cu_load_f(w, wdt, (size_t)i));
+}
+
+void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor *w, int32_t rows,
+                int32_t n, float eps, float w_offset) {
+    if (rows <= 0 || n <= 0) return;
+    rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
+        y, x, w->data, (int)w->dtype, n, eps, w_offset);
+    CUDA_LAUNCHED();
+}
+
+__global__ void gated_rmsnorm_kernel(float *y, const float *x, const float *z, const void *w,
+                                     int wdt, int32_t n, float eps, int gate) {
+    __shared__ float sh[32];
+    const float *xr = x + (size_t)blockIdx.x * n, *zr = z + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_reduce<false>(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float zi = zr[i], sg = sigmoidf_(zi);
+        yr[i] = cu_load_f(w, wdt, (size_t)i) * (xr[i] * inv) * (gate == SL_ACT_SIGMOID ? sg : zi * sg);
+    }
+}
+
+void cu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
+                      const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate) {
+    if (rows <= 0 || n <= 0) return;
+    gated_rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
+        y, x, z, w->data, (int)w->dtype, n, eps, (int)gate);
+    CUDA_LAUNCHED();
+}
+
+__global__ void l2norm_kernel(float *x, int32_t n, float eps) {
+    __shared__ float sh[32];
+    float *xr = x + (size_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_reduce<false>(ss, sh);
+    const float inv = 1.0f / sqrtf(ss + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        xr[i] *= inv;
+}
+
+void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps) {
+    if (rows <= 0 || n <= 0) return;
+    l2norm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(x, n, eps);
+    CUDA_LAUNCHED();
+}
+
+/* -------------------------------------------------------------- rope */
+
+__global__ void rope_kernel(float *x, int32_t T, int32_t n_heads, int32_t head_dim, int32_t half,
+                            int32_t pos0, const float *cos_tab, const float *sin_tab) {
+    const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t th = i / (size_t)half, d = i % (size_t)half, t = th / (size_t)n_heads;
+        const size_t tab = (size_t)(pos0 + (int32_t)t) * (size_t)half + d;
+        const float c = cos_tab[tab], s = sin_tab[tab];
+        float *v = x + th * (size_t)head_dim;
+        const float a = v[d], b = v[d + half];
+        v[d] = a * c - b * s;
+        v[d + half] = b * c + a * s;
+    }
+}
+
+void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
+             int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab) {
+    const int32_t half = rot_dim / 2;
+    const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
+    if (!total) return;
+    rope_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(
+        x, T, n_heads, head_dim, half, pos0, cos_tab, sin_tab);
+    CUDA_LAUNCHED();
+}
+
+/* --------------------------------------------------------- attention */
+
+/*
+ * One block per (query t, head h, split of the keys). Keys j0 .. j1-1 of the
+ * query's list (0 .. pos0+t, or its QSA selection) are scored by warps into
+ * shared memory, softmaxed with the split's own max, and folded into the
+ * output by (dim, key-slice) threads:
+ *
+ *   splits == 1:  out = sum_j p_j v_j / sum_j p_j           (written directly)
+ *   splits  > 1:  part[item][split] = {o[0..hd), m, l}      (attn_combine merges)
+ *
+ * Splitting the keys keeps every SM busy when decode has few (t, h) items.
+ */
+#define ATT_THREADS 256
+#define ATT_MAX_L 4096 /* keys per split: scores and row ids fit in 32 KiB */
+
+typedef struct att_params {
+    float *out;
+    const float *q, *kc, *vc;
+    const int32_t *sel, *n_sel;
+    int32_t T, pos0, n_heads, n_kv, hd, sel_stride, L, splits;
+    float scale;
+    float *part;
+} att_params;
+
+__global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+    extern __shared__ float smem[];
+    float *sq = smem;                           /* [hd] */
+    float *so = sq + a.hd;                      /* [ATT_THREADS] partial outputs */
+    float *sh = so + ATT_THREADS;               /* [32] reductions */
+    float *sc = sh + 32;                        /* [L] scores, then probabilities */
+    int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
+    const int item = blockIdx.x, split = blockIdx.y;
+    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / (a.n_heads / a.n_kv);
+    const int hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
+    const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
+    const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1;
+    const int j0 = split * a.L, j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
+    const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS)
+        sq[d] = q[d];
+    for (int j = tid; j < nj; j += ATT_THREADS)
+        rows[j] = sel ? sel[j0 + j] : j0 + j;
+    __syncthreads();
+
+    float mx = -INFINITY;
+    for (int j = warp; j < nj; j += ATT_THREADS / 32) {
+        const float *k = a.kc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd;
+        float s = 0.0f;
+        for (int d = lane; d < hd; d += 32)
+            s += sq[d] * k[d];
+        s = warp_sum(s) * a.scale;
+        if (lane == 0) sc[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_reduce<true>(mx, sh); /* also orders the sc writes before the reads below */
+    float sum = 0.0f;
+    for (int j = tid; j < nj; j += ATT_THREADS) {
+        const float p = expf(sc[j] - mx);
+        sc[j] = p;
+        sum += p;
+    }
+    sum = block_reduce<false>(sum, sh);
+
+    /* Output: DP dims per pass, ATT_THREADS / DP slices of the keys each. */
+    const int DP = hd < ATT_THREADS ? hd : ATT_THREADS, nsl = ATT_THREADS / DP;
+    const int dd = tid % DP, sl = tid / DP;
+    float *out = a.out + (size_t)t * q_stride + (size_t)h * hd;
+    float *part = a.part ? a.part + ((size_t)item * a.splits + split) * (size_t)(hd + 2) : NULL;
+    for (int d0 = 0; d0 < hd; d0 += DP) {
+        const int d = d0 + dd;
+        float acc = 0.0f;
+        if (sl < nsl && d < hd)
+#pragma unroll 4
+            for (int j = sl; j < nj; j += nsl)
+                acc += sc[j] * a.vc[(size_t)rows[j] * kv_stride + (size_t)kvh * hd + d];
+        so[tid] = acc;
+        __syncthreads();
+        if (tid < DP && d < hd) {
+            float o = 0.0f;
+            for (int s = 0; s < nsl; s++)
+                o += so[s * DP + tid];
+            if (part)
+                part[d] = o;
+            else
+                out[d] = nj > 0 ? o * (1.0f / sum) : 0.0f;
+        }
+        __syncthreads();
+    }
+    if (part && tid == 0) {
+        part[hd] = mx;
+        part[hd + 1] = sum;
+    }
+}
+
+__global__ void attn_combine(att_params a) {
+    const int item = blockIdx.x, hd = a.hd;
+    const int t = item / a.n_heads, h = item % a.n_heads;
+    const float *p = a.part + (size_t)item * a.splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < a.splits; s++)
+        if (p[(size_t)s * (hd + 2) + hd + 1] > 0.0f) M = fmaxf(M, p[(size_t)s * (hd + 2) + hd]);
+    float L = 0.0f;
+    for (int s = 0; s < a.splits; s++) {
+        const float *ps = p + (size_t)s * (hd + 2);
+        if (ps[hd + 1] > 0.0f) L += ps[hd + 1] * expf(ps[hd] - M);
+    }
+    float *out = a.out + ((size_t)t * a.n_heads + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < a.splits; s++) {
+            const float *ps = p + (size_t)s * (hd + 2);
+            if (ps[hd + 1] > 0.0f) o += ps[d] * expf(ps[hd] - M);
+        }
+        out[d] = L > 0.0f ? o / L : 0.0f;
+    }
+}
+
+void cu_attention(const sl_backend *be, const sl_attn_args *args) {
+    const int32_t n_items = args->T * args->n_heads;
+    if (n_items <= 0) return;
+    const cu_ctx *c = cu_of(be);
+    att_params a;
+    a.out = args->out, a.q = args->q, a.kc = args->kcache, a.vc = args->vcache;
+    a.sel = args->sel, a.n_sel = args->n_sel, a.sel_stride = args->sel_stride;
+    a.T = args->T, a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
+    a.hd = args->head_dim, a.scale = args->scale;
+    /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys. */
+    const int32_t max_keys = args->pos0 + args->T;
+    int32_t splits = 1;
+    /* Enough blocks to keep every SM's memory pipe busy, but no split under 64 keys. */
+    const int32_t want = 8 * c->n_sm;
+    if (n_items < want) splits = SL_MIN((want + n_items - 1) / n_items, (max_keys + 63) / 64);
+    splits = SL_MAX(splits, (max_keys + ATT_MAX_L - 1) / ATT_MAX_L);
+    splits = SL_MAX(splits, 1);
+    a.splits = splits;
+    a.L = (max_keys + splits - 1) / splits;
+    a.part = NULL;
+    if (splits > 1)
+        a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
+    const size_t smem = (size_t)(a.hd + ATT_THREADS + 32 + 2 * a.L) * sizeof(float);
+    attn_kernel<<<dim3((unsigned)n_items, (unsigned)splits), ATT_THREADS, smem, c->stream>>>(a);
+    if (splits > 1) attn_combine<<<(unsigned)n_items, 128, 0, c->stream>>>(a);
+    CUDA_LAUNCHED();
+}
+
+/* --------------------------------------------------- conv1d and delta */
+
+/* One thread per channel, tokens in order; x[<0] comes from the state. */
+__global__ void conv1d_silu_kernel(float *__restrict__ y, const float *__restrict__ x, int32_t T,
+                                   int32_t C, const void *__restrict__ w, int wdt, int32_t K,
+                                   int32_t dil, float *__restrict__ state) {
+    const int32_t c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int32_t S = (K - 1) * dil;
+    float *st = state + (size_t)c * S;
+    for (int32_t t = 0; t < T; t++) {
+        float acc = 0.0f;
+        for (int32_t j = 0; j < K - 1; j++) {
+            const int32_t tau = t - (K - 1 - j) * dil;
+            const float v = tau < 0 ? st[S + tau] : x[(size_t)tau * C + c];
+            acc += cu_load_f(w, wdt, (size_t)c * K + j) * v;
+        }
+        acc += cu_load_f(w, wdt, (size_t)c * K + K - 1) * x[(size_t)t * C + c];
+        y[(size_t)t * C + c] = acc / (1.0f + expf(-acc));
+    }
+    /* New state: the last S inputs; ascending i only reads entries not yet rewritten. */
+    for (int32_t i = 0; i < S; i++) {
+        const int32_t tau = T - S + i;
+        st[i] = tau < 0 ? st[i + T] : x[(size_t)tau * C + c];
+    }
+}
+
+void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
+                    const sl_tensor *w, int32_t K, int32_t d, float *state) {
+    if (T <= 0 || C <= 0) return;
+    conv1d_silu_kernel<<<cu_blocks((size_t)C, 128), 128, 0, cu_of(be)->stream>>>(
+        y, x, T, C, w->data, (int)w->dtype, K, d, state);
+    CUDA_LAUNCHED();
+}
+
+/*
+ * Gated delta rule. Value columns are independent, so a block takes one head and
+ * 32 columns j; its warps split the dk rows of the state, DR_ROWS each, and keep
+ * their S[i][j] in registers for all T tokens. Per token:
+ *   S *= decay; kv_j = sum_i S[i][j] k_i           (partials across warps, smem)
+ *   kv_j = beta (v_j - kv_j); S[i][j] += k_i kv_j; o_j = sum_i S[i][j] q_i q_scale
+ */
+#define DR_ROWS 16
+#define DR_MAX_WARPS 32 /* dk <= 512 */
+
+typedef struct dr_params {
+    float *out;
+    const float *q, *k, *v, *a, *b;
+    const void *A_log, *dt_bias;
+    int A_dt, dt_dt;
+    float *state;
+    int32_t T, nk, nv, dk, dv;
+    float q_scale;
+} dr_params;
+
+__global__ void delta_rule_kernel(dr_params p) {
+    __shared__ float ks[DR_MAX_WARPS * DR_ROWS], qs[DR_MAX_WARPS * DR_ROWS];
+    __shared__ float red[DR_MAX_WARPS][32], kvs[32], coef[2];
+    const int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const int nw = blockDim.x >> 5;
+    const int j = blockIdx.y * 32 + lane, dk = p.dk, dv = p.dv, kh = h / (p.nv / p.nk);
+    const bool jv = j < dv;
+    const int i0 = wp * DR_ROWS;
+    const size_t qk_row = (size_t)p.nk * dk, v_row = (size_t)p.nv * dv;
+    float *S = p.state + (size_t)h * dk * dv;
+    float s[DR_ROWS];
+#pragma unroll
+    for (int ii = 0; ii < DR_ROWS; ii++)
+        s[ii] = (jv && i0 + ii < dk) ? S[(size_t)(i0 + ii) * dv + j] : 0.0f;
+    const float A = expf(cu_load_f(p.A_log, p.A_dt, (size_t)h));
+    const float dtb = cu_load_f(p.dt_bias, p.dt_dt, (size_t)h);
+    for (int t = 0; t < p.T; t++) {
+        for (int i = threadIdx.x; i < nw * DR_ROWS; i += blockDim.x) {
+            ks[i] = i < dk ? p.k[(size_t)t * qk_row + (size_t)kh * dk + i] : 0.0f;
+            qs[i] = i < dk ? p.q[(size_t)t * qk_row + (size_t)kh * dk + i] * p.q_scale : 0.0f;
+        }
+        if (threadIdx.x == 0) {
+            const float xa = p.a[(size_t)t * p.nv + h] + dtb;
+            const float softplus = xa > 20.0f ? xa : log1pf(expf(xa));
+            coef[0] = expf(-A * softplus);
+            coef[1] = 1.0f / (1.0f + expf(-p.b[(size_t)t * p.nv + h]));
+        }
+        __syncthreads();
+        const float decay = coef[0], beta = coef[1];
+        float part = 0.0f;
+#pragma unroll
+        for (int ii = 0; ii < DR_ROWS; ii++) {
+            s[ii] *= decay;
+            part += s[ii] * ks[i0 + ii];
+        }
+        red[wp][lane] = part;
+        __syncthreads();
+        if (wp == 0) {
+            float kv = 0.0f;
+            for (int w = 0; w < nw; w++)
+                kv += red[w][lane];
+            kvs[lane] = jv ? (p.v[(size_t)t * v_row + (size_t)h * dv + j] - kv) * beta : 0.0f;
+        }
+        __syncthreads();
+        const float kv = kvs[lane];
+        float o = 0.0f;
+#pragma unroll
+        for (int ii = 0; ii < DR_ROWS; ii++) {
+            s[ii] += ks[i0 + ii] * kv;
+            o += s[ii] * qs[i0 + ii];
+        }
+        red[wp][lane] = o;
+        __syncthreads();
+        if (wp == 0 && jv) {
+            float acc = 0.0f;
+            for (int w = 0; w < nw; w++)
+                acc += red[w][lane];
+            p.out[(size_t)t * v_row + (size_t)h * dv + j] = acc;
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int ii = 0; ii < DR_ROWS; ii++)
+        if (jv && i0 + ii < dk) S[(size_t)(i0 + ii) * dv + j] = s[ii];
+}
+
+void cu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
+    if (a->T <= 0 || a->nv <= 0) return;
+    SL_ASSERT(a->dk > 0 && a->dk <= DR_MAX_WARPS * DR_ROWS && a->dv > 0);
+    SL_ASSERT(a->nk > 0 && a->nv % a->nk == 0);
+    dr_params p;
+    p.out = a->out, p.q = a->q, p.k = a->k, p.v = a->v, p.a = a->a, p.b = a->b;
+    p.A_log = a->A_log->data, p.A_dt = (int)a->A_log->dtype;
+    p.dt_bias = a->dt_bias->data, p.dt_dt = (int)a->dt_bias->dtype;
+    p.state = a->state;
+    p.T = a->T, p.nk = a->nk, p.nv = a->nv, p.dk = a->dk, p.dv = a->dv, p.q_scale = a->q_scale;
+    const int warps = (a->dk + DR_ROWS - 1) / DR_ROWS;
+    dim3 grid((unsigned)a->nv, (unsigned)((a->dv + 31) / 32));
+    delta_rule_kernel<<<grid, (unsigned)(warps * 32), 0, cu_of(be)->stream>>>(p);
+    CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------- PLE and QSA */
+
+/* One block per (token, stream) row. */
+__global__ void ple_gate_kernel(float *__restrict__ y, const float *__restrict__ key,
+                                const float *__restrict__ query, const float *__restrict__ value,
+                                int32_t hc, int32_t n, float sq) {
+    __shared__ float sh[32];
+    const size_t r = blockIdx.x;
+    const float *k = key + r * n, *q = query + r * n;
+    float g = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        g += k[i] * q[i];
+    g = block_reduce<false>(g, sh) / sq;
+    g = sqrtf(fmaxf(fabsf(g), 1e-6f)) * (float)((g > 0) - (g < 0));
+    const float sg = 1.0f / (1.0f + expf(-g));
+    const float *v = value + (r / (size_t)hc) * n;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        y[r * n + i] = sg * v[i];
+}
+
+void cu_ple_gate(const sl_backend *be, float *y, const float *key, const float *query,
+                 const float *value, int32_t T, int32_t hc, int32_t n) {
+    if (T <= 0 || hc <= 0 || n <= 0) return;
+    ple_gate_kernel<<<(unsigned)(T * hc), row_threads(n), 0, cu_of(be)->stream>>>(
+        y, key, query, value, hc, n, (float)sqrt((double)n));
+    CUDA_LAUNCHED();
+}
+
+/* One block per key block; warps take heads. */
+__global__ void qsa_scores_kernel(float *__restrict__ scores, const float *__restrict__ q,
+                                  const float *__restrict__ keys, int32_t n_heads, int32_t d,
+                                  float sq) {
+    __shared__ float sh[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float *k = keys + (size_t)blockIdx.x * d;
+    float acc = 0.0f;
+    for (int h = warp; h < n_heads; h += nw) {
+        const float *qh = q + (size_t)h * d;
+        float s = 0.0f;
+        for (int i = lane; i < d; i += 32)
+            s += qh[i] * k[i];
+        acc += fmaxf(warp_sum(s), 0.0f);
+    }
+    if (lane != 0) acc = 0.0f; /* every lane holds the warp's sum; count it once */
+    acc = block_reduce<false>(acc, sh);
+    if (threadIdx.x == 0) scores[blockIdx.x] = acc / sq;
+}
+
+void cu_qsa_scores(const sl_backend *be, float *scores, const float *q, const float *keys,
+                   int32_t n_heads, int32_t n_blocks, int32_t d) {
+    if (n_blocks <= 0) return;
+    qsa_scores_kernel<<<(unsigned)n_blocks, 128, 0, cu_of(be)->stream>>>(
+        scores, q, keys, n_heads, d, (float)sqrt((double)d));
+    CUDA_LAUNCHED();
+}

@@ -1,0 +1,767 @@
+/*
+ * Every CUDA op against the CPU op (the reference backend) on odd sizes.
+ *
+ * Each case fills the output buffers of both backends with the same poison
+ * value, runs the CPU op on host buffers and the CUDA op on device copies of
+ * the same inputs, reads the device result back, and compares the whole
+ * buffer: elements the op must not write keep the poison on both sides
+ * (compared exactly), the rest must agree to a relative tolerance measured
+ * against max(|ref|, rms(ref)). One line per op, then "N passed, M failed".
+ * Finally it times decode GEMV on large shapes (GB/s of weight bytes read)
+ * and the prefill matmul (GFLOP/s).
+ *
+ *   build-cuda/test_cuda [fixtures-dir (unused)]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+#define POISON 1e30f
+
+static sl_backend cpu, gpu;
+static int ops_passed, ops_failed;
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+static int irand(int n) { return (int)((frand() * 0.5f + 0.5f) * (float)n) % (n > 0 ? n : 1); }
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+static float *poison_vec(size_t n) {
+    float *v = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        v[i] = POISON;
+    return v;
+}
+
+/* Device copy of host bytes. */
+static void *up(const void *h, size_t bytes) {
+    void *d = gpu.ops->alloc(&gpu, bytes);
+    SL_ASSERT(d);
+    gpu.ops->to_dev(&gpu, d, h, bytes);
+    return d;
+}
+#define UPF(h, n) ((float *)up((h), (size_t)(n) * sizeof(float)))
+
+static float *down(const void *d, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    gpu.ops->to_host(&gpu, h, d, n * sizeof(float));
+    return h;
+}
+
+static void dfree(void *d) { gpu.ops->release(&gpu, d); }
+
+/* One op's verdict, accumulated over its cases. */
+typedef struct op_report {
+    const char *name;
+    int cases, bad;
+    double max_err;
+    char first_bad[256];
+} op_report;
+
+static void op_begin(op_report *r, const char *name) {
+    memset(r, 0, sizeof *r);
+    r->name = name;
+}
+
+static void op_end(op_report *r) {
+    if (r->bad) {
+        ops_failed++;
+        printf("FAIL %-14s %3d cases, %d bad; first: %s\n", r->name, r->cases, r->bad, r->first_bad);
+    } else {
+        ops_passed++;
+        printf("ok   %-14s %3d cases, max rel err %.2e\n", r->name, r->cases, r->max_err);
+    }
+    fflush(stdout);
+}
+
+/* Compares a device buffer of n floats with the CPU's host buffer; frees nothing. */
+static void check(op_report *r, const char *what, const float *dev, const float *ref, size_t n,
+                  double tol) {
+    float *got = down(dev, n);
+    double ss = 0, mx = 0;
+    size_t cnt = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ref[i] != POISON && isfinite(ref[i])) {
+            ss += (double)ref[i] * ref[i];
+            mx = fmax(mx, fabs(ref[i]));
+            cnt++;
+        }
+    const double rms = cnt ? sqrt(ss / (double)cnt) : 0;
+    double worst = 0;
+    size_t wi = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (got[i] == ref[i]) continue;
+        if (ref[i] == POISON || got[i] == POISON || !isfinite(got[i]) || !isfinite(ref[i])) {
+            bad = 1, wi = i, worst = INFINITY;
+            break;
+        }
+        const double den = fmax(fmax(fabs(ref[i]), rms), 1e-30);
+        const double e = fabs((double)got[i] - ref[i]) / den;
+        if (e > worst) worst = e, wi = i;
+    }
+    if (worst > tol) bad = 1;
+    (void)mx;
+    r->cases++;
+    if (isfinite(worst) && worst > r->max_err) r->max_err = worst;
+    if (bad) {
+        if (!r->bad)
+            snprintf(r->first_bad, sizeof r->first_bad, "%s: [%zu] got %.9g want %.9g (err %.2e)",
+                     what, wi, got[wi], ref[wi], worst);
+        r->bad++;
+    }
+    free(got);
+}
+
+/* --------------------------------------------------------- weights */
+
+/* A weight on both sides: host tensor for the CPU, device tensor for CUDA. */
+typedef struct wpair {
+    sl_tensor h, d;
+    void *hdata, *ddata_alloc;
+    uint16_t *hs, *hb;
+    void *ds, *db;
+} wpair;
+
+static uint16_t to_half_bits(sl_dtype dt, float v) {
+    return dt == SL_DTYPE_BF16 ? sl_f32_to_bf16(v) : sl_f32_to_f16(v);
+}
+
+/* shape [N, K] (ndim 2) or [K] (N = 0); misalign moves the device bytes off 16-byte alignment. */
+static void wpair_make(wpair *w, sl_dtype dt, int64_t N, int64_t K, float scale, int misalign) {
+    memset(w, 0, sizeof *w);
+    const int64_t rows = N ? N : 1;
+    const size_t rb = sl_row_bytes(dt, K), nbytes = rb * (size_t)rows;
+    w->hdata = calloc(nbytes + 1, 1);
+    float *tmp = rand_vec((size_t)K, scale);
+    const int64_t G = sl_qgroups(K);
+    if (sl_dtype_is_quant(dt)) {
+        w->hs = malloc((size_t)(rows * G) * 2 + 2);
+        w->hb = malloc((size_t)(rows * G) * 2 + 2);
+    }
+    for (int64_t n = 0; n < rows; n++) {
+        for (int64_t k = 0; k < K; k++)
+            tmp[k] = frand() * scale;
+        uint8_t *row = (uint8_t *)w->hdata + (size_t)n * rb;
+        if (sl_dtype_is_quant(dt))
+            sl_quantize_row(dt, tmp, K, row, w->hs + n * G, w->hb + n * G);
+        else if (dt == SL_DTYPE_F32)
+            memcpy(row, tmp, (size_t)K * 4);
+        else
+            for (int64_t k = 0; k < K; k++)
+                ((uint16_t *)row)[k] = to_half_bits(dt, tmp[k]);
+    }
+    free(tmp);
+    w->h = (sl_tensor){.name = "w", .dtype = dt, .ndim = N ? 2 : 1, .data = w->hdata, .nbytes = nbytes,
+                       .scales = w->hs, .biases = w->hb};
+    if (N) {
+        w->h.shape[0] = N;
+        w->h.shape[1] = K;
+    } else {
+        w->h.shape[0] = K;
+    }
+    w->d = w->h;
+    const size_t off = misalign ? 4 : 0;
+    w->ddata_alloc = gpu.ops->alloc(&gpu, nbytes + 16);
+    SL_ASSERT(w->ddata_alloc);
+    gpu.ops->to_dev(&gpu, (uint8_t *)w->ddata_alloc + off, w->hdata, nbytes);
+    w->d.data = (uint8_t *)w->ddata_alloc + off;
+    if (w->hs) {
+        w->ds = up(w->hs, (size_t)(rows * G) * 2);
+        w->db = up(w->hb, (size_t)(rows * G) * 2);
+        w->d.scales = w->ds;
+        w->d.biases = w->db;
+    }
+}
+
+static void wpair_free(wpair *w) {
+    free(w->hdata), free(w->hs), free(w->hb);
+    dfree(w->ddata_alloc), dfree(w->ds), dfree(w->db);
+}
+
+static const sl_dtype all_dtypes[] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16, SL_DTYPE_Q8,
+                                      SL_DTYPE_Q4};
+static const sl_dtype float_dtypes[] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16};
+
+/* ------------------------------------------------------------- ops */
+
+static void test_memory(void) {
+    op_report r;
+    op_begin(&r, "alloc/copies");
+    /* alloc zero-fills */
+    float *d = gpu.ops->alloc(&gpu, 1001 * sizeof(float));
+    float *zero = calloc(1001, sizeof(float));
+    check(&r, "alloc zero", d, zero, 1001, 0);
+    dfree(d);
+    free(zero);
+    /* fill */
+    for (int c = 0; c < 2; c++) {
+        const size_t n = c ? 4097 : 1, tot = n + 9;
+        float *h = poison_vec(tot), *dh = UPF(h, tot);
+        cpu.ops->fill(&cpu, h, 0.25f, n);
+        gpu.ops->fill(&gpu, dh, 0.25f, n);
+        check(&r, "fill", dh, h, tot, 0);
+        free(h), dfree(dh);
+    }
+    /* pinned host memory round trip */
+    if (gpu.ops->pin && gpu.ops->unpin) {
+        const size_t n = 1 << 16;
+        float *h = rand_vec(n, 1), *dh = gpu.ops->alloc(&gpu, n * sizeof(float));
+        gpu.ops->pin(&gpu, h, n * sizeof(float));
+        gpu.ops->to_dev(&gpu, dh, h, n * sizeof(float));
+        check(&r, "pinned to_dev", dh, h, n, 0);
+        gpu.ops->unpin(&gpu, h);
+        free(h), dfree(dh);
+    }
+    /* copy2d with gaps */
+    {
+        const int rows = 5, cols = 7;
+        const size_t sld = 11, dld = 9, sn = rows * sld, dn = rows * dld + 3;
+        float *s = rand_vec(sn, 1), *dst = poison_vec(dn);
+        float *ds = UPF(s, sn), *dd = UPF(dst, dn);
+        cpu.ops->copy2d(&cpu, dst, dld, s, sld, rows, cols);
+        gpu.ops->copy2d(&gpu, dd, dld, ds, sld, rows, cols);
+        check(&r, "copy2d", dd, dst, dn, 0);
+        free(s), free(dst), dfree(ds), dfree(dd);
+    }
+    /* copy2d overlapping, destination before source (memmove row by row = read-all-first) */
+    {
+        const int rows = 6, cols = 10;
+        const size_t ld = 12, n = (rows + 2) * ld;
+        float *b = rand_vec(n, 1), *db = UPF(b, n);
+        cpu.ops->copy2d(&cpu, b, ld, b + 2 * ld + 1, ld, rows, cols);
+        gpu.ops->copy2d(&gpu, db, ld, db + 2 * ld + 1, ld, rows, cols);
+        check(&r, "copy2d overlap", db, b, n, 0);
+        free(b), dfree(db);
+    }
+    /* copy_rows, with and without index lists */
+    for (int c = 0; c < 4; c++) {
+        const int n = 5, cols = 33, src_rows = 8, dst_rows = 10;
+        int32_t si[5] = {7, 0, 3, 3, 5}, di[5] = {9, 2, 4, 0, 6};
+        float *s = rand_vec((size_t)src_rows * cols, 1), *dst = poison_vec((size_t)dst_rows * cols);
+        float *ds = UPF(s, src_rows * cols), *dd = UPF(dst, dst_rows * cols);
+        int32_t *dsi = up(si, sizeof si), *ddi = up(di, sizeof di);
+        cpu.ops->copy_rows(&cpu, dst, c & 1 ? di : NULL, s, c & 2 ? si : NULL, n, cols);
+        gpu.ops->copy_rows(&gpu, dd, c & 1 ? ddi : NULL, ds, c & 2 ? dsi : NULL, n, cols);
+        check(&r, "copy_rows", dd, dst, (size_t)dst_rows * cols, 0);
+        free(s), free(dst), dfree(ds), dfree(dd), dfree(dsi), dfree(ddi);
+    }
+    op_end(&r);
+}
+
+static void test_matmul(void) {
+    static const int shapes[][2] = {{5, 1},    {33, 63},   {7, 65},    {130, 200}, {17, 2049},
+                                    {300, 256}, {96, 2048}, {64, 1024}, {129, 96}};
+    static const int Ts[] = {1, 2, 3, 4, 17, 70};
+    for (size_t di = 0; di < 5; di++) {
+        const sl_dtype dt = all_dtypes[di];
+        char name[32];
+        snprintf(name, sizeof name, "matmul %s", sl_dtype_name(dt));
+        op_report r;
+        op_begin(&r, name);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int N = shapes[si][0], K = shapes[si][1];
+            wpair w, bias;
+            wpair_make(&w, dt, N, K, 0.5f, si == 7);
+            const sl_dtype bdt = si % 4 == 1 ? SL_DTYPE_BF16 : SL_DTYPE_F32;
+            wpair_make(&bias, bdt, 0, N, 0.5f, 0);
+            const sl_tensor *hb = NULL, *db = NULL;
+            sl_tensor hnull = bias.h, dnull = bias.d;
+            hnull.data = dnull.data = NULL;
+            switch (si % 3) {
+            case 0: hb = &bias.h, db = &bias.d; break;
+            case 1: hb = &hnull, db = &dnull; break;
+            default: break;
+            }
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                const int T = Ts[ti];
+                const size_t yn = (size_t)T * N + 7;
+                float *x = rand_vec((size_t)T * K, 1), *y = poison_vec(yn);
+                float *dx = UPF(x, (size_t)T * K), *dy = UPF(y, yn);
+                cpu.ops->matmul(&cpu, y, x, &w.h, hb, T);
+                gpu.ops->matmul(&gpu, dy, dx, &w.d, db, T);
+                char what[64];
+                snprintf(what, sizeof what, "N=%d K=%d T=%d", N, K, T);
+                check(&r, what, dy, y, yn, 2e-5);
+                free(x), free(y), dfree(dx), dfree(dy);
+            }
+            wpair_free(&w), wpair_free(&bias);
+        }
+        op_end(&r);
+    }
+}
+
+static void test_embed(void) {
+    op_report r;
+    op_begin(&r, "embed");
+    static const int ns[] = {1, 63, 200, 2049};
+    for (size_t di = 0; di < 5; di++)
+        for (size_t ni = 0; ni < 4; ni++) {
+            const int V = 50, n = ns[ni], T = 6;
+            wpair w;
+            wpair_make(&w, all_dtypes[di], V, n, 1.0f, 0);
+            int32_t ids[6] = {0, 49, 7, 7, 13, 2};
+            int32_t *dids = up(ids, sizeof ids);
+            const size_t yn = (size_t)T * n + 5;
+            float *y = poison_vec(yn), *dy = UPF(y, yn);
+            cpu.ops->embed(&cpu, y, &w.h, ids, T);
+            gpu.ops->embed(&gpu, dy, &w.d, dids, T);
+            check(&r, sl_dtype_name(all_dtypes[di]), dy, y, yn, 1e-6);
+            free(y), dfree(dy), dfree(dids), wpair_free(&w);
+        }
+    op_end(&r);
+}
+
+static void test_norms(void) {
+    static const int ns[] = {1, 63, 2049};
+    op_report r;
+    op_begin(&r, "rmsnorm");
+    for (size_t di = 0; di < 3; di++)
+        for (size_t ni = 0; ni < 3; ni++)
+            for (int alias = 0; alias < 2; alias++) {
+                const int rows = 3, n = ns[ni];
+                const float off = alias ? 1.0f : 0.0f;
+                wpair w;
+                wpair_make(&w, float_dtypes[di], 0, n, 1.0f, 0);
+                const size_t tot = (size_t)rows * n + 4;
+                float *x = rand_vec(tot, 2), *y = poison_vec(tot);
+                float *dx = UPF(x, tot), *dy = UPF(y, tot);
+                if (alias) {
+                    cpu.ops->rmsnorm(&cpu, x, x, &w.h, rows, n, 1e-6f, off);
+                    gpu.ops->rmsnorm(&gpu, dx, dx, &w.d, rows, n, 1e-6f, off);
+                    check(&r, "in place", dx, x, tot, 2e-6);
+                } else {
+                    cpu.ops->rmsnorm(&cpu, y, x, &w.h, rows, n, 1e-6f, off);
+                    gpu.ops->rmsnorm(&gpu, dy, dx, &w.d, rows, n, 1e-6f, off);
+                    check(&r, "y", dy, y, tot, 2e-6);
+                }
+                free(x), free(y), dfree(dx), dfree(dy), wpair_free(&w);
+            }
+    op_end(&r);
+
+    op_begin(&r, "gated_rmsnorm");
+    static const int gn[] = {64, 257};
+    for (int g = 0; g < 2; g++)
+        for (size_t ni = 0; ni < 2; ni++)
+            for (int di = 0; di < 3; di += 2) {
+                const int rows = 5, n = gn[ni];
+                wpair w;
+                wpair_make(&w, float_dtypes[di], 0, n, 1.0f, 0);
+                const size_t tot = (size_t)rows * n + 3;
+                float *x = rand_vec(tot, 2), *z = rand_vec(tot, 3), *y = poison_vec(tot);
+                float *dx = UPF(x, tot), *dz = UPF(z, tot), *dy = UPF(y, tot);
+                cpu.ops->gated_rmsnorm(&cpu, y, x, z, &w.h, rows, n, 1e-6f, (sl_act)g);
+                gpu.ops->gated_rmsnorm(&gpu, dy, dx, dz, &w.d, rows, n, 1e-6f, (sl_act)g);
+                check(&r, g ? "sigmoid" : "silu", dy, y, tot, 2e-6);
+                free(x), free(z), free(y), dfree(dx), dfree(dz), dfree(dy), wpair_free(&w);
+            }
+    op_end(&r);
+
+    op_begin(&r, "l2norm");
+    static const int ln[] = {1, 128, 257};
+    for (size_t ni = 0; ni < 3; ni++) {
+        const int rows = 4, n = ln[ni];
+        const size_t tot = (size_t)rows * n + 2;
+        float *x = rand_vec(tot, 1), *dx = UPF(x, tot);
+        x[tot - 1] = x[tot - 2] = POISON;
+        gpu.ops->to_dev(&gpu, dx, x, tot * sizeof(float));
+        cpu.ops->l2norm(&cpu, x, rows, n, 1e-6f);
+        gpu.ops->l2norm(&gpu, dx, rows, n, 1e-6f);
+        check(&r, "x", dx, x, tot, 2e-6);
+        free(x), dfree(dx);
+    }
+    op_end(&r);
+}
+
+static void test_rope(void) {
+    static const int cases[][5] = {/* T, heads, head_dim, rot_dim, pos0 */
+                                   {1, 4, 64, 64, 37},
+                                   {17, 3, 128, 64, 0},
+                                   {3, 2, 8, 8, 5},
+                                   {5, 2, 256, 128, 100}};
+    op_report r;
+    op_begin(&r, "rope");
+    for (size_t c = 0; c < 4; c++) {
+        const int T = cases[c][0], nh = cases[c][1], hd = cases[c][2], rot = cases[c][3],
+                  pos0 = cases[c][4], half = rot / 2, P = pos0 + T + 2;
+        float *ct = malloc((size_t)P * half * sizeof(float)), *st = malloc((size_t)P * half * sizeof(float));
+        for (int i = 0; i < P * half; i++) {
+            const float a = frand() * 3.14159f;
+            ct[i] = cosf(a), st[i] = sinf(a);
+        }
+        const size_t tot = (size_t)T * nh * hd;
+        float *x = rand_vec(tot, 1);
+        float *dx = UPF(x, tot), *dct = UPF(ct, (size_t)P * half), *dst = UPF(st, (size_t)P * half);
+        cpu.ops->rope(&cpu, x, T, nh, hd, rot, pos0, ct, st);
+        gpu.ops->rope(&gpu, dx, T, nh, hd, rot, pos0, dct, dst);
+        check(&r, "x", dx, x, tot, 1e-6);
+        free(ct), free(st), free(x), dfree(dx), dfree(dct), dfree(dst);
+    }
+    op_end(&r);
+}
+
+static void test_attention(void) {
+    static const int cases[][6] = {/* T, pos0, heads, kv heads, head_dim, selection */
+                                   {1, 0, 4, 4, 64, 0},    {1, 2999, 8, 2, 128, 0},
+                                   {17, 0, 6, 2, 8, 0},    {3, 50, 4, 1, 256, 0},
+                                   {2, 5000, 2, 1, 64, 0}, {64, 100, 4, 2, 80, 0},
+                                   {3, 40, 4, 2, 64, 1},   {1, 700, 16, 4, 128, 1},
+                                   {5, 9, 2, 2, 16, 1}};
+    op_report r;
+    op_begin(&r, "attention");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int T = cases[c][0], pos0 = cases[c][1], nh = cases[c][2], nkv = cases[c][3],
+                  hd = cases[c][4], use_sel = cases[c][5];
+        const int ctx = pos0 + T + 3;
+        const size_t qn = (size_t)T * nh * hd, kvn = (size_t)ctx * nkv * hd, on = qn + 5;
+        float *q = rand_vec(qn, 1), *kc = rand_vec(kvn, 1), *vc = rand_vec(kvn, 1), *o = poison_vec(on);
+        float *scratch = malloc((size_t)cpu.n_threads * (pos0 + T) * sizeof(float));
+        const int stride = pos0 + T;
+        int32_t *sel = calloc((size_t)T * stride + 1, sizeof(int32_t)), *nsel = calloc((size_t)T, sizeof(int32_t));
+        for (int t = 0; t < T && use_sel; t++) {
+            int m = 0;
+            for (int j = 0; j <= pos0 + t; j++)
+                if (irand(3) == 0 || j == pos0 + t) sel[(size_t)t * stride + m++] = j;
+            nsel[t] = (t == 1 && T > 2) ? 0 : m; /* one query with nothing selected */
+        }
+        float *dq = UPF(q, qn), *dk = UPF(kc, kvn), *dv = UPF(vc, kvn), *dout = UPF(o, on);
+        int32_t *dsel = up(sel, ((size_t)T * stride + 1) * sizeof(int32_t)), *dnsel = up(nsel, (size_t)T * sizeof(int32_t));
+        sl_attn_args a = {.out = o, .q = q, .kcache = kc, .vcache = vc, .T = T, .pos0 = pos0,
+                          .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd), .scratch = scratch,
+                          .sel = use_sel ? sel : NULL, .n_sel = use_sel ? nsel : NULL,
+                          .sel_stride = stride};
+        cpu.ops->attention(&cpu, &a);
+        a.out = dout, a.q = dq, a.kcache = dk, a.vcache = dv, a.scratch = NULL;
+        a.sel = use_sel ? dsel : NULL, a.n_sel = use_sel ? dnsel : NULL;
+        gpu.ops->attention(&gpu, &a);
+        char what[96];
+        snprintf(what, sizeof what, "T=%d pos0=%d h=%d/%d hd=%d sel=%d", T, pos0, nh, nkv, hd, use_sel);
+        check(&r, what, dout, o, on, 2e-5);
+        free(q), free(kc), free(vc), free(o), free(scratch), free(sel), free(nsel);
+        dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dsel), dfree(dnsel);
+    }
+    op_end(&r);
+}
+
+static void test_elementwise(void) {
+    static const size_t ns[] = {1, 1000, 4097};
+    op_report r;
+    op_begin(&r, "swiglu");
+    for (int i = 0; i < 3; i++) {
+        const size_t n = ns[i], tot = n + 3;
+        float *g = rand_vec(n, 4), *u = rand_vec(n, 2), *o = poison_vec(tot);
+        float *dg = UPF(g, n), *du = UPF(u, n), *dout = UPF(o, tot);
+        cpu.ops->swiglu(&cpu, o, g, u, n);
+        gpu.ops->swiglu(&gpu, dout, dg, du, n);
+        check(&r, "out", dout, o, tot, 1e-6);
+        free(g), free(u), free(o), dfree(dg), dfree(du), dfree(dout);
+    }
+    op_end(&r);
+
+    op_begin(&r, "axpy");
+    for (int i = 0; i < 3; i++) {
+        const size_t n = ns[i], tot = n + 3;
+        float *x = rand_vec(n, 1), *y = rand_vec(tot, 1), *dx = UPF(x, n), *dy = UPF(y, tot);
+        cpu.ops->axpy(&cpu, y, 0.375f, x, n);
+        gpu.ops->axpy(&gpu, dy, 0.375f, dx, n);
+        check(&r, "y", dy, y, tot, 1e-6);
+        free(x), free(y), dfree(dx), dfree(dy);
+    }
+    op_end(&r);
+
+    op_begin(&r, "sigmoid_mul");
+    for (int i = 0; i < 3; i++) {
+        const size_t n = ns[i], tot = n + 3;
+        float *g = rand_vec(n, 4), *y = rand_vec(tot, 1), *dg = UPF(g, n), *dy = UPF(y, tot);
+        cpu.ops->sigmoid_mul(&cpu, y, g, n);
+        gpu.ops->sigmoid_mul(&gpu, dy, dg, n);
+        check(&r, "y", dy, y, tot, 1e-6);
+        free(g), free(y), dfree(dg), dfree(dy);
+    }
+    op_end(&r);
+
+    op_begin(&r, "activate");
+    for (int i = 0; i < 3; i++)
+        for (int act = 0; act <= SL_ACT_NONE; act++)
+            for (int alias = 0; alias < 2; alias++) {
+                const size_t n = ns[i], tot = n + 3;
+                float *x = rand_vec(tot, 5), *y = poison_vec(tot);
+                float *dx = UPF(x, tot), *dy = UPF(y, tot);
+                if (alias) {
+                    cpu.ops->activate(&cpu, x, x, n, 1.5f, 0.7f, (sl_act)act);
+                    gpu.ops->activate(&gpu, dx, dx, n, 1.5f, 0.7f, (sl_act)act);
+                    check(&r, "in place", dx, x, tot, 1e-6);
+                } else {
+                    cpu.ops->activate(&cpu, y, x, n, 1.5f, 0.7f, (sl_act)act);
+                    gpu.ops->activate(&gpu, dy, dx, n, 1.5f, 0.7f, (sl_act)act);
+                    check(&r, act ? "sigmoid" : "silu", dy, y, tot, 1e-6);
+                }
+                free(x), free(y), dfree(dx), dfree(dy);
+            }
+    op_end(&r);
+
+    op_begin(&r, "weighted_sum");
+    static const int ws[][3] = {{3, 8, 65}, {1, 1, 1}, {17, 4, 2048}};
+    for (int i = 0; i < 3; i++) {
+        const int T = ws[i][0], k = ws[i][1], n = ws[i][2];
+        const size_t xn = (size_t)T * k * n, tot = (size_t)T * n + 3;
+        float *x = rand_vec(xn, 1), *w = rand_vec((size_t)T * k, 1), *y = poison_vec(tot);
+        float *dx = UPF(x, xn), *dw = UPF(w, (size_t)T * k), *dy = UPF(y, tot);
+        cpu.ops->weighted_sum(&cpu, y, x, w, T, k, n);
+        gpu.ops->weighted_sum(&gpu, dy, dx, dw, T, k, n);
+        check(&r, "y", dy, y, tot, 1e-6);
+        free(x), free(w), free(y), dfree(dx), dfree(dw), dfree(dy);
+    }
+    op_end(&r);
+
+    op_begin(&r, "hc_inject");
+    for (int i = 0; i < 2; i++) {
+        const int T = i ? 3 : 1, hc = 4, n = i ? 65 : 1;
+        const size_t wn = (size_t)T * hc * n, tot = wn + 3;
+        float *w = rand_vec(tot, 1), *o = rand_vec((size_t)T * n, 1), *inj = rand_vec((size_t)T * hc, 1);
+        float *dw = UPF(w, tot), *dout = UPF(o, (size_t)T * n), *dinj = UPF(inj, (size_t)T * hc);
+        cpu.ops->hc_inject(&cpu, w, o, inj, T, hc, n);
+        gpu.ops->hc_inject(&gpu, dw, dout, dinj, T, hc, n);
+        check(&r, "w", dw, w, tot, 1e-6);
+        free(w), free(o), free(inj), dfree(dw), dfree(dout), dfree(dinj);
+    }
+    op_end(&r);
+
+    op_begin(&r, "hc_mix");
+    for (int i = 0; i < 2; i++) {
+        const int T = i ? 3 : 1, hc = i ? 4 : 1, n = i ? 65 : 7;
+        const size_t wn = (size_t)T * hc * n, tot = (size_t)T * n + 3;
+        float *w = rand_vec(wn, 1), *x = rand_vec(wn, 1), *y = poison_vec(tot);
+        float *dw = UPF(w, wn), *dx = UPF(x, wn), *dy = UPF(y, tot);
+        cpu.ops->hc_mix(&cpu, y, w, x, T, hc, n);
+        gpu.ops->hc_mix(&gpu, dy, dw, dx, T, hc, n);
+        check(&r, "y", dy, y, tot, 1e-6);
+        free(w), free(x), free(y), dfree(dw), dfree(dx), dfree(dy);
+    }
+    op_end(&r);
+
+    op_begin(&r, "ple_gate");
+    static const int pn[] = {65, 256, 1};
+    for (int i = 0; i < 3; i++) {
+        const int T = 3, hc = 4, n = pn[i];
+        const size_t kn = (size_t)T * hc * n, tot = kn + 3;
+        float *k = rand_vec(kn, 1), *q = rand_vec(kn, 1), *v = rand_vec((size_t)T * n, 1), *y = poison_vec(tot);
+        float *dk = UPF(k, kn), *dq = UPF(q, kn), *dv = UPF(v, (size_t)T * n), *dy = UPF(y, tot);
+        cpu.ops->ple_gate(&cpu, y, k, q, v, T, hc, n);
+        gpu.ops->ple_gate(&gpu, dy, dk, dq, dv, T, hc, n);
+        check(&r, "y", dy, y, tot, 2e-6);
+        free(k), free(q), free(v), free(y), dfree(dk), dfree(dq), dfree(dv), dfree(dy);
+    }
+    op_end(&r);
+
+    op_begin(&r, "qsa_scores");
+    static const int qs[][3] = {{16, 37, 128}, {1, 1, 1}, {5, 300, 65}};
+    for (int i = 0; i < 3; i++) {
+        const int nh = qs[i][0], nb = qs[i][1], d = qs[i][2];
+        float *q = rand_vec((size_t)nh * d, 1), *k = rand_vec((size_t)nb * d, 1), *s = poison_vec((size_t)nb + 3);
+        float *dq = UPF(q, (size_t)nh * d), *dk = UPF(k, (size_t)nb * d), *ds = UPF(s, (size_t)nb + 3);
+        cpu.ops->qsa_scores(&cpu, s, q, k, nh, nb, d);
+        gpu.ops->qsa_scores(&gpu, ds, dq, dk, nh, nb, d);
+        check(&r, "scores", ds, s, (size_t)nb + 3, 2e-6);
+        free(q), free(k), free(s), dfree(dq), dfree(dk), dfree(ds);
+    }
+    op_end(&r);
+}
+
+static void test_conv1d(void) {
+    static const int cases[][4] = {/* T, C, K, dilation */
+                                   {1, 37, 4, 1}, {17, 37, 4, 1}, {5, 64, 4, 2},
+                                   {2, 16, 4, 3}, {3, 10, 1, 1},  {9, 300, 3, 1}};
+    op_report r;
+    op_begin(&r, "conv1d_silu");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int T = cases[c][0], C = cases[c][1], K = cases[c][2], d = cases[c][3];
+        const int S = (K - 1) * d;
+        wpair w;
+        wpair_make(&w, c % 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, C, K, 0.7f, 0);
+        w.h.ndim = w.d.ndim = 3; /* [C, 1, K] */
+        w.h.shape[1] = w.d.shape[1] = 1;
+        w.h.shape[2] = w.d.shape[2] = K;
+        const size_t xn = (size_t)T * C, sn = (size_t)C * S + 2, yn = xn + 3;
+        float *x = rand_vec(xn, 2), *st = rand_vec(sn, 2), *y = poison_vec(yn);
+        st[sn - 1] = st[sn - 2] = POISON;
+        float *dx = UPF(x, xn), *dst = UPF(st, sn), *dy = UPF(y, yn);
+        cpu.ops->conv1d_silu(&cpu, y, x, T, C, &w.h, K, d, st);
+        gpu.ops->conv1d_silu(&gpu, dy, dx, T, C, &w.d, K, d, dst);
+        char what[64];
+        snprintf(what, sizeof what, "T=%d C=%d K=%d d=%d", T, C, K, d);
+        check(&r, what, dy, y, yn, 2e-6);
+        check(&r, "state", dst, st, sn, 0);
+        free(x), free(st), free(y), dfree(dx), dfree(dst), dfree(dy), wpair_free(&w);
+    }
+    op_end(&r);
+}
+
+static void l2rows(float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++)
+            ss += (double)x[(size_t)r * n + i] * x[(size_t)r * n + i];
+        for (int i = 0; i < n; i++)
+            x[(size_t)r * n + i] = (float)(x[(size_t)r * n + i] / sqrt(ss + 1e-6));
+    }
+}
+
+static void test_delta_rule(void) {
+    static const int cases[][5] = {/* T, nk, nv, dk, dv */
+                                   {1, 2, 4, 128, 128}, {5, 2, 4, 128, 128}, {3, 1, 2, 256, 256},
+                                   {4, 1, 3, 8, 16},    {2, 2, 2, 64, 200},  {17, 1, 1, 32, 32},
+                                   {2, 1, 1, 100, 33}};
+    op_report r;
+    op_begin(&r, "delta_rule");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int T = cases[c][0], nk = cases[c][1], nv = cases[c][2], dk = cases[c][3], dv = cases[c][4];
+        const size_t qn = (size_t)T * nk * dk, vn = (size_t)T * nv * dv, an = (size_t)T * nv;
+        const size_t sn = (size_t)nv * dk * dv, on = vn + 3;
+        float *q = rand_vec(qn, 1), *k = rand_vec(qn, 1), *v = rand_vec(vn, 1);
+        l2rows(q, T * nk, dk), l2rows(k, T * nk, dk);
+        float *a = rand_vec(an, 3), *b = rand_vec(an, 3), *st = rand_vec(sn, 0.3f), *o = poison_vec(on);
+        wpair A, dtb;
+        wpair_make(&A, c % 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, nv, 1.0f, 0);
+        wpair_make(&dtb, SL_DTYPE_F32, 0, nv, 1.0f, 0);
+        float *dq = UPF(q, qn), *dk_ = UPF(k, qn), *dv_ = UPF(v, vn), *da = UPF(a, an), *db = UPF(b, an);
+        float *dst = UPF(st, sn), *dout = UPF(o, on);
+        sl_delta_args args = {.out = o, .q = q, .k = k, .v = v, .a = a, .b = b, .A_log = &A.h,
+                              .dt_bias = &dtb.h, .state = st, .T = T, .nk = nk, .nv = nv, .dk = dk,
+                              .dv = dv, .q_scale = 1.0f / sqrtf((float)dk)};
+        cpu.ops->delta_rule(&cpu, &args);
+        args.out = dout, args.q = dq, args.k = dk_, args.v = dv_, args.a = da, args.b = db;
+        args.A_log = &A.d, args.dt_bias = &dtb.d, args.state = dst;
+        gpu.ops->delta_rule(&gpu, &args);
+        char what[80];
+        snprintf(what, sizeof what, "T=%d nk=%d nv=%d dk=%d dv=%d", T, nk, nv, dk, dv);
+        check(&r, what, dout, o, on, 2e-5);
+        check(&r, "state", dst, st, sn, 2e-5);
+        free(q), free(k), free(v), free(a), free(b), free(st), free(o);
+        dfree(dq), dfree(dk_), dfree(dv_), dfree(da), dfree(db), dfree(dst), dfree(dout);
+        wpair_free(&A), wpair_free(&dtb);
+    }
+    op_end(&r);
+}
+
+/* -------------------------------------------------------- benchmarks */
+
+static double time_matmul(float *dy, const float *dx, const sl_tensor *w, int T, int reps) {
+    for (int i = 0; i < 3; i++)
+        gpu.ops->matmul(&gpu, dy, dx, w, NULL, T);
+    sl_cuda_sync(&gpu);
+    const double t0 = sl_now();
+    for (int i = 0; i < reps; i++)
+        gpu.ops->matmul(&gpu, dy, dx, w, NULL, T);
+    sl_cuda_sync(&gpu);
+    return (sl_now() - t0) / reps;
+}
+
+static void bench_matmul(void) {
+    static const int shapes[][2] = {{2048, 768}, {768, 2048}, {151936, 2048}};
+    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
+    printf("\nGEMV (decode) on %s, weight bytes incl. scales/biases, 50 runs each:\n",
+           sl_cuda_device_name(&gpu));
+    for (size_t s = 0; s < 3; s++)
+        for (size_t di = 0; di < 3; di++) {
+            const int N = shapes[s][0], K = shapes[s][1];
+            const sl_dtype dt = dts[di];
+            const size_t G = (size_t)sl_qgroups(K);
+            const size_t data = sl_row_bytes(dt, K) * (size_t)N;
+            const size_t sb = sl_dtype_is_quant(dt) ? (size_t)N * G * 2 : 0;
+            sl_tensor w = {.name = "bench", .dtype = dt, .ndim = 2, .shape = {N, K}, .nbytes = data};
+            void *dd = gpu.ops->alloc(&gpu, data);
+            void *ds = sb ? gpu.ops->alloc(&gpu, sb) : NULL, *db = sb ? gpu.ops->alloc(&gpu, sb) : NULL;
+            SL_ASSERT(dd && (!sb || (ds && db)));
+            w.data = dd, w.scales = ds, w.biases = db;
+            float *dx = gpu.ops->alloc(&gpu, (size_t)512 * K * sizeof(float));
+            float *dy = gpu.ops->alloc(&gpu, (size_t)512 * N * sizeof(float));
+            const double bytes = (double)(data + 2 * sb);
+            printf("  %-5s %6d x %-5d (%7.1f MB):", sl_dtype_name(dt), N, K, bytes / 1e6);
+            for (int T = 1; T <= 4; T *= 4) {
+                const double t = time_matmul(dy, dx, &w, T, 50);
+                printf("  T=%d %7.1f us %7.1f GB/s", T, t * 1e6, bytes / t / 1e9);
+            }
+            if (N <= 2048) {
+                const double t = time_matmul(dy, dx, &w, 512, 10);
+                printf("  | T=512 %7.1f us %6.0f GFLOP/s", t * 1e6, 2.0 * N * K * 512 / t / 1e9);
+            }
+            printf("\n");
+            dfree(dd), dfree(ds), dfree(db), dfree(dx), dfree(dy);
+        }
+}
+
+static void bench_attention(void) {
+    const int nh = 32, nkv = 4, hd = 128, ctx = 4096;
+    const size_t kvn = (size_t)ctx * nkv * hd;
+    float *dk = gpu.ops->alloc(&gpu, kvn * 4), *dv = gpu.ops->alloc(&gpu, kvn * 4);
+    float *dq = gpu.ops->alloc(&gpu, (size_t)512 * nh * hd * 4), *dout = gpu.ops->alloc(&gpu, (size_t)512 * nh * hd * 4);
+    sl_attn_args a = {.out = dout, .q = dq, .kcache = dk, .vcache = dv, .T = 1, .pos0 = ctx - 1,
+                      .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .scale = 0.088f};
+    gpu.ops->attention(&gpu, &a);
+    sl_cuda_sync(&gpu);
+    double t0 = sl_now();
+    for (int i = 0; i < 50; i++)
+        gpu.ops->attention(&gpu, &a);
+    sl_cuda_sync(&gpu);
+    const double td = (sl_now() - t0) / 50;
+    a.T = 512, a.pos0 = 0;
+    gpu.ops->attention(&gpu, &a);
+    sl_cuda_sync(&gpu);
+    t0 = sl_now();
+    for (int i = 0; i < 5; i++)
+        gpu.ops->attention(&gpu, &a);
+    sl_cuda_sync(&gpu);
+    const double tp = (sl_now() - t0) / 5;
+    printf("attention 32/4 heads x 128: decode at ctx %d %.1f us (%.0f GB/s of KV), prefill T=512 %.1f us\n",
+           ctx, td * 1e6, 2.0 * kvn * 4 / td / 1e9, tp * 1e6);
+    dfree(dk), dfree(dv), dfree(dq), dfree(dout);
+}
+
+int main(int argc, char **argv) {
+    (void)argc, (void)argv;
+    sl_error err = {0};
+    if (sl_backend_cuda_init(&gpu, 0, &err) != SL_OK) {
+        fprintf(stderr, "test_cuda: %s\n", err.msg);
+        return 1;
+    }
+    /* The scalar ISA: float order everywhere (Q4 never takes the int8 activation path). */
+    sl_backend_cpu_init(&cpu, 4, SL_ISA_SCALAR);
+    printf("CUDA ops vs CPU (scalar) on %s\n", sl_cuda_device_name(&gpu));
+    test_memory();
+    test_matmul();
+    test_embed();
+    test_norms();
+    test_rope();
+    test_attention();
+    test_elementwise();
+    test_conv1d();
+    test_delta_rule();
+    printf("%d passed, %d failed\n", ops_passed, ops_failed);
+    if (!getenv("SL_CUDA_NO_BENCH")) {
+        bench_matmul();
+        bench_attention();
+    }
+    sl_backend_cuda_free(&gpu);
+    return ops_failed ? 1 : 0;
+}
