@@ -29,6 +29,10 @@ static void cpu_copy(const sl_backend *be, void *dst, const void *src, size_t by
     if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
+static void cpu_sync(const sl_backend *be) {
+    (void)be;
+}
+
 static void cpu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src,
                        size_t src_ld, int32_t rows, int32_t cols) {
     (void)be;
@@ -367,6 +371,8 @@ static const sl_ops cpu_ops = {
     .release = cpu_release,
     .to_host = cpu_copy,
     .to_dev = cpu_copy,
+    .to_dev_async = cpu_copy,
+    .sync = cpu_sync,
     .copy2d = cpu_copy2d,
     .copy_rows = cpu_copy_rows,
     .fill = cpu_fill,

@@ -85,6 +85,10 @@ typedef struct sl_ops {
      * bytes are there (to_host waits for all work queued before it). */
     void (*to_host)(const sl_backend *be, void *host, const void *src, size_t bytes);
     void (*to_dev)(const sl_backend *be, void *dst, const void *host, size_t bytes);
+    /* Queues a copy from host memory that stays unchanged until the next sync or to_host
+     * (expert blobs); sync waits for everything queued. */
+    void (*to_dev_async)(const sl_backend *be, void *dst, const void *host, size_t bytes);
+    void (*sync)(const sl_backend *be);
     /* dst[r * dst_ld + c] = src[r * src_ld + c], r < rows, c < cols. */
     void (*copy2d)(const sl_backend *be, float *dst, size_t dst_ld, const float *src,
                    size_t src_ld, int32_t rows, int32_t cols);

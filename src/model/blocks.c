@@ -272,6 +272,9 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     if (m->dev.layers) cap = SL_MIN(cap, m->dev.n_slots);
     for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
         const int32_t nj = SL_MIN(cap, n_used - j0);
+        /* The previous group's queued copies read host slots this fetch may refill (and the
+         * router's to_host above already waited for those of earlier calls). */
+        if (j0 && m->dev.layers) be->ops->sync(be);
         sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
         if (!st && m->dev.layers) sl_dev_cache_map(&m->dev, be, l, b->expert_list + j0, nj, b->fetched);
         double t2 = sl_now();
@@ -292,11 +295,11 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
     if (L->sh_router.data) {
         swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
+        /* out += sigmoid(gate . x) * shared(x), all in backend memory */
         be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
-        be->ops->to_host(be, b->h_sh_logit, b->sh_logit, (size_t)T * sizeof(float));
-        for (int32_t t = 0; t < T; t++)
-            be->ops->axpy(be, b->out + (size_t)t * H, 1.0f / (1.0f + expf(-b->h_sh_logit[t])),
-                          b->ffn_out + (size_t)t * H, H);
+        be->ops->activate(be, b->sh_logit, b->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
+        be->ops->weighted_sum(be, b->xg, b->ffn_out, b->sh_logit, T, 1, (int32_t)H);
+        be->ops->axpy(be, b->out, 1.0f, b->xg, (size_t)T * H);
     }
     return SL_OK;
 }

@@ -341,7 +341,6 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->ids = carve(cv, B, sizeof(int32_t));
     b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
     b->h_router_logits = carve(hv, B * E, sizeof(float));
-    b->h_sh_logit = carve(hv, B, sizeof(float));
     b->h_gather = carve(hv, B * k, sizeof(int32_t));
     b->gather_idx = carve(cv, B * k, sizeof(int32_t));
     b->scatter_idx = carve(cv, B * k, sizeof(int32_t));

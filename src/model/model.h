@@ -124,7 +124,6 @@ typedef struct sl_session_buf {
     int32_t *ids;              /* [B] token ids of the chunk */
     float *logits;             /* [B, V] when the backend is not host memory, else NULL */
     float *h_router_logits;    /* host [B, E] */
-    float *h_sh_logit;         /* host [B] */
     int32_t *h_gather;         /* host [B * k] */
     int32_t *gather_idx;       /* [B * k] token row of each grouped (token, rank) row */
     int32_t *scatter_idx;      /* [B * k] (token, rank) row of each grouped row */

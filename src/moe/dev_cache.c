@@ -125,13 +125,15 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
             L->slot_uses[s] = 1;
             const sl_tensor *src[3] = {&views[i]->gate, &views[i]->up, &views[i]->down};
             uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
+            /* The store's host copy stays put until its next fetch of this layer, and the
+             * MoE block syncs before that (sl_dev_cache_map's contract): no wait here. */
             for (int j = 0; j < 3; j++) {
-                be->ops->to_dev(be, base + d->off[3 * j], src[j]->data, src[j]->nbytes);
+                be->ops->to_dev_async(be, base + d->off[3 * j], src[j]->data, src[j]->nbytes);
                 if (src[j]->scales) {
-                    be->ops->to_dev(be, base + d->off[3 * j + 1], src[j]->scales,
-                                    scale_bytes(src[j]));
-                    be->ops->to_dev(be, base + d->off[3 * j + 2], src[j]->biases,
-                                    scale_bytes(src[j]));
+                    be->ops->to_dev_async(be, base + d->off[3 * j + 1], src[j]->scales,
+                                          scale_bytes(src[j]));
+                    be->ops->to_dev_async(be, base + d->off[3 * j + 2], src[j]->biases,
+                                          scale_bytes(src[j]));
                 }
                 d->bytes += (int64_t)(src[j]->nbytes + 2 * scale_bytes(src[j]));
             }

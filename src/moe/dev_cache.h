@@ -38,7 +38,8 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
                             int32_t n_slots, sl_cache_policy policy, sl_error *err);
 void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be);
 /* Replaces the host views in[0..n) of experts ids[] (as the store's fetch gave them) by views
- * into backend memory, copying the misses in; n <= n_slots. */
+ * into backend memory, copying the misses in; n <= n_slots. The copies are queued: the
+ * caller syncs the backend before the store's next fetch of this layer may overwrite them. */
 void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
                       int32_t n, const sl_expert **views);
 

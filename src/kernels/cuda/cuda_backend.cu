@@ -59,19 +59,37 @@ static void cu_unpin(const sl_backend *be, void *host) {
     if (cudaHostUnregister(host) != cudaSuccess) (void)cudaGetLastError(); /* was never pinned */
 }
 
-static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t bytes) {
-    if (!bytes) return;
-    cudaStream_t s = cu_of(be)->stream;
-    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+static void cu_sync(const sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    c->stage_off = 0; /* every staged copy has landed */
 }
 
+static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, cu_of(be)->stream));
+    cu_sync(be);
+}
+
+static void cu_to_dev_async(const sl_backend *be, void *dst, const void *host, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cu_of(be)->stream));
+}
+
+/* Small copies go through the staging ring and do not wait; large ones wait, since the host
+ * buffer may be reused as soon as we return. */
 static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t bytes) {
     if (!bytes) return;
-    cudaStream_t s = cu_of(be)->stream;
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s));
-    /* The host buffer may be reused as soon as we return. */
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    cu_ctx *c = cu_of(be);
+    if (bytes <= c->stage_bytes / 8) {
+        if (c->stage_off + bytes > c->stage_bytes) cu_sync(be);
+        memcpy(c->stage + c->stage_off, host, bytes);
+        cu_to_dev_async(be, dst, c->stage + c->stage_off, bytes);
+        c->stage_off = (c->stage_off + bytes + 255) & ~(size_t)255;
+        return;
+    }
+    cu_to_dev_async(be, dst, host, bytes);
+    cu_sync(be);
 }
 
 /* ------------------------------------------------------------- table */
@@ -86,6 +104,8 @@ static sl_ops make_ops(void) {
     o.unpin = cu_unpin;
     o.to_host = cu_to_host;
     o.to_dev = cu_to_dev;
+    o.to_dev_async = cu_to_dev_async;
+    o.sync = cu_sync;
     o.copy2d = cu_copy2d;
     o.copy_rows = cu_copy_rows;
     o.fill = cu_fill;
@@ -139,6 +159,12 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
         free(c);
         return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: stream: %s", cudaGetErrorString(e));
     }
+    c->stage_bytes = (size_t)16 << 20;
+    if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return sl_fail(err, SL_ERR_NOMEM, "CUDA: pinned staging: %s", cudaGetErrorString(e));
+    }
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->isa = SL_ISA_SCALAR;
@@ -152,6 +178,7 @@ extern "C" void sl_backend_cuda_free(sl_backend *be) {
     if (!c) return;
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
+    if (c->stage) CUDA_CHECK(cudaFreeHost(c->stage));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);
     be->ctx = NULL;

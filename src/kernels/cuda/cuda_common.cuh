@@ -36,6 +36,10 @@ typedef struct cu_ctx {
     /* Device scratch (attention partials, overlapping copies), grown on demand. */
     void *scratch;
     size_t scratch_bytes;
+    /* Pinned staging ring for small host-to-device copies: to_dev copies the bytes here and
+     * queues the transfer without waiting; the ring restarts after a wait for the stream. */
+    uint8_t *stage;
+    size_t stage_bytes, stage_off;
 } cu_ctx;
 
 static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
