@@ -200,3 +200,9 @@ add_bias:
                 y[(size_t)t * (size_t)N + (size_t)n] += load_w(bias->data, bias->dtype, (size_t)n);
     }
 }
+
+void sl_matmul_batch_cpu(const sl_backend *be, float *const *y, const float *const *x,
+                         const sl_tensor *const *w, const int32_t *T, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        sl_matmul_cpu(be, y[i], x[i], w[i], NULL, T[i]);
+}

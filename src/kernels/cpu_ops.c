@@ -379,6 +379,7 @@ static const sl_ops cpu_ops = {
     .weighted_sum = cpu_weighted_sum,
     .hc_inject = cpu_hc_inject,
     .matmul = sl_matmul_cpu,
+    .matmul_batch = sl_matmul_batch_cpu,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -99,6 +99,11 @@ typedef struct sl_ops {
     void (*fill)(const sl_backend *be, float *dst, float v, size_t n);
     void (*matmul)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
+    /* n independent matmuls (the experts of one MoE layer): y[i] = x[i] . w[i]^T with T[i]
+     * rows each; the w[i] share dtype and shape. Pointer arrays and T are host memory, what
+     * they point at backend memory. Each y[i] is exactly what matmul gives. */
+    void (*matmul_batch)(const sl_backend *be, float *const *y, const float *const *x,
+                         const sl_tensor *const *w, const int32_t *T, int32_t n);
     /* Copies rows ids[t] of a [V, n] table into y[t]. ids (backend memory) are already
      * validated. */
     void (*embed)(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
@@ -177,6 +182,8 @@ const char *sl_isa_name(sl_isa isa);
 /* Row-wise matmul kernels, also used directly by tests (cpu_matmul.c). */
 void sl_matmul_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
+void sl_matmul_batch_cpu(const sl_backend *be, float *const *y, const float *const *x,
+                         const sl_tensor *const *w, const int32_t *T, int32_t n);
 /* One element in float32 with the reference order, for tests. */
 float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x);
 /* Widens n elements of a F32/F16/BF16 array starting at element i0. */

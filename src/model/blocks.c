@@ -207,6 +207,45 @@ static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tenso
 }
 
 /*
+ * The fetched experts list[0..n) (views in b->fetched), whose rows total at most max_batch,
+ * in one pass each: gather every row they read into xg (expert by expert), the gate, up and
+ * down matmuls of all of them as three batches, one SwiGLU, and one scatter of the results
+ * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
+ */
+static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32_t n, int32_t rows) {
+    const sl_model *m = s->model;
+    const sl_backend *be = &m->be;
+    sl_session_buf *b = &s->b;
+    const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.moe_intermediate_size;
+    const int32_t k = m->cfg.n_experts_used;
+    (void)l;
+    int32_t off = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t e = list[j], cnt = b->expert_count[e];
+        const int32_t *r = b->expert_rows + b->expert_start[e] - cnt;
+        for (int32_t i = 0; i < cnt; i++) {
+            b->h_grp[off + i] = r[i] / k;        /* token row read */
+            b->h_grp[rows + off + i] = r[i];     /* (token, rank) row written */
+        }
+        const sl_expert *ex = b->fetched[j];
+        b->bx[j] = b->xg + (size_t)off * H;
+        b->bg[j] = b->gate + (size_t)off * I;
+        b->bu[j] = b->up + (size_t)off * I;
+        b->bo[j] = b->ffn_out + (size_t)off * H;
+        b->wg[j] = &ex->gate, b->wu[j] = &ex->up, b->wd[j] = &ex->down;
+        b->bT[j] = cnt;
+        off += cnt;
+    }
+    be->ops->to_dev(be, b->grp_idx, b->h_grp, 2 * (size_t)rows * sizeof(int32_t));
+    be->ops->copy_rows(be, b->xg, NULL, b->xn, b->grp_idx, rows, (int32_t)H);
+    be->ops->matmul_batch(be, b->bg, (const float *const *)b->bx, b->wg, b->bT, n);
+    be->ops->matmul_batch(be, b->bu, (const float *const *)b->bx, b->wu, b->bT, n);
+    be->ops->swiglu(be, b->gate, b->gate, b->up, (size_t)rows * I);
+    be->ops->matmul_batch(be, b->bo, (const float *const *)b->bg, b->wd, b->bT, n);
+    be->ops->copy_rows(be, b->expert_out, b->grp_idx + rows, b->ffn_out, NULL, rows, (int32_t)H);
+}
+
+/*
  * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
  * each expert's weights are fetched and streamed through once per chunk;
  * each (token, rank) result lands in its own row of expert_out, and the rows
@@ -280,15 +319,21 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         double t2 = sl_now();
         m->stats.t_expert_io += t2 - t1;
         if (st) return st;
-        for (int32_t j = 0; j < nj; j++) {
-            const int32_t e = b->expert_list[j0 + j], cnt = b->expert_count[e];
-            const int32_t first = b->expert_start[e] - cnt; /* e's rows in expert_rows */
-            const sl_expert *ex = b->fetched[j];
-            be->ops->copy_rows(be, b->xg, NULL, b->xn, b->gather_idx + first, cnt, (int32_t)H);
-            swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
-            be->ops->copy_rows(be, b->expert_out, b->scatter_idx + first, b->ffn_out, NULL, cnt,
-                               (int32_t)H);
-        }
+        int32_t rows = 0;
+        for (int32_t j = 0; j < nj; j++)
+            rows += b->expert_count[b->expert_list[j0 + j]];
+        if (rows <= s->max_batch)
+            experts_batched(s, l, b->expert_list + j0, nj, rows);
+        else /* more rows than the activation buffers: one expert at a time */
+            for (int32_t j = 0; j < nj; j++) {
+                const int32_t e = b->expert_list[j0 + j], cnt = b->expert_count[e];
+                const int32_t first = b->expert_start[e] - cnt; /* e's rows in expert_rows */
+                const sl_expert *ex = b->fetched[j];
+                be->ops->copy_rows(be, b->xg, NULL, b->xn, b->gather_idx + first, cnt, (int32_t)H);
+                swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
+                be->ops->copy_rows(be, b->expert_out, b->scatter_idx + first, b->ffn_out, NULL, cnt,
+                                   (int32_t)H);
+            }
         t1 = sl_now();
         m->stats.t_expert_compute += t1 - t2;
     }

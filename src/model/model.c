@@ -343,6 +343,16 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->h_router_logits = carve(hv, B * E, sizeof(float));
     b->h_gather = carve(hv, B * k, sizeof(int32_t));
     b->gather_idx = carve(cv, B * k, sizeof(int32_t));
+    b->grp_idx = carve(cv, 2 * B, sizeof(int32_t));
+    b->h_grp = carve(hv, 2 * B, sizeof(int32_t));
+    b->bx = carve(hv, E, sizeof(float *));
+    b->bg = carve(hv, E, sizeof(float *));
+    b->bu = carve(hv, E, sizeof(float *));
+    b->bo = carve(hv, E, sizeof(float *));
+    b->wg = carve(hv, E, sizeof(sl_tensor *));
+    b->wu = carve(hv, E, sizeof(sl_tensor *));
+    b->wd = carve(hv, E, sizeof(sl_tensor *));
+    b->bT = carve(hv, E, sizeof(int32_t));
     b->scatter_idx = carve(cv, B * k, sizeof(int32_t));
     b->topk_w_dev = carve(cv, B * k, sizeof(float));
     b->ones = carve(cv, (size_t)SL_MAX(c->idx_ratio, 1), sizeof(float));

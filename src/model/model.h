@@ -126,6 +126,12 @@ typedef struct sl_session_buf {
     float *h_router_logits;    /* host [B, E] */
     int32_t *h_gather;         /* host [B * k] */
     int32_t *gather_idx;       /* [B * k] token row of each grouped (token, rank) row */
+    int32_t *grp_idx;          /* [2 * B] a batch of experts' rows: read, then written */
+    int32_t *h_grp;            /* host [2 * B] */
+    float **bx, **bg, **bu, **bo; /* host [E] per expert of a batch: its rows in xg, gate, up,
+                                   * ffn_out */
+    const sl_tensor **wg, **wu, **wd; /* host [E] its gate, up, down */
+    int32_t *bT;               /* host [E] its row count */
     int32_t *scatter_idx;      /* [B * k] (token, rank) row of each grouped row */
     float *topk_w_dev;         /* [B * k] */
     float *ones;               /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */

@@ -738,6 +738,35 @@ static void bench_attention(void) {
     dfree(dk), dfree(dv), dfree(dq), dfree(dout);
 }
 
+/* matmul_batch: one launch for equal T <= 4, a fallback for mixed T; against the CPU. */
+static void test_matmul_batch(void) {
+    op_report r;
+    op_begin(&r, "matmul_batch");
+    enum { NB = 5, N = 96, K = 256 };
+    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
+    static const int32_t Ts[3][NB] = {{1, 1, 1, 1, 1}, {3, 3, 3, 3, 3}, {1, 2, 5, 1, 3}};
+    for (size_t di = 0; di < 3; di++)
+        for (int c = 0; c < 3; c++) {
+            wpair w[NB];
+            float *hx[NB], *hy[NB], *dx[NB], *dy[NB];
+            const sl_tensor *wh[NB], *wd[NB];
+            for (int i = 0; i < NB; i++) {
+                wpair_make(&w[i], dts[di], N, K, 0.5f, 0);
+                wh[i] = &w[i].h, wd[i] = &w[i].d;
+                hx[i] = rand_vec((size_t)Ts[c][i] * K, 1), dx[i] = UPF(hx[i], Ts[c][i] * K);
+                hy[i] = poison_vec((size_t)Ts[c][i] * N + 3), dy[i] = UPF(hy[i], Ts[c][i] * N + 3);
+            }
+            cpu.ops->matmul_batch(&cpu, hy, (const float *const *)hx, wh, Ts[c], NB);
+            gpu.ops->matmul_batch(&gpu, dy, (const float *const *)dx, wd, Ts[c], NB);
+            for (int i = 0; i < NB; i++) {
+                check(&r, "matmul_batch", dy[i], hy[i], (size_t)Ts[c][i] * N + 3, 1e-4);
+                wpair_free(&w[i]);
+                free(hx[i]), free(hy[i]), dfree(dx[i]), dfree(dy[i]);
+            }
+        }
+    op_end(&r);
+}
+
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
     sl_error err = {0};
@@ -750,6 +779,7 @@ int main(int argc, char **argv) {
     printf("CUDA ops vs CPU (scalar) on %s\n", sl_cuda_device_name(&gpu));
     test_memory();
     test_matmul();
+    test_matmul_batch();
     test_embed();
     test_norms();
     test_rope();

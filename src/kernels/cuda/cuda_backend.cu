@@ -62,7 +62,8 @@ static void cu_unpin(const sl_backend *be, void *host) {
 static void cu_sync(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    c->stage_off = 0; /* every staged copy has landed */
+    c->stage_off = 0; /* every staged copy has landed, every queued kernel has run */
+    c->items_off = 0;
 }
 
 static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t bytes) {
@@ -92,6 +93,17 @@ static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t 
     cu_sync(be);
 }
 
+void *cu_items(const sl_backend *be, const void *host, size_t bytes) {
+    cu_ctx *c = cu_of(be);
+    SL_ASSERT(bytes <= c->items_bytes && bytes <= c->stage_bytes / 8);
+    /* Room in both rings first, so the staged copy below cannot wait and reset them. */
+    if (c->items_off + bytes > c->items_bytes || c->stage_off + bytes > c->stage_bytes) cu_sync(be);
+    uint8_t *dst = c->items + c->items_off;
+    c->items_off = (c->items_off + bytes + 255) & ~(size_t)255;
+    cu_to_dev(be, dst, host, bytes); /* staged: no wait */
+    return dst;
+}
+
 /* ------------------------------------------------------------- table */
 
 static sl_ops make_ops(void) {
@@ -110,6 +122,7 @@ static sl_ops make_ops(void) {
     o.copy_rows = cu_copy_rows;
     o.fill = cu_fill;
     o.matmul = cu_matmul;
+    o.matmul_batch = cu_matmul_batch;
     o.embed = cu_embed;
     o.rmsnorm = cu_rmsnorm;
     o.rope = cu_rope;
@@ -159,6 +172,12 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
         free(c);
         return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: stream: %s", cudaGetErrorString(e));
     }
+    c->items_bytes = (size_t)4 << 20;
+    if ((e = cudaMalloc((void **)&c->items, c->items_bytes)) != cudaSuccess) {
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return sl_fail(err, SL_ERR_NOMEM, "CUDA: %s", cudaGetErrorString(e));
+    }
     c->stage_bytes = (size_t)16 << 20;
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) {
         cudaStreamDestroy(c->stream);
@@ -179,6 +198,7 @@ extern "C" void sl_backend_cuda_free(sl_backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
     if (c->stage) CUDA_CHECK(cudaFreeHost(c->stage));
+    if (c->items) CUDA_CHECK(cudaFree(c->items));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);
     be->ctx = NULL;

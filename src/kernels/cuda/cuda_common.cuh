@@ -40,12 +40,18 @@ typedef struct cu_ctx {
      * queues the transfer without waiting; the ring restarts after a wait for the stream. */
     uint8_t *stage;
     size_t stage_bytes, stage_off;
+    /* Device ring of small parameter blocks (matmul_batch's items), reused after a wait. */
+    uint8_t *items;
+    size_t items_bytes, items_off;
 } cu_ctx;
 
 static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
 
 /* Device scratch of at least `bytes`; growing waits for queued work first. */
 void *cu_scratch(const sl_backend *be, size_t bytes);
+/* Copies `bytes` of host parameters into the device items ring (queued, no wait) and
+ * returns their device address, valid for the kernels queued next. */
+void *cu_items(const sl_backend *be, const void *host, size_t bytes);
 
 /* ----------------------------------------------------------- weights */
 
@@ -100,6 +106,8 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) {
 }
 
 /* Launchers, one per op, defined in cuda_matmul.cu and cuda_ops.cu. */
+void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                     const sl_tensor *const *w, const int32_t *T, int32_t n);
 void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                const sl_tensor *bias, int32_t T);
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,

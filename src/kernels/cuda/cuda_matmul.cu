@@ -66,16 +66,17 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y). */
 template <int DT, int R, int NT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
-              const void *__restrict__ bias, int bias_dt, int N, int K) {
+__device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *__restrict__ x,
+                                               const cu_w &w, const void *__restrict__ bias,
+                                               int bias_dt, int N, int K, int64_t bx) {
     constexpr int E = chunk_elems<DT>::E;
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
     constexpr int Z = DT == SL_DTYPE_Q8 ? 128 : 8;
     constexpr float CZ = 8388608.0f + (float)Z; /* code_byte's offset plus the centre */
     const int lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
+    const int64_t row0 = (bx * GEMV_WARPS + threadIdx.x / 32) * R;
     if (row0 >= N) return;
     const int C = K / E;
     const uint4 *wr[R];
@@ -187,6 +188,27 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 y[(size_t)t * N + row0 + r] = acc[r][t] + bv;
         }
     }
+}
+
+template <int DT, int R, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
+              const void *__restrict__ bias, int bias_dt, int N, int K) {
+    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x);
+}
+
+/* One matrix-vector product of a batch (sl_ops.matmul_batch). */
+typedef struct gemv_item {
+    float *y;
+    const float *x;
+    cu_w w;
+} gemv_item;
+
+template <int DT, int R, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_fast_batch(const gemv_item *__restrict__ items, int N, int K) {
+    const gemv_item it = items[blockIdx.y];
+    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, N, K, (int64_t)blockIdx.x);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -353,6 +375,63 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         case 3: gemv_generic<3><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
         default: gemv_generic<4><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
         }
+    }
+    CUDA_LAUNCHED();
+}
+
+template <int DT, int R>
+static void launch_batch_r(cudaStream_t s, const gemv_item *items, int n, int N, int K, int T) {
+    dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
+    switch (T) {
+    case 1: gemv_fast_batch<DT, R, 1><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
+    case 2: gemv_fast_batch<DT, R, 2><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
+    case 3: gemv_fast_batch<DT, R, 3><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
+    default: gemv_fast_batch<DT, R, 4><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
+    }
+}
+
+template <int DT>
+static void launch_batch(const cu_ctx *c, const gemv_item *items, int n, int N, int K, int T) {
+    /* the row blocking of launch_fast, counting the whole batch's rows */
+    const int64_t want = (int64_t)c->n_sm * 4, rows = (int64_t)N * n;
+    if (rows / (GEMV_WARPS * 4) >= want)
+        launch_batch_r<DT, 4>(c->stream, items, n, N, K, T);
+    else if (rows / (GEMV_WARPS * 2) >= want)
+        launch_batch_r<DT, 2>(c->stream, items, n, N, K, T);
+    else
+        launch_batch_r<DT, 1>(c->stream, items, n, N, K, T);
+}
+
+/* One launch when every product has the same T <= 4 and the fast GEMV's alignment; else one
+ * matmul after another. */
+void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                     const sl_tensor *const *w, const int32_t *T, int32_t n) {
+    if (n <= 0) return;
+    const int dt = (int)w[0]->dtype, E = chunk_of(dt);
+    const int64_t N = w[0]->shape[0], K = w[0]->shape[1];
+    int ok = E > 0 && T[0] >= 1 && T[0] <= 4 && K % E == 0 && n <= 65535 && N < INT32_MAX;
+    for (int32_t i = 0; ok && i < n; i++)
+        ok = T[i] == T[0] && (int)w[i]->dtype == dt && w[i]->shape[0] == N &&
+             w[i]->shape[1] == K && ((uintptr_t)w[i]->data & 15) == 0 &&
+             ((uintptr_t)x[i] & 15) == 0;
+    if (!ok) {
+        for (int32_t i = 0; i < n; i++)
+            cu_matmul(be, y[i], x[i], w[i], NULL, T[i]);
+        return;
+    }
+    cu_ctx *c = cu_of(be);
+    gemv_item *items = (gemv_item *)malloc((size_t)n * sizeof *items);
+    SL_ASSERT(items);
+    for (int32_t i = 0; i < n; i++)
+        items[i] = gemv_item{y[i], x[i], cu_w_of(w[i])};
+    const gemv_item *dev = (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
+    free(items);
+    switch (dt) {
+    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, n, (int)N, (int)K, T[0]); break;
+    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, n, (int)N, (int)K, T[0]); break;
+    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, n, (int)N, (int)K, T[0]); break;
+    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, n, (int)N, (int)K, T[0]); break;
+    default: launch_batch<SL_DTYPE_Q4>(c, dev, n, (int)N, (int)K, T[0]); break;
     }
     CUDA_LAUNCHED();
 }
