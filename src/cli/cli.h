@@ -94,6 +94,9 @@ int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Commands taking exactly one path: 0 to go on with argv[1], 1 on error (printed),
  * 2 after printing help. what: "one DIR", "one MODEL directory". */
 int cli_one_path(int argc, char **argv, const char *help, const char *cmd, const char *what);
+/* After getopt: the one MODEL operand at argv[optind], or NULL (error printed) when there is
+ * none or more than one. */
+const char *cli_model_operand(int argc, char **argv, int optind);
 /* Parses "1,2,3" into a new array; 0 on success. */
 int cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 /* Parses a decimal integer in [lo, hi]; 0 on success. */

@@ -45,11 +45,7 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
         default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
         }
     }
-    if (optind != argc - 1)
-        return cli_error(optind >= argc ? "missing MODEL directory (see --help)"
-                                        : "unexpected argument '%s' (see --help)",
-                         argv[optind + (optind < argc)]);
-    o->model = argv[optind];
+    if (!(o->model = cli_model_operand(argc, argv, optind))) return 1;
     if (!o->ids_str) return cli_error("missing --ids (see --help)");
     return cli_model_opts_check(&o->m) ? 1 : 0;
 }

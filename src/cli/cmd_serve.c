@@ -136,12 +136,8 @@ int cli_serve(int argc, char **argv) {
         default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
         }
     }
-    if (optind != argc - 1)
-        return cli_error(optind >= argc ? "missing MODEL directory (see --help)"
-                                        : "unexpected argument '%s' (see --help)",
-                         argv[optind + (optind < argc)]);
-    if (cli_model_opts_check(&mo)) return 1;
-    const char *model = argv[optind];
+    const char *model = cli_model_operand(argc, argv, optind);
+    if (!model || cli_model_opts_check(&mo)) return 1;
     char name[256];
     snprintf(name, sizeof name, "%s", model);
     size_t n = strlen(name);

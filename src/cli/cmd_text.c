@@ -162,11 +162,7 @@ static int parse(int argc, char **argv, const char *help, int need_prompt, text_
         }
     }
     if (bad) return 1;
-    if (optind != argc - 1)
-        return cli_error(optind >= argc ? "missing MODEL directory (see --help)"
-                                        : "unexpected argument '%s' (see --help)",
-                         argv[optind + (optind < argc)]);
-    o->model = argv[optind];
+    if (!(o->model = cli_model_operand(argc, argv, optind))) return 1;
     if (need_prompt && !o->prompt == !o->file)
         return cli_error("give the prompt with -p TEXT or -f FILE (see --help)");
     return cli_model_opts_check(&o->m) ? 1 : 0;

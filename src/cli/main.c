@@ -28,6 +28,14 @@ static const char usage[] =
     "or a directory made by 'sluice pack'.\n"
     "'sluice <command> --help' describes each command's options.\n";
 
+const char *cli_model_operand(int argc, char **argv, int optind) {
+    if (optind == argc - 1) return argv[optind];
+    cli_error(optind >= argc ? "missing MODEL directory (see --help)"
+                             : "unexpected argument '%s' (see --help)",
+              argv[optind + (optind < argc)]);
+    return NULL;
+}
+
 int cli_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
