@@ -11,6 +11,12 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
 LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm
+# A machine without the -dev packages (the GPU machine) builds against copies of their headers
+# and static libraries: make DEPS=.deps (include/ and lib/ under it).
+ifdef DEPS
+CFLAGS  += -I$(DEPS)/include
+LDLIBS  += -L$(DEPS)/lib -ldl -lpthread
+endif
 LDFLAGS += -fopenmp
 BUILD   := build
 
@@ -164,14 +170,17 @@ clean:
 # ---- CUDA (on a machine with nvcc and a GPU) ------------------------------
 # make test-cuda: every CUDA op against the CPU op (test_cuda), then end-to-end
 # parity of the CUDA backend with the CPU backend and transformers on the
-# fixtures (test_cuda_model).
+# fixtures (test_cuda_model). bench_cuda: tools/bench_cuda.sh's decode benchmark.
 $(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/test_cuda_model: $(BUILD)/tests/cuda/test_cuda_model.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/bench_cuda: $(BUILD)/tests/cuda/bench_cuda.o $(BUILD)/libsluice.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 test-cuda:
-	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model build-cuda/sluice
+	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model
 	build-cuda/test_cuda tests/fixtures
 	build-cuda/test_cuda_model tests/fixtures
