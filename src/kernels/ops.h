@@ -89,6 +89,9 @@ typedef struct sl_ops {
      * (expert blobs); sync waits for everything queued. */
     void (*to_dev_async)(const sl_backend *be, void *dst, const void *host, size_t bytes);
     void (*sync)(const sl_backend *be);
+    /* Optional: the first failure of any op since the last call (ops return nothing), or
+     * SL_OK. A backend that can fail mid-computation (CUDA) reports here. */
+    sl_status (*status)(const sl_backend *be, sl_error *err);
     /* dst[r * dst_ld + c] = src[r * src_ld + c], r < rows, c < cols. */
     void (*copy2d)(const sl_backend *be, float *dst, size_t dst_ld, const float *src,
                    size_t src_ld, int32_t rows, int32_t cols);

@@ -212,6 +212,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st && m->be.device && !(st = upload_weights(m, err)))
         st = sl_dev_cache_init(&m->dev, &m->be, &m->experts, p.gpu_experts, p.cache_policy, err);
     if (!st && m->be.device && m->be.ops->pin) pin_store(m, 1);
+    if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -558,6 +559,8 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         else if (logits && last_chunk)
             dst = logits;
         sl_status st = s->model->family->forward(s, ids + done, T, dst, all_logits, err);
+        const sl_backend *be = &s->model->be;
+        if (!st && be->ops->status) st = be->ops->status(be, err);
         if (st) return st;
         s->pos += T;
         done += T;

@@ -12,6 +12,24 @@ extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 }
 
+/* The first CUDA failure since the last status call (one GPU context per process). */
+static char cu_first_error[512];
+
+void cu_record_error(cudaError_t e, const char *file, int line, const char *call) {
+    if (!cu_first_error[0])
+        snprintf(cu_first_error, sizeof cu_first_error, "CUDA error at %s:%d: %s (%s)", file, line,
+                 cudaGetErrorString(e), call);
+    (void)cudaGetLastError(); /* clear what can be cleared; sticky faults stay */
+}
+
+static sl_status cu_status(const sl_backend *be, sl_error *err) {
+    (void)be;
+    if (!cu_first_error[0]) return SL_OK;
+    sl_status st = sl_fail(err, SL_ERR_IO, "%s", cu_first_error);
+    cu_first_error[0] = 0;
+    return st;
+}
+
 void *cu_scratch(const sl_backend *be, size_t bytes) {
     cu_ctx *c = cu_of(be);
     if (bytes <= c->scratch_bytes) return c->scratch;
@@ -19,8 +37,9 @@ void *cu_scratch(const sl_backend *be, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
     size_t nb = bytes + bytes / 4 + (1 << 20);
+    c->scratch = NULL;
     CUDA_CHECK(cudaMalloc(&c->scratch, nb));
-    c->scratch_bytes = nb;
+    c->scratch_bytes = c->scratch ? nb : 0; /* a failure is reported by status */
     return c->scratch;
 }
 
@@ -117,6 +136,7 @@ static sl_ops make_ops(void) {
     o.to_host = cu_to_host;
     o.to_dev = cu_to_dev;
     o.to_dev_async = cu_to_dev_async;
+    o.status = cu_status;
     o.sync = cu_sync;
     o.copy2d = cu_copy2d;
     o.copy_rows = cu_copy_rows;

@@ -15,15 +15,13 @@ extern "C" {
 #include "kernels/ops.h"
 }
 
-/* Every CUDA call is checked. Ops return void, so a failure there is fatal with file:line. */
+/* Every CUDA call is checked. Ops return void, so the first failure is kept (with file:line)
+ * and reported by the status op, which the session checks after every forward call. */
+void cu_record_error(cudaError_t e, const char *file, int line, const char *call);
 #define CUDA_CHECK(call)                                                                           \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "sluice: %s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__,            \
-                    cudaGetErrorString(e_), #call);                                                \
-            abort();                                                                               \
-        }                                                                                          \
+        if (e_ != cudaSuccess) cu_record_error(e_, __FILE__, __LINE__, #call);                     \
     } while (0)
 
 #define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
