@@ -71,7 +71,7 @@ enum {
     "  --stats                print the full statistics table at the end\n"                        \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
-    "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"    \
+    "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

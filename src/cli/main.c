@@ -189,8 +189,8 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     sl_stats s;
     sl_model_get_stats(m, &s);
     const double total = s.prefill_time + s.decode_time;
-    const double other = total - s.t_attention - s.t_router - s.t_expert_io - s.t_expert_compute -
-                         s.t_ple_io;
+    const double other =
+        total - s.t_attention - s.t_router - s.t_expert_io - s.t_expert_compute - s.t_ple_io;
     const int64_t dec_bytes = s.bytes_read - s.prefill_bytes_read;
     fprintf(f, "--- sluice statistics ---\n");
     fprintf(f, "prompt tokens        %lld (%.2f tok/s, %.3f s)\n", (long long)s.prompt_tokens,
@@ -207,10 +207,11 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     fprintf(f, "  per decode step    %.2f MB\n",
             rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
     if (s.gpu_expert_requests)
-        fprintf(f, "GPU expert cache     %lld requests, hits %lld (%.1f%%), %.1f MB copied in %.3f s\n",
-                (long long)s.gpu_expert_requests, (long long)s.gpu_expert_hits,
-                100.0 * (double)s.gpu_expert_hits / (double)s.gpu_expert_requests,
-                (double)s.gpu_bytes_copied / 1e6, s.gpu_copy_time);
+        fprintf(
+            f, "GPU expert cache     %lld requests, hits %lld (%.1f%%), %.1f MB copied in %.3f s\n",
+            (long long)s.gpu_expert_requests, (long long)s.gpu_expert_hits,
+            100.0 * (double)s.gpu_expert_hits / (double)s.gpu_expert_requests,
+            (double)s.gpu_bytes_copied / 1e6, s.gpu_copy_time);
     if (s.ple_rows)
         fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
                 (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,

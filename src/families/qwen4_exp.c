@@ -30,8 +30,8 @@ static sl_status qwen4_exp_bind(sl_model *m, sl_error *err) {
         return SL_ERR_NOMEM;
     if ((st = blk_bind_hyper(m, &m->hc_final, 0, err, "hyper_connection_mixer", 0))) return st;
     for (int32_t l = 0; !st && l < c->n_layers; l++) {
-        if ((st = blk_bind_hyper(m, &m->layers[l].hc_attn, 1, err, "layers.%d.attn_hyper_connection",
-                                 l)) ||
+        if ((st = blk_bind_hyper(m, &m->layers[l].hc_attn, 1, err,
+                                 "layers.%d.attn_hyper_connection", l)) ||
             (st = blk_bind_hyper(m, &m->layers[l].hc_ffn, 1, err, "layers.%d.mlp_hyper_connection",
                                  l)) ||
             (st = blk_bind_ple(m, l, err)))
@@ -71,8 +71,9 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
     }
     /* Only the rows whose logits are wanted go through the final mixer and head. */
     const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
-    if (first) be->ops->copy2d(be, b->hres, hc * H, b->hres + (size_t)first * hc * H, hc * H, 1,
-                               (int32_t)(hc * H)); /* one row when first > 0 */
+    if (first)
+        be->ops->copy2d(be, b->hres, hc * H, b->hres + (size_t)first * hc * H, hc * H, 1,
+                        (int32_t)(hc * H)); /* one row when first > 0 */
     blk_hyper_mix(s, &m->hc_final, rows);
     blk_head(s, b->xn, rows, logits);
     return SL_OK;

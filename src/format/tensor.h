@@ -51,8 +51,12 @@ size_t sl_dtype_size(sl_dtype t);
 /* Bytes of one row of cols elements (Q4 rounds up to whole bytes). */
 size_t sl_row_bytes(sl_dtype t, int64_t cols);
 /* Quantisation groups in a row of cols elements. */
-static inline int64_t sl_qgroups(int64_t cols) { return (cols + SL_QGROUP - 1) / SL_QGROUP; }
-static inline int sl_dtype_is_quant(sl_dtype t) { return t == SL_DTYPE_Q8 || t == SL_DTYPE_Q4; }
+static inline int64_t sl_qgroups(int64_t cols) {
+    return (cols + SL_QGROUP - 1) / SL_QGROUP;
+}
+static inline int sl_dtype_is_quant(sl_dtype t) {
+    return t == SL_DTYPE_Q8 || t == SL_DTYPE_Q4;
+}
 /* Safetensors spelling ("BF16"); "?" for NONE. */
 const char *sl_dtype_name(sl_dtype t);
 /* Parses the safetensors spelling; SL_DTYPE_NONE if unknown. */

@@ -74,12 +74,10 @@ AVX2_ATTR static inline __m256 avx2_load(const void *w, sl_dtype dt, int64_t k) 
 /* NR rows of W (stride ws bytes) against NT tokens of x (stride xs floats). */
 #define DEFINE_TILE(ISA, ATTR, VEC, L, ZERO, FMA, LOADX, LOADW, HSUM)                              \
     ATTR static inline INLINE void tile_##ISA(const uint8_t *w, size_t ws, sl_dtype dt,            \
-                                              const float *x,                                      \
-                                       size_t xs, float *y, size_t ys, int64_t K, const int NR,    \
-                                       const int NT) {                                             \
+                                              const float *x, size_t xs, float *y, size_t ys,      \
+                                              int64_t K, const int NR, const int NT) {             \
         VEC acc[4][4];                                                                             \
-        UNROLL for (int r = 0; r < NR; r++)                                                        \
-            UNROLL for (int t = 0; t < NT; t++) acc[r][t] = ZERO;                                  \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = ZERO;  \
         int64_t k = 0;                                                                             \
         for (; k + L <= K; k += L) {                                                               \
             VEC xv[4];                                                                             \
@@ -123,40 +121,39 @@ DEFINE_TILE(avx512, AVX512_ATTR, __m512, 16, _mm512_setzero_ps(), _mm512_fmadd_p
 
 /* Rows [n0, n1) of y for all T tokens, tiles of 4 x 4 then remainders; one
  * instantiation per dtype so the weight widening is resolved at compile time. */
-#define DEFINE_ROWS(ISA, ATTR)                                                                  \
-    ATTR static inline INLINE void rows_body_##ISA(float *y, const float *x, const uint8_t *w, \
-                                                   size_t ws, const sl_dtype dt, int64_t K,     \
-                                                   int64_t N, int32_t T, int64_t n0,            \
-                                                   int64_t n1) {                                \
-        int64_t n = n0;                                                                         \
-        for (; n + 4 <= n1; n += 4) {                                                           \
-            int32_t t = 0;                                                                      \
-            for (; t + 4 <= T; t += 4)                                                          \
-                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,            \
-                           y + (size_t)t * N + n, (size_t)N, K, 4, 4);                          \
-            for (; t < T; t++)                                                                  \
-                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,            \
-                           y + (size_t)t * N + n, (size_t)N, K, 4, 1);                          \
-        }                                                                                       \
-        for (; n < n1; n++) {                                                                   \
-            int32_t t = 0;                                                                      \
-            for (; t + 4 <= T; t += 4)                                                          \
-                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,            \
-                           y + (size_t)t * N + n, (size_t)N, K, 1, 4);                          \
-            for (; t < T; t++)                                                                  \
-                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,            \
-                           y + (size_t)t * N + n, (size_t)N, K, 1, 1);                          \
-        }                                                                                       \
-    }                                                                                           \
-    ATTR static void rows_##ISA(float *y, const float *x, const uint8_t *w, size_t ws,          \
-                                sl_dtype dt, int64_t K, int64_t N, int32_t T, int64_t n0,       \
-                                int64_t n1) {                                                   \
-        if (dt == SL_DTYPE_BF16)                                                                \
-            rows_body_##ISA(y, x, w, ws, SL_DTYPE_BF16, K, N, T, n0, n1);                       \
-        else if (dt == SL_DTYPE_F16)                                                            \
-            rows_body_##ISA(y, x, w, ws, SL_DTYPE_F16, K, N, T, n0, n1);                        \
-        else                                                                                    \
-            rows_body_##ISA(y, x, w, ws, SL_DTYPE_F32, K, N, T, n0, n1);                        \
+#define DEFINE_ROWS(ISA, ATTR)                                                                     \
+    ATTR static inline INLINE void rows_body_##ISA(float *y, const float *x, const uint8_t *w,     \
+                                                   size_t ws, const sl_dtype dt, int64_t K,        \
+                                                   int64_t N, int32_t T, int64_t n0, int64_t n1) { \
+        int64_t n = n0;                                                                            \
+        for (; n + 4 <= n1; n += 4) {                                                              \
+            int32_t t = 0;                                                                         \
+            for (; t + 4 <= T; t += 4)                                                             \
+                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,               \
+                           y + (size_t)t * N + n, (size_t)N, K, 4, 4);                             \
+            for (; t < T; t++)                                                                     \
+                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,               \
+                           y + (size_t)t * N + n, (size_t)N, K, 4, 1);                             \
+        }                                                                                          \
+        for (; n < n1; n++) {                                                                      \
+            int32_t t = 0;                                                                         \
+            for (; t + 4 <= T; t += 4)                                                             \
+                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,               \
+                           y + (size_t)t * N + n, (size_t)N, K, 1, 4);                             \
+            for (; t < T; t++)                                                                     \
+                tile_##ISA(w + (size_t)n * ws, ws, dt, x + (size_t)t * K, (size_t)K,               \
+                           y + (size_t)t * N + n, (size_t)N, K, 1, 1);                             \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void rows_##ISA(float *y, const float *x, const uint8_t *w, size_t ws,             \
+                                sl_dtype dt, int64_t K, int64_t N, int32_t T, int64_t n0,          \
+                                int64_t n1) {                                                      \
+        if (dt == SL_DTYPE_BF16)                                                                   \
+            rows_body_##ISA(y, x, w, ws, SL_DTYPE_BF16, K, N, T, n0, n1);                          \
+        else if (dt == SL_DTYPE_F16)                                                               \
+            rows_body_##ISA(y, x, w, ws, SL_DTYPE_F16, K, N, T, n0, n1);                           \
+        else                                                                                       \
+            rows_body_##ISA(y, x, w, ws, SL_DTYPE_F32, K, N, T, n0, n1);                           \
     }
 
 DEFINE_ROWS(avx2, AVX2_ATTR)

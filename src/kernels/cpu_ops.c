@@ -45,7 +45,8 @@ static void cpu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_i
     (void)be;
     for (int32_t i = 0; i < n; i++)
         memcpy(dst + (size_t)(dst_idx ? dst_idx[i] : i) * (size_t)cols,
-               src + (size_t)(src_idx ? src_idx[i] : i) * (size_t)cols, (size_t)cols * sizeof(float));
+               src + (size_t)(src_idx ? src_idx[i] : i) * (size_t)cols,
+               (size_t)cols * sizeof(float));
 }
 
 static void cpu_fill(const sl_backend *be, float *dst, float v, size_t n) {
@@ -62,7 +63,8 @@ static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, con
         for (int32_t i = 0; i < n; i++)
             yt[i] = 0;
         for (int32_t r = 0; r < k; r++) {
-            const float wr = w[t * k + r], *xr = x + ((size_t)t * (size_t)k + (size_t)r) * (size_t)n;
+            const float wr = w[t * k + r],
+                        *xr = x + ((size_t)t * (size_t)k + (size_t)r) * (size_t)n;
             for (int32_t i = 0; i < n; i++)
                 yt[i] += wr * xr[i];
         }
@@ -283,8 +285,7 @@ static void cpu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
 }
 
 static void cpu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
-                              const sl_tensor *w, int32_t rows, int32_t n, float eps,
-                              sl_act gate) {
+                              const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate) {
     (void)be;
     for (int32_t r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * (size_t)n, *zr = z + (size_t)r * (size_t)n;
@@ -322,7 +323,8 @@ static void cpu_hc_mix(const sl_backend *be, float *y, const float *w, const flo
         for (int32_t i = 0; i < n; i++) {
             float acc = 0;
             for (int32_t c = 0; c < hc; c++)
-                acc += wt[(size_t)c * (size_t)n + (size_t)i] * xt[(size_t)c * (size_t)n + (size_t)i];
+                acc +=
+                    wt[(size_t)c * (size_t)n + (size_t)i] * xt[(size_t)c * (size_t)n + (size_t)i];
             y[(size_t)t * (size_t)n + (size_t)i] = acc / (float)hc;
         }
     }

@@ -633,7 +633,7 @@ VNNI_INL void q_vnni_transpose(const uint8_t *p, __m512i out[8]) {
 #pragma GCC unroll 8
     for (int m = 0; m < 8; m++)
         v[m] = _mm512_loadu_si512((const void *)(p + 64 * m));
-    /* w[2i + h]: block b = words 4h .. 4h+3 of group 4i + b */
+        /* w[2i + h]: block b = words 4h .. 4h+3 of group 4i + b */
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         w[2 * i] = _mm512_shuffle_i32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0));
@@ -757,15 +757,15 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
          * read) as float, in sigma order. */
         const __mmask32 m = (__mmask32)((1u << SL_MIN(QCH, a->G - g0)) - 1u);
         const __m512 sv = _mm512_permutexvar_ps(
-            sigma, _mm512_castsi512_ps(_mm512_slli_epi32(
-                       _mm512_cvtepu16_epi32(
-                           _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, scr + g0))),
-                       16)));
+            sigma,
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                                                      _mm512_maskz_loadu_epi16(m, scr + g0))),
+                                                  16)));
         const __m512 bv = _mm512_permutexvar_ps(
-            sigma, _mm512_castsi512_ps(_mm512_slli_epi32(
-                       _mm512_cvtepu16_epi32(
-                           _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, bir + g0))),
-                       16)));
+            sigma,
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                                                      _mm512_maskz_loadu_epi16(m, bir + g0))),
+                                                  16)));
         if (off + QCB > a->ws && (size_t)n * a->ws + off + QCB > end) {
             const size_t rem = a->ws - off; /* a zero-padded copy */
             memcpy(qpad, qp, rem);

@@ -93,8 +93,8 @@ typedef struct sl_ops {
      * SL_OK. A backend that can fail mid-computation (CUDA) reports here. */
     sl_status (*status)(const sl_backend *be, sl_error *err);
     /* dst[r * dst_ld + c] = src[r * src_ld + c], r < rows, c < cols. */
-    void (*copy2d)(const sl_backend *be, float *dst, size_t dst_ld, const float *src,
-                   size_t src_ld, int32_t rows, int32_t cols);
+    void (*copy2d)(const sl_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
+                   int32_t rows, int32_t cols);
     /* Row i of n: dst[dst_idx[i]] = src[src_idx[i]] (rows of cols floats); a NULL index
      * list means i. Index lists are in backend memory. */
     void (*copy_rows)(const sl_backend *be, float *dst, const int32_t *dst_idx, const float *src,
@@ -125,8 +125,8 @@ typedef struct sl_ops {
     void (*axpy)(const sl_backend *be, float *y, float s, const float *x, size_t n);
     /* MoE combine, per token t < T: y[t] = sum over r < k (in order) of w[t*k + r] *
      * x[t*k + r]; w in backend memory, rows of n. */
-    void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w,
-                         int32_t T, int32_t k, int32_t n);
+    void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
+                         int32_t k, int32_t n);
     /* y[i] *= sigmoid(gate[i]) */
     void (*sigmoid_mul)(const sl_backend *be, float *y, const float *gate, size_t n);
     /* x = x * rsqrt(sum(x^2) + eps), per row of n, in place. */
@@ -144,11 +144,11 @@ typedef struct sl_ops {
     void (*gated_rmsnorm)(const sl_backend *be, float *y, const float *x, const float *z,
                           const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate);
     /* y[i] = mul * act(x[i] / div); y may alias x. */
-    void (*activate)(const sl_backend *be, float *y, const float *x, size_t n, float div,
-                     float mul, sl_act act);
+    void (*activate)(const sl_backend *be, float *y, const float *x, size_t n, float div, float mul,
+                     sl_act act);
     /* Hyper-connection injection: w[t][c][i] += inj[t][c] * out[t][i], c < hc, i < n. */
-    void (*hc_inject)(const sl_backend *be, float *w, const float *out, const float *inj,
-                      int32_t T, int32_t hc, int32_t n);
+    void (*hc_inject)(const sl_backend *be, float *w, const float *out, const float *inj, int32_t T,
+                      int32_t hc, int32_t n);
     /* Hyper-connection mix: y[t][i] = mean over c < hc of w[t][c][i] * x[t][c][i]. */
     void (*hc_mix)(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
                    int32_t hc, int32_t n);

@@ -8,9 +8,9 @@
 
 #include <immintrin.h>
 
-#define SL_AVX2_ATTR __attribute__((target("avx2,fma,f16c")))
+#define SL_AVX2_ATTR   __attribute__((target("avx2,fma,f16c")))
 #define SL_AVX512_ATTR __attribute__((target("avx512f,avx512bw")))
-#define SL_INLINE static inline __attribute__((always_inline))
+#define SL_INLINE      static inline __attribute__((always_inline))
 
 /* Horizontal sums in a fixed order (results must not depend on the caller). */
 SL_AVX2_ATTR SL_INLINE float sl_hsum256(__m256 v) {

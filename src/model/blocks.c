@@ -212,7 +212,8 @@ static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tenso
  * down matmuls of all of them as three batches, one SwiGLU, and one scatter of the results
  * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
  */
-static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32_t n, int32_t rows) {
+static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32_t n,
+                            int32_t rows) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
     sl_session_buf *b = &s->b;
@@ -224,8 +225,8 @@ static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32
         const int32_t e = list[j], cnt = b->expert_count[e];
         const int32_t *r = b->expert_rows + b->expert_start[e] - cnt;
         for (int32_t i = 0; i < cnt; i++) {
-            b->h_grp[off + i] = r[i] / k;        /* token row read */
-            b->h_grp[rows + off + i] = r[i];     /* (token, rank) row written */
+            b->h_grp[off + i] = r[i] / k;    /* token row read */
+            b->h_grp[rows + off + i] = r[i]; /* (token, rank) row written */
         }
         const sl_expert *ex = b->fetched[j];
         b->bx[j] = b->xg + (size_t)off * H;
@@ -265,7 +266,8 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     double t0 = sl_now();
     /* Routing is decided on the host: the logits come over, ids and weights go back. */
     be->ops->matmul(be, b->router_logits, b->xn, &L->router, NULL, T);
-    be->ops->to_host(be, b->h_router_logits, b->router_logits, (size_t)T * (size_t)E * sizeof(float));
+    be->ops->to_host(be, b->h_router_logits, b->router_logits,
+                     (size_t)T * (size_t)E * sizeof(float));
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
     for (int32_t t = 0; t < T; t++) {
         sl_router_topk(b->h_router_logits + (size_t)t * (size_t)E, E, k, c->norm_topk_prob,
@@ -315,7 +317,8 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
          * router's to_host above already waited for those of earlier calls). */
         if (j0 && m->dev.layers) be->ops->sync(be);
         sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
-        if (!st && m->dev.layers) sl_dev_cache_map(&m->dev, be, l, b->expert_list + j0, nj, b->fetched);
+        if (!st && m->dev.layers)
+            sl_dev_cache_map(&m->dev, be, l, b->expert_list + j0, nj, b->fetched);
         double t2 = sl_now();
         m->stats.t_expert_io += t2 - t1;
         if (st) return st;

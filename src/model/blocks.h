@@ -51,8 +51,8 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
  * (without inject for the final mixer); its grouped norm over the hc streams; the mix of
  * s->b.hres into s->b.xn (and injection weights into s->b.hinj); and the injection of
  * s->b.out back into the streams. */
-sl_status blk_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *err,
-                         const char *fmt, int32_t l);
+sl_status blk_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *err, const char *fmt,
+                         int32_t l);
 void blk_grouped_rmsnorm(sl_session *s, float *y, const float *x, const sl_tensor *w, int32_t T);
 void blk_hyper_mix(sl_session *s, const sl_hyper *hy, int32_t T);
 void blk_hyper_inject(sl_session *s, int32_t T);
@@ -76,6 +76,8 @@ void sl_ple_rows(const sl_config *c, const sl_ple *P, const int32_t *hist, int64
  * into s->b.qsa_sel / qsa_nsel (called by blk_attention on layers with an indexer). */
 sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err);
 void blk_qsa_select(sl_session *s, int32_t l, int32_t T);
+/* Marks in taken[n] the `top` best of n block scores, ties to the lower block (tests). */
+void sl_qsa_pick(const float *scores, int32_t n, int32_t top, uint8_t *taken);
 
 /* The token embedding of T host ids into y; the LM head over rows x [rows, H] into the
  * caller's host logits (NULL: none wanted). */

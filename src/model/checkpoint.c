@@ -119,16 +119,17 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
         st = SL_OK;
     } else {
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        if (file_exists(path)) st = shards_from_index(path, &names, &n, err);
-        else st = shards_from_dir(dir, &names, &n, err);
+        if (file_exists(path))
+            st = shards_from_index(path, &names, &n, err);
+        else
+            st = shards_from_dir(dir, &names, &n, err);
     }
     if (!st && !(ck->files = calloc((size_t)SL_MAX(n, 1), sizeof(sl_st_file))))
         st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
     int32_t total = 0;
     for (int32_t i = 0; !st && i < n; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        st = packed ? sl_core_open(&ck->files[i], path, err)
-                    : sl_st_open(&ck->files[i], path, err);
+        st = packed ? sl_core_open(&ck->files[i], path, err) : sl_st_open(&ck->files[i], path, err);
         ck->n_files = i + 1;
         if (!st) total += ck->files[i].n_tensors;
     }

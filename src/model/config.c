@@ -139,8 +139,8 @@ static sl_status parse_linear(sl_config *c, const json_t *root, const char *path
             const char *t = json_string_value(json_array_get(types, (size_t)l));
             if (t && strcmp(t, "linear_attention") == 0)
                 c->layer_is_linear[l] = 1;
-            else if (!t || (strcmp(t, "full_attention") != 0 &&
-                            strcmp(t, "qwen_sparse_attention") != 0))
+            else if (!t ||
+                     (strcmp(t, "full_attention") != 0 && strcmp(t, "qwen_sparse_attention") != 0))
                 return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: layer_types[%d] '%s' is not supported",
                                path, l, t ? t : "?");
         }
@@ -160,10 +160,10 @@ static void parse_eos(sl_config *c, const json_t *root, const json_t *top) {
     json_t *v = json_object_get(root, "eos_token_id");
     if (!v || json_is_null(v)) v = json_object_get(top, "eos_token_id");
     if (json_is_array(v)) v = json_array_get(v, 0);
-    c->eos_id = json_is_integer(v) && json_integer_value(v) >= 0 &&
-                        json_integer_value(v) < c->vocab_size
-                    ? (int32_t)json_integer_value(v)
-                    : -1;
+    c->eos_id =
+        json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < c->vocab_size
+            ? (int32_t)json_integer_value(v)
+            : -1;
 }
 
 int32_t sl_ngram_heads(const sl_config *c) {

@@ -41,18 +41,18 @@ typedef struct sl_config {
     int32_t lin_gate_sigmoid;  /* Gated DeltaNet's output gate is sigmoid, not SiLU (Qwen4-Exp) */
     int32_t eos_id;            /* the first of config.json's eos_token_id; -1 when absent */
     /* Qwen4-Exp hyper-connections: the residual is hc_count streams of hidden_size. */
-    int32_t hc_count;  /* 0: a plain residual */
+    int32_t hc_count; /* 0: a plain residual */
     int32_t hc_lowrank;
     /* Qwen4-Exp PLE: hashed n-gram embeddings on the layers of ple_layer_ids. */
     int8_t *layer_ple; /* [n_layers]: index of layer l in ple_layer_ids, -1 when none */
     int32_t n_ple_layers;
-    int32_t ple_embed_dim;      /* concatenated n-gram head embeddings (D) */
-    int32_t ple_conv_kernel;    /* dilated depthwise conv kernel; dilation = ngram_size */
-    int32_t ngram_size;         /* largest n-gram; n-gram heads = (ngram_size-1) * heads_per */
-    int32_t ngram_heads_per;    /* heads_per_ngram */
-    int32_t ngram_vocab_base;   /* ngram_vocab_size_base: head vocabularies are primes >= it */
+    int32_t ple_embed_dim;       /* concatenated n-gram head embeddings (D) */
+    int32_t ple_conv_kernel;     /* dilated depthwise conv kernel; dilation = ngram_size */
+    int32_t ngram_size;          /* largest n-gram; n-gram heads = (ngram_size-1) * heads_per */
+    int32_t ngram_heads_per;     /* heads_per_ngram */
+    int32_t ngram_vocab_base;    /* ngram_vocab_size_base: head vocabularies are primes >= it */
     int32_t ngram_vocab_divisor; /* make_ngram_vocab_size_divisible_by (table rows padded) */
-    int64_t ngram_seed;         /* seed of the hash multipliers */
+    int64_t ngram_seed;          /* seed of the hash multipliers */
     /* Qwen4-Exp QSA: a block indexer in front of full attention; idx_heads 0 = dense. */
     int32_t idx_heads, idx_head_dim, idx_budget, idx_ratio;
 } sl_config;

@@ -14,8 +14,8 @@
 #include "model/blocks.h"
 
 /* Tensors of one gated residual under the printf prefix fmt (a layer index may follow). */
-sl_status blk_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *err,
-                         const char *fmt, int32_t l) {
+sl_status blk_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *err, const char *fmt,
+                         int32_t l) {
     const sl_config *c = &m->cfg;
     const int64_t hcH = (int64_t)c->hc_count * c->hidden_size, r = c->hc_lowrank;
     char prefix[128], name[192];
@@ -32,8 +32,8 @@ sl_status blk_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *e
         return st;
     if (!with_inject) return SL_OK;
     snprintf(name, sizeof name, "%s.block_inject_weight.weight", prefix);
-    return sl_ckpt_bind(&m->ck, &hy->inject, SL_BIND_REQUIRED, SL_DIMS(c->hc_count, hcH), err,
-                        "%s", name);
+    return sl_ckpt_bind(&m->ck, &hy->inject, SL_BIND_REQUIRED, SL_DIMS(c->hc_count, hcH), err, "%s",
+                        name);
 }
 
 void blk_grouped_rmsnorm(sl_session *s, float *y, const float *x, const sl_tensor *w, int32_t T) {

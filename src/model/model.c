@@ -13,12 +13,10 @@
 #include "model/blocks.h"
 
 static const sl_family *const families[] = {
-    &sl_family_qwen3_moe,
-    &sl_family_qwen2_moe,
-    &sl_family_qwen3_next,
+    &sl_family_qwen3_moe,        &sl_family_qwen2_moe, &sl_family_qwen3_next,
     &sl_family_qwen3_5_moe, /* the vision-language checkpoint: its text model */
-    &sl_family_qwen3_5_moe_text,
-    &sl_family_qwen4_exp, /* the vision-language checkpoint: its text model */
+    &sl_family_qwen3_5_moe_text, &sl_family_qwen4_exp, /* the vision-language checkpoint: its text
+                                                          model */
     &sl_family_qwen4_exp_text,
 };
 
@@ -48,7 +46,7 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, sl_error
 /* Every weight the families bind (absent ones have data == NULL), for upload_weights. */
 static int32_t model_weights(sl_model *m, sl_tensor **out) {
     int32_t n = 0;
-#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
+#define W(t)     (out ? (void)(out[n] = &(t)) : (void)0, n++)
 #define HYPER(h) (W((h).norm), W((h).down), W((h).up), W((h).inject))
     W(m->embed), W(m->norm), W(m->lm_head);
     HYPER(m->hc_final);
@@ -478,7 +476,10 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     if (!s->arena || !s->host_arena) {
         sl_session_free(s);
         return sl_fail(err, SL_ERR_NOMEM, "out of %s memory for a session of %d tokens",
-                       s->arena ? "host" : be->device ? "GPU" : "host", p.max_ctx);
+                       s->arena     ? "host"
+                       : be->device ? "GPU"
+                                    : "host",
+                       p.max_ctx);
     }
     cv = (carver){.base = s->arena};
     hv = (carver){.base = s->host_arena};

@@ -480,12 +480,11 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         json_error_t je;
         json_t *cfg = json_load_file(path, 0, &je);
         static const char *qnames[] = {"bf16", "int8", "int4"};
-        json_t *man =
-            json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o, s:o}", "format", "sluice",
-                      "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant", qnames[p.quant],
-                      "quant_router", p.quant_router, "group_size", SL_QGROUP, "config",
-                      cfg ? cfg : json_object(), "moe_layers", layers, "ple_layers", ple_layers,
-                      "files", files);
+        json_t *man = json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o, s:o}", "format",
+                                "sluice", "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant",
+                                qnames[p.quant], "quant_router", p.quant_router, "group_size",
+                                SL_QGROUP, "config", cfg ? cfg : json_object(), "moe_layers",
+                                layers, "ple_layers", ple_layers, "files", files);
         layers = files = ple_layers = NULL;
         snprintf(path, sizeof path, "%s/manifest.json", out_dir);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);

@@ -53,7 +53,8 @@ void sl_ple_derive(const sl_config *c, int32_t ple_index, uint64_t *mult, int64_
     const uint64_t half = SL_MAX(mult_max / 2, 1);
     const uint64_t base_seed = (uint64_t)c->ngram_seed + UINT64_C(10007) * (uint64_t)ple_index;
     for (int32_t i = 0; i < c->ngram_size; i++)
-        mult[i] = 2 * (splitmix64(base_seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1)) % half) + 1;
+        mult[i] =
+            2 * (splitmix64(base_seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1)) % half) + 1;
     /* Head g of this layer takes the (ple_index * G + g + 1)-th prime >= base. */
     const int32_t G = sl_ngram_heads(c);
     int64_t p = (int64_t)c->ngram_vocab_base - 1, total = 0;
@@ -79,9 +80,9 @@ static sl_status read_i64(const sl_ckpt *ck, const char *name, int64_t n, int64_
     if (!e) return SL_OK;
     const sl_tensor *t = e->t;
     if (t->dtype != SL_DTYPE_I64 || t->ndim != 1 || t->shape[0] != n)
-        return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': expected I64 [%lld], got %s of %d dims",
-                       ck->files[e->file].path, t->name, (long long)n, sl_dtype_name(t->dtype),
-                       t->ndim);
+        return sl_fail(
+            err, SL_ERR_FORMAT, "%s: tensor '%s': expected I64 [%lld], got %s of %d dims",
+            ck->files[e->file].path, t->name, (long long)n, sl_dtype_name(t->dtype), t->ndim);
     memcpy(out, t->data, (size_t)n * sizeof(int64_t));
     return SL_OK;
 }
@@ -137,8 +138,8 @@ sl_status blk_bind_ple(sl_model *m, int32_t l, sl_error *err) {
                            "norm_query.weight")) ||
         (st = sl_ckpt_bind(ck, &P->norm_conv, SL_BIND_REQUIRED, SL_DIMS(hcH), err, p, l,
                            "norm_conv.weight")) ||
-        (st = sl_ckpt_bind(ck, &P->conv, SL_BIND_REQUIRED, SL_DIMS(hcH, 1, c->ple_conv_kernel),
-                           err, p, l, "conv1d.weight")))
+        (st = sl_ckpt_bind(ck, &P->conv, SL_BIND_REQUIRED, SL_DIMS(hcH, 1, c->ple_conv_kernel), err,
+                           p, l, "conv1d.weight")))
         return st;
     if (c->ple_conv_kernel > 64)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: ple_conv_kernel_size > 64", ck->dir);
@@ -190,10 +191,9 @@ static sl_status open_table_hf(sl_model *m, int32_t l, sl_ple *P, sl_error *err)
         if (t->ndim != 2 || t->shape[1] != c->ple_embed_dim / sl_ngram_heads(c) ||
             !(t->dtype == SL_DTYPE_BF16 || t->dtype == SL_DTYPE_F16 || t->dtype == SL_DTYPE_F32) ||
             (i > 0 && t->dtype != tb->parts[0].dtype))
-            return sl_fail(err, SL_ERR_FORMAT,
-                           "%s: tensor '%s': expected a float [rows, %d] n-gram table",
-                           m->ck.files[e->file].path, t->name,
-                           c->ple_embed_dim / sl_ngram_heads(c));
+            return sl_fail(
+                err, SL_ERR_FORMAT, "%s: tensor '%s': expected a float [rows, %d] n-gram table",
+                m->ck.files[e->file].path, t->name, c->ple_embed_dim / sl_ngram_heads(c));
         tb->parts[i] = *t;
         tb->rows += t->shape[0];
     }
@@ -220,8 +220,8 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
         st = sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
     else
         st = sl_ngram_header_parse(&h, path, hdr, (size_t)got, (uint64_t)sb.st_size, err);
-    if (!st && (h.layer != (uint32_t)l || h.dim != (uint32_t)(m->cfg.ple_embed_dim /
-                                                                sl_ngram_heads(&m->cfg))))
+    if (!st && (h.layer != (uint32_t)l ||
+                h.dim != (uint32_t)(m->cfg.ple_embed_dim / sl_ngram_heads(&m->cfg))))
         st = sl_fail(err, SL_ERR_FORMAT, "%s: layer %u / row size %u do not match the model", path,
                      h.layer, h.dim);
     if (st) {
@@ -265,14 +265,14 @@ sl_status sl_ple_open_tables(sl_model *m, const char *dir, int use_pread, sl_err
     for (int32_t l = 0; l < c->n_layers; l++) {
         sl_ple *P = m->layers[l].ple;
         if (!P) continue;
-        sl_status st = m->packed ? open_table_pack(m, dir, l, P, use_pread, err)
-                                 : open_table_hf(m, l, P, err);
+        sl_status st =
+            m->packed ? open_table_pack(m, dir, l, P, use_pread, err) : open_table_hf(m, l, P, err);
         if (st) return st;
         const int64_t want = table_rows(c, P);
         if (P->table.rows != want)
             return sl_fail(err, SL_ERR_FORMAT,
-                           "%s: layer %d: the n-gram table has %lld rows, its heads need %lld",
-                           dir, l, (long long)P->table.rows, (long long)want);
+                           "%s: layer %d: the n-gram table has %lld rows, its heads need %lld", dir,
+                           l, (long long)P->table.rows, (long long)want);
     }
     return SL_OK;
 }
@@ -296,8 +296,7 @@ static sl_status table_row(const sl_ngram_table *tb, int64_t r, float *out, uint
     if (tb->fd >= 0) {
         const off_t at = (off_t)(tb->data_off + (uint64_t)r * tb->row_bytes);
         if (pread(tb->fd, buf, tb->row_bytes, at) != (ssize_t)tb->row_bytes)
-            return sl_fail(err, SL_ERR_IO, "n-gram table: short read at row %lld",
-                           (long long)r);
+            return sl_fail(err, SL_ERR_IO, "n-gram table: short read at row %lld", (long long)r);
         sl_to_f32(out, buf, tb->dtype, 0, (size_t)tb->dim);
         return SL_OK;
     }

@@ -34,6 +34,16 @@ sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err) {
     return SL_OK;
 }
 
+void sl_qsa_pick(const float *scores, int32_t n, int32_t top, uint8_t *taken) {
+    memset(taken, 0, (size_t)n);
+    for (int32_t k = 0; k < top && k < n; k++) {
+        int32_t best = -1;
+        for (int32_t b = 0; b < n; b++) /* strictly greater: ties go to the lower block */
+            if (!taken[b] && (best < 0 || scores[b] > scores[best])) best = b;
+        taken[best] = 1;
+    }
+}
+
 /* Pooled, normed and roped keys of the blocks that complete within this chunk. */
 static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     const sl_model *m = s->model;
@@ -90,13 +100,7 @@ void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
         const float *sc = b->h_qsa_scores;
         be->ops->qsa_scores(be, b->qsa_scores, b->idx_q + (size_t)t * nq, blocks, ih, nb, ihd);
         be->ops->to_host(be, b->h_qsa_scores, b->qsa_scores, (size_t)nb * sizeof(float));
-        memset(b->qsa_taken, 0, (size_t)nb);
-        for (int32_t k = 0; k < top; k++) {
-            int32_t best = -1;
-            for (int32_t bk = 0; bk < nb; bk++)
-                if (!b->qsa_taken[bk] && (best < 0 || sc[bk] > sc[best])) best = bk;
-            b->qsa_taken[best] = 1;
-        }
+        sl_qsa_pick(sc, nb, top, b->qsa_taken);
         for (int32_t bk = 0; bk < nb; bk++)
             for (int32_t j = 0; b->qsa_taken[bk] && j < R; j++)
                 sel[n++] = bk * R + j;

@@ -14,19 +14,19 @@
 #include "moe/experts.h"
 
 typedef struct sl_dev_layer {
-    uint8_t *mem;          /* backend memory: n_slots x slot_bytes */
-    sl_expert *views;      /* [n_slots] views into mem */
-    int32_t *slot_expert;  /* [n_slots], -1 when empty */
-    int64_t *slot_uses;    /* [n_slots] */
-    int64_t *slot_last;    /* [n_slots] tick of the last request */
-    int32_t *expert_slot;  /* [n_experts], -1 when not cached */
+    uint8_t *mem;         /* backend memory: n_slots x slot_bytes */
+    sl_expert *views;     /* [n_slots] views into mem */
+    int32_t *slot_expert; /* [n_slots], -1 when empty */
+    int64_t *slot_uses;   /* [n_slots] */
+    int64_t *slot_last;   /* [n_slots] tick of the last request */
+    int32_t *expert_slot; /* [n_experts], -1 when not cached */
 } sl_dev_layer;
 
 typedef struct sl_dev_cache {
     int32_t n_layers, n_experts, n_slots;
     sl_cache_policy policy;
     size_t slot_bytes;
-    size_t off[9]; /* gate, gate scales, gate biases, up ..., down ... inside a slot */
+    size_t off[9];        /* gate, gate scales, gate biases, up ..., down ... inside a slot */
     sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
     int64_t tick;
     int64_t requests, hits, bytes;

@@ -46,8 +46,9 @@ int main(int argc, char **argv) {
         ids[i] = 101 + i;
     if (sl_session_forward(s, ids, P, lg, 0, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
     for (int32_t i = 0; i < N; i++) {
-        ids[P + i] = (int32_t)((7919u * (uint32_t)(i + 1) + (uint32_t)sl_argmax(lg, info.vocab_size)) %
-                               (uint32_t)info.vocab_size);
+        ids[P + i] =
+            (int32_t)((7919u * (uint32_t)(i + 1) + (uint32_t)sl_argmax(lg, info.vocab_size)) %
+                      (uint32_t)info.vocab_size);
         if (sl_session_forward(s, ids + P + i, 1, lg, 0, &err))
             return fprintf(stderr, "%s\n", err.msg), 1;
     }
@@ -56,8 +57,8 @@ int main(int argc, char **argv) {
     printf("%s %s gpu_slots=%d: prefill %d tok %.1f tok/s | decode %d tok %.2f tok/s "
            "(%.3f ms/tok) | experts hit %.1f%% read %.1f MB | GPU cache %lld/%lld hits, "
            "%.1f MB copied in %.3f s | attention %.3f s router %.3f s expert compute %.3f s\n",
-           argv[3], argv[4], info.gpu_expert_slots, P, P / st.prefill_time, N,
-           N / st.decode_time, 1e3 * st.decode_time / N,
+           argv[3], argv[4], info.gpu_expert_slots, P, P / st.prefill_time, N, N / st.decode_time,
+           1e3 * st.decode_time / N,
            st.expert_requests ? 100.0 * st.expert_hits / st.expert_requests : 100.0,
            st.bytes_read / 1e6, (long long)st.gpu_expert_hits, (long long)st.gpu_expert_requests,
            st.gpu_bytes_copied / 1e6, st.gpu_copy_time, st.t_attention, st.t_router,

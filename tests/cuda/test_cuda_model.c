@@ -132,10 +132,10 @@ static void check_fixture(const char *dir, const char *name) {
     if (lc && lg && lt && have_ref) {
         const double e_cpu = rel_l2(lg, lc, n), e_ref = rel_l2(lg, want, n);
         const double e_tok = rel_l2(lt, lg, n);
-        printf("  %-24s gpu vs cpu %.2e, vs transformers %.2e, token-by-token %.2e\n", name,
-               e_cpu, e_ref, e_tok);
-        CHECKF(e_cpu <= 1e-3 && e_ref <= 1e-3, "%s: rel L2 %g (cpu) %g (transformers)", name,
-               e_cpu, e_ref);
+        printf("  %-24s gpu vs cpu %.2e, vs transformers %.2e, token-by-token %.2e\n", name, e_cpu,
+               e_ref, e_tok);
+        CHECKF(e_cpu <= 1e-3 && e_ref <= 1e-3, "%s: rel L2 %g (cpu) %g (transformers)", name, e_cpu,
+               e_ref);
         CHECKF(e_tok <= 1e-5, "%s: token-by-token vs one pass %g", name, e_tok);
     }
     int32_t *got = calloc((size_t)n_greedy + 1, sizeof(int32_t));
@@ -160,8 +160,10 @@ static void check_pack(const char *fixtures, const char *name) {
     int32_t V = 0;
     sl_model_params cpu = {.backend = SL_BACKEND_CPU, .n_threads = 4};
     sl_model_params all = {.backend = SL_BACKEND_CUDA, .experts = SL_EXPERTS_RESIDENT};
-    sl_model_params few = {.backend = SL_BACKEND_CUDA, .experts = SL_EXPERTS_STREAM,
-                           .cache_experts = 3, .gpu_experts = 3};
+    sl_model_params few = {.backend = SL_BACKEND_CUDA,
+                           .experts = SL_EXPERTS_STREAM,
+                           .cache_experts = 3,
+                           .gpu_experts = 3};
     sl_stats st;
     float *lc = logits_of(dst, &cpu, ids, n, 4, &V, NULL);
     float *la = logits_of(dst, &all, ids, n, 4, &V, NULL);

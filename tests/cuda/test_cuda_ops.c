@@ -36,7 +36,9 @@ static float frand(void) { /* uniform in [-1, 1) */
     rng_state ^= rng_state << 17;
     return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
-static int irand(int n) { return (int)((frand() * 0.5f + 0.5f) * (float)n) % (n > 0 ? n : 1); }
+static int irand(int n) {
+    return (int)((frand() * 0.5f + 0.5f) * (float)n) % (n > 0 ? n : 1);
+}
 
 static float *rand_vec(size_t n, float scale) {
     float *v = malloc((n ? n : 1) * sizeof(float));
@@ -67,7 +69,9 @@ static float *down(const void *d, size_t n) {
     return h;
 }
 
-static void dfree(void *d) { gpu.ops->release(&gpu, d); }
+static void dfree(void *d) {
+    gpu.ops->release(&gpu, d);
+}
 
 /* One op's verdict, accumulated over its cases. */
 typedef struct op_report {
@@ -85,7 +89,8 @@ static void op_begin(op_report *r, const char *name) {
 static void op_end(op_report *r) {
     if (r->bad) {
         ops_failed++;
-        printf("FAIL %-14s %3d cases, %d bad; first: %s\n", r->name, r->cases, r->bad, r->first_bad);
+        printf("FAIL %-14s %3d cases, %d bad; first: %s\n", r->name, r->cases, r->bad,
+               r->first_bad);
     } else {
         ops_passed++;
         printf("ok   %-14s %3d cases, max rel err %.2e\n", r->name, r->cases, r->max_err);
@@ -171,8 +176,13 @@ static void wpair_make(wpair *w, sl_dtype dt, int64_t N, int64_t K, float scale,
                 ((uint16_t *)row)[k] = to_half_bits(dt, tmp[k]);
     }
     free(tmp);
-    w->h = (sl_tensor){.name = "w", .dtype = dt, .ndim = N ? 2 : 1, .data = w->hdata, .nbytes = nbytes,
-                       .scales = w->hs, .biases = w->hb};
+    w->h = (sl_tensor){.name = "w",
+                       .dtype = dt,
+                       .ndim = N ? 2 : 1,
+                       .data = w->hdata,
+                       .nbytes = nbytes,
+                       .scales = w->hs,
+                       .biases = w->hb};
     if (N) {
         w->h.shape[0] = N;
         w->h.shape[1] = K;
@@ -269,7 +279,7 @@ static void test_memory(void) {
 }
 
 static void test_matmul(void) {
-    static const int shapes[][2] = {{5, 1},    {33, 63},   {7, 65},    {130, 200}, {17, 2049},
+    static const int shapes[][2] = {{5, 1},     {33, 63},   {7, 65},    {130, 200}, {17, 2049},
                                     {300, 256}, {96, 2048}, {64, 1024}, {129, 96}};
     static const int Ts[] = {1, 2, 3, 4, 17, 70};
     for (size_t di = 0; di < 5; di++) {
@@ -403,7 +413,8 @@ static void test_rope(void) {
     for (size_t c = 0; c < 4; c++) {
         const int T = cases[c][0], nh = cases[c][1], hd = cases[c][2], rot = cases[c][3],
                   pos0 = cases[c][4], half = rot / 2, P = pos0 + T + 2;
-        float *ct = malloc((size_t)P * half * sizeof(float)), *st = malloc((size_t)P * half * sizeof(float));
+        float *ct = malloc((size_t)P * half * sizeof(float)),
+              *st = malloc((size_t)P * half * sizeof(float));
         for (int i = 0; i < P * half; i++) {
             const float a = frand() * 3.14159f;
             ct[i] = cosf(a), st[i] = sinf(a);
@@ -420,12 +431,11 @@ static void test_rope(void) {
 }
 
 static void test_attention(void) {
-    static const int cases[][6] = {/* T, pos0, heads, kv heads, head_dim, selection */
-                                   {1, 0, 4, 4, 64, 0},    {1, 2999, 8, 2, 128, 0},
-                                   {17, 0, 6, 2, 8, 0},    {3, 50, 4, 1, 256, 0},
-                                   {2, 5000, 2, 1, 64, 0}, {64, 100, 4, 2, 80, 0},
-                                   {3, 40, 4, 2, 64, 1},   {1, 700, 16, 4, 128, 1},
-                                   {5, 9, 2, 2, 16, 1}};
+    static const int cases[][6] = {
+        /* T, pos0, heads, kv heads, head_dim, selection */
+        {1, 0, 4, 4, 64, 0},   {1, 2999, 8, 2, 128, 0}, {17, 0, 6, 2, 8, 0},
+        {3, 50, 4, 1, 256, 0}, {2, 5000, 2, 1, 64, 0},  {64, 100, 4, 2, 80, 0},
+        {3, 40, 4, 2, 64, 1},  {1, 700, 16, 4, 128, 1}, {5, 9, 2, 2, 16, 1}};
     op_report r;
     op_begin(&r, "attention");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -433,10 +443,12 @@ static void test_attention(void) {
                   hd = cases[c][4], use_sel = cases[c][5];
         const int ctx = pos0 + T + 3;
         const size_t qn = (size_t)T * nh * hd, kvn = (size_t)ctx * nkv * hd, on = qn + 5;
-        float *q = rand_vec(qn, 1), *kc = rand_vec(kvn, 1), *vc = rand_vec(kvn, 1), *o = poison_vec(on);
+        float *q = rand_vec(qn, 1), *kc = rand_vec(kvn, 1), *vc = rand_vec(kvn, 1),
+              *o = poison_vec(on);
         float *scratch = malloc((size_t)cpu.n_threads * (pos0 + T) * sizeof(float));
         const int stride = pos0 + T;
-        int32_t *sel = calloc((size_t)T * stride + 1, sizeof(int32_t)), *nsel = calloc((size_t)T, sizeof(int32_t));
+        int32_t *sel = calloc((size_t)T * stride + 1, sizeof(int32_t)),
+                *nsel = calloc((size_t)T, sizeof(int32_t));
         for (int t = 0; t < T && use_sel; t++) {
             int m = 0;
             for (int j = 0; j <= pos0 + t; j++)
@@ -444,18 +456,29 @@ static void test_attention(void) {
             nsel[t] = (t == 1 && T > 2) ? 0 : m; /* one query with nothing selected */
         }
         float *dq = UPF(q, qn), *dk = UPF(kc, kvn), *dv = UPF(vc, kvn), *dout = UPF(o, on);
-        int32_t *dsel = up(sel, ((size_t)T * stride + 1) * sizeof(int32_t)), *dnsel = up(nsel, (size_t)T * sizeof(int32_t));
-        sl_attn_args a = {.out = o, .q = q, .kcache = kc, .vcache = vc, .T = T, .pos0 = pos0,
-                          .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd), .scratch = scratch,
-                          .sel = use_sel ? sel : NULL, .n_sel = use_sel ? nsel : NULL,
+        int32_t *dsel = up(sel, ((size_t)T * stride + 1) * sizeof(int32_t)),
+                *dnsel = up(nsel, (size_t)T * sizeof(int32_t));
+        sl_attn_args a = {.out = o,
+                          .q = q,
+                          .kcache = kc,
+                          .vcache = vc,
+                          .T = T,
+                          .pos0 = pos0,
+                          .n_heads = nh,
+                          .n_kv_heads = nkv,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .scratch = scratch,
+                          .sel = use_sel ? sel : NULL,
+                          .n_sel = use_sel ? nsel : NULL,
                           .sel_stride = stride};
         cpu.ops->attention(&cpu, &a);
         a.out = dout, a.q = dq, a.kcache = dk, a.vcache = dv, a.scratch = NULL;
         a.sel = use_sel ? dsel : NULL, a.n_sel = use_sel ? dnsel : NULL;
         gpu.ops->attention(&gpu, &a);
         char what[96];
-        snprintf(what, sizeof what, "T=%d pos0=%d h=%d/%d hd=%d sel=%d", T, pos0, nh, nkv, hd, use_sel);
+        snprintf(what, sizeof what, "T=%d pos0=%d h=%d/%d hd=%d sel=%d", T, pos0, nh, nkv, hd,
+                 use_sel);
         check(&r, what, dout, o, on, 2e-5);
         free(q), free(kc), free(vc), free(o), free(scratch), free(sel), free(nsel);
         dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dsel), dfree(dnsel);
@@ -538,7 +561,8 @@ static void test_elementwise(void) {
     for (int i = 0; i < 2; i++) {
         const int T = i ? 3 : 1, hc = 4, n = i ? 65 : 1;
         const size_t wn = (size_t)T * hc * n, tot = wn + 3;
-        float *w = rand_vec(tot, 1), *o = rand_vec((size_t)T * n, 1), *inj = rand_vec((size_t)T * hc, 1);
+        float *w = rand_vec(tot, 1), *o = rand_vec((size_t)T * n, 1),
+              *inj = rand_vec((size_t)T * hc, 1);
         float *dw = UPF(w, tot), *dout = UPF(o, (size_t)T * n), *dinj = UPF(inj, (size_t)T * hc);
         cpu.ops->hc_inject(&cpu, w, o, inj, T, hc, n);
         gpu.ops->hc_inject(&gpu, dw, dout, dinj, T, hc, n);
@@ -565,7 +589,8 @@ static void test_elementwise(void) {
     for (int i = 0; i < 3; i++) {
         const int T = 3, hc = 4, n = pn[i];
         const size_t kn = (size_t)T * hc * n, tot = kn + 3;
-        float *k = rand_vec(kn, 1), *q = rand_vec(kn, 1), *v = rand_vec((size_t)T * n, 1), *y = poison_vec(tot);
+        float *k = rand_vec(kn, 1), *q = rand_vec(kn, 1), *v = rand_vec((size_t)T * n, 1),
+              *y = poison_vec(tot);
         float *dk = UPF(k, kn), *dq = UPF(q, kn), *dv = UPF(v, (size_t)T * n), *dy = UPF(y, tot);
         cpu.ops->ple_gate(&cpu, y, k, q, v, T, hc, n);
         gpu.ops->ple_gate(&gpu, dy, dk, dq, dv, T, hc, n);
@@ -578,8 +603,10 @@ static void test_elementwise(void) {
     static const int qs[][3] = {{16, 37, 128}, {1, 1, 1}, {5, 300, 65}};
     for (int i = 0; i < 3; i++) {
         const int nh = qs[i][0], nb = qs[i][1], d = qs[i][2];
-        float *q = rand_vec((size_t)nh * d, 1), *k = rand_vec((size_t)nb * d, 1), *s = poison_vec((size_t)nb + 3);
-        float *dq = UPF(q, (size_t)nh * d), *dk = UPF(k, (size_t)nb * d), *ds = UPF(s, (size_t)nb + 3);
+        float *q = rand_vec((size_t)nh * d, 1), *k = rand_vec((size_t)nb * d, 1),
+              *s = poison_vec((size_t)nb + 3);
+        float *dq = UPF(q, (size_t)nh * d), *dk = UPF(k, (size_t)nb * d),
+              *ds = UPF(s, (size_t)nb + 3);
         cpu.ops->qsa_scores(&cpu, s, q, k, nh, nb, d);
         gpu.ops->qsa_scores(&gpu, ds, dq, dk, nh, nb, d);
         check(&r, "scores", ds, s, (size_t)nb + 3, 2e-6);
@@ -635,20 +662,35 @@ static void test_delta_rule(void) {
     op_report r;
     op_begin(&r, "delta_rule");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c][0], nk = cases[c][1], nv = cases[c][2], dk = cases[c][3], dv = cases[c][4];
+        const int T = cases[c][0], nk = cases[c][1], nv = cases[c][2], dk = cases[c][3],
+                  dv = cases[c][4];
         const size_t qn = (size_t)T * nk * dk, vn = (size_t)T * nv * dv, an = (size_t)T * nv;
         const size_t sn = (size_t)nv * dk * dv, on = vn + 3;
         float *q = rand_vec(qn, 1), *k = rand_vec(qn, 1), *v = rand_vec(vn, 1);
         l2rows(q, T * nk, dk), l2rows(k, T * nk, dk);
-        float *a = rand_vec(an, 3), *b = rand_vec(an, 3), *st = rand_vec(sn, 0.3f), *o = poison_vec(on);
+        float *a = rand_vec(an, 3), *b = rand_vec(an, 3), *st = rand_vec(sn, 0.3f),
+              *o = poison_vec(on);
         wpair A, dtb;
         wpair_make(&A, c % 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, nv, 1.0f, 0);
         wpair_make(&dtb, SL_DTYPE_F32, 0, nv, 1.0f, 0);
-        float *dq = UPF(q, qn), *dk_ = UPF(k, qn), *dv_ = UPF(v, vn), *da = UPF(a, an), *db = UPF(b, an);
+        float *dq = UPF(q, qn), *dk_ = UPF(k, qn), *dv_ = UPF(v, vn), *da = UPF(a, an),
+              *db = UPF(b, an);
         float *dst = UPF(st, sn), *dout = UPF(o, on);
-        sl_delta_args args = {.out = o, .q = q, .k = k, .v = v, .a = a, .b = b, .A_log = &A.h,
-                              .dt_bias = &dtb.h, .state = st, .T = T, .nk = nk, .nv = nv, .dk = dk,
-                              .dv = dv, .q_scale = 1.0f / sqrtf((float)dk)};
+        sl_delta_args args = {.out = o,
+                              .q = q,
+                              .k = k,
+                              .v = v,
+                              .a = a,
+                              .b = b,
+                              .A_log = &A.h,
+                              .dt_bias = &dtb.h,
+                              .state = st,
+                              .T = T,
+                              .nk = nk,
+                              .nv = nv,
+                              .dk = dk,
+                              .dv = dv,
+                              .q_scale = 1.0f / sqrtf((float)dk)};
         cpu.ops->delta_rule(&cpu, &args);
         args.out = dout, args.q = dq, args.k = dk_, args.v = dv_, args.a = da, args.b = db;
         args.A_log = &A.d, args.dt_bias = &dtb.d, args.state = dst;
@@ -689,9 +731,11 @@ static void bench_matmul(void) {
             const size_t G = (size_t)sl_qgroups(K);
             const size_t data = sl_row_bytes(dt, K) * (size_t)N;
             const size_t sb = sl_dtype_is_quant(dt) ? (size_t)N * G * 2 : 0;
-            sl_tensor w = {.name = "bench", .dtype = dt, .ndim = 2, .shape = {N, K}, .nbytes = data};
+            sl_tensor w = {
+                .name = "bench", .dtype = dt, .ndim = 2, .shape = {N, K}, .nbytes = data};
             void *dd = gpu.ops->alloc(&gpu, data);
-            void *ds = sb ? gpu.ops->alloc(&gpu, sb) : NULL, *db = sb ? gpu.ops->alloc(&gpu, sb) : NULL;
+            void *ds = sb ? gpu.ops->alloc(&gpu, sb) : NULL,
+                 *db = sb ? gpu.ops->alloc(&gpu, sb) : NULL;
             SL_ASSERT(dd && (!sb || (ds && db)));
             w.data = dd, w.scales = ds, w.biases = db;
             float *dx = gpu.ops->alloc(&gpu, (size_t)512 * K * sizeof(float));
@@ -715,9 +759,18 @@ static void bench_attention(void) {
     const int nh = 32, nkv = 4, hd = 128, ctx = 4096;
     const size_t kvn = (size_t)ctx * nkv * hd;
     float *dk = gpu.ops->alloc(&gpu, kvn * 4), *dv = gpu.ops->alloc(&gpu, kvn * 4);
-    float *dq = gpu.ops->alloc(&gpu, (size_t)512 * nh * hd * 4), *dout = gpu.ops->alloc(&gpu, (size_t)512 * nh * hd * 4);
-    sl_attn_args a = {.out = dout, .q = dq, .kcache = dk, .vcache = dv, .T = 1, .pos0 = ctx - 1,
-                      .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd, .scale = 0.088f};
+    float *dq = gpu.ops->alloc(&gpu, (size_t)512 * nh * hd * 4),
+          *dout = gpu.ops->alloc(&gpu, (size_t)512 * nh * hd * 4);
+    sl_attn_args a = {.out = dout,
+                      .q = dq,
+                      .kcache = dk,
+                      .vcache = dv,
+                      .T = 1,
+                      .pos0 = ctx - 1,
+                      .n_heads = nh,
+                      .n_kv_heads = nkv,
+                      .head_dim = hd,
+                      .scale = 0.088f};
     gpu.ops->attention(&gpu, &a);
     sl_cuda_sync(&gpu);
     double t0 = sl_now();
@@ -733,7 +786,8 @@ static void bench_attention(void) {
         gpu.ops->attention(&gpu, &a);
     sl_cuda_sync(&gpu);
     const double tp = (sl_now() - t0) / 5;
-    printf("attention 32/4 heads x 128: decode at ctx %d %.1f us (%.0f GB/s of KV), prefill T=512 %.1f us\n",
+    printf("attention 32/4 heads x 128: decode at ctx %d %.1f us (%.0f GB/s of KV), prefill T=512 "
+           "%.1f us\n",
            ctx, td * 1e6, 2.0 * kvn * 4 / td / 1e9, tp * 1e6);
     dfree(dk), dfree(dv), dfree(dq), dfree(dout);
 }

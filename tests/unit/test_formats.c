@@ -131,7 +131,8 @@ TEST(test_config_parse) {
         {"not json", "invalid JSON"},
         /* found by the fuzzer: a boolean where a count belongs (division by zero) */
         {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
-         "\"num_attention_heads\":2,\"num_key_value_heads\":false}", "out of range"},
+         "\"num_attention_heads\":2,\"num_key_value_heads\":false}",
+         "out of range"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sl_error_clear(&err);

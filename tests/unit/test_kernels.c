@@ -228,9 +228,21 @@ TEST(test_deltanet_ops) {
         Al[i] = frand(), dt[i] = frand();
     sl_tensor At = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {NV}, .data = Al};
     sl_tensor dtt = {.dtype = SL_DTYPE_F32, .ndim = 1, .shape = {NV}, .data = dt};
-    sl_delta_args da = {.out = o, .q = q, .k = k, .v = vv, .a = a, .b = b, .A_log = &At,
-                        .dt_bias = &dtt, .state = S, .T = T, .nk = NK, .nv = NV, .dk = DK,
-                        .dv = DV, .q_scale = 0.45f};
+    sl_delta_args da = {.out = o,
+                        .q = q,
+                        .k = k,
+                        .v = vv,
+                        .a = a,
+                        .b = b,
+                        .A_log = &At,
+                        .dt_bias = &dtt,
+                        .state = S,
+                        .T = T,
+                        .nk = NK,
+                        .nv = NV,
+                        .dk = DK,
+                        .dv = DV,
+                        .q_scale = 0.45f};
     be.ops->delta_rule(&be, &da);
     for (int t = 0; t < T; t++) {
         sl_delta_args d1 = da;
@@ -274,8 +286,8 @@ TEST(test_deltanet_ops) {
             ss += (double)gx[r * 9 + i] * gx[r * 9 + i];
         for (int i = 0; i < 9; i++) {
             const double z = gz[r * 9 + i];
-            CHECK(fabs(gy[r * 9 + i] - gw[i] * gx[r * 9 + i] / sqrt(ss / 9 + 1e-6) * z /
-                                            (1 + exp(-z))) < 1e-5);
+            CHECK(fabs(gy[r * 9 + i] -
+                       gw[i] * gx[r * 9 + i] / sqrt(ss / 9 + 1e-6) * z / (1 + exp(-z))) < 1e-5);
         }
     }
     float sy[5], sg[5], sy0[5];
@@ -399,9 +411,8 @@ TEST(test_qwen4_ops) {
         for (int i = 0; i < 4; i++)
             ss += (double)gx[r * 4 + i] * gx[r * 4 + i];
         for (int i = 0; i < 4; i++)
-            CHECK(fabs(gy[r * 4 + i] -
-                       gw[i] * gx[r * 4 + i] / sqrt(ss / 4 + 1e-6) / (1 + exp(-gz[r * 4 + i]))) <
-                  1e-5);
+            CHECK(fabs(gy[r * 4 + i] - gw[i] * gx[r * 4 + i] / sqrt(ss / 4 + 1e-6) /
+                                           (1 + exp(-gz[r * 4 + i]))) < 1e-5);
     }
     /* activate */
     float ax[7], ay[7];
@@ -470,8 +481,16 @@ TEST(test_attention_selection) {
         q[i] = frand() * 2, dense[i] = out[i] = POISON;
     for (int i = 0; i < CTX * HD; i++)
         kc[i] = frand() * 2, vc[i] = frand();
-    sl_attn_args a = {.out = dense, .q = q, .kcache = kc, .vcache = vc, .T = T, .pos0 = POS0,
-                      .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .scale = 0.5f,
+    sl_attn_args a = {.out = dense,
+                      .q = q,
+                      .kcache = kc,
+                      .vcache = vc,
+                      .T = T,
+                      .pos0 = POS0,
+                      .n_heads = NH,
+                      .n_kv_heads = NKV,
+                      .head_dim = HD,
+                      .scale = 0.5f,
                       .scratch = scratch};
     be.ops->attention(&be, &a);
     int32_t sel[T * W], nsel[T];
@@ -495,8 +514,16 @@ TEST(test_attention_selection) {
     a.T = 1, a.out = out;
     be.ops->attention(&be, &a);
     memcpy(q2, q, sizeof q2);
-    sl_attn_args a2 = {.out = out2, .q = q2, .kcache = kc2, .vcache = vc2, .T = 1, .pos0 = 3,
-                       .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .scale = 0.5f,
+    sl_attn_args a2 = {.out = out2,
+                       .q = q2,
+                       .kcache = kc2,
+                       .vcache = vc2,
+                       .T = 1,
+                       .pos0 = 3,
+                       .n_heads = NH,
+                       .n_kv_heads = NKV,
+                       .head_dim = HD,
+                       .scale = 0.5f,
                        .scratch = scratch};
     be.ops->attention(&be, &a2);
     CHECK(memcmp(out, out2, sizeof out2) == 0);

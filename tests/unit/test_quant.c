@@ -330,8 +330,7 @@ TEST(test_quant_matmul_all_isas) {
                         y[isa] = malloc(sizeof(float) * (size_t)(T * N));
                         for (int64_t i = 0; i < T * N; i++)
                             y[isa][i] = POISON;
-                        sl_matmul_quant_cpu_path(&be, y[isa], x, &m.t, (int32_t)T,
-                                                 SL_QPATH_FLOAT);
+                        sl_matmul_quant_cpu_path(&be, y[isa], x, &m.t, (int32_t)T, SL_QPATH_FLOAT);
                         double worst = 0;
                         for (int64_t i = 0; i < T * N; i++)
                             worst = fmax(worst, fabs(y[isa][i] - ref[i]) / (1 + fabs(ref[i])));
@@ -419,11 +418,11 @@ TEST(test_quant_int8_activations) {
             const int g = k / 64;
             float mag;
             switch (t) {
-            case 0: mag = 0; break;                       /* all zero */
-            case 1: mag = mags[g % 8]; break;             /* mixed per group */
-            case 2: mag = mags[(g * 3 + 1) % 8]; break;   /* mixed, another order */
-            case 3: mag = k == 200 ? 1e4f : 1e-2f; break; /* one outlier */
-            case 4: mag = 1e-40f; break;                  /* subnormal everywhere */
+            case 0: mag = 0; break;                        /* all zero */
+            case 1: mag = mags[g % 8]; break;              /* mixed per group */
+            case 2: mag = mags[(g * 3 + 1) % 8]; break;    /* mixed, another order */
+            case 3: mag = k == 200 ? 1e4f : 1e-2f; break;  /* one outlier */
+            case 4: mag = 1e-40f; break;                   /* subnormal everywhere */
             case 5: mag = g == G - 1 ? 5.0f : 0.0f; break; /* only the short last group */
             default: mag = 1.0f + (float)(g % 5); break;
             }

@@ -167,3 +167,19 @@ TEST(test_qwen4_truncated_ngram_table) {
            err.msg);
     sl_model_free(m);
 }
+
+/* QSA block choice: the best scores, ties to the lower block index (all-zero scores, which
+ * relu makes common, pick the first blocks). */
+TEST(test_qwen4_qsa_pick_ties) {
+    const float sc[8] = {0.5f, 2.0f, 0.5f, 2.0f, 0.0f, 0.5f, 2.0f, 1.0f};
+    uint8_t taken[8];
+    sl_qsa_pick(sc, 8, 2, taken); /* 2.0 at 1, 3, 6: the two lowest */
+    CHECK(taken[1] && taken[3] && !taken[6] &&
+          taken[0] + taken[2] + taken[4] + taken[5] + taken[7] == 0);
+    sl_qsa_pick(sc, 8, 5, taken); /* then 1.0 at 7 and the lowest 0.5 (block 0) */
+    CHECK(taken[1] && taken[3] && taken[6] && taken[7] && taken[0] && !taken[2] && !taken[5] &&
+          !taken[4]);
+    const float zero[5] = {0};
+    sl_qsa_pick(zero, 5, 3, taken);
+    CHECK(taken[0] && taken[1] && taken[2] && !taken[3] && !taken[4]);
+}
