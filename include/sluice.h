@@ -67,11 +67,11 @@ typedef struct sl_model_params {
     sl_backend_kind backend;
     int32_t gpu_experts; /* CUDA: expert slots per MoE layer in GPU memory (0 = all experts) */
     sl_experts_mode experts;
-    int32_t cache_experts;  /* stream: slots per MoE layer (0 = from cache_mem) */
-    int64_t cache_mem;      /* stream: byte budget for all layers' slots */
+    int32_t cache_experts; /* stream: slots per MoE layer (0 = from cache_mem) */
+    int64_t cache_mem;     /* stream: byte budget for all layers' slots */
     sl_cache_policy cache_policy;
-    int32_t direct_io;      /* stream: read with O_DIRECT, bypassing the page cache */
-    int32_t io_threads;     /* stream: parallel readers (0 = 8) */
+    int32_t direct_io;       /* stream: read with O_DIRECT, bypassing the page cache */
+    int32_t io_threads;      /* stream: parallel readers (0 = 8) */
     sl_progress_fn progress; /* optional */
     void *progress_user;
 } sl_model_params;
@@ -109,15 +109,15 @@ typedef struct sl_model_info {
     int32_t max_position;
     int32_t n_heads, n_kv_heads, head_dim;
     int32_t moe_intermediate_size;
-    int32_t shared_expert; /* has a shared expert */
-    int32_t packed;        /* a sluice pack (else a Hugging Face directory) */
-    const char *weights;   /* storage of the routed experts: "int8", "int4", "BF16", ... */
-    int64_t resident_bytes;  /* every tensor except routed experts */
-    int64_t expert_bytes;    /* one routed expert (gate, up, down, scales) */
-    const char *experts_mode; /* "mapped", "resident" or "stream" */
-    int32_t cache_slots;      /* stream: slots per MoE layer */
-    int32_t n_ple_layers;     /* Qwen4-Exp: layers with a PLE n-gram table */
-    int64_t ple_table_bytes;  /* their tables, all together (kept on disk) */
+    int32_t shared_expert;      /* has a shared expert */
+    int32_t packed;             /* a sluice pack (else a Hugging Face directory) */
+    const char *weights;        /* storage of the routed experts: "int8", "int4", "BF16", ... */
+    int64_t resident_bytes;     /* every tensor except routed experts */
+    int64_t expert_bytes;       /* one routed expert (gate, up, down, scales) */
+    const char *experts_mode;   /* "mapped", "resident" or "stream" */
+    int32_t cache_slots;        /* stream: slots per MoE layer */
+    int32_t n_ple_layers;       /* Qwen4-Exp: layers with a PLE n-gram table */
+    int64_t ple_table_bytes;    /* their tables, all together (kept on disk) */
     int32_t ple_rows_per_token; /* rows one token reads per PLE layer */
     const char *backend;        /* "cpu" or "cuda" */
     int32_t gpu_expert_slots;   /* CUDA: expert slots per MoE layer in GPU memory */

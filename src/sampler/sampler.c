@@ -114,30 +114,87 @@ static void apply_penalties(sl_sampler *s, float *logits) {
         if (count[s->history[i]] < 0) count[s->history[i]] = -count[s->history[i]];
 }
 
+/*
+ * Top-p, min-p, then a draw over the first n candidates (descending; prob[] normalised over
+ * every id). partial: they are only the best of the vocabulary, the rest holds probability
+ * too. Then -1 (nothing drawn) when a cut would reach past them, or when, with no cut at
+ * all, the draw does (the generator is wound back so the full pass draws the same number).
+ */
+static int32_t pick(sl_sampler *s, int32_t n, int partial) {
+    const sl_sampler_params *p = &s->p;
+    int cut = 0;
+    if (p->top_p < 1) {
+        double mass = 0;
+        int32_t keep = 0;
+        while (keep < n && mass < p->top_p)
+            mass += s->prob[keep++];
+        if (partial && mass < p->top_p) return -1;
+        n = SL_MAX(keep, 1);
+        cut = 1;
+    }
+    if (p->min_p > 0) {
+        int32_t keep = 1;
+        while (keep < n && s->prob[keep] >= p->min_p * s->prob[0])
+            keep++;
+        if (partial && !cut && keep == n) return -1;
+        cut |= keep < n;
+        n = keep;
+    }
+    double total = 0;
+    for (int32_t i = 0; i < n; i++)
+        total += s->prob[i];
+    /* Uncut, the draw spans the whole vocabulary, whose probabilities sum to 1. */
+    double r = next_uniform(s) * (partial && !cut ? 1.0 : total);
+    for (int32_t i = 0; i < n; i++) {
+        r -= s->prob[i];
+        if (r < 0) return s->cand[i];
+    }
+    if (partial && !cut) {
+        s->rng -= 0x9e3779b97f4a7c15ull;
+        return -1;
+    }
+    return s->cand[n - 1];
+}
+
+/* The n best candidates in descending order (ties to the lower id), in one pass keeping them
+ * sorted by insertion: n is small. */
+static void top_candidates(sl_sampler *s, const float *logits, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        s->cand[i] = -1;
+    for (int32_t id = 0; id < s->vocab; id++) {
+        if (s->cand[n - 1] >= 0 && !(logits[id] > logits[s->cand[n - 1]])) continue;
+        int32_t j = n - 1;
+        while (j > 0 && (s->cand[j - 1] < 0 || logits[id] > logits[s->cand[j - 1]])) {
+            s->cand[j] = s->cand[j - 1];
+            j--;
+        }
+        s->cand[j] = id;
+    }
+}
+
 int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     const sl_sampler_params *p = &s->p;
     apply_penalties(s, logits);
     if (p->temperature == 0) return sl_argmax(logits, s->vocab);
-    /* Candidates: all ids, or the top k of them, in descending order. */
-    int32_t n = s->vocab;
-    for (int32_t i = 0; i < n; i++)
-        s->cand[i] = i;
-    if (p->top_k > 0 && p->top_k < n) {
-        /* One pass keeping the k best in order by insertion: k is small. */
-        int32_t k = p->top_k;
-        for (int32_t i = 0; i < k; i++)
-            s->cand[i] = -1;
-        for (int32_t id = 0; id < s->vocab; id++) {
-            if (s->cand[k - 1] >= 0 && !(logits[id] > logits[s->cand[k - 1]])) continue;
-            int32_t j = k - 1;
-            while (j > 0 && (s->cand[j - 1] < 0 || logits[id] > logits[s->cand[j - 1]])) {
-                s->cand[j] = s->cand[j - 1];
-                j--;
-            }
-            s->cand[j] = id;
-        }
-        n = k;
-    } else {
+    /* Candidates in descending order: the top k, or (no top-k) the best few hundred first,
+     * which is where nearly all of the probability is; the whole vocabulary is sorted only
+     * when the draw runs past them (pick). */
+    const int32_t few = SL_MIN(256, s->vocab);
+    int32_t n = p->top_k > 0 && p->top_k < s->vocab ? p->top_k : few;
+    top_candidates(s, logits, n);
+    if (n == few && few < s->vocab && !(p->top_k > 0)) {
+        /* softmax over every id (their sum), probabilities for the candidates */
+        const float mx = logits[s->cand[0]];
+        double sum = 0;
+        for (int32_t id = 0; id < s->vocab; id++)
+            sum += expf((logits[id] - mx) / p->temperature);
+        for (int32_t i = 0; i < n; i++)
+            s->prob[i] = (float)(expf((logits[s->cand[i]] - mx) / p->temperature) / sum);
+        int32_t id = pick(s, n, 1);
+        if (id >= 0) return id;
+        n = s->vocab; /* the draw fell past the candidates: all of them, sorted */
+        for (int32_t i = 0; i < n; i++)
+            s->cand[i] = i;
         qsort_r(s->cand, (size_t)n, sizeof(int32_t), cmp_cand, logits);
     }
     /* Softmax at the temperature, over the candidates (the first is the largest). */
@@ -149,26 +206,7 @@ int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     }
     for (int32_t i = 0; i < n; i++)
         s->prob[i] = (float)(s->prob[i] / sum);
-    if (p->top_p < 1) {
-        double mass = 0;
-        int32_t keep = 0;
-        while (keep < n && mass < p->top_p)
-            mass += s->prob[keep++];
-        n = SL_MAX(keep, 1);
-    }
-    if (p->min_p > 0) {
-        int32_t keep = 1;
-        while (keep < n && s->prob[keep] >= p->min_p * s->prob[0])
-            keep++;
-        n = keep;
-    }
-    double total = 0;
-    for (int32_t i = 0; i < n; i++)
-        total += s->prob[i];
-    double r = next_uniform(s) * total;
-    for (int32_t i = 0; i < n; i++) {
-        r -= s->prob[i];
-        if (r < 0) return s->cand[i];
-    }
-    return s->cand[n - 1];
+    return pick(s, n, 0);
 }
+
+
