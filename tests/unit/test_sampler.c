@@ -140,3 +140,35 @@ TEST(test_sampler_penalties) {
     CHECK(n[0] == 2 && fabsf(n[1] - 0.75f) < 1e-6f && n[3] < 0 && n[4] < 0);
     sl_sampler_free(s);
 }
+
+/* Without top-k the sampler draws from its best 256 candidates when it can; it must pick what
+ * a pass over the whole sorted vocabulary picks (here: top-k of all but the least likely id,
+ * whose probability is negligible), whether the draw stays among them or falls past them. */
+TEST(test_sampler_partial_equals_full) {
+    enum { VB = 2000, N = 300 };
+    static float logits[VB], a[VB], b[VB];
+    for (int i = 0; i < VB; i++) /* peaked, with a long tail; the last id the least likely */
+        logits[i] = -1.2f * logf((float)(1 + (i * 7919) % (VB - 1))) + (i == VB - 1 ? -100.0f : 0.0f);
+    const float top_ps[3] = {1.0f, 0.9f, 1.0f}, min_ps[3] = {0, 0, 0.01f};
+    const float temps[3] = {0.8f, 1.3f, 2.5f};
+    for (int c = 0; c < 3; c++) {
+        sl_sampler_params p = sl_sampler_defaults();
+        p.temperature = temps[c], p.top_p = top_ps[c], p.min_p = min_ps[c], p.seed = 11;
+        sl_sampler_params q = p;
+        q.top_k = VB - 1;
+        sl_sampler *sa = NULL, *sb = NULL;
+        sl_error err;
+        CHECK(sl_sampler_create(&p, VB, &sa, &err) == SL_OK);
+        CHECK(sl_sampler_create(&q, VB, &sb, &err) == SL_OK);
+        int same = 1, far = 0;
+        for (int k = 0; sa && sb && k < N; k++) {
+            memcpy(a, logits, sizeof a), memcpy(b, logits, sizeof b);
+            const int32_t x = sl_sampler_sample(sa, a), y = sl_sampler_sample(sb, b);
+            same &= x == y;
+            far += x >= 0 && logits[x] < logits[0] - 8; /* deep in the tail: past the candidates */
+        }
+        CHECKF(same, "config %d: partial and full sampling differ", c);
+        if (c == 2) CHECKF(far > 0, "config 2 never drew past the candidates");
+        sl_sampler_free(sa), sl_sampler_free(sb);
+    }
+}
