@@ -265,8 +265,15 @@ sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int 
 
 static const uint8_t ngram_magic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 0, 'N'};
 
+size_t sl_ngram_codes_bytes(sl_dtype dt, uint32_t dim) {
+    return (sl_row_bytes(dt, dim) + 1) & ~(size_t)1; /* even: the scales after stay aligned */
+}
+
 void sl_ngram_layout(sl_ngram_header *h) {
-    h->row_bytes = (uint64_t)h->dim * sl_dtype_size(h->dtype);
+    /* quantised rows carry their own groups' scales and biases: one row is one read */
+    h->row_bytes = sl_dtype_is_quant(h->dtype)
+                       ? sl_ngram_codes_bytes(h->dtype, h->dim) + 4 * (uint64_t)sl_qgroups(h->dim)
+                       : (uint64_t)h->dim * sl_dtype_size(h->dtype);
     h->data_offset = SL_PACK_PAGE;
     h->file_size = h->data_offset + h->rows * h->row_bytes;
 }
@@ -285,7 +292,8 @@ sl_status sl_ngram_header_parse(sl_ngram_header *h, const char *path, const void
     if (h->version != SL_PACK_VERSION)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d)",
                        path, h->version, SL_PACK_VERSION);
-    if (!(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32) ||
+    if (!(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32 ||
+          sl_dtype_is_quant(h->dtype)) ||
         h->dim == 0 || h->dim > (1u << 16) || h->rows == 0 || h->rows > (1ull << 40))
         return sl_fail(err, SL_ERR_FORMAT, "%s: bad header (rows %llu, dim %u, dtype code %u)",
                        path, (unsigned long long)h->rows, h->dim, p[16]);

@@ -51,7 +51,9 @@ typedef struct sl_experts_header {
     uint64_t part[SL_EX_PARTS]; /* offsets inside a blob; scales/biases 0 when unquantised */
 } sl_experts_header;
 
-/* An n-gram table file: rows [rows, dim] of dtype (BF16, F16 or F32) from data_offset. */
+/* An n-gram table file: rows [rows, dim] of dtype from data_offset. BF16, F16 or F32 rows are
+ * plain; a Q8/Q4 row is its codes (padded to an even count of bytes), then its groups' BF16
+ * scales, then their biases. */
 typedef struct sl_ngram_header {
     uint32_t version, layer;
     sl_dtype dtype;
@@ -59,6 +61,8 @@ typedef struct sl_ngram_header {
     uint64_t rows, row_bytes, data_offset, file_size;
 } sl_ngram_header;
 
+/* Bytes of a quantised row's codes, rounded up to even (its scales follow). */
+size_t sl_ngram_codes_bytes(sl_dtype dt, uint32_t dim);
 /* Fills row_bytes, data_offset and file_size from dtype, dim and rows. */
 void sl_ngram_layout(sl_ngram_header *h);
 sl_status sl_ngram_header_parse(sl_ngram_header *h, const char *path, const void *bytes, size_t n,

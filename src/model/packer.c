@@ -346,19 +346,24 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
 
 /* ------------------------------------------------------- ngram-LLL.bin */
 
-/* Layer l's n-gram table, rows back to back after a header page (F32 becomes BF16). */
-static sl_status write_ngram(const sl_model *m, int32_t l, const char *path, char hex[65],
-                             uint64_t *size, sl_error *err) {
+/* Layer l's n-gram table, rows back to back after a header page: quantised like the rest of
+ * the pack (each row with its own scales and biases), or BF16 (F32 becomes BF16). */
+static sl_status write_ngram(const sl_model *m, int32_t l, const char *path,
+                             const sl_pack_params *p, char hex[65], uint64_t *size, sl_error *err) {
     const sl_ngram_table *tb = &m->layers[l].ple->table;
+    const sl_dtype dt = p->quant == SL_QUANT_INT8   ? SL_DTYPE_Q8
+                        : p->quant == SL_QUANT_INT4 ? SL_DTYPE_Q4
+                        : tb->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16
+                                                    : tb->dtype;
     sl_ngram_header h = {.version = SL_PACK_VERSION,
                          .layer = (uint32_t)l,
-                         .dtype = tb->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : tb->dtype,
+                         .dtype = dt,
                          .dim = (uint32_t)tb->dim,
                          .rows = (uint64_t)tb->rows};
     sl_ngram_layout(&h);
     uint8_t *page = calloc(1, SL_PACK_PAGE);
     float *row = malloc((size_t)tb->dim * sizeof(float));
-    uint16_t *half = malloc((size_t)tb->dim * sizeof(uint16_t));
+    uint16_t *half = malloc(SL_MAX((size_t)h.row_bytes, (size_t)tb->dim * sizeof(uint16_t)));
     hwriter w;
     sl_status st = !page || !row || !half ? sl_fail(err, SL_ERR_NOMEM, "out of memory")
                                           : hw_open(&w, path, err);
@@ -371,8 +376,18 @@ static sl_status write_ngram(const sl_model *m, int32_t l, const char *path, cha
                 hw_put(&w, t->data, t->nbytes);
                 continue;
             }
+            const size_t cb = sl_ngram_codes_bytes(dt, h.dim);
+            const int64_t G = sl_qgroups(tb->dim);
             for (int64_t r = 0; r < t->shape[0]; r++) {
                 sl_to_f32(row, t->data, t->dtype, (size_t)(r * tb->dim), (size_t)tb->dim);
+                if (sl_dtype_is_quant(dt)) { /* [codes | pad | scales | biases] */
+                    uint8_t *q = (uint8_t *)half;
+                    memset(q, 0, (size_t)h.row_bytes);
+                    uint16_t *sc = (uint16_t *)(q + cb);
+                    sl_quantize_row(dt, row, tb->dim, q, sc, sc + G);
+                    hw_put(&w, q, (size_t)h.row_bytes);
+                    continue;
+                }
                 for (int32_t k = 0; k < tb->dim; k++)
                     half[k] = sl_f32_to_bf16(row[k]);
                 hw_put(&w, half, (size_t)tb->dim * 2);
@@ -458,7 +473,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         snprintf(name, sizeof name, "ngram-%03d.bin", l);
         snprintf(path, sizeof path, "%s/%s", out_dir, name);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        if (!(st = write_ngram(m, l, tmp, hex, &size, err)) && rename(tmp, path) != 0)
+        if (!(st = write_ngram(m, l, tmp, &p, hex, &size, err)) && rename(tmp, path) != 0)
             st = sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
         if (!st) {
             json_t *fe = file_entry(name, size, hex);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "format/pack.h"
+#include "kernels/quant.h"
 #include "model/blocks.h"
 
 /* ------------------------------------------------------- hash constants */
@@ -290,17 +291,38 @@ void sl_ple_free(sl_model *m) {
     m->ples = NULL;
 }
 
+/* One packed row (plain floats, or codes, scales, biases) into out[dim]. */
+static void decode_row(const sl_ngram_table *tb, const uint8_t *p, float *out) {
+    if (!sl_dtype_is_quant(tb->dtype)) {
+        sl_to_f32(out, p, tb->dtype, 0, (size_t)tb->dim);
+        return;
+    }
+    const size_t cb = sl_ngram_codes_bytes(tb->dtype, (uint32_t)tb->dim);
+    const sl_tensor t = {.dtype = tb->dtype,
+                         .ndim = 2,
+                         .shape = {1, tb->dim},
+                         .data = p,
+                         .nbytes = cb,
+                         .scales = (const uint16_t *)(p + cb),
+                         .biases = (const uint16_t *)(p + cb) + sl_qgroups(tb->dim)};
+    sl_dequantize_row(&t, 0, out);
+}
+
 /* Row r of the table into out[dim]. buf: row_bytes of scratch (pread). */
 static sl_status table_row(const sl_ngram_table *tb, int64_t r, float *out, uint8_t *buf,
                            sl_error *err) {
+    const uint64_t at = tb->data_off + (uint64_t)r * tb->row_bytes;
     if (tb->fd >= 0) {
-        const off_t at = (off_t)(tb->data_off + (uint64_t)r * tb->row_bytes);
-        if (pread(tb->fd, buf, tb->row_bytes, at) != (ssize_t)tb->row_bytes)
+        if (pread(tb->fd, buf, tb->row_bytes, (off_t)at) != (ssize_t)tb->row_bytes)
             return sl_fail(err, SL_ERR_IO, "n-gram table: short read at row %lld", (long long)r);
-        sl_to_f32(out, buf, tb->dtype, 0, (size_t)tb->dim);
+        decode_row(tb, buf, out);
         return SL_OK;
     }
-    int32_t i = 0;
+    if (tb->map) { /* a pack's table, mapped */
+        decode_row(tb, (const uint8_t *)tb->map + at, out);
+        return SL_OK;
+    }
+    int32_t i = 0; /* a checkpoint's shards */
     while (r >= tb->parts[i].shape[0])
         r -= tb->parts[i++].shape[0];
     sl_to_f32(out, tb->parts[i].data, tb->dtype, (size_t)r * (size_t)tb->dim, (size_t)tb->dim);

@@ -208,5 +208,3 @@ int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
         s->prob[i] = (float)(s->prob[i] / sum);
     return pick(s, n, 0);
 }
-
-

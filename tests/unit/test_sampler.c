@@ -148,7 +148,8 @@ TEST(test_sampler_partial_equals_full) {
     enum { VB = 2000, N = 300 };
     static float logits[VB], a[VB], b[VB];
     for (int i = 0; i < VB; i++) /* peaked, with a long tail; the last id the least likely */
-        logits[i] = -1.2f * logf((float)(1 + (i * 7919) % (VB - 1))) + (i == VB - 1 ? -100.0f : 0.0f);
+        logits[i] =
+            -1.2f * logf((float)(1 + (i * 7919) % (VB - 1))) + (i == VB - 1 ? -100.0f : 0.0f);
     const float top_ps[3] = {1.0f, 0.9f, 1.0f}, min_ps[3] = {0, 0, 0.01f};
     const float temps[3] = {0.8f, 1.3f, 2.5f};
     for (int c = 0; c < 3; c++) {
