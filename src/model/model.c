@@ -366,7 +366,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->hinj = carve(cv, hb * (size_t)c->hc_count, sizeof(float));
     b->ple_hist = carve(hv, pb * NG, sizeof(int32_t));
     b->ple_rows = carve(hv, pb * G, sizeof(int64_t));
-    b->ple_rowbuf = carve(hv, G ? D / G * 4 : 0, 1);
+    b->ple_rowbuf = carve(hv, pb * D * 4, 1); /* a row is at most dim x 4 bytes */
+    b->ple_jobs = carve(hv, pb * G, sizeof(sl_read_job));
     b->ple_emb = carve(cv, pb * D, sizeof(float));
     b->ple_key = carve(cv, pb * hcH, sizeof(float));
     b->ple_gate = carve(cv, pb * hcH, sizeof(float));

@@ -178,7 +178,8 @@ typedef struct sl_session_buf {
     float *hinj;                /* [B, hc] injection weights */
     int32_t *ple_hist;          /* host [B, ngram_size] token at shift s (EOS past a reset) */
     int64_t *ple_rows;          /* host [B, G] table rows */
-    uint8_t *ple_rowbuf;        /* host: one table row (pread) */
+    uint8_t *ple_rowbuf;        /* host [B, G] table rows as read (pread) */
+    sl_read_job *ple_jobs;      /* host [B, G] their reads */
     float *ple_emb;             /* [B, D] */
     float *ple_key, *ple_gate;  /* [B, hc*H] */
     float *ple_val;             /* [B, H] */

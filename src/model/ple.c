@@ -308,21 +308,14 @@ static void decode_row(const sl_ngram_table *tb, const uint8_t *p, float *out) {
     sl_dequantize_row(&t, 0, out);
 }
 
-/* Row r of the table into out[dim]. buf: row_bytes of scratch (pread). */
-static sl_status table_row(const sl_ngram_table *tb, int64_t r, float *out, uint8_t *buf,
-                           sl_error *err) {
-    const uint64_t at = tb->data_off + (uint64_t)r * tb->row_bytes;
-    if (tb->fd >= 0) {
-        if (pread(tb->fd, buf, tb->row_bytes, (off_t)at) != (ssize_t)tb->row_bytes)
-            return sl_fail(err, SL_ERR_IO, "n-gram table: short read at row %lld", (long long)r);
-        decode_row(tb, buf, out);
+/* Row r of a mapped table (a pack's file or a checkpoint's shards) into out[dim]. */
+static sl_status table_row(const sl_ngram_table *tb, int64_t r, float *out, sl_error *err) {
+    (void)err;
+    if (tb->map) {
+        decode_row(tb, (const uint8_t *)tb->map + tb->data_off + (uint64_t)r * tb->row_bytes, out);
         return SL_OK;
     }
-    if (tb->map) { /* a pack's table, mapped */
-        decode_row(tb, (const uint8_t *)tb->map + at, out);
-        return SL_OK;
-    }
-    int32_t i = 0; /* a checkpoint's shards */
+    int32_t i = 0;
     while (r >= tb->parts[i].shape[0])
         r -= tb->parts[i++].shape[0];
     sl_to_f32(out, tb->parts[i].data, tb->dtype, (size_t)r * (size_t)tb->dim, (size_t)tb->dim);
@@ -375,15 +368,30 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const size_t S = (size_t)(c->ple_conv_kernel - 1) * (size_t)c->ngram_size;
 
     const double t0 = sl_now();
-    for (int32_t t = 0; t < T; t++) {
-        int64_t *rows = b->ple_rows + (size_t)t * (size_t)G;
-        sl_ple_rows(c, P, b->ple_hist + (size_t)t * (size_t)c->ngram_size, rows);
-        for (int32_t g = 0; g < G; g++) {
-            sl_status st = table_row(&P->table, rows[g],
-                                     b->h_ple_emb + (size_t)t * (size_t)D + (size_t)g * (size_t)dim,
-                                     b->ple_rowbuf, err);
-            if (st) return st;
-        }
+    for (int32_t t = 0; t < T; t++)
+        sl_ple_rows(c, P, b->ple_hist + (size_t)t * (size_t)c->ngram_size,
+                    b->ple_rows + (size_t)t * (size_t)G);
+    const sl_ngram_table *tb = &P->table;
+    const int32_t n = T * G;
+    if (tb->fd >= 0) { /* streamed: every row of the chunk read at once by the reader pool */
+        for (int32_t i = 0; i < n; i++)
+            b->ple_jobs[i] =
+                (sl_read_job){.fd = tb->fd,
+                              .offset = tb->data_off + (uint64_t)b->ple_rows[i] * tb->row_bytes,
+                              .len = tb->row_bytes,
+                              .dst = b->ple_rowbuf + (size_t)i * tb->row_bytes};
+        sl_experts_read(&m->experts, b->ple_jobs, n);
+        for (int32_t i = 0; i < n; i++)
+            if (b->ple_jobs[i].err)
+                return sl_fail(err, SL_ERR_IO, "n-gram table of layer %d: read failed at row %lld",
+                               l, (long long)b->ple_rows[i]);
+    }
+    for (int32_t i = 0; i < n; i++) { /* row i = (token i / G, head i % G) */
+        float *out = b->h_ple_emb + (size_t)i * (size_t)dim;
+        sl_status st = tb->fd >= 0
+                           ? (decode_row(tb, b->ple_rowbuf + (size_t)i * tb->row_bytes, out), SL_OK)
+                           : table_row(tb, b->ple_rows[i], out, err);
+        if (st) return st;
     }
     be->ops->to_dev(be, b->ple_emb, b->h_ple_emb, (size_t)T * (size_t)D * sizeof(float));
     m->stats.ple_rows += (int64_t)T * G;

@@ -162,6 +162,10 @@ static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n) {
     pthread_mutex_unlock(&p->mu);
 }
 
+void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n) {
+    pool_run(&s->pool, jobs, n); /* serial when the pool is not started */
+}
+
 /* ------------------------------------------------------- packed layers */
 
 static void set_views(sl_expert *v, const sl_experts_header *h, const uint8_t *blob) {

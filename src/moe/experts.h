@@ -123,4 +123,9 @@ int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                            const sl_expert **out, sl_error *err);
 
+/* Runs n reads (other files than experts too: PLE n-gram rows) with the store's reader pool,
+ * in parallel in stream mode, one after another otherwise; waits for all. Errors land in
+ * each job's err. */
+void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n);
+
 #endif /* SL_EXPERTS_H */
