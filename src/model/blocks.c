@@ -208,8 +208,9 @@ static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tenso
 
 /*
  * The fetched experts list[0..n) (views in b->fetched), whose rows total at most max_batch,
- * in one pass each: gather every row they read into xg (expert by expert), the gate, up and
- * down matmuls of all of them as three batches, one SwiGLU, and one scatter of the results
+ * in one pass each: gather every row they read into xg (expert by expert), the gate and up
+ * matmuls of all of them as one batch, one SwiGLU, the down matmuls as another batch, one
+ * scatter of the results
  * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
  */
 static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32_t n,
@@ -229,18 +230,18 @@ static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32
             b->h_grp[rows + off + i] = r[i]; /* (token, rank) row written */
         }
         const sl_expert *ex = b->fetched[j];
-        b->bx[j] = b->xg + (size_t)off * H;
+        /* items j (gate) and n + j (up) of one batch, then j of the down batch */
+        b->bx[j] = b->bx[n + j] = b->xg + (size_t)off * H;
         b->bg[j] = b->gate + (size_t)off * I;
-        b->bu[j] = b->up + (size_t)off * I;
+        b->bg[n + j] = b->up + (size_t)off * I;
         b->bo[j] = b->ffn_out + (size_t)off * H;
-        b->wg[j] = &ex->gate, b->wu[j] = &ex->up, b->wd[j] = &ex->down;
-        b->bT[j] = cnt;
+        b->wg[j] = &ex->gate, b->wg[n + j] = &ex->up, b->wd[j] = &ex->down;
+        b->bT[j] = b->bT[n + j] = cnt;
         off += cnt;
     }
     be->ops->to_dev(be, b->grp_idx, b->h_grp, 2 * (size_t)rows * sizeof(int32_t));
     be->ops->copy_rows(be, b->xg, NULL, b->xn, b->grp_idx, rows, (int32_t)H);
-    be->ops->matmul_batch(be, b->bg, (const float *const *)b->bx, b->wg, b->bT, n);
-    be->ops->matmul_batch(be, b->bu, (const float *const *)b->bx, b->wu, b->bT, n);
+    be->ops->matmul_batch(be, b->bg, (const float *const *)b->bx, b->wg, b->bT, 2 * n);
     be->ops->swiglu(be, b->gate, b->gate, b->up, (size_t)rows * I);
     be->ops->matmul_batch(be, b->bo, (const float *const *)b->bg, b->wd, b->bT, n);
     be->ops->copy_rows(be, b->expert_out, b->grp_idx + rows, b->ffn_out, NULL, rows, (int32_t)H);
@@ -288,12 +289,9 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
-    /* Per grouped row: the token it reads (gather) and the (token, rank) row it fills. */
-    for (int32_t i = 0; i < T * k; i++)
-        b->h_gather[i] = b->expert_rows[i] / k;
-    be->ops->to_dev(be, b->gather_idx, b->h_gather, (size_t)(T * k) * sizeof(int32_t));
-    be->ops->to_dev(be, b->scatter_idx, b->expert_rows, (size_t)(T * k) * sizeof(int32_t));
     be->ops->to_dev(be, b->topk_w_dev, b->topk_w, (size_t)(T * k) * sizeof(float));
+    int idx_uploaded = 0; /* gather/scatter lists of every row: only one expert at a time needs
+                           * them (experts_batched uploads its own) */
     double t1 = sl_now();
     m->stats.t_router += t1 - t0;
 
@@ -329,6 +327,14 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
             experts_batched(s, l, b->expert_list + j0, nj, rows);
         else /* more rows than the activation buffers: one expert at a time */
             for (int32_t j = 0; j < nj; j++) {
+                if (!idx_uploaded++) { /* per grouped row: the token read, the row written */
+                    for (int32_t i = 0; i < T * k; i++)
+                        b->h_gather[i] = b->expert_rows[i] / k;
+                    be->ops->to_dev(be, b->gather_idx, b->h_gather,
+                                    (size_t)(T * k) * sizeof(int32_t));
+                    be->ops->to_dev(be, b->scatter_idx, b->expert_rows,
+                                    (size_t)(T * k) * sizeof(int32_t));
+                }
                 const int32_t e = b->expert_list[j0 + j], cnt = b->expert_count[e];
                 const int32_t first = b->expert_start[e] - cnt; /* e's rows in expert_rows */
                 const sl_expert *ex = b->fetched[j];

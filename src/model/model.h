@@ -121,55 +121,56 @@ struct sl_model {
  * B = max_batch (tokens per forward chunk), H = hidden, k = experts per token.
  */
 typedef struct sl_session_buf {
-    int32_t *ids;                     /* [B] token ids of the chunk */
-    float *logits;                    /* [B, V] when the backend is not host memory, else NULL */
-    float *h_router_logits;           /* host [B, E] */
-    int32_t *h_gather;                /* host [B * k] */
-    int32_t *gather_idx;              /* [B * k] token row of each grouped (token, rank) row */
-    int32_t *grp_idx;                 /* [2 * B] a batch of experts' rows: read, then written */
-    int32_t *h_grp;                   /* host [2 * B] */
-    float **bx, **bg, **bu, **bo;     /* host [E] per expert of a batch: its rows in xg, gate, up,
-                                       * ffn_out */
-    const sl_tensor **wg, **wu, **wd; /* host [E] its gate, up, down */
-    int32_t *bT;                      /* host [E] its row count */
-    int32_t *scatter_idx;             /* [B * k] (token, rank) row of each grouped row */
-    float *topk_w_dev;                /* [B * k] */
-    float *ones;                      /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
-    float *h_qsa_scores;              /* host [max_ctx / ratio] */
-    int32_t *h_qsa_sel;               /* host [B, budget + ratio - 1] */
-    int32_t *h_qsa_nsel;              /* host [B] */
-    float *h_ple_emb;                 /* host [B, D] */
-    float *x;                         /* [B, H] residual stream */
-    float *xn;                        /* [B, H] normed input of a sublayer */
-    float *out;                       /* [B, H] sublayer output */
-    float *q;                         /* [B, nh*hd] */
-    float *k, *v;                     /* [B, nkv*hd] */
-    float *attn;                      /* [B, nh*hd] */
-    float *gate, *up;                 /* [B, Imax] FFN hidden */
-    float *ffn_out;                   /* [B, H] one expert's (or the shared expert's) output */
-    float *xg;                        /* [B, H] rows gathered for one expert */
-    float *expert_out;                /* [B * k, H] routed outputs, summed in rank order */
-    float *router_logits;             /* [B, E] */
-    float *router_probs;              /* host [E] */
-    float *sh_logit;                  /* [B] */
-    int32_t *topk_ids;                /* host [B, k] */
-    float *topk_w;                    /* host [B, k] */
-    int32_t *expert_list;             /* host [E] distinct experts of the chunk, ascending */
-    int32_t *expert_rows;             /* host [B * k] (token * k + rank) grouped by expert */
-    int32_t *expert_count;            /* host [E] rows per expert */
-    int32_t *expert_start;            /* host [E] scratch for the counting sort */
-    const sl_expert **fetched;        /* host [E] */
-    float *attn_scratch;              /* [n_threads, max_ctx] */
-    float *qg;                        /* [B, nh*2*hd] gated q_proj output */
-    float *qgate;                     /* [B, nh*hd] */
-    float *lin_proj;                  /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
-    float *lin_ba;                    /* [B, 2*nv] fused ba projection */
-    float *lin_mixed;                 /* [B, conv_dim] conv input [q | k | v] */
-    float *lin_conv;                  /* [B, conv_dim] conv output */
-    float *lin_q, *lin_k;             /* [B, key_dim] */
-    float *lin_v, *lin_z;             /* [B, value_dim] */
-    float *lin_a, *lin_b;             /* [B, nv] */
-    float *lin_o;                     /* [B, value_dim] */
+    int32_t *ids;           /* [B] token ids of the chunk */
+    float *logits;          /* [B, V] when the backend is not host memory, else NULL */
+    float *h_router_logits; /* host [B, E] */
+    int32_t *h_gather;      /* host [B * k] */
+    int32_t *gather_idx;    /* [B * k] token row of each grouped (token, rank) row */
+    int32_t *grp_idx;       /* [2 * B] a batch of experts' rows: read, then written */
+    int32_t *h_grp;         /* host [2 * B] */
+    /* host, per expert j of a batch of n (experts_batched): items j and n + j of the gate/up
+     * batch, item j of the down batch */
+    float **bx, **bg, **bo;     /* [2E] rows read (xg) and written (gate, then up); [E] ffn_out */
+    const sl_tensor **wg, **wd; /* [2E] gate, then up; [E] down */
+    int32_t *bT;                /* [2E] row counts */
+    int32_t *scatter_idx;       /* [B * k] (token, rank) row of each grouped row */
+    float *topk_w_dev;          /* [B * k] */
+    float *ones;                /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
+    float *h_qsa_scores;        /* host [max_ctx / ratio] */
+    int32_t *h_qsa_sel;         /* host [B, budget + ratio - 1] */
+    int32_t *h_qsa_nsel;        /* host [B] */
+    float *h_ple_emb;           /* host [B, D] */
+    float *x;                   /* [B, H] residual stream */
+    float *xn;                  /* [B, H] normed input of a sublayer */
+    float *out;                 /* [B, H] sublayer output */
+    float *q;                   /* [B, nh*hd] */
+    float *k, *v;               /* [B, nkv*hd] */
+    float *attn;                /* [B, nh*hd] */
+    float *gate, *up;           /* [B, Imax] FFN hidden */
+    float *ffn_out;             /* [B, H] one expert's (or the shared expert's) output */
+    float *xg;                  /* [B, H] rows gathered for one expert */
+    float *expert_out;          /* [B * k, H] routed outputs, summed in rank order */
+    float *router_logits;       /* [B, E] */
+    float *router_probs;        /* host [E] */
+    float *sh_logit;            /* [B] */
+    int32_t *topk_ids;          /* host [B, k] */
+    float *topk_w;              /* host [B, k] */
+    int32_t *expert_list;       /* host [E] distinct experts of the chunk, ascending */
+    int32_t *expert_rows;       /* host [B * k] (token * k + rank) grouped by expert */
+    int32_t *expert_count;      /* host [E] rows per expert */
+    int32_t *expert_start;      /* host [E] scratch for the counting sort */
+    const sl_expert **fetched;  /* host [E] */
+    float *attn_scratch;        /* [n_threads, max_ctx] */
+    float *qg;                  /* [B, nh*2*hd] gated q_proj output */
+    float *qgate;               /* [B, nh*hd] */
+    float *lin_proj;            /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
+    float *lin_ba;              /* [B, 2*nv] fused ba projection */
+    float *lin_mixed;           /* [B, conv_dim] conv input [q | k | v] */
+    float *lin_conv;            /* [B, conv_dim] conv output */
+    float *lin_q, *lin_k;       /* [B, key_dim] */
+    float *lin_v, *lin_z;       /* [B, value_dim] */
+    float *lin_a, *lin_b;       /* [B, nv] */
+    float *lin_o;               /* [B, value_dim] */
     /* Qwen4-Exp (hc = hc_count, D = ple_embed_dim, G = n-gram heads) */
     float *hres;                /* [B, hc*H] the residual streams */
     float *hnorm;               /* [B, hc*H] grouped-normed streams */
