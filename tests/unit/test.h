@@ -51,6 +51,9 @@ struct sl_stats;
 float *test_logits(const char *dir, const struct sl_model_params *mp, const int32_t *ids, int32_t n,
                    int32_t chunk, struct sl_stats *stats, int32_t *vocab);
 
+/* sqrt(sum (a - ref)^2 / sum ref^2) over n values, in double. */
+double test_rel_l2(const float *a, const float *ref, size_t n);
+
 /* A fresh temporary directory (removed at exit). */
 const char *test_tmpdir(void);
 

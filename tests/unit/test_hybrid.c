@@ -32,14 +32,10 @@ TEST(test_hybrid_pack_bitwise) {
                 CHECKF(memcmp(got, ref, (size_t)N_IDS * (size_t)V * sizeof(float)) == 0,
                        "%s: bf16 pack differs from the checkpoint", cases[c]);
             if (got && q == SL_QUANT_INT8) {
-                double num = 0, den = 0;
-                for (size_t i = 0; i < (size_t)N_IDS * (size_t)V; i++) {
-                    num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-                    den += (double)ref[i] * ref[i];
-                }
                 /* Loose: int8 flips a few top-k choices of these random routers, and a flip
                  * moves a whole row (the per-row error is ~1e-2 elsewhere). */
-                CHECKF(sqrt(num / den) <= 0.15, "%s: int8 rel L2 %g", cases[c], sqrt(num / den));
+                const double e = test_rel_l2(got, ref, (size_t)N_IDS * (size_t)V);
+                CHECKF(e <= 0.15, "%s: int8 rel L2 %g", cases[c], e);
             }
             free(got);
             mp = (sl_model_params){.n_threads = 2};

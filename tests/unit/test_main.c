@@ -1,4 +1,5 @@
 /* Test runner: runs every registered test, or those whose name contains argv[2]. */
+#include <math.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -50,6 +51,15 @@ const char *test_tmpdir(void) {
 }
 
 /* Logits of every prompt position, or NULL (error printed). stats receives the counters. */
+double test_rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
 float *test_logits(const char *dir, const sl_model_params *mp, const int32_t *ids, int32_t n,
                    int32_t chunk, sl_stats *stats, int32_t *vocab) {
     sl_model *m = NULL;

@@ -91,12 +91,7 @@ static void check_case(const char *dir) {
     float *lg = run_logits(m, &r, 0);
     CHECK(lg != NULL);
     if (!lg) goto done;
-    double num = 0, den = 0;
     int bad_argmax = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)lg[i] - r.logits[i]) * ((double)lg[i] - r.logits[i]);
-        den += (double)r.logits[i] * r.logits[i];
-    }
     for (int32_t t = 0; t < r.n_ids; t++) {
         const float *ref = r.logits + (size_t)t * V;
         int32_t a = sl_argmax(ref, r.vocab);
@@ -105,7 +100,7 @@ static void check_case(const char *dir) {
             if (v != a && ref[v] > second) second = ref[v];
         if (ref[a] - second > 1e-3f && sl_argmax(lg + (size_t)t * V, r.vocab) != a) bad_argmax++;
     }
-    double rel = sqrt(num / den);
+    const double rel = test_rel_l2(lg, r.logits, n);
     printf("  %-28s rel L2 %.2e, argmax mismatches %d\n", strrchr(dir, '/') + 1, rel, bad_argmax);
     CHECKF(rel <= 1e-4, "%s: relative L2 error %g", dir, rel);
     CHECK(bad_argmax == 0);

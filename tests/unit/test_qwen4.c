@@ -10,7 +10,6 @@
  *   - a truncated n-gram table file is refused with its name.
  */
 #include <jansson.h>
-#include <math.h>
 #include <unistd.h>
 
 #include "model/blocks.h"
@@ -135,13 +134,8 @@ TEST(test_qwen4_pack_bitwise) {
                     CHECKF(memcmp(got, ref, (size_t)N_IDS * (size_t)V * sizeof(float)) == 0,
                            "%s: bf16 pack (mode %d) differs from the checkpoint", cases[ci], mode);
                 if (got && q == SL_QUANT_INT8) {
-                    double num = 0, den = 0;
-                    for (size_t i = 0; i < (size_t)N_IDS * (size_t)V; i++) {
-                        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-                        den += (double)ref[i] * ref[i];
-                    }
-                    CHECKF(sqrt(num / den) <= 0.15, "%s: int8 rel L2 %g", cases[ci],
-                           sqrt(num / den));
+                    const double e = test_rel_l2(got, ref, (size_t)N_IDS * (size_t)V);
+                    CHECKF(e <= 0.15, "%s: int8 rel L2 %g", cases[ci], e);
                 }
                 free(got);
             }

@@ -58,15 +58,6 @@ static int32_t fixture_ids(const char *name, int32_t *ids, int32_t cap) {
     return count;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / den);
-}
-
 TEST(test_pack_modes_and_cache_sizes_bitwise) {
     for (size_t c = 0; c < N_CASES; c++) {
         int32_t ids[64], V = 0;
@@ -85,7 +76,7 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
             CHECK(base != NULL);
             if (!base) continue;
             const size_t count = (size_t)n * (size_t)V;
-            double err = rel_l2(base, ref, count);
+            double err = test_rel_l2(base, ref, count);
             if (q == SL_QUANT_BF16) /* fixtures hold BF16/F16-exact values: same as the source */
                 CHECKF(memcmp(base, ref, count * sizeof(float)) == 0, "%s bf16 pack differs",
                        cases[c]);
