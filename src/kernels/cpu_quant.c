@@ -298,6 +298,15 @@ QINLINE void qtile_chunk_scalar(qtile *f, const qmm *a, int64_t g0, int ng, floa
 
 /* ------------------------------------------------------------ AVX2 */
 
+/* The group of x starting at column k0 as QG floats: in place, or copied into pad and
+ * zero-filled when the row of K ends inside it. */
+static inline const float *q_group(const float *x, int64_t K, int64_t k0, float *pad) {
+    if (k0 + QG <= K) return x + k0;
+    memcpy(pad, x + k0, (size_t)(K - k0) * sizeof(float));
+    memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
+    return pad;
+}
+
 #define AVX2_ATTR SL_AVX2_ATTR
 #define AVX2_INL  AVX2_ATTR QINLINE
 
@@ -320,12 +329,7 @@ AVX2_ATTR static void q_avx2_xsums(const float *x, int64_t K, int64_t g0, float 
             out[i] = 0;
             continue;
         }
-        const float *xg = x + k0;
-        if (k0 + QG > K) {
-            memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
-            memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
-            xg = pad;
-        }
+        const float *xg = q_group(x, K, k0, pad);
         __m256 v[8];
 #pragma GCC unroll 16
         for (int j = 0; j < 8; j++)
@@ -449,12 +453,7 @@ AVX512_ATTR static void q_avx512_xsums(const float *x, int64_t K, int64_t g0, fl
             out[i] = 0;
             continue;
         }
-        const float *xg = x + k0;
-        if (k0 + QG > K) {
-            memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
-            memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
-            xg = pad;
-        }
+        const float *xg = q_group(x, K, k0, pad);
         const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
         const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
         out[i] = sl_hsum512(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
@@ -468,12 +467,7 @@ AVX512_ATTR static void q_avx512_xperm(const float *x, int64_t K, float *out) {
     const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     float pad[QG];
     for (int64_t k0 = 0; k0 < K; k0 += QG, out += QG) {
-        const float *xg = x + k0;
-        if (k0 + QG > K) {
-            memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
-            memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
-            xg = pad;
-        }
+        const float *xg = q_group(x, K, k0, pad);
         const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
         const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
         _mm512_store_ps(out, _mm512_permutex2var_ps(v0, even, v1));
@@ -677,12 +671,7 @@ VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t
                 xd[l] = xs[l] = xr[l] = 0;
                 continue;
             }
-            const float *xg = x + k0;
-            if (k0 + QG > K) {
-                memcpy(pad, xg, (size_t)(K - k0) * sizeof(float));
-                memset(pad + (K - k0), 0, (size_t)(k0 + QG - K) * sizeof(float));
-                xg = pad;
-            }
+            const float *xg = q_group(x, K, k0, pad);
             const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
             const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
             const float X = sl_hsum512(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));

@@ -10,7 +10,7 @@
 /* With hyper-connections (Qwen4-Exp) the sublayer and final norms are the hyper-connections'
  * own grouped norms: the checkpoint has none of input_layernorm, post_attention_layernorm
  * and norm. */
-static int norm_flags(const sl_model *m) {
+int blk_norm_flags(const sl_model *m) {
     return m->cfg.hc_count ? SL_BIND_OPTIONAL : SL_BIND_REQUIRED;
 }
 
@@ -20,7 +20,7 @@ sl_status blk_bind_globals(sl_model *m, sl_error *err) {
     sl_status st;
     if ((st = sl_ckpt_bind(&m->ck, &m->embed, SL_BIND_REQUIRED, SL_DIMS(V, H), err,
                            "embed_tokens.weight")) ||
-        (st = sl_ckpt_bind(&m->ck, &m->norm, norm_flags(m), SL_DIMS(H), err, "norm.weight")))
+        (st = sl_ckpt_bind(&m->ck, &m->norm, blk_norm_flags(m), SL_DIMS(H), err, "norm.weight")))
         return st;
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
@@ -41,7 +41,7 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
     L->attn_gated = o->gated;
     const char *p = "layers.%d.self_attn.%s";
     sl_status st;
-    if ((st = sl_ckpt_bind(ck, &L->attn_norm, norm_flags(m), SL_DIMS(H), err,
+    if ((st = sl_ckpt_bind(ck, &L->attn_norm, blk_norm_flags(m), SL_DIMS(H), err,
                            "layers.%d.input_layernorm.weight", l)) ||
         (st = sl_ckpt_bind(ck, &L->wq, SL_BIND_REQUIRED, SL_DIMS(nq_proj, H), err, p, l,
                            "q_proj.weight")) ||
@@ -87,7 +87,7 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
     sl_layer *L = &m->layers[l];
     const int64_t H = c->hidden_size;
     sl_status st;
-    if ((st = sl_ckpt_bind(ck, &L->ffn_norm, norm_flags(m), SL_DIMS(H), err,
+    if ((st = sl_ckpt_bind(ck, &L->ffn_norm, blk_norm_flags(m), SL_DIMS(H), err,
                            "layers.%d.post_attention_layernorm.weight", l)))
         return st;
     L->is_moe = c->layer_is_moe[l];
@@ -213,14 +213,12 @@ static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tenso
  * scatter of the results
  * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
  */
-static void experts_batched(sl_session *s, int32_t l, const int32_t *list, int32_t n,
-                            int32_t rows) {
+static void experts_batched(sl_session *s, const int32_t *list, int32_t n, int32_t rows) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
     sl_session_buf *b = &s->b;
     const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.moe_intermediate_size;
     const int32_t k = m->cfg.n_experts_used;
-    (void)l;
     int32_t off = 0;
     for (int32_t j = 0; j < n; j++) {
         const int32_t e = list[j], cnt = b->expert_count[e];
@@ -324,7 +322,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         for (int32_t j = 0; j < nj; j++)
             rows += b->expert_count[b->expert_list[j0 + j]];
         if (rows <= s->max_batch)
-            experts_batched(s, l, b->expert_list + j0, nj, rows);
+            experts_batched(s, b->expert_list + j0, nj, rows);
         else /* more rows than the activation buffers: one expert at a time */
             for (int32_t j = 0; j < nj; j++) {
                 if (!idx_uploaded++) { /* per grouped row: the token read, the row written */

@@ -26,6 +26,9 @@ typedef struct blk_ffn_opts {
     int32_t shared_expert; /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
 } blk_ffn_opts;
 
+/* How the sublayer and final norms bind: required, or absent with hyper-connections, whose
+ * own grouped norms replace them (Qwen4-Exp). */
+int blk_norm_flags(const sl_model *m);
 /* Embedding, final norm and LM head (tied or not). */
 sl_status blk_bind_globals(sl_model *m, sl_error *err);
 /* Norms and projections of layer l's self-attention. */

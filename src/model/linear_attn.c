@@ -34,9 +34,8 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
     const char *p = "layers.%d.linear_attn.%s";
     sl_status st;
     L->is_linear = 1;
-    /* no input_layernorm with hyper-connections (blocks.c, norm_flags) */
-    if ((st = sl_ckpt_bind(ck, &L->attn_norm, c->hc_count ? SL_BIND_OPTIONAL : SL_BIND_REQUIRED,
-                           SL_DIMS(H), err, "layers.%d.input_layernorm.weight", l)) ||
+    if ((st = sl_ckpt_bind(ck, &L->attn_norm, blk_norm_flags(m), SL_DIMS(H), err,
+                           "layers.%d.input_layernorm.weight", l)) ||
         (st = sl_ckpt_bind(ck, &L->conv_w, SL_BIND_REQUIRED, SL_DIMS(cd, 1, c->lin_conv_kernel),
                            err, p, l, "conv1d.weight")) ||
         (st = sl_ckpt_bind(ck, &L->A_log, SL_BIND_REQUIRED, SL_DIMS(nv), err, p, l, "A_log")) ||

@@ -309,17 +309,15 @@ static void decode_row(const sl_ngram_table *tb, const uint8_t *p, float *out) {
 }
 
 /* Row r of a mapped table (a pack's file or a checkpoint's shards) into out[dim]. */
-static sl_status table_row(const sl_ngram_table *tb, int64_t r, float *out, sl_error *err) {
-    (void)err;
+static void table_row(const sl_ngram_table *tb, int64_t r, float *out) {
     if (tb->map) {
         decode_row(tb, (const uint8_t *)tb->map + tb->data_off + (uint64_t)r * tb->row_bytes, out);
-        return SL_OK;
+        return;
     }
     int32_t i = 0;
     while (r >= tb->parts[i].shape[0])
         r -= tb->parts[i++].shape[0];
     sl_to_f32(out, tb->parts[i].data, tb->dtype, (size_t)r * (size_t)tb->dim, (size_t)tb->dim);
-    return SL_OK;
 }
 
 /* ------------------------------------------------------------- compute */
@@ -388,10 +386,10 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < n; i++) { /* row i = (token i / G, head i % G) */
         float *out = b->h_ple_emb + (size_t)i * (size_t)dim;
-        sl_status st = tb->fd >= 0
-                           ? (decode_row(tb, b->ple_rowbuf + (size_t)i * tb->row_bytes, out), SL_OK)
-                           : table_row(tb, b->ple_rows[i], out, err);
-        if (st) return st;
+        if (tb->fd >= 0)
+            decode_row(tb, b->ple_rowbuf + (size_t)i * tb->row_bytes, out);
+        else
+            table_row(tb, b->ple_rows[i], out);
     }
     be->ops->to_dev(be, b->ple_emb, b->h_ple_emb, (size_t)T * (size_t)D * sizeof(float));
     m->stats.ple_rows += (int64_t)T * G;

@@ -193,10 +193,13 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
         return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: stream: %s", cudaGetErrorString(e));
     }
     c->items_bytes = (size_t)4 << 20;
-    if ((e = cudaMalloc((void **)&c->items, c->items_bytes)) != cudaSuccess) {
+    c->items_host = (uint8_t *)malloc(c->items_bytes);
+    if (!c->items_host || (e = cudaMalloc((void **)&c->items, c->items_bytes)) != cudaSuccess) {
+        const char *why = c->items_host ? cudaGetErrorString(e) : "out of host memory";
         cudaStreamDestroy(c->stream);
+        free(c->items_host);
         free(c);
-        return sl_fail(err, SL_ERR_NOMEM, "CUDA: %s", cudaGetErrorString(e));
+        return sl_fail(err, SL_ERR_NOMEM, "CUDA: matmul_batch items: %s", why);
     }
     c->stage_bytes = (size_t)16 << 20;
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) {
@@ -219,6 +222,7 @@ extern "C" void sl_backend_cuda_free(sl_backend *be) {
     if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
     if (c->stage) CUDA_CHECK(cudaFreeHost(c->stage));
     if (c->items) CUDA_CHECK(cudaFree(c->items));
+    free(c->items_host);
     CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);
     be->ctx = NULL;

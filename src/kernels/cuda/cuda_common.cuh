@@ -38,8 +38,9 @@ typedef struct cu_ctx {
      * queues the transfer without waiting; the ring restarts after a wait for the stream. */
     uint8_t *stage;
     size_t stage_bytes, stage_off;
-    /* Device ring of small parameter blocks (matmul_batch's items), reused after a wait. */
-    uint8_t *items;
+    /* Device ring of small parameter blocks (matmul_batch's items), reused after a wait, and
+     * the host block they are built in (items_bytes each). */
+    uint8_t *items, *items_host;
     size_t items_bytes, items_off;
 } cu_ctx;
 

@@ -420,12 +420,11 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
         return;
     }
     cu_ctx *c = cu_of(be);
-    gemv_item *items = (gemv_item *)malloc((size_t)n * sizeof *items);
-    SL_ASSERT(items);
+    gemv_item *items = (gemv_item *)c->items_host; /* no allocation in the forward pass */
+    SL_ASSERT((size_t)n * sizeof *items <= c->items_bytes);
     for (int32_t i = 0; i < n; i++)
         items[i] = gemv_item{y[i], x[i], cu_w_of(w[i])};
     const gemv_item *dev = (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
-    free(items);
     switch (dt) {
     case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, n, (int)N, (int)K, T[0]); break;
     case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, n, (int)N, (int)K, T[0]); break;
