@@ -60,6 +60,10 @@ typedef enum sl_backend_kind {
     SL_BACKEND_AUTO = 0, /* CUDA when built in and a GPU is present, else CPU */
     SL_BACKEND_CPU = 1,
     SL_BACKEND_CUDA = 2,
+    /* The CPU backend run the way a GPU backend is: weights copied into memory of its own,
+     * routed experts through the device expert cache (gpu_experts slots) and its fused
+     * kernels. For tests of that path on machines without a GPU; same results as CPU. */
+    SL_BACKEND_CPU_DEVICE = 3,
 } sl_backend_kind;
 
 typedef struct sl_model_params {
@@ -72,6 +76,7 @@ typedef struct sl_model_params {
     sl_cache_policy cache_policy;
     int32_t direct_io;       /* stream: read with O_DIRECT, bypassing the page cache */
     int32_t io_threads;      /* stream: parallel readers (0 = 8) */
+    int32_t no_graphs;       /* CUDA: launch decode steps kernel by kernel, not as graphs */
     sl_progress_fn progress; /* optional */
     void *progress_user;
 } sl_model_params;
@@ -90,6 +95,9 @@ typedef struct sl_stats {
     /* GPU expert cache (CUDA backend): requests, hits, bytes copied from host memory */
     int64_t gpu_expert_requests, gpu_expert_hits, gpu_bytes_copied;
     double gpu_copy_time;
+    /* CUDA graphs: decode steps run as one graph, and recordings dropped (the step then ran
+     * kernel by kernel) */
+    int64_t graph_steps, graph_fallbacks;
 } sl_stats;
 
 typedef struct sl_session_params {
@@ -121,6 +129,7 @@ typedef struct sl_model_info {
     int32_t ple_rows_per_token; /* rows one token reads per PLE layer */
     const char *backend;        /* "cpu" or "cuda" */
     int32_t gpu_expert_slots;   /* CUDA: expert slots per MoE layer in GPU memory */
+    int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */
 } sl_model_info;
 
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors). */

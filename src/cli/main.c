@@ -212,6 +212,9 @@ void cli_print_stats(const sl_model *m, FILE *f) {
             (long long)s.gpu_expert_requests, (long long)s.gpu_expert_hits,
             100.0 * (double)s.gpu_expert_hits / (double)s.gpu_expert_requests,
             (double)s.gpu_bytes_copied / 1e6, s.gpu_copy_time);
+    if (s.graph_steps || s.graph_fallbacks)
+        fprintf(f, "CUDA graphs          %lld decode steps, %lld recordings dropped\n",
+                (long long)s.graph_steps, (long long)s.graph_fallbacks);
     if (s.ple_rows)
         fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
                 (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,

@@ -20,4 +20,5 @@ const sl_family sl_family_qwen2_moe = {
     .norm_offset = 0.0f,
     .bind = qwen2_moe_bind,
     .forward = blk_prenorm_decoder,
+    .graph_steps = 1,
 };

@@ -18,6 +18,7 @@ const sl_family sl_family_qwen3_5_moe = {
     .norm_offset = 1.0f,
     .bind = qwen3_5_moe_bind,
     .forward = blk_prenorm_decoder,
+    .graph_steps = 1,
 };
 
 const sl_family sl_family_qwen3_5_moe_text = {
@@ -25,4 +26,5 @@ const sl_family sl_family_qwen3_5_moe_text = {
     .norm_offset = 1.0f,
     .bind = qwen3_5_moe_bind,
     .forward = blk_prenorm_decoder,
+    .graph_steps = 1,
 };

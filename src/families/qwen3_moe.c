@@ -21,4 +21,5 @@ const sl_family sl_family_qwen3_moe = {
     .norm_offset = 0.0f,
     .bind = qwen3_moe_bind,
     .forward = blk_prenorm_decoder,
+    .graph_steps = 1,
 };

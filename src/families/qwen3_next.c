@@ -18,4 +18,5 @@ const sl_family sl_family_qwen3_next = {
     .norm_offset = 1.0f,
     .bind = qwen3_next_bind,
     .forward = blk_prenorm_decoder,
+    .graph_steps = 1,
 };

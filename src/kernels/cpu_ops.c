@@ -10,6 +10,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "moe/router.h"
 
 static void *cpu_alloc(const sl_backend *be, size_t bytes) {
     (void)be;
@@ -68,6 +69,16 @@ static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, con
             for (int32_t i = 0; i < n; i++)
                 yt[i] += wr * xr[i];
         }
+    }
+}
+
+static void cpu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T,
+                          int32_t E, int32_t k, int renormalize) {
+    (void)be;
+    for (int32_t t = 0; t < T; t++) {
+        float *p = logits + (size_t)t * (size_t)E;
+        sl_router_topk(p, E, k, renormalize, p, ids + (size_t)t * (size_t)k,
+                       w + (size_t)t * (size_t)k);
     }
 }
 
@@ -139,6 +150,22 @@ static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads,
     }
 }
 
+static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
+    const int32_t hd = a->head_dim;
+    const size_t kv_row = (size_t)a->n_kv_heads * (size_t)hd;
+    if (a->q_norm) cpu_rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->w_offset);
+    if (a->k_norm)
+        cpu_rmsnorm(be, a->k, a->k, a->k_norm, a->T * a->n_kv_heads, hd, a->eps, a->w_offset);
+    cpu_rope(be, a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
+    cpu_rope(be, a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
+    for (int32_t t = 0; t < a->T; t++) {
+        memcpy(a->kc + (size_t)(a->pos0 + t) * kv_row, a->k + (size_t)t * kv_row,
+               kv_row * sizeof(float));
+        memcpy(a->vc + (size_t)(a->pos0 + t) * kv_row, a->v + (size_t)t * kv_row,
+               kv_row * sizeof(float));
+    }
+}
+
 /* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t, or only the
  * rows listed in sel[t] (ascending) when a selection is given. */
 static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
@@ -191,10 +218,53 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* The reference of the fused expert path (SL_BACKEND_CPU_DEVICE runs it on its expert cache):
+ * per row, the T = 1 matmuls matmul_batch runs and swiglu's formula. The up projection goes
+ * through a stack buffer in slices of rows (a row's dot product is the same in any slice). */
+static int cpu_moe_experts(const sl_backend *be, float *out, float *act, const float *x,
+                           const int32_t *ids, const sl_expert_ptrs *table,
+                           const sl_tensor *const proto[3], int32_t T, int32_t k) {
+    enum { SLICE = 256 };
+    const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
+    for (int32_t i = 0; i < T * k; i++) {
+        sl_tensor w[3];
+        for (int j = 0; j < 3; j++) {
+            w[j] = *proto[j];
+            w[j].data = table[ids[i]].p[3 * j];
+            w[j].scales = table[ids[i]].p[3 * j + 1];
+            w[j].biases = table[ids[i]].p[3 * j + 2];
+        }
+        float *g = act + (size_t)i * (size_t)I;
+        const float *xt = x + (size_t)(i / k) * (size_t)H;
+        sl_matmul_cpu(be, g, xt, &w[0], NULL, 1);
+        const size_t rb = sl_row_bytes(w[1].dtype, H), G = (size_t)sl_qgroups(H);
+        for (int64_t r0 = 0; r0 < I; r0 += SLICE) {
+            float u[SLICE];
+            sl_tensor slice = w[1];
+            slice.shape[0] = SL_MIN(SLICE, I - r0);
+            slice.nbytes = (size_t)slice.shape[0] * rb;
+            slice.data = (const uint8_t *)w[1].data + (size_t)r0 * rb;
+            if (slice.scales) slice.scales += (size_t)r0 * G, slice.biases += (size_t)r0 * G;
+            sl_matmul_cpu(be, u, xt, &slice, NULL, 1);
+            for (int64_t r = 0; r < slice.shape[0]; r++)
+                g[r0 + r] = g[r0 + r] / (1.0f + expf(-g[r0 + r])) * u[r];
+        }
+        sl_matmul_cpu(be, out + (size_t)i * (size_t)H, g, &w[2], NULL, 1);
+    }
+    return 1;
+}
+
 static void cpu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++)
         y[i] += s * x[i];
+}
+
+static void cpu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d,
+                            const sl_tensor *w, int32_t rows, int32_t n, float eps,
+                            float w_offset) {
+    cpu_axpy(be, x, 1.0f, d, (size_t)rows * (size_t)n);
+    cpu_rmsnorm(be, y, x, w, rows, n, eps, w_offset);
 }
 
 static void cpu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n) {
@@ -379,6 +449,10 @@ static const sl_ops cpu_ops = {
     .copy_rows = cpu_copy_rows,
     .fill = cpu_fill,
     .weighted_sum = cpu_weighted_sum,
+    .moe_route = cpu_moe_route,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .qkv_prep = cpu_qkv_prep,
+    .moe_experts = cpu_moe_experts,
     .hc_inject = cpu_hc_inject,
     .matmul = sl_matmul_cpu,
     .matmul_batch = sl_matmul_batch_cpu,

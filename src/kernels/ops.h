@@ -46,6 +46,21 @@ typedef struct sl_attn_args {
     int32_t sel_stride;
 } sl_attn_args;
 
+/* The attention inputs of T tokens at positions pos0 ..: per-head RMSNorm of q and k with
+ * q_norm / k_norm (NULL: none; eps and w_offset as rmsnorm's), NeoX RoPE of both on the first
+ * rot_dim dims (cos/sin tables as rope's), in place; then the k and v rows stored at rows
+ * pos0 .. of kc and vc. */
+typedef struct sl_qkv_args {
+    float *q;       /* [T, n_heads * head_dim] */
+    float *k;       /* [T, n_kv_heads * head_dim] */
+    const float *v; /* [T, n_kv_heads * head_dim] */
+    float *kc, *vc; /* [ctx, n_kv_heads * head_dim] the layer's cache */
+    const sl_tensor *q_norm, *k_norm; /* [head_dim] */
+    int32_t T, pos0, n_heads, n_kv_heads, head_dim, rot_dim;
+    float eps, w_offset;
+    const float *cos_tab, *sin_tab;
+} sl_qkv_args;
+
 typedef enum sl_act {
     SL_ACT_SILU = 0, /* x * sigmoid(x) */
     SL_ACT_SIGMOID = 1,
@@ -72,6 +87,12 @@ typedef struct sl_delta_args {
     float q_scale; /* usually 1/sqrt(dk) */
 } sl_delta_args;
 
+/* Where one expert's weights are in backend memory, a row of moe_experts' table: data,
+ * scales and biases (the last two NULL unless quantised) of gate, up and down, in that order. */
+typedef struct sl_expert_ptrs {
+    const void *p[9];
+} sl_expert_ptrs;
+
 typedef struct sl_ops {
     const char *name;
     /* Backend memory, zero-filled; NULL when out of memory. */
@@ -89,6 +110,15 @@ typedef struct sl_ops {
      * (expert blobs); sync waits for everything queued. */
     void (*to_dev_async)(const sl_backend *be, void *dst, const void *host, size_t bytes);
     void (*sync)(const sl_backend *be);
+    /* Optional: records the ops queued between graph_begin and graph_end (one decode step) and
+     * launches them as one graph (CUDA graphs: a launch per step instead of per kernel; a new
+     * recording updates the previous graph in place when only arguments changed). The ops in
+     * between must not wait for the device (to_host, sync), nor copy from pageable memory.
+     * graph_end(launch = 0) drops the recording. It returns 0 when the step's work is queued,
+     * -1 when nothing ran (the recording broke one of those rules, or was dropped): the caller
+     * then runs the step again without a graph. */
+    void (*graph_begin)(const sl_backend *be);
+    int (*graph_end)(const sl_backend *be, int launch);
     /* Optional: the first failure of any op since the last call (ops return nothing), or
      * SL_OK. A backend that can fail mid-computation (CUDA) reports here. */
     sl_status (*status)(const sl_backend *be, sl_error *err);
@@ -114,6 +144,12 @@ typedef struct sl_ops {
     /* y = x * rsqrt(mean(x^2) + eps) * (w_offset + w), per row of n; y may alias x. */
     void (*rmsnorm)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                     int32_t rows, int32_t n, float eps, float w_offset);
+    /* x += d, then y = rmsnorm(x) (as rmsnorm): a sublayer's residual add and the next
+     * sublayer's norm in one pass; what axpy and rmsnorm give. */
+    void (*add_rmsnorm)(const sl_backend *be, float *y, float *x, const float *d,
+                        const sl_tensor *w, int32_t rows, int32_t n, float eps, float w_offset);
+    /* sl_qkv_args in one pass; what rmsnorm, rope and copy2d in that order give. */
+    void (*qkv_prep)(const sl_backend *be, const sl_qkv_args *a);
     /* NeoX RoPE on the first rot_dim dims of each head; row t is at position pos0 + t.
      * cos/sin tables are [positions, rot_dim / 2]. */
     void (*rope)(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
@@ -127,6 +163,22 @@ typedef struct sl_ops {
      * x[t*k + r]; w in backend memory, rows of n. */
     void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
                          int32_t k, int32_t n);
+    /* Router top-k of T rows of E logits (all in backend memory), what sl_router_topk does
+     * per row: softmax (logits are overwritten with the probabilities), the k most probable
+     * (ties to the lower id), their probabilities renormalised to sum 1 when renormalize;
+     * ids and w are [T, k]. */
+    void (*moe_route)(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T,
+                      int32_t E, int32_t k, int renormalize);
+    /* Optional (NULL, or returns 0 for weights it has no kernel for; blocks then go through
+     * matmul_batch): the routed experts of T tokens with no host step. For each (token t,
+     * rank r) row i = t k + r, with e = ids[i] and e's weights at table[e] (both in backend
+     * memory; shapes and dtypes those of proto gate, up, down):
+     *   act[i] = silu(gate_e x[t]) * up_e x[t]  [T k, I]     out[i] = down_e act[i]  [T k, H]
+     * Each row is exactly what matmul_batch (T = 1 items), swiglu and matmul_batch give.
+     * T == 0 asks only whether it runs these weights (the pointers may be NULL). */
+    int (*moe_experts)(const sl_backend *be, float *out, float *act, const float *x,
+                       const int32_t *ids, const sl_expert_ptrs *table,
+                       const sl_tensor *const proto[3], int32_t T, int32_t k);
     /* y[i] *= sigmoid(gate[i]) */
     void (*sigmoid_mul)(const sl_backend *be, float *y, const float *gate, size_t n);
     /* x = x * rsqrt(sum(x^2) + eps), per row of n, in place. */

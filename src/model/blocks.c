@@ -3,7 +3,6 @@
 
 #include <math.h>
 
-#include "moe/router.h"
 
 /* ------------------------------------------------------------- binding */
 
@@ -159,19 +158,28 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
     }
     op->matmul(be, b->k, b->xn, &L->wk, &L->bk, T);
     op->matmul(be, b->v, b->xn, &L->wv, &L->bv, T);
-    if (L->q_norm.data) {
-        op->rmsnorm(be, b->q, b->q, &L->q_norm, T * c->n_heads, hd, c->rms_norm_eps,
-                    m->norm_offset);
-        op->rmsnorm(be, b->k, b->k, &L->k_norm, T * c->n_kv_heads, hd, c->rms_norm_eps,
-                    m->norm_offset);
-    }
-    op->rope(be, b->q, T, c->n_heads, hd, c->rot_dim, pos0, s->rope_cos, s->rope_sin);
-    op->rope(be, b->k, T, c->n_kv_heads, hd, c->rot_dim, pos0, s->rope_cos, s->rope_sin);
-
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
-    op->copy2d(be, kc + (size_t)pos0 * kv_row, kv_row, b->k, kv_row, T, (int32_t)kv_row);
-    op->copy2d(be, vc + (size_t)pos0 * kv_row, kv_row, b->v, kv_row, T, (int32_t)kv_row);
+    const sl_qkv_args qa = {
+        .q = b->q,
+        .k = b->k,
+        .v = b->v,
+        .kc = kc,
+        .vc = vc,
+        .q_norm = L->q_norm.data ? &L->q_norm : NULL,
+        .k_norm = L->q_norm.data ? &L->k_norm : NULL,
+        .T = T,
+        .pos0 = pos0,
+        .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads,
+        .head_dim = hd,
+        .rot_dim = c->rot_dim,
+        .eps = c->rms_norm_eps,
+        .w_offset = m->norm_offset,
+        .cos_tab = s->rope_cos,
+        .sin_tab = s->rope_sin,
+    };
+    op->qkv_prep(be, &qa);
 
     sl_attn_args a = {
         .out = b->attn,
@@ -245,6 +253,18 @@ static void experts_batched(sl_session *s, const int32_t *list, int32_t n, int32
     be->ops->copy_rows(be, b->expert_out, b->grp_idx + rows, b->ffn_out, NULL, rows, (int32_t)H);
 }
 
+/* One token's k experts (picks ids in backend memory) through the backend's fused kernels,
+ * on the GPU cache's table of layer l; 0 when there is no such cache or kernel. */
+static int fused_experts(sl_session *s, int32_t l, const int32_t *ids) {
+    const sl_model *m = s->model;
+    const sl_backend *be = &m->be;
+    if (!m->dev.layers || !be->ops->moe_experts) return 0;
+    const sl_dev_layer *D = &m->dev.layers[l];
+    const sl_tensor *proto[3] = {&D->views[0].gate, &D->views[0].up, &D->views[0].down};
+    return be->ops->moe_experts(be, s->b.expert_out, s->b.moe_act, s->b.xn, ids, D->table, proto,
+                                1, m->cfg.n_experts_used);
+}
+
 /*
  * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
  * each expert's weights are fetched and streamed through once per chunk;
@@ -263,17 +283,24 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const size_t H = (size_t)c->hidden_size;
 
     double t0 = sl_now();
-    /* Routing is decided on the host: the logits come over, ids and weights go back. */
+    /* Routing runs in backend memory; the picks and weights stay there for the experts. */
+    int32_t *ids_dev = T == 1 ? b->route_ids + (size_t)l * (size_t)k : b->topk_ids_dev;
     be->ops->matmul(be, b->router_logits, b->xn, &L->router, NULL, T);
-    be->ops->to_host(be, b->h_router_logits, b->router_logits,
-                     (size_t)T * (size_t)E * sizeof(float));
+    be->ops->moe_route(be, ids_dev, b->topk_w_dev, b->router_logits, T, E, k, c->norm_topk_prob);
+    /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
+     * all; the histogram and cache counts wait for the end of the pass (blk_moe_settle). */
+    if (T == 1 && m->dev.all && fused_experts(s, l, ids_dev)) {
+        b->moe_pending[l] = 1;
+        b->n_pending++;
+        double t1 = sl_now();
+        m->stats.t_router += t1 - t0;
+        goto combine;
+    }
+    be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
-    for (int32_t t = 0; t < T; t++) {
-        sl_router_topk(b->h_router_logits + (size_t)t * (size_t)E, E, k, c->norm_topk_prob,
-                       b->router_probs, b->topk_ids + (size_t)t * (size_t)k,
-                       b->topk_w + (size_t)t * (size_t)k);
-        for (int32_t r = 0; r < k; r++)
-            b->expert_count[b->topk_ids[t * k + r]]++;
+    for (int32_t i = 0; i < T * k; i++) {
+        SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
+        b->expert_count[b->topk_ids[i]]++;
     }
     /* Distinct experts in ascending order, and (counting sort) each one's
      * (token*k + rank) rows, contiguous and in token order. */
@@ -287,7 +314,6 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
-    be->ops->to_dev(be, b->topk_w_dev, b->topk_w, (size_t)(T * k) * sizeof(float));
     int idx_uploaded = 0; /* gather/scatter lists of every row: only one expert at a time needs
                            * them (experts_batched uploads its own) */
     double t1 = sl_now();
@@ -321,9 +347,12 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         int32_t rows = 0;
         for (int32_t j = 0; j < nj; j++)
             rows += b->expert_count[b->expert_list[j0 + j]];
-        if (rows <= s->max_batch)
+        /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
+         * bits as the batches), on the table rows the mapping just wrote. */
+        if (T == 1 && nj == n_used && fused_experts(s, l, ids_dev)) {
+        } else if (rows <= s->max_batch) {
             experts_batched(s, b->expert_list + j0, nj, rows);
-        else /* more rows than the activation buffers: one expert at a time */
+        } else { /* more rows than the activation buffers: one expert at a time */
             for (int32_t j = 0; j < nj; j++) {
                 if (!idx_uploaded++) { /* per grouped row: the token read, the row written */
                     for (int32_t i = 0; i < T * k; i++)
@@ -341,9 +370,11 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                 be->ops->copy_rows(be, b->expert_out, b->scatter_idx + first, b->ffn_out, NULL, cnt,
                                    (int32_t)H);
             }
+        }
         t1 = sl_now();
         m->stats.t_expert_compute += t1 - t2;
     }
+combine:
     be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
     if (L->sh_router.data) {
         swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
@@ -354,6 +385,26 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         be->ops->axpy(be, b->out, 1.0f, b->xg, (size_t)T * H);
     }
     return SL_OK;
+}
+
+void blk_moe_settle(sl_session *s) {
+    sl_session_buf *b = &s->b;
+    if (!b->n_pending) return;
+    sl_model *m = s->model;
+    const int32_t k = m->cfg.n_experts_used, E = m->cfg.n_experts;
+    m->be.ops->to_host(&m->be, b->h_route_ids, b->route_ids,
+                       (size_t)m->cfg.n_layers * (size_t)k * sizeof(int32_t));
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        if (!b->moe_pending[l]) continue;
+        const int32_t *ids = b->h_route_ids + (size_t)l * (size_t)k;
+        for (int32_t r = 0; r < k; r++)
+            SL_ASSERT(ids[r] >= 0 && ids[r] < E);
+        for (int32_t r = 0; r < k; r++)
+            m->experts.layers[l].hist[ids[r]]++;
+        sl_dev_cache_count(&m->dev, l, ids, k);
+        b->moe_pending[l] = 0;
+    }
+    b->n_pending = 0;
 }
 
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
@@ -376,6 +427,7 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     /* Straight into the caller's buffer when backend memory is host memory. */
     float *dst = be->device ? s->b.logits : logits;
     be->ops->matmul(be, dst, x, &m->lm_head, NULL, rows);
+    if (s->defer_logits) return; /* sl_session_forward copies them after the graph */
     be->ops->to_host(be, logits, dst, (size_t)rows * (size_t)m->cfg.vocab_size * sizeof(float));
 }
 
@@ -387,29 +439,28 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     const sl_ops *op = be->ops;
     sl_session_buf *b = &s->b;
     const int32_t H = c->hidden_size;
-    const size_t n = (size_t)T * (size_t)H;
     const float eps = c->rms_norm_eps, off = m->norm_offset;
 
+    /* Each residual add is fused with the norm that follows it (the next sublayer's, or the
+     * final one). */
     blk_embed(s, b->x, ids, T);
+    op->rmsnorm(be, b->xn, b->x, &m->layers[0].attn_norm, T, H, eps, off);
     for (int32_t l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
-        op->rmsnorm(be, b->xn, b->x, &L->attn_norm, T, H, eps, off);
         const double t0 = sl_now();
         if (L->is_linear)
             blk_linear_attention(s, l, T);
         else
             blk_attention(s, l, T);
         s->model->stats.t_attention += sl_now() - t0;
-        op->axpy(be, b->x, 1.0f, b->out, n);
-        op->rmsnorm(be, b->xn, b->x, &L->ffn_norm, T, H, eps, off);
+        op->add_rmsnorm(be, b->xn, b->x, b->out, &L->ffn_norm, T, H, eps, off);
         sl_status st = blk_ffn(s, l, T, err);
         if (st) return st;
-        op->axpy(be, b->x, 1.0f, b->out, n);
+        const sl_tensor *next = l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm;
+        op->add_rmsnorm(be, b->xn, b->x, b->out, next, T, H, eps, off);
     }
-    /* Only the rows whose logits are wanted go through the final norm and head. */
-    const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
-    float *xl = b->x + (size_t)first * (size_t)H;
-    op->rmsnorm(be, xl, xl, &m->norm, rows, H, eps, off);
-    blk_head(s, xl, rows, logits);
+    /* Only the rows whose logits are wanted go through the head. */
+    const int32_t first = all_logits ? 0 : T - 1;
+    blk_head(s, b->xn + (size_t)first * (size_t)H, T - first, logits);
     return SL_OK;
 }

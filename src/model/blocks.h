@@ -49,6 +49,9 @@ void blk_attention(sl_session *s, int32_t l, int32_t T);
 void blk_linear_attention(sl_session *s, int32_t l, int32_t T);
 /* s->b.xn -> s->b.out: dense SwiGLU MLP or routed experts (+ shared expert). */
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
+/* The bookkeeping the no-sync expert path left for later (router histogram, GPU cache counts):
+ * after each forward pass, once its work is done. */
+void blk_moe_settle(sl_session *s);
 
 /* Hyper-connections (hyper.c): the tensors of one gated residual under the prefix fmt % l
  * (without inject for the final mixer); its grouped norm over the hc streams; the mix of

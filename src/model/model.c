@@ -122,6 +122,22 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
     return st;
 }
 
+/* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
+ * device slot and the backend's fused kernels taking their weights (the MoE block's no-sync
+ * path). */
+static int experts_need_no_host(const sl_model *m) {
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        if (!m->layers[l].is_moe) continue;
+        if (!m->dev.all || !m->dev.layers[l].views || !m->be.ops->moe_experts) return 0;
+        const sl_expert *v = &m->dev.layers[l].views[0];
+        const sl_tensor *proto[3] = {&v->gate, &v->up, &v->down};
+        if (!m->be.ops->moe_experts(&m->be, NULL, NULL, NULL, NULL, NULL, proto, 0,
+                                    m->cfg.n_experts_used))
+            return 0;
+    }
+    return 1;
+}
+
 /* Pins (or unpins) the expert store's own host buffers: resident blobs or stream slots. */
 static void pin_store(sl_model *m, int pin) {
     for (int32_t l = 0; l < m->experts.n_layers; l++) {
@@ -177,6 +193,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         if ((st = sl_backend_cuda_init(&m->be, 0, err))) goto fail;
     } else {
         sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
+        m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
     m->layers = sl_calloc((size_t)m->cfg.n_layers, sizeof(sl_layer), err);
@@ -210,6 +227,11 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st && m->be.device && !(st = upload_weights(m, err)))
         st = sl_dev_cache_init(&m->dev, &m->be, &m->experts, p.gpu_experts, p.cache_policy, err);
     if (!st && m->be.device && m->be.ops->pin) pin_store(m, 1);
+    /* A slot per expert: all of them in GPU memory now, so decode needs no host step. */
+    if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
+    if (!st) sl_model_reset_stats(m);
+    if (!st) m->graphs = !p.no_graphs && m->be.ops->graph_begin && m->family->graph_steps &&
+                         experts_need_no_host(m);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
@@ -293,6 +315,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .ple_rows_per_token = c->n_ple_layers ? sl_ngram_heads(c) : 0,
         .backend = m->be.ops->name,
         .gpu_expert_slots = m->be.device ? m->dev.n_slots : 0,
+        .graphs = m->graphs,
     };
 }
 
@@ -339,7 +362,6 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t stride = c->idx_heads ? (size_t)(c->idx_budget + c->idx_ratio - 1) : 0;
     b->ids = carve(cv, B, sizeof(int32_t));
     b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
-    b->h_router_logits = carve(hv, B * E, sizeof(float));
     b->h_gather = carve(hv, B * k, sizeof(int32_t));
     b->gather_idx = carve(cv, B * k, sizeof(int32_t));
     b->grp_idx = carve(cv, 2 * B, sizeof(int32_t));
@@ -352,6 +374,11 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->bT = carve(hv, 2 * E, sizeof(int32_t));
     b->scatter_idx = carve(cv, B * k, sizeof(int32_t));
     b->topk_w_dev = carve(cv, B * k, sizeof(float));
+    b->topk_ids_dev = carve(cv, B * k, sizeof(int32_t));
+    b->route_ids = carve(cv, (size_t)c->n_layers * k, sizeof(int32_t));
+    b->h_route_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
+    b->moe_pending = carve(hv, (size_t)c->n_layers, 1);
+    b->moe_act = carve(cv, k * (size_t)SL_MAX(c->moe_intermediate_size, 1), sizeof(float));
     b->ones = carve(cv, (size_t)SL_MAX(c->idx_ratio, 1), sizeof(float));
     b->h_qsa_scores = carve(hv, nblk, sizeof(float));
     b->h_qsa_sel = carve(hv, ib * stride, sizeof(int32_t));
@@ -417,10 +444,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->xg = carve(cv, B * H, sizeof(float));
     b->expert_out = carve(cv, B * k * H, sizeof(float));
     b->router_logits = carve(cv, B * E, sizeof(float));
-    b->router_probs = carve(hv, E, sizeof(float));
     b->sh_logit = carve(cv, B, sizeof(float));
     b->topk_ids = carve(hv, B * k, sizeof(int32_t));
-    b->topk_w = carve(hv, B * k, sizeof(float));
     b->expert_list = carve(hv, E, sizeof(int32_t));
     b->expert_rows = carve(hv, B * k, sizeof(int32_t));
     b->expert_count = carve(hv, E, sizeof(int32_t));
@@ -471,7 +496,7 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     layout(s, &cv, &hv);
     const sl_backend *be = &m->be;
     s->arena = be->ops->alloc(be, cv.off);
-    s->host_arena = sl_alloc(hv.off, err);
+    s->host_arena = sl_calloc(1, hv.off, err); /* zeroed: flags such as moe_pending start clear */
     if (!s->arena || !s->host_arena) {
         sl_session_free(s);
         return sl_fail(err, SL_ERR_NOMEM, "out of %s memory for a session of %d tokens",
@@ -532,6 +557,29 @@ int sl_session_rewind(sl_session *s, int32_t pos) {
     return 0;
 }
 
+/* One decode step recorded as a backend graph and launched as one: the host work per kernel is
+ * a recording, not a launch. A recording that broke the graph rules ran nothing; the step then
+ * runs again as usual (the forward pass leaves no host state behind but the MoE bookkeeping
+ * flags, cleared here). */
+static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_error *err) {
+    const sl_backend *be = &s->model->be;
+    be->ops->graph_begin(be);
+    s->defer_logits = 1;
+    sl_status st = s->model->family->forward(s, id, 1, logits, 0, err);
+    s->defer_logits = 0;
+    if (be->ops->graph_end(be, !st) == 0) {
+        if (!st && logits)
+            be->ops->to_host(be, logits, s->b.logits,
+                             (size_t)s->model->cfg.vocab_size * sizeof(float));
+        s->model->stats.graph_steps += !st;
+        return st;
+    }
+    memset(s->b.moe_pending, 0, (size_t)s->model->cfg.n_layers);
+    s->b.n_pending = 0;
+    s->model->stats.graph_fallbacks++;
+    return s->model->family->forward(s, id, 1, logits, 0, err);
+}
+
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
                              int all_logits, sl_error *err) {
     const sl_config *c = &s->model->cfg;
@@ -558,9 +606,12 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
             dst = logits + (size_t)done * V;
         else if (logits && last_chunk)
             dst = logits;
-        sl_status st = s->model->family->forward(s, ids + done, T, dst, all_logits, err);
         const sl_backend *be = &s->model->be;
+        sl_status st = T == 1 && s->model->graphs ? graph_step(s, ids + done, dst, err)
+                                                  : s->model->family->forward(s, ids + done, T, dst,
+                                                                              all_logits, err);
         if (!st && be->ops->status) st = be->ops->status(be, err);
+        if (!st) blk_moe_settle(s);
         if (st) return st;
         s->pos += T;
         done += T;

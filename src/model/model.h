@@ -110,6 +110,7 @@ struct sl_model {
     int32_t n_uploads;
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t packed;    /* loaded from a sluice pack (else a Hugging Face directory) */
+    int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
 };
 
@@ -123,7 +124,6 @@ struct sl_model {
 typedef struct sl_session_buf {
     int32_t *ids;           /* [B] token ids of the chunk */
     float *logits;          /* [B, V] when the backend is not host memory, else NULL */
-    float *h_router_logits; /* host [B, E] */
     int32_t *h_gather;      /* host [B * k] */
     int32_t *gather_idx;    /* [B * k] token row of each grouped (token, rank) row */
     int32_t *grp_idx;       /* [2 * B] a batch of experts' rows: read, then written */
@@ -134,7 +134,15 @@ typedef struct sl_session_buf {
     const sl_tensor **wg, **wd; /* [2E] gate, then up; [E] down */
     int32_t *bT;                /* [2E] row counts */
     int32_t *scatter_idx;       /* [B * k] (token, rank) row of each grouped row */
-    float *topk_w_dev;          /* [B * k] */
+    float *topk_w_dev;          /* [B * k] router weights */
+    int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
+    /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync expert path
+     * can leave their bookkeeping to the end of the forward pass (blk_moe_settle). */
+    int32_t *route_ids;         /* [n_layers, k] */
+    int32_t *h_route_ids;       /* host [n_layers, k] */
+    uint8_t *moe_pending;       /* host [n_layers] picks not yet counted */
+    int32_t n_pending;
+    float *moe_act;             /* [k, I] SwiGLU rows of the fused expert path */
     float *ones;                /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
     float *h_qsa_scores;        /* host [max_ctx / ratio] */
     int32_t *h_qsa_sel;         /* host [B, budget + ratio - 1] */
@@ -151,10 +159,8 @@ typedef struct sl_session_buf {
     float *xg;                  /* [B, H] rows gathered for one expert */
     float *expert_out;          /* [B * k, H] routed outputs, summed in rank order */
     float *router_logits;       /* [B, E] */
-    float *router_probs;        /* host [E] */
     float *sh_logit;            /* [B] */
     int32_t *topk_ids;          /* host [B, k] */
-    float *topk_w;              /* host [B, k] */
     int32_t *expert_list;       /* host [E] distinct experts of the chunk, ascending */
     int32_t *expert_rows;       /* host [B * k] (token * k + rank) grouped by expert */
     int32_t *expert_count;      /* host [E] rows per expert */
@@ -211,6 +217,7 @@ struct sl_session {
     float *ple_conv_state; /* [n_ple_layers, hc*H, (K-1) * ngram_size] */
     size_t ple_conv_state_n;
     sl_session_buf b;
+    int32_t defer_logits; /* blk_head leaves the logits in b.logits (a graph is recording) */
     void *arena;      /* backend memory */
     void *host_arena; /* host memory */
 };
@@ -223,6 +230,9 @@ struct sl_family {
     /* T <= max_batch ids at position s->pos; writes T rows (or the last) of logits. */
     sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                          int all_logits, sl_error *err);
+    /* A decode step takes no decision on the host when the experts need none (no QSA
+     * choice, no PLE rows): a backend may record it as one graph. */
+    int graph_steps;
 };
 
 extern const sl_family sl_family_qwen3_moe;

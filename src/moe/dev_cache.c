@@ -55,8 +55,10 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
         L->slot_uses = sl_calloc(n, sizeof(int64_t), err);
         L->slot_last = sl_calloc(n, sizeof(int64_t), err);
         L->expert_slot = sl_calloc((size_t)d->n_experts, sizeof(int32_t), err);
-        if (!L->views || !L->slot_expert || !L->slot_uses || !L->slot_last || !L->expert_slot)
-            return SL_ERR_NOMEM;
+        L->table = be->ops->alloc(be, (size_t)d->n_experts * sizeof(sl_expert_ptrs));
+        if (!L->views || !L->slot_expert || !L->slot_uses || !L->slot_last || !L->expert_slot ||
+            !L->table)
+            return sl_fail(err, SL_ERR_NOMEM, "out of memory for the GPU expert cache");
         for (size_t i = 0; i < n; i++) {
             L->slot_expert[i] = -1;
             uint8_t *base = L->mem + i * d->slot_bytes;
@@ -79,6 +81,7 @@ void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be) {
     for (int32_t l = 0; d->layers && l < d->n_layers; l++) {
         sl_dev_layer *L = &d->layers[l];
         if (L->mem) be->ops->release(be, L->mem);
+        if (L->table) be->ops->release(be, L->table);
         free(L->views), free(L->slot_expert), free(L->slot_uses), free(L->slot_last);
         free(L->expert_slot);
     }
@@ -125,6 +128,11 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
             L->slot_uses[s] = 1;
             const sl_tensor *src[3] = {&views[i]->gate, &views[i]->up, &views[i]->down};
             uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
+            const sl_expert *v = &L->views[s];
+            const sl_expert_ptrs row = {{v->gate.data, v->gate.scales, v->gate.biases, v->up.data,
+                                         v->up.scales, v->up.biases, v->down.data,
+                                         v->down.scales, v->down.biases}};
+            be->ops->to_dev(be, &L->table[e], &row, sizeof row);
             /* The store's host copy stays put until its next fetch of this layer, and the
              * MoE block syncs before that (sl_dev_cache_map's contract): no wait here. */
             for (int j = 0; j < 3; j++) {
@@ -142,4 +150,41 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
         views[i] = &L->views[s];
     }
     d->time += sl_now() - t0;
+}
+
+sl_status sl_dev_cache_fill(sl_dev_cache *d, const sl_backend *be, sl_expert_store *store,
+                            sl_error *err) {
+    if (d->n_slots < d->n_experts) return SL_OK;
+    int32_t *ids = sl_calloc((size_t)d->n_experts, sizeof(int32_t), err);
+    const sl_expert **views = sl_calloc((size_t)d->n_experts, sizeof(sl_expert *), err);
+    sl_status st = ids && views ? SL_OK : SL_ERR_NOMEM;
+    for (int32_t l = 0; !st && l < d->n_layers; l++) {
+        if (!d->layers[l].mem) continue;
+        /* in groups the store can hold at once, waiting for each group's copies before
+         * the next fetch may reuse the store's host slots */
+        const int32_t cap = sl_experts_capacity(store, l);
+        for (int32_t e0 = 0; !st && e0 < d->n_experts; e0 += cap) {
+            const int32_t n = SL_MIN(cap, d->n_experts - e0);
+            for (int32_t i = 0; i < n; i++)
+                ids[i] = e0 + i;
+            st = sl_experts_fetch(store, l, ids, n, views, err);
+            if (!st) sl_dev_cache_map(d, be, l, ids, n, views);
+            be->ops->sync(be);
+        }
+    }
+    free(ids), free(views);
+    d->all = !st;
+    return st;
+}
+
+void sl_dev_cache_count(sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n) {
+    sl_dev_layer *L = &d->layers[layer];
+    d->tick++;
+    d->requests += n, d->hits += n;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s = L->expert_slot[ids[i]];
+        SL_ASSERT(s >= 0);
+        L->slot_uses[s]++;
+        L->slot_last[s] = d->tick;
+    }
 }

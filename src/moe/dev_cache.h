@@ -20,6 +20,9 @@ typedef struct sl_dev_layer {
     int64_t *slot_uses;   /* [n_slots] */
     int64_t *slot_last;   /* [n_slots] tick of the last request */
     int32_t *expert_slot; /* [n_experts], -1 when not cached */
+    /* backend memory [n_experts]: where each cached expert's weights are (moe_experts'
+     * table); rows of experts not cached are stale */
+    sl_expert_ptrs *table;
 } sl_dev_layer;
 
 typedef struct sl_dev_cache {
@@ -29,6 +32,7 @@ typedef struct sl_dev_cache {
     size_t off[9];        /* gate, gate scales, gate biases, up ..., down ... inside a slot */
     sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
     int64_t tick;
+    int32_t all; /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
     int64_t requests, hits, bytes;
     double time;
 } sl_dev_cache;
@@ -42,5 +46,13 @@ void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be);
  * caller syncs the backend before the store's next fetch of this layer may overwrite them. */
 void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
                       int32_t n, const sl_expert **views);
+
+/* With a slot per expert: copies every expert in through the store (at load, so decode never
+ * waits for a first use) and sets d->all; else does nothing. Resets no statistics. */
+sl_status sl_dev_cache_fill(sl_dev_cache *d, const sl_backend *be, sl_expert_store *store,
+                            sl_error *err);
+/* The bookkeeping of a request of n cached experts that ran without sl_dev_cache_map (the
+ * MoE block's no-sync path when d->all): counts, uses and recency. */
+void sl_dev_cache_count(sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n);
 
 #endif /* SL_DEV_CACHE_H */

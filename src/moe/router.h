@@ -9,7 +9,8 @@
 
 #include <stdint.h>
 
-/* probs: scratch of n_experts floats. ids/weights: k entries, rank order. */
+/* probs: scratch of n_experts floats, which may be logits itself (overwritten with the
+ * probabilities). ids/weights: k entries, rank order. */
 void sl_router_topk(const float *logits, int32_t n_experts, int32_t k, int renormalize,
                     float *probs, int32_t *ids, float *weights);
 

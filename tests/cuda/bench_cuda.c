@@ -6,6 +6,7 @@
  * prints prefill and decode tokens/s with the expert and GPU-cache counters. Decode feeds
  * pseudo-random tokens rather than the argmax: the synthetic models' experts are zero, so
  * greedy output would repeat one token and route every step to the same experts.
+ * SL_NO_GRAPHS=1 in the environment launches decode steps kernel by kernel (for comparison).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +32,8 @@ int main(int argc, char **argv) {
                                      : !strcmp(argv[4], "stream") ? SL_EXPERTS_STREAM
                                                                   : SL_EXPERTS_MAPPED,
                           .gpu_experts = atoi(argv[5]),
-                          .n_threads = argc > 8 ? atoi(argv[8]) : 0};
+                          .n_threads = argc > 8 ? atoi(argv[8]) : 0,
+                          .no_graphs = getenv("SL_NO_GRAPHS") != NULL};
     const int32_t P = atoi(argv[6]), N = atoi(argv[7]);
     sl_model *m = NULL;
     sl_session *s = NULL;
@@ -56,13 +58,13 @@ int main(int argc, char **argv) {
     sl_model_get_stats(m, &st);
     printf("%s %s gpu_slots=%d: prefill %d tok %.1f tok/s | decode %d tok %.2f tok/s "
            "(%.3f ms/tok) | experts hit %.1f%% read %.1f MB | GPU cache %lld/%lld hits, "
-           "%.1f MB copied in %.3f s | attention %.3f s router %.3f s expert compute %.3f s\n",
+           "%.1f MB copied in %.3f s | graphs %lld steps, %lld dropped\n",
            argv[3], argv[4], info.gpu_expert_slots, P, P / st.prefill_time, N, N / st.decode_time,
            1e3 * st.decode_time / N,
            st.expert_requests ? 100.0 * st.expert_hits / st.expert_requests : 100.0,
            st.bytes_read / 1e6, (long long)st.gpu_expert_hits, (long long)st.gpu_expert_requests,
-           st.gpu_bytes_copied / 1e6, st.gpu_copy_time, st.t_attention, st.t_router,
-           st.t_expert_compute);
+           st.gpu_bytes_copied / 1e6, st.gpu_copy_time, (long long)st.graph_steps,
+           (long long)st.graph_fallbacks);
     free(ids), free(lg);
     sl_session_free(s);
     sl_model_free(m);

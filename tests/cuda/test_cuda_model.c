@@ -121,7 +121,12 @@ static void check_fixture(const char *dir, const char *name) {
     const sl_model_params gpu = {.backend = SL_BACKEND_CUDA};
     float *lc = logits_of(dir, &cpu, ids, n_ids, n_ids, &V, NULL);
     float *lg = logits_of(dir, &gpu, ids, n_ids, n_ids, &V, NULL);
-    float *lt = logits_of(dir, &gpu, ids, n_ids, 1, &V, NULL);
+    /* Token by token: decode steps as CUDA graphs (where the family allows), and kernel by
+     * kernel: the same bits. */
+    const sl_model_params gpu_ng = {.backend = SL_BACKEND_CUDA, .no_graphs = 1};
+    sl_stats sg;
+    float *lt = logits_of(dir, &gpu, ids, n_ids, 1, &V, &sg);
+    float *ln = logits_of(dir, &gpu_ng, ids, n_ids, 1, &V, NULL);
     const size_t n = (size_t)n_ids * (size_t)V;
     float *want = malloc(n * sizeof(float));
     snprintf(path, sizeof path, "%s/logits.f32", dir);
@@ -132,8 +137,14 @@ static void check_fixture(const char *dir, const char *name) {
     if (lc && lg && lt && have_ref) {
         const double e_cpu = rel_l2(lg, lc, n), e_ref = rel_l2(lg, want, n);
         const double e_tok = rel_l2(lt, lg, n);
-        printf("  %-24s gpu vs cpu %.2e, vs transformers %.2e, token-by-token %.2e\n", name, e_cpu,
-               e_ref, e_tok);
+        const int same_ng = ln && memcmp(lt, ln, n * sizeof(float)) == 0;
+        printf("  %-24s gpu vs cpu %.2e, vs transformers %.2e, token-by-token %.2e; %lld graph "
+               "steps (%lld dropped), %s without\n",
+               name, e_cpu, e_ref, e_tok, (long long)sg.graph_steps, (long long)sg.graph_fallbacks,
+               same_ng ? "bitwise" : "DIFFERENT");
+        CHECKF(same_ng, "%s: CUDA graphs change the logits", name);
+        CHECKF(sg.graph_fallbacks == 0, "%s: graph recordings dropped", name);
+
         CHECKF(e_cpu <= 1e-3 && e_ref <= 1e-3, "%s: rel L2 %g (cpu) %g (transformers)", name, e_cpu,
                e_ref);
         CHECKF(e_tok <= 1e-5, "%s: token-by-token vs one pass %g", name, e_tok);
@@ -142,7 +153,7 @@ static void check_fixture(const char *dir, const char *name) {
     const int rc = greedy_of(dir, &gpu, ids, n_ids, n_greedy, got);
     CHECKF(rc == 0 && memcmp(got, greedy, (size_t)n_greedy * sizeof(int32_t)) == 0,
            "%s: greedy continuation differs from transformers", name);
-    free(got), free(lc), free(lg), free(lt), free(want), free(ids), free(greedy);
+    free(got), free(lc), free(lg), free(lt), free(ln), free(want), free(ids), free(greedy);
 }
 
 static void check_pack(const char *fixtures, const char *name) {

@@ -430,6 +430,72 @@ static void test_rope(void) {
     op_end(&r);
 }
 
+/* add_rmsnorm (x updated, y normed) and qkv_prep (norms, rope, cache rows) against the CPU. */
+static void test_fused_norms(void) {
+    op_report r;
+    op_begin(&r, "add_rmsnorm");
+    static const int ns[] = {63, 2048};
+    for (size_t ni = 0; ni < 2; ni++)
+        for (size_t di = 0; di < 3; di++) {
+            const int rows = 3, n = ns[ni];
+            wpair w;
+            wpair_make(&w, float_dtypes[di], 0, n, 1.0f, 0);
+            const size_t tot = (size_t)rows * n + 4;
+            float *x = rand_vec(tot, 2), *d = rand_vec(tot, 1), *y = poison_vec(tot);
+            float *dx = UPF(x, tot), *dd = UPF(d, tot), *dy = UPF(y, tot);
+            cpu.ops->add_rmsnorm(&cpu, y, x, d, &w.h, rows, n, 1e-6f, (float)di);
+            gpu.ops->add_rmsnorm(&gpu, dy, dx, dd, &w.d, rows, n, 1e-6f, (float)di);
+            check(&r, "x", dx, x, tot, 0);
+            check(&r, "y", dy, y, tot, 2e-6);
+            free(x), free(d), free(y), dfree(dx), dfree(dd), dfree(dy), wpair_free(&w);
+        }
+    op_end(&r);
+
+    op_begin(&r, "qkv_prep");
+    static const int cases[][6] = {/* T, pos0, heads, kv heads, head_dim, rot_dim */
+                                   {1, 37, 4, 2, 64, 64},
+                                   {5, 0, 3, 1, 128, 64},
+                                   {3, 9, 8, 8, 256, 128}};
+    for (size_t c = 0; c < 3; c++)
+        for (int norm = 0; norm < 2; norm++) {
+            const int T = cases[c][0], pos0 = cases[c][1], nh = cases[c][2], nkv = cases[c][3];
+            const int hd = cases[c][4], rot = cases[c][5], half = rot / 2, P = pos0 + T + 2;
+            float *ct = malloc((size_t)P * half * sizeof(float)),
+                  *st = malloc((size_t)P * half * sizeof(float));
+            for (int i = 0; i < P * half; i++) {
+                const float a = frand() * 3.14159f;
+                ct[i] = cosf(a), st[i] = sinf(a);
+            }
+            const size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd,
+                         ncache = (size_t)P * nkv * hd;
+            float *q = rand_vec(nq, 2), *k = rand_vec(nk, 2), *v = rand_vec(nk, 1);
+            float *kc = poison_vec(ncache), *vc = poison_vec(ncache);
+            float *dq = UPF(q, nq), *dk = UPF(k, nk), *dv = UPF(v, nk), *dkc = UPF(kc, ncache),
+                  *dvc = UPF(vc, ncache), *dct = UPF(ct, (size_t)P * half),
+                  *dst = UPF(st, (size_t)P * half);
+            wpair qn, kn;
+            wpair_make(&qn, SL_DTYPE_BF16, 0, hd, 1.0f, 0);
+            wpair_make(&kn, SL_DTYPE_F32, 0, hd, 1.0f, 0);
+            sl_qkv_args a = {.q = q, .k = k, .v = v, .kc = kc, .vc = vc,
+                             .q_norm = norm ? &qn.h : NULL, .k_norm = norm ? &kn.h : NULL,
+                             .T = T, .pos0 = pos0, .n_heads = nh, .n_kv_heads = nkv,
+                             .head_dim = hd, .rot_dim = rot, .eps = 1e-6f, .w_offset = 0.0f,
+                             .cos_tab = ct, .sin_tab = st};
+            cpu.ops->qkv_prep(&cpu, &a);
+            a.q = dq, a.k = dk, a.v = dv, a.kc = dkc, a.vc = dvc, a.cos_tab = dct, a.sin_tab = dst;
+            a.q_norm = norm ? &qn.d : NULL, a.k_norm = norm ? &kn.d : NULL;
+            gpu.ops->qkv_prep(&gpu, &a);
+            check(&r, "q", dq, q, nq, 2e-6);
+            check(&r, "k", dk, k, nk, 2e-6);
+            check(&r, "kcache", dkc, kc, ncache, 2e-6);
+            check(&r, "vcache", dvc, vc, ncache, 0);
+            free(ct), free(st), free(q), free(k), free(v), free(kc), free(vc);
+            dfree(dq), dfree(dk), dfree(dv), dfree(dkc), dfree(dvc), dfree(dct), dfree(dst);
+            wpair_free(&qn), wpair_free(&kn);
+        }
+    op_end(&r);
+}
+
 static void test_attention(void) {
     static const int cases[][6] = {
         /* T, pos0, heads, kv heads, head_dim, selection */
@@ -821,6 +887,112 @@ static void test_matmul_batch(void) {
     op_end(&r);
 }
 
+/* moe_route against the CPU (same picks, ties to the lower id included); moe_experts bitwise
+ * against matmul_batch (T = 1 items), swiglu and matmul_batch on the GPU, and against the
+ * CPU within tolerance. */
+static void test_moe(void) {
+    op_report r;
+    op_begin(&r, "moe_route");
+    static const int32_t Es[] = {8, 60, 128, 513}, ks[] = {1, 4, 8};
+    for (int ei = 0; ei < 4; ei++)
+        for (int ki = 0; ki < 3; ki++) {
+            const int32_t E = Es[ei], k = ks[ki], T = 5;
+            if (k > E) continue;
+            float *hl = rand_vec((size_t)T * E, 4);
+            for (int32_t t = 0; t < T; t++) /* a few exact ties */
+                hl[t * E + E - 1] = hl[t * E + 1], hl[t * E + E / 2] = hl[t * E + 3];
+            float *dl = UPF(hl, T * E);
+            int32_t hid[5 * 8], *did = gpu.ops->alloc(&gpu, sizeof hid), gid[5 * 8];
+            float hw[5 * 8], *dw = gpu.ops->alloc(&gpu, sizeof hw);
+            for (int renorm = 0; renorm < 2; renorm++) {
+                gpu.ops->to_dev(&gpu, dl, hl, (size_t)T * E * sizeof(float));
+                float *hp = malloc((size_t)T * E * sizeof(float));
+                memcpy(hp, hl, (size_t)T * E * sizeof(float));
+                cpu.ops->moe_route(&cpu, hid, hw, hp, T, E, k, renorm);
+                gpu.ops->moe_route(&gpu, did, dw, dl, T, E, k, renorm);
+                gpu.ops->to_host(&gpu, gid, did, (size_t)T * k * sizeof(int32_t));
+                r.cases++;
+                if (memcmp(gid, hid, (size_t)T * k * sizeof(int32_t)) && !r.bad++)
+                    snprintf(r.first_bad, sizeof r.first_bad, "ids differ (E %d, k %d)", E, k);
+                check(&r, "weights", dw, hw, (size_t)T * k, 1e-5);
+                check(&r, "probs", dl, hp, (size_t)T * E, 1e-5);
+                free(hp);
+            }
+            free(hl), dfree(dl), dfree(did), dfree(dw);
+        }
+    op_end(&r);
+
+    op_begin(&r, "moe_experts");
+    enum { NE = 6, T = 3, K = 2, H = 256, I = 128 };
+    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
+    for (size_t di = 0; di < 3; di++) {
+        wpair w[NE][3];
+        sl_expert_ptrs rows[NE];
+        for (int e = 0; e < NE; e++) {
+            wpair_make(&w[e][0], dts[di], I, H, 0.5f, 0);
+            wpair_make(&w[e][1], dts[di], I, H, 0.5f, 0);
+            wpair_make(&w[e][2], dts[di], H, I, 0.5f, 0);
+            for (int j = 0; j < 3; j++) {
+                rows[e].p[3 * j] = w[e][j].d.data;
+                rows[e].p[3 * j + 1] = w[e][j].d.scales;
+                rows[e].p[3 * j + 2] = w[e][j].d.biases;
+            }
+        }
+        sl_expert_ptrs *table = gpu.ops->alloc(&gpu, sizeof rows);
+        gpu.ops->to_dev(&gpu, table, rows, sizeof rows);
+        int32_t ids[T * K] = {4, 1, 0, 5, 1, 3};
+        int32_t *dids = gpu.ops->alloc(&gpu, sizeof ids);
+        gpu.ops->to_dev(&gpu, dids, ids, sizeof ids);
+        float *hx = rand_vec((size_t)T * H, 1), *dx = UPF(hx, T * H);
+        float *hout = poison_vec((size_t)T * K * H), *dout = UPF(hout, T * K * H);
+        float *hact = poison_vec((size_t)T * K * I), *dact = UPF(hact, T * K * I);
+        float *rout = UPF(hout, T * K * H), *rg = UPF(hact, T * K * I), *ru = UPF(hact, T * K * I);
+        const sl_tensor *proto[3] = {&w[0][0].d, &w[0][1].d, &w[0][2].d};
+        r.cases++;
+        if (!gpu.ops->moe_experts(&gpu, dout, dact, dx, dids, table, proto, T, K) && !r.bad++)
+            snprintf(r.first_bad, sizeof r.first_bad, "moe_experts declined %s",
+                     sl_dtype_name(dts[di]));
+        /* the reference: per row i a T = 1 item of each batch, on the GPU and on the CPU */
+        float *by[2 * T * K], *bxs[2 * T * K], *hby[2 * T * K], *hbx[2 * T * K];
+        const sl_tensor *bw[2 * T * K], *hbw[2 * T * K];
+        int32_t bT[2 * T * K];
+        for (int i = 0; i < T * K; i++) {
+            const int e = ids[i];
+            bxs[i] = bxs[T * K + i] = dx + (size_t)(i / K) * H;
+            hbx[i] = hbx[T * K + i] = hx + (size_t)(i / K) * H;
+            by[i] = rg + (size_t)i * I, by[T * K + i] = ru + (size_t)i * I;
+            hby[i] = hact + (size_t)i * I;
+            hby[T * K + i] = malloc(I * sizeof(float));
+            bw[i] = &w[e][0].d, bw[T * K + i] = &w[e][1].d;
+            hbw[i] = &w[e][0].h, hbw[T * K + i] = &w[e][1].h;
+            bT[i] = bT[T * K + i] = 1;
+        }
+        gpu.ops->matmul_batch(&gpu, by, (const float *const *)bxs, bw, bT, 2 * T * K);
+        gpu.ops->swiglu(&gpu, rg, rg, ru, (size_t)T * K * I);
+        cpu.ops->matmul_batch(&cpu, hby, (const float *const *)hbx, hbw, bT, 2 * T * K);
+        for (int i = 0; i < T * K; i++) {
+            cpu.ops->swiglu(&cpu, hby[i], hby[i], hby[T * K + i], I);
+            free(hby[T * K + i]);
+            bxs[i] = rg + (size_t)i * I, by[i] = rout + (size_t)i * H, bw[i] = &w[ids[i]][2].d;
+            hbx[i] = hact + (size_t)i * I, hby[i] = hout + (size_t)i * H, hbw[i] = &w[ids[i]][2].h;
+        }
+        gpu.ops->matmul_batch(&gpu, by, (const float *const *)bxs, bw, bT, T * K);
+        cpu.ops->matmul_batch(&cpu, hby, (const float *const *)hbx, hbw, bT, T * K);
+        float *gact = down(rg, (size_t)T * K * I), *gout = down(rout, (size_t)T * K * H);
+        check(&r, "act vs batches", dact, gact, (size_t)T * K * I, 0);
+        check(&r, "out vs batches", dout, gout, (size_t)T * K * H, 0);
+        check(&r, "act vs cpu", dact, hact, (size_t)T * K * I, 1e-4);
+        check(&r, "out vs cpu", dout, hout, (size_t)T * K * H, 1e-4);
+        free(gact), free(gout), free(hx), free(hout), free(hact);
+        dfree(dx), dfree(dout), dfree(dact), dfree(rout), dfree(rg), dfree(ru), dfree(dids);
+        dfree(table);
+        for (int e = 0; e < NE; e++)
+            for (int j = 0; j < 3; j++)
+                wpair_free(&w[e][j]);
+    }
+    op_end(&r);
+}
+
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
     sl_error err = {0};
@@ -834,9 +1006,11 @@ int main(int argc, char **argv) {
     test_memory();
     test_matmul();
     test_matmul_batch();
+    test_moe();
     test_embed();
     test_norms();
     test_rope();
+    test_fused_norms();
     test_attention();
     test_elementwise();
     test_conv1d();

@@ -75,7 +75,9 @@ static void check_case(const char *dir) {
     }
     sl_model *m = NULL, *m1 = NULL;
     sl_error err = {0};
-    sl_model_params mp = {.n_threads = 2}, mp1 = {.n_threads = 1};
+    /* m1: one thread, run as a device backend (weights copied, experts through the device
+     * cache and its no-sync fused path): the same bits as m all the same. */
+    sl_model_params mp = {.n_threads = 2}, mp1 = {.n_threads = 1, .backend = SL_BACKEND_CPU_DEVICE};
     if (sl_model_load(dir, &mp, &m, &err) || sl_model_load(dir, &mp1, &m1, &err)) {
         CHECKF(0, "%s: %s", dir, err.msg);
         free_ref(&r);
@@ -105,23 +107,29 @@ static void check_case(const char *dir) {
     CHECKF(rel <= 1e-4, "%s: relative L2 error %g", dir, rel);
     CHECK(bad_argmax == 0);
 
-    /* 2. Chunked prefill (3 tokens a chunk) and one thread: the same bits. */
+    /* 2. Chunked prefill (3 tokens a chunk), and one thread as a device: the same bits. */
     float *lg3 = run_logits(m, &r, 3), *lg1 = run_logits(m1, &r, 0);
     CHECK(lg3 && memcmp(lg3, lg, n * sizeof(float)) == 0);
     CHECK(lg1 && memcmp(lg1, lg, n * sizeof(float)) == 0);
     free(lg3), free(lg1);
 
-    /* 3. Token by token through the KV cache: the same bits as the prefill rows. */
-    sl_session *s = NULL;
+    /* 3. Token by token through the KV cache, as the CPU and as a device: the same bits as
+     * the prefill rows. */
+    sl_session *s = NULL, *s1 = NULL;
     sl_session_params sp = {.max_ctx = r.n_ids + r.n_greedy};
     CHECK(sl_session_create(m, &sp, &s, &err) == SL_OK);
+    CHECK(sl_session_create(m1, &sp, &s1, &err) == SL_OK);
     float *row = malloc(V * sizeof(float));
-    int same = 1;
-    for (int32_t t = 0; t < r.n_ids && s; t++) {
+    int same = 1, same1 = 1;
+    for (int32_t t = 0; t < r.n_ids && s && s1; t++) {
         CHECK(sl_session_forward(s, &r.ids[t], 1, row, 0, &err) == SL_OK);
         same &= memcmp(row, lg + (size_t)t * V, V * sizeof(float)) == 0;
+        CHECK(sl_session_forward(s1, &r.ids[t], 1, row, 0, &err) == SL_OK);
+        same1 &= memcmp(row, lg + (size_t)t * V, V * sizeof(float)) == 0;
     }
     CHECKF(same, "%s: decode logits differ from prefill logits", dir);
+    CHECKF(same1, "%s: device-path decode logits differ from prefill logits", dir);
+    sl_session_free(s1);
 
     /* 4. Greedy continuation, decoding from the KV cache after a prefill. */
     sl_session_reset(s);

@@ -94,24 +94,36 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
             sl_model_load(dir, &mp, &m, &e);
             sl_model_get_info(m, &info);
             sl_model_free(m);
+            /* The device path (CPU_DEVICE: weights copied, experts through the device
+             * cache, all slots (no-sync fused path) or a few) gives them too. */
+            const int32_t k = info.n_experts_used;
             struct {
                 sl_experts_mode mode;
                 int32_t slots;
                 sl_cache_policy pol;
                 int32_t chunk;
+                sl_backend_kind be;
+                int32_t dev_slots;
             } v[] = {
-                {SL_EXPERTS_MAPPED, 0, 0, n},
-                {SL_EXPERTS_STREAM, 0, SL_CACHE_LFU, n},
-                {SL_EXPERTS_STREAM, info.n_experts_used, SL_CACHE_LFU, n},
-                {SL_EXPERTS_STREAM, info.n_experts_used, SL_CACHE_LRU, 1},
-                {SL_EXPERTS_STREAM, info.n_experts_used + 1, SL_CACHE_LRU, 5},
-                {SL_EXPERTS_STREAM, info.n_experts - 1, SL_CACHE_LFU, 3},
+                {SL_EXPERTS_MAPPED, 0, 0, n, SL_BACKEND_CPU, 0},
+                {SL_EXPERTS_STREAM, 0, SL_CACHE_LFU, n, SL_BACKEND_CPU, 0},
+                {SL_EXPERTS_STREAM, k, SL_CACHE_LFU, n, SL_BACKEND_CPU, 0},
+                {SL_EXPERTS_STREAM, k, SL_CACHE_LRU, 1, SL_BACKEND_CPU, 0},
+                {SL_EXPERTS_STREAM, k + 1, SL_CACHE_LRU, 5, SL_BACKEND_CPU, 0},
+                {SL_EXPERTS_STREAM, info.n_experts - 1, SL_CACHE_LFU, 3, SL_BACKEND_CPU, 0},
+                {SL_EXPERTS_RESIDENT, 0, 0, 1, SL_BACKEND_CPU_DEVICE, 0},
+                {SL_EXPERTS_RESIDENT, 0, 0, n, SL_BACKEND_CPU_DEVICE, 0},
+                {SL_EXPERTS_STREAM, k, SL_CACHE_LFU, 1, SL_BACKEND_CPU_DEVICE, 1},
+                {SL_EXPERTS_STREAM, k, SL_CACHE_LRU, 1, SL_BACKEND_CPU_DEVICE, k},
+                {SL_EXPERTS_MAPPED, 0, SL_CACHE_LFU, 3, SL_BACKEND_CPU_DEVICE, k + 1},
             };
             for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
                 sl_model_params vp = {.n_threads = 2,
                                       .experts = v[i].mode,
                                       .cache_experts = v[i].slots,
-                                      .cache_policy = v[i].pol};
+                                      .cache_policy = v[i].pol,
+                                      .backend = v[i].be,
+                                      .gpu_experts = v[i].dev_slots};
                 sl_stats st;
                 float *got = test_logits(dir, &vp, ids, n, v[i].chunk, &st, &V);
                 CHECKF(got && memcmp(got, base, count * sizeof(float)) == 0,

@@ -32,7 +32,7 @@ typedef struct cu_ctx {
     cudaStream_t stream;
     char name[320];
     /* Device scratch (attention partials, overlapping copies), grown on demand. */
-    void *scratch;
+    void *scratch, *scratch_old; /* old: replaced while a graph recorded, freed at a sync */
     size_t scratch_bytes;
     /* Pinned staging ring for small host-to-device copies: to_dev copies the bytes here and
      * queues the transfer without waiting; the ring restarts after a wait for the stream. */
@@ -42,9 +42,20 @@ typedef struct cu_ctx {
      * the host block they are built in (items_bytes each). */
     uint8_t *items, *items_host;
     size_t items_bytes, items_off;
+    /* Decode-step graphs (graph_begin/end): recording now, a rule broken while recording
+     * (the recording is then dropped), and the executable graph updated from each one. */
+    int capturing, broken;
+    cudaGraphExec_t exec;
 } cu_ctx;
 
 static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
+
+/* While recording a graph, an operation that would wait for the device (or copy from pageable
+ * memory) marks the recording broken and is skipped: returns 1 then. */
+static inline int cu_refuse_in_graph(cu_ctx *c) {
+    if (c->capturing) c->broken = 1;
+    return c->capturing;
+}
 
 /* Device scratch of at least `bytes`; growing waits for queued work first. */
 void *cu_scratch(const sl_backend *be, size_t bytes);
@@ -99,6 +110,23 @@ __device__ __forceinline__ float cu_load_w(const cu_w &w, int64_t n, int64_t k) 
     return cu_load_f(row, w.dt, (size_t)k);
 }
 
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* SwiGLU of one element: what the swiglu op and the fused expert kernel both compute. */
+__device__ __forceinline__ float cu_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 static inline unsigned cu_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;
     return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : b);
@@ -109,6 +137,11 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
                      const sl_tensor *const *w, const int32_t *T, int32_t n);
 void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                const sl_tensor *bias, int32_t T);
+int cu_moe_experts(const sl_backend *be, float *out, float *act, const float *x, const int32_t *ids,
+                   const sl_expert_ptrs *table, const sl_tensor *const proto[3], int32_t T,
+                   int32_t k);
+void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T, int32_t E,
+                  int32_t k, int renormalize);
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T);
 
@@ -119,6 +152,9 @@ void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, cons
 void cu_fill(const sl_backend *be, float *dst, float v, size_t n);
 void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor *w, int32_t rows,
                 int32_t n, float eps, float w_offset);
+void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, const sl_tensor *w,
+                    int32_t rows, int32_t n, float eps, float w_offset);
+void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *a);
 void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
              int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab);
 void cu_attention(const sl_backend *be, const sl_attn_args *a);

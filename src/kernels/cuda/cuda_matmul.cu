@@ -59,31 +59,28 @@ __device__ __forceinline__ float code_nibble(uint32_t u, int sh) {
     return __uint_as_float(((u >> sh) & 15u) | 0x4b000000u);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+/* The first of the R rows the calling warp owns in row-block bx. */
+template <int R> __device__ __forceinline__ int64_t gemv_row0(int64_t bx) {
+    return (bx * GEMV_WARPS + threadIdx.x / 32) * R;
 }
 
-/* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y). */
+/* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT tokens of
+ * x, summed over the
+ * warp: every lane ends with all R x NT sums. The arithmetic of gemv_fast, shared with the
+ * batched and fused expert kernels so they give the same bits. */
 template <int DT, int R, int NT>
-__device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *__restrict__ x,
-                                               const cu_w &w, const void *__restrict__ bias,
-                                               int bias_dt, int N, int K, int64_t bx) {
+__device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const float *__restrict__ x,
+                                          const cu_w &w, int N, int K, int64_t row0) {
     constexpr int E = chunk_elems<DT>::E;
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
     constexpr int Z = DT == SL_DTYPE_Q8 ? 128 : 8;
     constexpr float CZ = 8388608.0f + (float)Z; /* code_byte's offset plus the centre */
     const int lane = threadIdx.x & 31;
-    const int64_t row0 = (bx * GEMV_WARPS + threadIdx.x / 32) * R;
-    if (row0 >= N) return;
     const int C = K / E;
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
         wr[r] = (const uint4 *)(w.data + (size_t)min(row0 + r, (int64_t)N - 1) * w.ws);
-    float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -178,7 +175,18 @@ __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const floa
 #pragma unroll
         for (int t = 0; t < NT; t++)
             acc[r][t] = warp_sum(acc[r][t]);
-    if (lane == 0) {
+}
+
+/* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y). */
+template <int DT, int R, int NT>
+__device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *__restrict__ x,
+                                               const cu_w &w, const void *__restrict__ bias,
+                                               int bias_dt, int N, int K, int64_t bx) {
+    const int64_t row0 = gemv_row0<R>(bx);
+    if (row0 >= N) return;
+    float acc[R][NT];
+    gemv_rows<DT, R, NT>(acc, x, w, N, K, row0);
+    if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (row0 + r >= N) break;
@@ -305,18 +313,21 @@ static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &
     }
 }
 
+/* More rows per warp reuse each x load more, but leave fewer warps to hide latency: take
+ * the most that still gives every SM a few blocks, for `rows` rows in all. */
+static int rows_per_warp(const cu_ctx *c, int64_t rows) {
+    const int64_t want = (int64_t)c->n_sm * 4;
+    return rows / (GEMV_WARPS * 4) >= want ? 4 : rows / (GEMV_WARPS * 2) >= want ? 2 : 1;
+}
+
 template <int DT>
 static void launch_fast(const cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
                         int bdt, int N, int K, int T) {
-    /* More rows per warp reuse each x load more, but leave fewer warps to hide latency:
-     * take the most that still gives every SM a few blocks. */
-    const int64_t want = (int64_t)c->n_sm * 4;
-    if ((int64_t)N / (GEMV_WARPS * 4) >= want)
-        launch_fast_r<DT, 4>(c->stream, y, x, w, b, bdt, N, K, T);
-    else if ((int64_t)N / (GEMV_WARPS * 2) >= want)
-        launch_fast_r<DT, 2>(c->stream, y, x, w, b, bdt, N, K, T);
-    else
-        launch_fast_r<DT, 1>(c->stream, y, x, w, b, bdt, N, K, T);
+    switch (rows_per_warp(c, N)) {
+    case 4: launch_fast_r<DT, 4>(c->stream, y, x, w, b, bdt, N, K, T); break;
+    case 2: launch_fast_r<DT, 2>(c->stream, y, x, w, b, bdt, N, K, T); break;
+    default: launch_fast_r<DT, 1>(c->stream, y, x, w, b, bdt, N, K, T); break;
+    }
 }
 
 static int chunk_of(int dt) {
@@ -392,14 +403,11 @@ static void launch_batch_r(cudaStream_t s, const gemv_item *items, int n, int N,
 
 template <int DT>
 static void launch_batch(const cu_ctx *c, const gemv_item *items, int n, int N, int K, int T) {
-    /* the row blocking of launch_fast, counting the whole batch's rows */
-    const int64_t want = (int64_t)c->n_sm * 4, rows = (int64_t)N * n;
-    if (rows / (GEMV_WARPS * 4) >= want)
-        launch_batch_r<DT, 4>(c->stream, items, n, N, K, T);
-    else if (rows / (GEMV_WARPS * 2) >= want)
-        launch_batch_r<DT, 2>(c->stream, items, n, N, K, T);
-    else
-        launch_batch_r<DT, 1>(c->stream, items, n, N, K, T);
+    switch (rows_per_warp(c, (int64_t)N * n)) { /* counting the whole batch's rows */
+    case 4: launch_batch_r<DT, 4>(c->stream, items, n, N, K, T); break;
+    case 2: launch_batch_r<DT, 2>(c->stream, items, n, N, K, T); break;
+    default: launch_batch_r<DT, 1>(c->stream, items, n, N, K, T); break;
+    }
 }
 
 /* One launch when every product has the same T <= 4 and the fast GEMV's alignment; else one
@@ -433,6 +441,106 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
     default: launch_batch<SL_DTYPE_Q4>(c, dev, n, (int)N, (int)K, T[0]); break;
     }
     CUDA_LAUNCHED();
+}
+
+/* ------------------------------------------------------ routed experts */
+
+/* Expert e's matrix j (0 gate, 1 up, 2 down) from its table row, shaped as proto. */
+__device__ __forceinline__ cu_w expert_w(cu_w w, const sl_expert_ptrs &p, int j) {
+    w.data = (const uint8_t *)p.p[3 * j];
+    w.scales = (const uint16_t *)p.p[3 * j + 1];
+    w.biases = (const uint16_t *)p.p[3 * j + 2];
+    return w;
+}
+
+/* act[i] = silu(gate_e x[i / k]) * up_e x[i / k] for row i = blockIdx.y, e = ids[i]: the
+ * gate and up GEMVs of gemv_fast_batch (same arithmetic, + 0.0f as the bias-less store
+ * adds) and the swiglu op's formula, in one launch. */
+template <int DT, int R>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
+                const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
+                cu_w pg, cu_w pu, int k, int I, int H) {
+    const int i = blockIdx.y;
+    const int64_t row0 = gemv_row0<R>(blockIdx.x);
+    if (row0 >= I) return;
+    const sl_expert_ptrs p = table[ids[i]];
+    const float *xt = x + (size_t)(i / k) * H;
+    float g[R][1], u[R][1];
+    gemv_rows<DT, R, 1>(g, xt, expert_w(pg, p, 0), I, H, row0);
+    gemv_rows<DT, R, 1>(u, xt, expert_w(pu, p, 1), I, H, row0);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (row0 + r < I) act[(size_t)i * I + row0 + r] = cu_silu_mul(g[r][0] + 0.0f, u[r][0] + 0.0f);
+}
+
+/* out[i] = down_e act[i], row i = blockIdx.y, e = ids[i]. */
+template <int DT, int R>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    moe_down(float *__restrict__ out, const float *__restrict__ act,
+             const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table, cu_w pd,
+             int I, int H) {
+    const int i = blockIdx.y;
+    const int64_t row0 = gemv_row0<R>(blockIdx.x);
+    if (row0 >= H) return;
+    float y[R][1];
+    gemv_rows<DT, R, 1>(y, act + (size_t)i * I, expert_w(pd, table[ids[i]], 2), H, I, row0);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (row0 + r < H) out[(size_t)i * H + row0 + r] = y[r][0] + 0.0f;
+}
+
+template <int DT>
+static void launch_moe(const cu_ctx *c, float *out, float *act, const float *x, const int32_t *ids,
+                       const sl_expert_ptrs *table, const sl_tensor *const proto[3], int n, int k) {
+    const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1];
+    const cu_w pg = cu_w_of(proto[0]), pu = cu_w_of(proto[1]), pd = cu_w_of(proto[2]);
+    const int rg = rows_per_warp(c, (int64_t)I * n), rd = rows_per_warp(c, (int64_t)H * n);
+    const dim3 gg(cu_blocks((size_t)I, GEMV_WARPS * rg), (unsigned)n);
+    const dim3 gd(cu_blocks((size_t)H, GEMV_WARPS * rd), (unsigned)n);
+    cudaStream_t s = c->stream;
+    const unsigned th = GEMV_WARPS * 32;
+    switch (rg) {
+    case 4: moe_gate_up<DT, 4><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
+    case 2: moe_gate_up<DT, 2><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
+    default: moe_gate_up<DT, 1><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
+    }
+    switch (rd) {
+    case 4: moe_down<DT, 4><<<gd, th, 0, s>>>(out, act, ids, table, pd, I, H); break;
+    case 2: moe_down<DT, 2><<<gd, th, 0, s>>>(out, act, ids, table, pd, I, H); break;
+    default: moe_down<DT, 1><<<gd, th, 0, s>>>(out, act, ids, table, pd, I, H); break;
+    }
+}
+
+/* The fused path takes exactly the shapes for which matmul_batch's one-launch path runs
+ * (chunk-divisible K, 16-byte aligned rows; table rows are expert-cache slots, 64-byte
+ * aligned), so a caller's fallback never changes the bits. */
+int cu_moe_experts(const sl_backend *be, float *out, float *act, const float *x, const int32_t *ids,
+                   const sl_expert_ptrs *table, const sl_tensor *const proto[3], int32_t T,
+                   int32_t k) {
+    const int dt = (int)proto[0]->dtype, E = chunk_of(dt);
+    const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
+    const int64_t n = (int64_t)T * k;
+    int ok = E > 0 && n >= 0 && n <= 65535 && H % E == 0 && I % E == 0 && I < INT32_MAX &&
+             H < INT32_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)act & 15) == 0 &&
+             (H * 4) % 16 == 0 && (I * 4) % 16 == 0;
+    for (int j = 1; ok && j < 3; j++)
+        ok = (int)proto[j]->dtype == dt;
+    ok = ok && proto[1]->shape[0] == I && proto[1]->shape[1] == H && proto[2]->shape[0] == H &&
+         proto[2]->shape[1] == I;
+    if (!ok || !n) return ok;
+    const cu_ctx *c = cu_of(be);
+    switch (dt) {
+    case SL_DTYPE_F32: launch_moe<SL_DTYPE_F32>(c, out, act, x, ids, table, proto, (int)n, k); break;
+    case SL_DTYPE_F16: launch_moe<SL_DTYPE_F16>(c, out, act, x, ids, table, proto, (int)n, k); break;
+    case SL_DTYPE_BF16: launch_moe<SL_DTYPE_BF16>(c, out, act, x, ids, table, proto, (int)n, k); break;
+    case SL_DTYPE_Q8: launch_moe<SL_DTYPE_Q8>(c, out, act, x, ids, table, proto, (int)n, k); break;
+    default: launch_moe<SL_DTYPE_Q4>(c, out, act, x, ids, table, proto, (int)n, k); break;
+    }
+    CUDA_LAUNCHED();
+    return 1;
 }
 
 /* -------------------------------------------------------------- embed */

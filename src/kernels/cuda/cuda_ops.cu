@@ -10,20 +10,6 @@
 
 #define EW_THREADS 256
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 /* Sum (or max) over the block; sh holds 32 floats; every thread gets the result. */
 template <bool MAX> __device__ float block_reduce(float v, float *sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
@@ -127,8 +113,7 @@ void cu_fill(const sl_backend *be, float *dst, float v, size_t n) {
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = cu_silu_mul(gate[i], up[i]);
     }
 }
 
@@ -198,6 +183,73 @@ void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float
     CUDA_LAUNCHED();
 }
 
+/*
+ * Router top-k, a warp per token, as sl_router_topk: softmax in place, then k rounds, each
+ * taking the best entry ranked after the previous pick (higher probability, ties to the lower
+ * id); lane 0 writes the picks and renormalises in rank order.
+ */
+__device__ __forceinline__ bool ranks_before(float p, int i, float q, int j) {
+    return p > q || (p == q && i < j);
+}
+
+__global__ void moe_route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
+                                 float *__restrict__ logits, int32_t E, int32_t k, int renorm) {
+    const int lane = threadIdx.x;
+    const size_t t = blockIdx.x;
+    float *p = logits + t * (size_t)E;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32)
+        mx = fmaxf(mx, p[e]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+        const float v = expf(p[e] - mx);
+        p[e] = v;
+        sum += v;
+    }
+    sum = warp_sum(sum);
+    for (int e = lane; e < E; e += 32)
+        p[e] /= sum;
+    __syncwarp();
+    float prev_p = 0.0f;
+    int prev_i = -1;
+    for (int r = 0; r < k; r++) {
+        float bp = 0.0f;
+        int bi = -1;
+        for (int e = lane; e < E; e += 32) {
+            const float v = p[e];
+            if (prev_i >= 0 && !ranks_before(prev_p, prev_i, v, e)) continue;
+            if (bi < 0 || ranks_before(v, e, bp, bi)) bp = v, bi = e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi >= 0 && (bi < 0 || ranks_before(op, oi, bp, bi))) bp = op, bi = oi;
+        }
+        if (bi < 0) bi = r, bp = p[r]; /* only NaN logits get here: keep ids valid */
+        if (lane == 0) {
+            ids[t * k + r] = bi;
+            w[t * k + r] = bp;
+        }
+        prev_p = bp, prev_i = bi;
+    }
+    if (renorm && lane == 0) {
+        float s = 0.0f;
+        for (int r = 0; r < k; r++)
+            s += w[t * k + r];
+        for (int r = 0; r < k; r++)
+            w[t * k + r] /= s;
+    }
+}
+
+void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T, int32_t E,
+                  int32_t k, int renormalize) {
+    if (T <= 0 || E <= 0 || k <= 0) return;
+    moe_route_kernel<<<(unsigned)T, 32, 0, cu_of(be)->stream>>>(ids, w, logits, E, k, renormalize);
+    CUDA_LAUNCHED();
+}
+
 __global__ void hc_inject_kernel(float *__restrict__ w, const float *__restrict__ out,
                                  const float *__restrict__ inj, int32_t T, int32_t hc, int32_t n) {
     const size_t total = (size_t)T * (size_t)hc * (size_t)n;
@@ -260,6 +312,33 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
     if (rows <= 0 || n <= 0) return;
     rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
         y, x, w->data, (int)w->dtype, n, eps, w_offset);
+    CUDA_LAUNCHED();
+}
+
+/* x += d (the axpy op's x + 1 * d), then the rmsnorm kernel's formula, a block per row. */
+__global__ void add_rmsnorm_kernel(float *y, float *x, const float *d, const void *w, int wdt,
+                                   int32_t n, float eps, float w_offset) {
+    __shared__ float sh[32];
+    float *xr = x + (size_t)blockIdx.x * n;
+    const float *dr = d + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] + 1.0f * dr[i];
+        xr[i] = v;
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss, sh);
+    const float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = (xr[i] * inv) * (w_offset + cu_load_f(w, wdt, (size_t)i));
+}
+
+void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, const sl_tensor *w,
+                    int32_t rows, int32_t n, float eps, float w_offset) {
+    if (rows <= 0 || n <= 0) return;
+    add_rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
+        y, x, d, w->data, (int)w->dtype, n, eps, w_offset);
     CUDA_LAUNCHED();
 }
 
@@ -329,6 +408,91 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
     if (!total) return;
     rope_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(
         x, T, n_heads, head_dim, half, pos0, cos_tab, sin_tab);
+    CUDA_LAUNCHED();
+}
+
+/*
+ * qkv_prep, a block per head row of one token: the n_heads query rows, then the n_kv key rows
+ * (also stored in the cache), then the n_kv value rows (only stored). A row is staged in shared
+ * memory, normed (the rmsnorm kernel's formula) and roped (the rope kernel's).
+ */
+typedef struct qkv_params {
+    float *q, *k;
+    const float *v;
+    float *kc, *vc;
+    const void *qn, *kn;
+    int qn_dt, kn_dt;
+    int32_t pos0, n_heads, n_kv, hd, half;
+    float eps, w_offset;
+    const float *cos_tab, *sin_tab;
+} qkv_params;
+
+__global__ void qkv_prep_kernel(qkv_params a) {
+    extern __shared__ float row[]; /* [hd] */
+    __shared__ float sh[32];
+    const int per_t = a.n_heads + 2 * a.n_kv, j = blockIdx.x % per_t, hd = a.hd;
+    const size_t t = blockIdx.x / per_t, kv_row = (size_t)a.n_kv * hd;
+    float *cache = NULL;
+    if (j >= a.n_heads + a.n_kv) { /* a value row: only stored */
+        const int h = j - a.n_heads - a.n_kv;
+        const float *src = a.v + t * kv_row + (size_t)h * hd;
+        float *dst = a.vc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            dst[i] = src[i];
+        return;
+    }
+    float *x;
+    const void *nw;
+    int ndt;
+    if (j < a.n_heads) {
+        x = a.q + (t * a.n_heads + j) * hd, nw = a.qn, ndt = a.qn_dt;
+    } else {
+        const int h = j - a.n_heads;
+        x = a.k + t * kv_row + (size_t)h * hd, nw = a.kn, ndt = a.kn_dt;
+        cache = a.kc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
+    }
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        row[i] = x[i];
+        ss += x[i] * x[i];
+    }
+    if (nw) {
+        ss = block_reduce<false>(ss, sh); /* also orders the row writes before the reads */
+        const float inv = 1.0f / sqrtf(ss / (float)hd + a.eps);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            row[i] = (row[i] * inv) * (a.w_offset + cu_load_f(nw, ndt, (size_t)i));
+    }
+    __syncthreads();
+    const float *c = a.cos_tab + (size_t)(a.pos0 + t) * a.half;
+    const float *s = a.sin_tab + (size_t)(a.pos0 + t) * a.half;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = row[i];
+        if (i < a.half) {
+            v = row[i] * c[i] - row[i + a.half] * s[i];
+        } else if (i < 2 * a.half) {
+            const int d = i - a.half;
+            v = row[i] * c[d] + row[d] * s[d];
+        }
+        x[i] = v;
+        if (cache) cache[i] = v;
+    }
+}
+
+void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
+    const int32_t per_t = args->n_heads + 2 * args->n_kv_heads;
+    if (args->T <= 0 || per_t <= 0) return;
+    qkv_params a;
+    a.q = args->q, a.k = args->k, a.v = args->v, a.kc = args->kc, a.vc = args->vc;
+    a.qn = args->q_norm ? args->q_norm->data : NULL;
+    a.kn = args->k_norm ? args->k_norm->data : NULL;
+    a.qn_dt = args->q_norm ? (int)args->q_norm->dtype : 0;
+    a.kn_dt = args->k_norm ? (int)args->k_norm->dtype : 0;
+    a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
+    a.hd = args->head_dim, a.half = args->rot_dim / 2;
+    a.eps = args->eps, a.w_offset = args->w_offset;
+    a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;
+    qkv_prep_kernel<<<(unsigned)(args->T * per_t), row_threads(args->head_dim),
+                      (size_t)args->head_dim * sizeof(float), cu_of(be)->stream>>>(a);
     CUDA_LAUNCHED();
 }
 
