@@ -72,9 +72,11 @@ static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, con
     }
 }
 
-static void cpu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T,
-                          int32_t E, int32_t k, int renormalize) {
-    (void)be;
+static void cpu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits,
+                          const float *x, const sl_tensor *router, int32_t T, int32_t k,
+                          int renormalize) {
+    const int32_t E = (int32_t)router->shape[0];
+    sl_matmul_cpu(be, logits, x, router, NULL, T);
     for (int32_t t = 0; t < T; t++) {
         float *p = logits + (size_t)t * (size_t)E;
         sl_router_topk(p, E, k, renormalize, p, ids + (size_t)t * (size_t)k,
@@ -218,38 +220,55 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* The row slice [r0, r0 + n) of a matrix: the same rows, so the same dot products. */
+static sl_tensor row_slice(const sl_tensor *w, int64_t r0, int64_t n) {
+    const size_t rb = sl_row_bytes(w->dtype, w->shape[1]), G = (size_t)sl_qgroups(w->shape[1]);
+    sl_tensor v = *w;
+    v.shape[0] = n;
+    v.nbytes = (size_t)n * rb;
+    v.data = (const uint8_t *)w->data + (size_t)r0 * rb;
+    if (v.scales) v.scales += (size_t)r0 * G, v.biases += (size_t)r0 * G;
+    return v;
+}
+
 /* The reference of the fused expert path (SL_BACKEND_CPU_DEVICE runs it on its expert cache):
- * per row, the T = 1 matmuls matmul_batch runs and swiglu's formula. The up projection goes
- * through a stack buffer in slices of rows (a row's dot product is the same in any slice). */
-static int cpu_moe_experts(const sl_backend *be, float *out, float *act, const float *x,
-                           const int32_t *ids, const sl_expert_ptrs *table,
+ * per row the T = 1 matmuls matmul_batch runs, swiglu's formula and weighted_sum's order. The
+ * up and down projections go through a stack buffer a slice of rows at a time. */
+static int cpu_moe_experts(const sl_backend *be, float *y, float *act, const float *x,
+                           const int32_t *ids, const float *wt, const sl_expert_ptrs *table,
                            const sl_tensor *const proto[3], int32_t T, int32_t k) {
     enum { SLICE = 256 };
     const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
-    for (int32_t i = 0; i < T * k; i++) {
-        sl_tensor w[3];
-        for (int j = 0; j < 3; j++) {
-            w[j] = *proto[j];
-            w[j].data = table[ids[i]].p[3 * j];
-            w[j].scales = table[ids[i]].p[3 * j + 1];
-            w[j].biases = table[ids[i]].p[3 * j + 2];
+    float buf[SLICE];
+    for (int32_t t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * (size_t)H;
+        for (int64_t h = 0; h < H; h++)
+            yt[h] = 0;
+        for (int32_t r = 0; r < k; r++) {
+            const int32_t i = t * k + r;
+            sl_tensor w[3];
+            for (int j = 0; j < 3; j++) {
+                w[j] = *proto[j];
+                w[j].data = table[ids[i]].p[3 * j];
+                w[j].scales = table[ids[i]].p[3 * j + 1];
+                w[j].biases = table[ids[i]].p[3 * j + 2];
+            }
+            float *g = act + (size_t)i * (size_t)I;
+            const float *xt = x + (size_t)t * (size_t)H;
+            sl_matmul_cpu(be, g, xt, &w[0], NULL, 1);
+            for (int64_t r0 = 0; r0 < I; r0 += SLICE) {
+                const sl_tensor up = row_slice(&w[1], r0, SL_MIN(SLICE, I - r0));
+                sl_matmul_cpu(be, buf, xt, &up, NULL, 1);
+                for (int64_t j = 0; j < up.shape[0]; j++)
+                    g[r0 + j] = g[r0 + j] / (1.0f + expf(-g[r0 + j])) * buf[j];
+            }
+            for (int64_t r0 = 0; r0 < H; r0 += SLICE) {
+                const sl_tensor down = row_slice(&w[2], r0, SL_MIN(SLICE, H - r0));
+                sl_matmul_cpu(be, buf, g, &down, NULL, 1);
+                for (int64_t j = 0; j < down.shape[0]; j++)
+                    yt[r0 + j] += wt[i] * buf[j];
+            }
         }
-        float *g = act + (size_t)i * (size_t)I;
-        const float *xt = x + (size_t)(i / k) * (size_t)H;
-        sl_matmul_cpu(be, g, xt, &w[0], NULL, 1);
-        const size_t rb = sl_row_bytes(w[1].dtype, H), G = (size_t)sl_qgroups(H);
-        for (int64_t r0 = 0; r0 < I; r0 += SLICE) {
-            float u[SLICE];
-            sl_tensor slice = w[1];
-            slice.shape[0] = SL_MIN(SLICE, I - r0);
-            slice.nbytes = (size_t)slice.shape[0] * rb;
-            slice.data = (const uint8_t *)w[1].data + (size_t)r0 * rb;
-            if (slice.scales) slice.scales += (size_t)r0 * G, slice.biases += (size_t)r0 * G;
-            sl_matmul_cpu(be, u, xt, &slice, NULL, 1);
-            for (int64_t r = 0; r < slice.shape[0]; r++)
-                g[r0 + r] = g[r0 + r] / (1.0f + expf(-g[r0 + r])) * u[r];
-        }
-        sl_matmul_cpu(be, out + (size_t)i * (size_t)H, g, &w[2], NULL, 1);
     }
     return 1;
 }

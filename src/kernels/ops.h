@@ -132,8 +132,8 @@ typedef struct sl_ops {
     void (*fill)(const sl_backend *be, float *dst, float v, size_t n);
     void (*matmul)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
-    /* n independent matmuls (the experts of one MoE layer): y[i] = x[i] . w[i]^T with T[i]
-     * rows each; the w[i] share dtype and shape. Pointer arrays and T are host memory, what
+    /* n independent matmuls (the experts of one MoE layer, or q, k and v): y[i] = x[i] . w[i]^T
+     * with T[i] rows each; the w[i] share dtype and K (their rows may differ). Pointer arrays and T are host memory, what
      * they point at backend memory. Each y[i] is exactly what matmul gives. */
     void (*matmul_batch)(const sl_backend *be, float *const *y, const float *const *x,
                          const sl_tensor *const *w, const int32_t *T, int32_t n);
@@ -163,21 +163,22 @@ typedef struct sl_ops {
      * x[t*k + r]; w in backend memory, rows of n. */
     void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
                          int32_t k, int32_t n);
-    /* Router top-k of T rows of E logits (all in backend memory), what sl_router_topk does
-     * per row: softmax (logits are overwritten with the probabilities), the k most probable
-     * (ties to the lower id), their probabilities renormalised to sum 1 when renormalize;
-     * ids and w are [T, k]. */
-    void (*moe_route)(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T,
-                      int32_t E, int32_t k, int renormalize);
+    /* The router of T tokens x (all in backend memory): logits = x . router^T [T, E] (what
+     * matmul gives), then per row what sl_router_topk does: softmax (logits then hold the
+     * probabilities), the k most probable (ties to the lower id), their probabilities
+     * renormalised to sum 1 when renormalize; ids and w are [T, k]. */
+    void (*moe_route)(const sl_backend *be, int32_t *ids, float *w, float *logits, const float *x,
+                      const sl_tensor *router, int32_t T, int32_t k, int renormalize);
     /* Optional (NULL, or returns 0 for weights it has no kernel for; blocks then go through
      * matmul_batch): the routed experts of T tokens with no host step. For each (token t,
      * rank r) row i = t k + r, with e = ids[i] and e's weights at table[e] (both in backend
      * memory; shapes and dtypes those of proto gate, up, down):
-     *   act[i] = silu(gate_e x[t]) * up_e x[t]  [T k, I]     out[i] = down_e act[i]  [T k, H]
-     * Each row is exactly what matmul_batch (T = 1 items), swiglu and matmul_batch give.
+     *   act[i] = silu(gate_e x[t]) * up_e x[t]  [T k, I]
+     *   y[t] = sum over r < k (in order) of w[i] * down_e act[i]  [T, H]
+     * exactly what matmul_batch (T = 1 items), swiglu, matmul_batch and weighted_sum give.
      * T == 0 asks only whether it runs these weights (the pointers may be NULL). */
-    int (*moe_experts)(const sl_backend *be, float *out, float *act, const float *x,
-                       const int32_t *ids, const sl_expert_ptrs *table,
+    int (*moe_experts)(const sl_backend *be, float *y, float *act, const float *x,
+                       const int32_t *ids, const float *w, const sl_expert_ptrs *table,
                        const sl_tensor *const proto[3], int32_t T, int32_t k);
     /* y[i] *= sigmoid(gate[i]) */
     void (*sigmoid_mul)(const sl_backend *be, float *y, const float *gate, size_t n);

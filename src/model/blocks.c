@@ -147,17 +147,26 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
 
     if (L->idx_qk.data) blk_qsa_select(s, l, T); /* which positions each query sees */
 
+    /* q (or [query | gate] per head), k and v: one batch when they carry no bias */
+    float *qout = L->attn_gated ? b->qg : b->q;
+    if (!L->bq.data && !L->bk.data && !L->bv.data && L->wq.dtype == L->wk.dtype &&
+        L->wk.dtype == L->wv.dtype) {
+        float *y[3] = {qout, b->k, b->v};
+        const float *x[3] = {b->xn, b->xn, b->xn};
+        const sl_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
+        const int32_t Ts[3] = {T, T, T};
+        op->matmul_batch(be, y, x, w, Ts, 3);
+    } else {
+        op->matmul(be, qout, b->xn, &L->wq, &L->bq, T);
+        op->matmul(be, b->k, b->xn, &L->wk, &L->bk, T);
+        op->matmul(be, b->v, b->xn, &L->wv, &L->bv, T);
+    }
     if (L->attn_gated) {
         /* [T, nh, 2*hd] per head [query | gate] -> q [T, nh*hd] and gate [T, nh*hd] */
         const size_t nh = (size_t)c->n_heads, h = (size_t)hd;
-        op->matmul(be, b->qg, b->xn, &L->wq, &L->bq, T);
         op->copy2d(be, b->q, h, b->qg, 2 * h, T * (int32_t)nh, (int32_t)h);
         op->copy2d(be, b->qgate, h, b->qg + h, 2 * h, T * (int32_t)nh, (int32_t)h);
-    } else {
-        op->matmul(be, b->q, b->xn, &L->wq, &L->bq, T);
     }
-    op->matmul(be, b->k, b->xn, &L->wk, &L->bk, T);
-    op->matmul(be, b->v, b->xn, &L->wv, &L->bv, T);
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     const sl_qkv_args qa = {
@@ -253,16 +262,17 @@ static void experts_batched(sl_session *s, const int32_t *list, int32_t n, int32
     be->ops->copy_rows(be, b->expert_out, b->grp_idx + rows, b->ffn_out, NULL, rows, (int32_t)H);
 }
 
-/* One token's k experts (picks ids in backend memory) through the backend's fused kernels,
- * on the GPU cache's table of layer l; 0 when there is no such cache or kernel. */
+/* One token's k experts (picks ids, weights in topk_w_dev) through the backend's fused
+ * kernels, on the device cache's table of layer l, combined into out; 0 when there is no such
+ * cache or kernel. */
 static int fused_experts(sl_session *s, int32_t l, const int32_t *ids) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
     if (!m->dev.layers || !be->ops->moe_experts) return 0;
     const sl_dev_layer *D = &m->dev.layers[l];
     const sl_tensor *proto[3] = {&D->views[0].gate, &D->views[0].up, &D->views[0].down};
-    return be->ops->moe_experts(be, s->b.expert_out, s->b.moe_act, s->b.xn, ids, D->table, proto,
-                                1, m->cfg.n_experts_used);
+    return be->ops->moe_experts(be, s->b.out, s->b.moe_act, s->b.xn, ids, s->b.topk_w_dev,
+                                D->table, proto, 1, m->cfg.n_experts_used);
 }
 
 /*
@@ -285,8 +295,8 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     double t0 = sl_now();
     /* Routing runs in backend memory; the picks and weights stay there for the experts. */
     int32_t *ids_dev = T == 1 ? b->route_ids + (size_t)l * (size_t)k : b->topk_ids_dev;
-    be->ops->matmul(be, b->router_logits, b->xn, &L->router, NULL, T);
-    be->ops->moe_route(be, ids_dev, b->topk_w_dev, b->router_logits, T, E, k, c->norm_topk_prob);
+    be->ops->moe_route(be, ids_dev, b->topk_w_dev, b->router_logits, b->xn, &L->router, T, k,
+                       c->norm_topk_prob);
     /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
      * all; the histogram and cache counts wait for the end of the pass (blk_moe_settle). */
     if (T == 1 && m->dev.all && fused_experts(s, l, ids_dev)) {
@@ -294,7 +304,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         b->n_pending++;
         double t1 = sl_now();
         m->stats.t_router += t1 - t0;
-        goto combine;
+        goto shared;
     }
     be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
@@ -314,6 +324,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
+    int fused = 0;
     int idx_uploaded = 0; /* gather/scatter lists of every row: only one expert at a time needs
                            * them (experts_batched uploads its own) */
     double t1 = sl_now();
@@ -350,6 +361,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
          * bits as the batches), on the table rows the mapping just wrote. */
         if (T == 1 && nj == n_used && fused_experts(s, l, ids_dev)) {
+            fused = 1;
         } else if (rows <= s->max_batch) {
             experts_batched(s, b->expert_list + j0, nj, rows);
         } else { /* more rows than the activation buffers: one expert at a time */
@@ -374,8 +386,8 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         t1 = sl_now();
         m->stats.t_expert_compute += t1 - t2;
     }
-combine:
-    be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
+    if (!fused) be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
+shared:
     if (L->sh_router.data) {
         swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
         /* out += sigmoid(gate . x) * shared(x), all in backend memory */

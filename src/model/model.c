@@ -131,7 +131,7 @@ static int experts_need_no_host(const sl_model *m) {
         if (!m->dev.all || !m->dev.layers[l].views || !m->be.ops->moe_experts) return 0;
         const sl_expert *v = &m->dev.layers[l].views[0];
         const sl_tensor *proto[3] = {&v->gate, &v->up, &v->down};
-        if (!m->be.ops->moe_experts(&m->be, NULL, NULL, NULL, NULL, NULL, proto, 0,
+        if (!m->be.ops->moe_experts(&m->be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0,
                                     m->cfg.n_experts_used))
             return 0;
     }

@@ -434,8 +434,8 @@ static void test_rope(void) {
 static void test_fused_norms(void) {
     op_report r;
     op_begin(&r, "add_rmsnorm");
-    static const int ns[] = {63, 2048};
-    for (size_t ni = 0; ni < 2; ni++)
+    static const int ns[] = {63, 2048, 9000}; /* the last past the register path */
+    for (size_t ni = 0; ni < 3; ni++)
         for (size_t di = 0; di < 3; di++) {
             const int rows = 3, n = ns[ni];
             wpair w;
@@ -887,38 +887,49 @@ static void test_matmul_batch(void) {
     op_end(&r);
 }
 
-/* moe_route against the CPU (same picks, ties to the lower id included); moe_experts bitwise
- * against matmul_batch (T = 1 items), swiglu and matmul_batch on the GPU, and against the
- * CPU within tolerance. */
+/* moe_route against the CPU (same picks, ties to the lower id included; the one-launch path
+ * for T <= 4 and the two-launch one); moe_experts bitwise against matmul_batch (T = 1 items),
+ * swiglu, matmul_batch and weighted_sum on the GPU, and against the CPU's op within
+ * tolerance. */
 static void test_moe(void) {
     op_report r;
     op_begin(&r, "moe_route");
-    static const int32_t Es[] = {8, 60, 128, 513}, ks[] = {1, 4, 8};
+    static const int32_t Es[] = {8, 60, 128, 513}, ks[] = {1, 4, 8}, Ts[] = {1, 3, 4, 6};
+    static const sl_dtype rdts[] = {SL_DTYPE_BF16, SL_DTYPE_Q4, SL_DTYPE_F32};
+    enum { KR = 256 };
     for (int ei = 0; ei < 4; ei++)
-        for (int ki = 0; ki < 3; ki++) {
-            const int32_t E = Es[ei], k = ks[ki], T = 5;
-            if (k > E) continue;
-            float *hl = rand_vec((size_t)T * E, 4);
-            for (int32_t t = 0; t < T; t++) /* a few exact ties */
-                hl[t * E + E - 1] = hl[t * E + 1], hl[t * E + E / 2] = hl[t * E + 3];
-            float *dl = UPF(hl, T * E);
-            int32_t hid[5 * 8], *did = gpu.ops->alloc(&gpu, sizeof hid), gid[5 * 8];
-            float hw[5 * 8], *dw = gpu.ops->alloc(&gpu, sizeof hw);
-            for (int renorm = 0; renorm < 2; renorm++) {
-                gpu.ops->to_dev(&gpu, dl, hl, (size_t)T * E * sizeof(float));
-                float *hp = malloc((size_t)T * E * sizeof(float));
-                memcpy(hp, hl, (size_t)T * E * sizeof(float));
-                cpu.ops->moe_route(&cpu, hid, hw, hp, T, E, k, renorm);
-                gpu.ops->moe_route(&gpu, did, dw, dl, T, E, k, renorm);
-                gpu.ops->to_host(&gpu, gid, did, (size_t)T * k * sizeof(int32_t));
-                r.cases++;
-                if (memcmp(gid, hid, (size_t)T * k * sizeof(int32_t)) && !r.bad++)
-                    snprintf(r.first_bad, sizeof r.first_bad, "ids differ (E %d, k %d)", E, k);
-                check(&r, "weights", dw, hw, (size_t)T * k, 1e-5);
-                check(&r, "probs", dl, hp, (size_t)T * E, 1e-5);
-                free(hp);
+        for (int di = 0; di < 3; di++) {
+            const int32_t E = Es[ei];
+            wpair rw;
+            wpair_make(&rw, rdts[di], E, KR, 0.5f, 0);
+            if (rdts[di] == SL_DTYPE_BF16) { /* exact ties: rows E-1 and E/2 repeat rows 1, 3 */
+                const size_t rb = sl_row_bytes(SL_DTYPE_BF16, KR);
+                uint8_t *h = rw.hdata;
+                memcpy(h + (size_t)(E - 1) * rb, h + rb, rb);
+                memcpy(h + (size_t)(E / 2) * rb, h + 3 * rb, rb);
+                gpu.ops->to_dev(&gpu, (void *)rw.d.data, h, (size_t)E * rb);
             }
-            free(hl), dfree(dl), dfree(did), dfree(dw);
+            for (int ki = 0; ki < 3; ki++)
+                for (int ti = 0; ti < 4; ti++) {
+                    const int32_t k = ks[ki], T = Ts[ti];
+                    if (k > E) continue;
+                    float *hx = rand_vec((size_t)T * KR, 1), *dx = UPF(hx, T * KR);
+                    float *hl = poison_vec((size_t)T * E), *dl = UPF(hl, T * E);
+                    int32_t hid[6 * 8], gid[6 * 8], *did = gpu.ops->alloc(&gpu, sizeof hid);
+                    float hw[6 * 8], *dw = gpu.ops->alloc(&gpu, sizeof hw);
+                    const int renorm = ti & 1;
+                    cpu.ops->moe_route(&cpu, hid, hw, hl, hx, &rw.h, T, k, renorm);
+                    gpu.ops->moe_route(&gpu, did, dw, dl, dx, &rw.d, T, k, renorm);
+                    gpu.ops->to_host(&gpu, gid, did, (size_t)T * k * sizeof(int32_t));
+                    r.cases++;
+                    if (memcmp(gid, hid, (size_t)T * k * sizeof(int32_t)) && !r.bad++)
+                        snprintf(r.first_bad, sizeof r.first_bad, "ids differ (%s, E %d, k %d, T %d)",
+                                 sl_dtype_name(rdts[di]), E, k, T);
+                    check(&r, "weights", dw, hw, (size_t)T * k, 1e-5);
+                    check(&r, "probs", dl, hl, (size_t)T * E, 1e-5);
+                    free(hx), free(hl), dfree(dx), dfree(dl), dfree(did), dfree(dw);
+                }
+            wpair_free(&rw);
         }
     op_end(&r);
 
@@ -927,65 +938,63 @@ static void test_moe(void) {
     static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
     for (size_t di = 0; di < 3; di++) {
         wpair w[NE][3];
-        sl_expert_ptrs rows[NE];
+        sl_expert_ptrs rows[NE], hrows[NE];
         for (int e = 0; e < NE; e++) {
             wpair_make(&w[e][0], dts[di], I, H, 0.5f, 0);
             wpair_make(&w[e][1], dts[di], I, H, 0.5f, 0);
             wpair_make(&w[e][2], dts[di], H, I, 0.5f, 0);
             for (int j = 0; j < 3; j++) {
-                rows[e].p[3 * j] = w[e][j].d.data;
-                rows[e].p[3 * j + 1] = w[e][j].d.scales;
-                rows[e].p[3 * j + 2] = w[e][j].d.biases;
+                rows[e].p[3 * j] = w[e][j].d.data, hrows[e].p[3 * j] = w[e][j].h.data;
+                rows[e].p[3 * j + 1] = w[e][j].d.scales, hrows[e].p[3 * j + 1] = w[e][j].h.scales;
+                rows[e].p[3 * j + 2] = w[e][j].d.biases, hrows[e].p[3 * j + 2] = w[e][j].h.biases;
             }
         }
         sl_expert_ptrs *table = gpu.ops->alloc(&gpu, sizeof rows);
         gpu.ops->to_dev(&gpu, table, rows, sizeof rows);
         int32_t ids[T * K] = {4, 1, 0, 5, 1, 3};
+        float wts[T * K] = {0.7f, 0.3f, 0.55f, 0.45f, 0.9f, 0.1f};
         int32_t *dids = gpu.ops->alloc(&gpu, sizeof ids);
+        float *dwts = UPF(wts, T * K);
         gpu.ops->to_dev(&gpu, dids, ids, sizeof ids);
         float *hx = rand_vec((size_t)T * H, 1), *dx = UPF(hx, T * H);
-        float *hout = poison_vec((size_t)T * K * H), *dout = UPF(hout, T * K * H);
+        float *hy = poison_vec((size_t)T * H), *dy = UPF(hy, T * H);
         float *hact = poison_vec((size_t)T * K * I), *dact = UPF(hact, T * K * I);
-        float *rout = UPF(hout, T * K * H), *rg = UPF(hact, T * K * I), *ru = UPF(hact, T * K * I);
+        float *rg = UPF(hact, T * K * I), *ru = UPF(hact, T * K * I);
+        float *rout = gpu.ops->alloc(&gpu, (size_t)T * K * H * sizeof(float));
+        float *ry = UPF(hy, T * H);
         const sl_tensor *proto[3] = {&w[0][0].d, &w[0][1].d, &w[0][2].d};
+        const sl_tensor *hproto[3] = {&w[0][0].h, &w[0][1].h, &w[0][2].h};
         r.cases++;
-        if (!gpu.ops->moe_experts(&gpu, dout, dact, dx, dids, table, proto, T, K) && !r.bad++)
+        if (!gpu.ops->moe_experts(&gpu, dy, dact, dx, dids, dwts, table, proto, T, K) && !r.bad++)
             snprintf(r.first_bad, sizeof r.first_bad, "moe_experts declined %s",
                      sl_dtype_name(dts[di]));
-        /* the reference: per row i a T = 1 item of each batch, on the GPU and on the CPU */
-        float *by[2 * T * K], *bxs[2 * T * K], *hby[2 * T * K], *hbx[2 * T * K];
-        const sl_tensor *bw[2 * T * K], *hbw[2 * T * K];
+        /* the GPU reference: per row i a T = 1 item of each batch, then weighted_sum */
+        float *by[2 * T * K];
+        const float *bxs[2 * T * K];
+        const sl_tensor *bw[2 * T * K];
         int32_t bT[2 * T * K];
         for (int i = 0; i < T * K; i++) {
-            const int e = ids[i];
             bxs[i] = bxs[T * K + i] = dx + (size_t)(i / K) * H;
-            hbx[i] = hbx[T * K + i] = hx + (size_t)(i / K) * H;
             by[i] = rg + (size_t)i * I, by[T * K + i] = ru + (size_t)i * I;
-            hby[i] = hact + (size_t)i * I;
-            hby[T * K + i] = malloc(I * sizeof(float));
-            bw[i] = &w[e][0].d, bw[T * K + i] = &w[e][1].d;
-            hbw[i] = &w[e][0].h, hbw[T * K + i] = &w[e][1].h;
+            bw[i] = &w[ids[i]][0].d, bw[T * K + i] = &w[ids[i]][1].d;
             bT[i] = bT[T * K + i] = 1;
         }
-        gpu.ops->matmul_batch(&gpu, by, (const float *const *)bxs, bw, bT, 2 * T * K);
+        gpu.ops->matmul_batch(&gpu, by, bxs, bw, bT, 2 * T * K);
         gpu.ops->swiglu(&gpu, rg, rg, ru, (size_t)T * K * I);
-        cpu.ops->matmul_batch(&cpu, hby, (const float *const *)hbx, hbw, bT, 2 * T * K);
-        for (int i = 0; i < T * K; i++) {
-            cpu.ops->swiglu(&cpu, hby[i], hby[i], hby[T * K + i], I);
-            free(hby[T * K + i]);
+        for (int i = 0; i < T * K; i++)
             bxs[i] = rg + (size_t)i * I, by[i] = rout + (size_t)i * H, bw[i] = &w[ids[i]][2].d;
-            hbx[i] = hact + (size_t)i * I, hby[i] = hout + (size_t)i * H, hbw[i] = &w[ids[i]][2].h;
-        }
-        gpu.ops->matmul_batch(&gpu, by, (const float *const *)bxs, bw, bT, T * K);
-        cpu.ops->matmul_batch(&cpu, hby, (const float *const *)hbx, hbw, bT, T * K);
-        float *gact = down(rg, (size_t)T * K * I), *gout = down(rout, (size_t)T * K * H);
+        gpu.ops->matmul_batch(&gpu, by, bxs, bw, bT, T * K);
+        gpu.ops->weighted_sum(&gpu, ry, rout, dwts, T, K, H);
+        float *gact = down(rg, (size_t)T * K * I), *gy = down(ry, (size_t)T * H);
         check(&r, "act vs batches", dact, gact, (size_t)T * K * I, 0);
-        check(&r, "out vs batches", dout, gout, (size_t)T * K * H, 0);
+        check(&r, "y vs batches", dy, gy, (size_t)T * H, 0);
+        /* the CPU reference of the same op */
+        cpu.ops->moe_experts(&cpu, hy, hact, hx, ids, wts, hrows, hproto, T, K);
         check(&r, "act vs cpu", dact, hact, (size_t)T * K * I, 1e-4);
-        check(&r, "out vs cpu", dout, hout, (size_t)T * K * H, 1e-4);
-        free(gact), free(gout), free(hx), free(hout), free(hact);
-        dfree(dx), dfree(dout), dfree(dact), dfree(rout), dfree(rg), dfree(ru), dfree(dids);
-        dfree(table);
+        check(&r, "y vs cpu", dy, hy, (size_t)T * H, 1e-4);
+        free(gact), free(gy), free(hx), free(hy), free(hact);
+        dfree(dx), dfree(dy), dfree(dact), dfree(rout), dfree(rg), dfree(ru), dfree(ry);
+        dfree(dids), dfree(dwts), dfree(table);
         for (int e = 0; e < NE; e++)
             for (int j = 0; j < 3; j++)
                 wpair_free(&w[e][j]);

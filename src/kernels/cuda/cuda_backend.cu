@@ -279,9 +279,22 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
         free(c);
         return sl_fail(err, SL_ERR_NOMEM, "CUDA: matmul_batch items: %s", why);
     }
+    /* the router's counter, then the attention items' */
+    const size_t nc = 1 + CU_ATT_COUNTS;
+    if ((e = cudaMalloc((void **)&c->done, nc * sizeof *c->done)) != cudaSuccess ||
+        (e = cudaMemset(c->done, 0, nc * sizeof *c->done)) != cudaSuccess) {
+        cudaStreamDestroy(c->stream);
+        cudaFree(c->items);
+        free(c->items_host);
+        free(c);
+        return sl_fail(err, SL_ERR_NOMEM, "CUDA: counters: %s", cudaGetErrorString(e));
+    }
+    c->att_counts = c->done + 1;
     c->stage_bytes = (size_t)16 << 20;
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) {
         cudaStreamDestroy(c->stream);
+        cudaFree(c->items), cudaFree(c->done);
+        free(c->items_host);
         free(c);
         return sl_fail(err, SL_ERR_NOMEM, "CUDA: pinned staging: %s", cudaGetErrorString(e));
     }
@@ -302,6 +315,7 @@ extern "C" void sl_backend_cuda_free(sl_backend *be) {
     if (c->stage) CUDA_CHECK(cudaFreeHost(c->stage));
     if (c->items) CUDA_CHECK(cudaFree(c->items));
     if (c->exec) cudaGraphExecDestroy(c->exec);
+    if (c->done) CUDA_CHECK(cudaFree(c->done));
     free(c->items_host);
     CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);

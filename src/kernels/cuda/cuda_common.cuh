@@ -5,6 +5,8 @@
 #ifndef SL_CUDA_COMMON_CUH
 #define SL_CUDA_COMMON_CUH
 
+#include <math.h>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -46,7 +48,11 @@ typedef struct cu_ctx {
      * (the recording is then dropped), and the executable graph updated from each one. */
     int capturing, broken;
     cudaGraphExec_t exec;
+    unsigned *done; /* device counter of the router kernel's finished blocks (zero between) */
+    unsigned *att_counts; /* [CU_ATT_COUNTS] attention splits finished per item (zero between) */
 } cu_ctx;
+
+#define CU_ATT_COUNTS 4096
 
 static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
 
@@ -127,6 +133,98 @@ __device__ __forceinline__ float warp_max(float v) {
 /* SwiGLU of one element: what the swiglu op and the fused expert kernel both compute. */
 __device__ __forceinline__ float cu_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+/*
+ * Router top-k of one token's E logits p, by one warp, as sl_router_topk: softmax, then k
+ * rounds, each taking the best entry ranked after the previous pick (higher probability, ties
+ * to the lower id); lane 0 writes the picks and renormalises in rank order, and p gets the
+ * probabilities. Lane l holds entries l, l + 32, ... in registers when E <= 32 ROUTE_REGS
+ * (REG), so a round costs no memory round trip; else it reads them from p. The logits are
+ * read through L2 (__ldcg): other blocks may have just written them.
+ */
+#define ROUTE_REGS 32
+
+__device__ __forceinline__ bool cu_ranks_before(float p, int i, float q, int j) {
+    return p > q || (p == q && i < j);
+}
+
+template <bool REG>
+__device__ __forceinline__ void cu_route_row(int32_t *ids, float *w, float *p, int E, int k,
+                                             int renorm) {
+    const int lane = threadIdx.x & 31, nv = (E + 31) / 32;
+    constexpr int V = REG ? ROUTE_REGS : 1;
+    float v[V] = {};
+    auto get = [&](int j) { return REG ? v[j] : p[lane + 32 * j]; };
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < (REG ? V : 1); j++)
+        if (REG && j < nv) v[j] = lane + 32 * j < E ? __ldcg(p + lane + 32 * j) : -INFINITY;
+    for (int j = 0; j < nv; j++) {
+        const int e = lane + 32 * j;
+        if (e < E) mx = fmaxf(mx, REG ? get(j) : __ldcg(p + e));
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (REG ? V : nv); j++) {
+        const int e = lane + 32 * j;
+        if (j >= nv) break;
+        if (e >= E) continue;
+        const float x = expf((REG ? get(j) : __ldcg(p + e)) - mx);
+        if (REG) v[j] = x;
+        else p[e] = x;
+        sum += x;
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int j = 0; j < (REG ? V : nv); j++) {
+        const int e = lane + 32 * j;
+        if (j >= nv) break;
+        if (e >= E) continue;
+        if (REG) p[e] = v[j] /= sum;
+        else p[e] /= sum;
+    }
+    __syncwarp();
+    float prev_p = 0.0f;
+    int prev_i = -1;
+    for (int r = 0; r < k; r++) {
+        float bp = 0.0f;
+        int bi = -1;
+#pragma unroll
+        for (int j = 0; j < (REG ? V : nv); j++) {
+            const int e = lane + 32 * j;
+            if (j >= nv) break;
+            if (e >= E) continue;
+            const float x = get(j);
+            if (prev_i >= 0 && !cu_ranks_before(prev_p, prev_i, x, e)) continue;
+            if (bi < 0 || cu_ranks_before(x, e, bp, bi)) bp = x, bi = e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi >= 0 && (bi < 0 || cu_ranks_before(op, oi, bp, bi))) bp = op, bi = oi;
+        }
+        if (bi < 0) bi = r, bp = __shfl_sync(0xffffffffu, get(0), r); /* NaN logits only */
+        if (lane == 0) ids[r] = bi, w[r] = bp;
+        prev_p = bp, prev_i = bi;
+    }
+    if (renorm && lane == 0) {
+        float s = 0.0f;
+        for (int r = 0; r < k; r++)
+            s += w[r];
+        for (int r = 0; r < k; r++)
+            w[r] /= s;
+    }
+}
+
+/* The route of one token by the calling warp, registers when E allows. */
+__device__ __forceinline__ void cu_route(int32_t *ids, float *w, float *p, int E, int k, int renorm) {
+    if (E <= 32 * ROUTE_REGS)
+        cu_route_row<true>(ids, w, p, E, k, renorm);
+    else
+        cu_route_row<false>(ids, w, p, E, k, renorm);
+}
+
 static inline unsigned cu_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;
     return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : b);
@@ -137,11 +235,11 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
                      const sl_tensor *const *w, const int32_t *T, int32_t n);
 void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                const sl_tensor *bias, int32_t T);
-int cu_moe_experts(const sl_backend *be, float *out, float *act, const float *x, const int32_t *ids,
-                   const sl_expert_ptrs *table, const sl_tensor *const proto[3], int32_t T,
-                   int32_t k);
-void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T, int32_t E,
-                  int32_t k, int renormalize);
+int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, const int32_t *ids,
+                   const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
+                   int32_t T, int32_t k);
+void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, const float *x,
+                  const sl_tensor *router, int32_t T, int32_t k, int renormalize);
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T);
 

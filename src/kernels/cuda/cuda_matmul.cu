@@ -1,5 +1,6 @@
 /*
- * CUDA matmul, y[T, N] = x[T, K] . W[N, K]^T (+ b), for F32/F16/BF16/Q8/Q4 W, and embed.
+ * CUDA matmul, y[T, N] = x[T, K] . W[N, K]^T (+ b), for F32/F16/BF16/Q8/Q4 W, the kernels
+ * built on its GEMV (batches, the fused routed experts, the router with its top-k), and embed.
  *
  * Three kernels:
  *   gemv_fast     decode (T <= 4), rows whose bytes split into aligned 16-byte chunks.
@@ -210,13 +211,21 @@ typedef struct gemv_item {
     float *y;
     const float *x;
     cu_w w;
+    int N; /* rows of this item's matrix; the grid covers the largest */
 } gemv_item;
+
+/* Up to SMALL_BATCH items (q, k, v) travel as a kernel parameter: no upload, so no copy
+ * node in a decode step's graph. */
+#define SMALL_BATCH 4
+typedef struct gemv_items {
+    gemv_item it[SMALL_BATCH];
+} gemv_items;
 
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_fast_batch(const gemv_item *__restrict__ items, int N, int K) {
-    const gemv_item it = items[blockIdx.y];
-    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, N, K, (int64_t)blockIdx.x);
+    gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K) {
+    const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
+    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -391,22 +400,26 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
 }
 
 template <int DT, int R>
-static void launch_batch_r(cudaStream_t s, const gemv_item *items, int n, int N, int K, int T) {
+static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_items &small, int n,
+                           int N, int K, int T) {
     dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
     switch (T) {
-    case 1: gemv_fast_batch<DT, R, 1><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
-    case 2: gemv_fast_batch<DT, R, 2><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
-    case 3: gemv_fast_batch<DT, R, 3><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
-    default: gemv_fast_batch<DT, R, 4><<<grid, GEMV_WARPS * 32, 0, s>>>(items, N, K); break;
+    case 1: gemv_fast_batch<DT, R, 1><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
+    case 2: gemv_fast_batch<DT, R, 2><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
+    case 3: gemv_fast_batch<DT, R, 3><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
+    default: gemv_fast_batch<DT, R, 4><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
     }
 }
 
+/* items in device memory, or NULL and the n <= SMALL_BATCH of small; N: the largest item's
+ * rows; rows: all items' together. */
 template <int DT>
-static void launch_batch(const cu_ctx *c, const gemv_item *items, int n, int N, int K, int T) {
-    switch (rows_per_warp(c, (int64_t)N * n)) { /* counting the whole batch's rows */
-    case 4: launch_batch_r<DT, 4>(c->stream, items, n, N, K, T); break;
-    case 2: launch_batch_r<DT, 2>(c->stream, items, n, N, K, T); break;
-    default: launch_batch_r<DT, 1>(c->stream, items, n, N, K, T); break;
+static void launch_batch(const cu_ctx *c, const gemv_item *items, const gemv_items &small, int n,
+                         int N, int64_t rows, int K, int T) {
+    switch (rows_per_warp(c, rows)) {
+    case 4: launch_batch_r<DT, 4>(c->stream, items, small, n, N, K, T); break;
+    case 2: launch_batch_r<DT, 2>(c->stream, items, small, n, N, K, T); break;
+    default: launch_batch_r<DT, 1>(c->stream, items, small, n, N, K, T); break;
     }
 }
 
@@ -416,29 +429,35 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
                      const sl_tensor *const *w, const int32_t *T, int32_t n) {
     if (n <= 0) return;
     const int dt = (int)w[0]->dtype, E = chunk_of(dt);
-    const int64_t N = w[0]->shape[0], K = w[0]->shape[1];
-    int ok = E > 0 && T[0] >= 1 && T[0] <= 4 && K % E == 0 && n <= 65535 && N < INT32_MAX;
-    for (int32_t i = 0; ok && i < n; i++)
-        ok = T[i] == T[0] && (int)w[i]->dtype == dt && w[i]->shape[0] == N &&
-             w[i]->shape[1] == K && ((uintptr_t)w[i]->data & 15) == 0 &&
+    const int64_t K = w[0]->shape[1];
+    int64_t N = 0, rows = 0;
+    int ok = E > 0 && T[0] >= 1 && T[0] <= 4 && K % E == 0 && n <= 65535;
+    for (int32_t i = 0; ok && i < n; i++) {
+        ok = T[i] == T[0] && (int)w[i]->dtype == dt && w[i]->shape[1] == K &&
+             w[i]->shape[0] < INT32_MAX && ((uintptr_t)w[i]->data & 15) == 0 &&
              ((uintptr_t)x[i] & 15) == 0;
+        N = SL_MAX(N, w[i]->shape[0]);
+        rows += w[i]->shape[0];
+    }
     if (!ok) {
         for (int32_t i = 0; i < n; i++)
             cu_matmul(be, y[i], x[i], w[i], NULL, T[i]);
         return;
     }
     cu_ctx *c = cu_of(be);
-    gemv_item *items = (gemv_item *)c->items_host; /* no allocation in the forward pass */
-    SL_ASSERT((size_t)n * sizeof *items <= c->items_bytes);
+    gemv_items small = {};
+    gemv_item *items = n <= SMALL_BATCH ? small.it : (gemv_item *)c->items_host;
+    SL_ASSERT((size_t)n * sizeof *items <= c->items_bytes); /* no allocation in the forward pass */
     for (int32_t i = 0; i < n; i++)
-        items[i] = gemv_item{y[i], x[i], cu_w_of(w[i])};
-    const gemv_item *dev = (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
+        items[i] = gemv_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0]};
+    const gemv_item *dev =
+        n <= SMALL_BATCH ? NULL : (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
     switch (dt) {
-    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, n, (int)N, (int)K, T[0]); break;
-    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, n, (int)N, (int)K, T[0]); break;
-    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, n, (int)N, (int)K, T[0]); break;
-    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, n, (int)N, (int)K, T[0]); break;
-    default: launch_batch<SL_DTYPE_Q4>(c, dev, n, (int)N, (int)K, T[0]); break;
+    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
+    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
+    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
+    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
+    default: launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
     }
     CUDA_LAUNCHED();
 }
@@ -475,55 +494,69 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             if (row0 + r < I) act[(size_t)i * I + row0 + r] = cu_silu_mul(g[r][0] + 0.0f, u[r][0] + 0.0f);
 }
 
-/* out[i] = down_e act[i], row i = blockIdx.y, e = ids[i]. */
+/* y[t] rows row0 .. row0+R-1, t = blockIdx.y, row0 = blockIdx.x R: warp r computes them for
+ * rank r (down_e act[t k + r], e = ids[t k + r], plus the 0.0f of the bias-less store) into
+ * shared memory, then R threads sum the ranks in order, as the weighted_sum kernel does. */
 template <int DT, int R>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    moe_down(float *__restrict__ out, const float *__restrict__ act,
-             const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table, cu_w pd,
-             int I, int H) {
-    const int i = blockIdx.y;
-    const int64_t row0 = gemv_row0<R>(blockIdx.x);
-    if (row0 >= H) return;
-    float y[R][1];
-    gemv_rows<DT, R, 1>(y, act + (size_t)i * I, expert_w(pd, table[ids[i]], 2), H, I, row0);
+__global__ void __launch_bounds__(1024)
+    moe_down_sum(float *__restrict__ y, const float *__restrict__ act,
+                 const int32_t *__restrict__ ids, const float *__restrict__ w,
+                 const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k) {
+    __shared__ float part[32 * R]; /* [rank][row]; k <= 32 */
+    const int t = blockIdx.y, r = threadIdx.x / 32;
+    const int64_t row0 = (int64_t)blockIdx.x * R;
+    const int i = t * k + r;
+    float v[R][1];
+    gemv_rows<DT, R, 1>(v, act + (size_t)i * I, expert_w(pd, table[ids[i]], 2), H, I, row0);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            if (row0 + r < H) out[(size_t)i * H + row0 + r] = y[r][0] + 0.0f;
+        for (int j = 0; j < R; j++)
+            part[r * R + j] = v[j][0] + 0.0f;
+    __syncthreads();
+    if (threadIdx.x < R && row0 + threadIdx.x < H) {
+        float acc = 0.0f;
+        for (int q = 0; q < k; q++)
+            acc += w[(size_t)t * k + q] * part[q * R + threadIdx.x];
+        y[(size_t)t * H + row0 + threadIdx.x] = acc;
+    }
 }
 
 template <int DT>
-static void launch_moe(const cu_ctx *c, float *out, float *act, const float *x, const int32_t *ids,
-                       const sl_expert_ptrs *table, const sl_tensor *const proto[3], int n, int k) {
-    const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1];
+static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
+                       const float *w, const sl_expert_ptrs *table,
+                       const sl_tensor *const proto[3], int T, int k) {
+    const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1], n = T * k;
     const cu_w pg = cu_w_of(proto[0]), pu = cu_w_of(proto[1]), pd = cu_w_of(proto[2]);
-    const int rg = rows_per_warp(c, (int64_t)I * n), rd = rows_per_warp(c, (int64_t)H * n);
+    const int rg = rows_per_warp(c, (int64_t)I * n);
+    /* down: a block of k warps per R rows and token; the most rows that leave two blocks a SM */
+    const int64_t hb = (int64_t)H * T, want = 2 * (int64_t)c->n_sm;
+    const int rd = hb / 4 >= want ? 4 : hb / 2 >= want ? 2 : 1;
     const dim3 gg(cu_blocks((size_t)I, GEMV_WARPS * rg), (unsigned)n);
-    const dim3 gd(cu_blocks((size_t)H, GEMV_WARPS * rd), (unsigned)n);
+    const dim3 gd(cu_blocks((size_t)H, rd), (unsigned)T);
     cudaStream_t s = c->stream;
-    const unsigned th = GEMV_WARPS * 32;
+    const unsigned th = GEMV_WARPS * 32, td = 32 * k;
     switch (rg) {
     case 4: moe_gate_up<DT, 4><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
     case 2: moe_gate_up<DT, 2><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
     default: moe_gate_up<DT, 1><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
     }
     switch (rd) {
-    case 4: moe_down<DT, 4><<<gd, th, 0, s>>>(out, act, ids, table, pd, I, H); break;
-    case 2: moe_down<DT, 2><<<gd, th, 0, s>>>(out, act, ids, table, pd, I, H); break;
-    default: moe_down<DT, 1><<<gd, th, 0, s>>>(out, act, ids, table, pd, I, H); break;
+    case 4: moe_down_sum<DT, 4><<<gd, td, 0, s>>>(y, act, ids, w, table, pd, I, H, k); break;
+    case 2: moe_down_sum<DT, 2><<<gd, td, 0, s>>>(y, act, ids, w, table, pd, I, H, k); break;
+    default: moe_down_sum<DT, 1><<<gd, td, 0, s>>>(y, act, ids, w, table, pd, I, H, k); break;
     }
 }
 
 /* The fused path takes exactly the shapes for which matmul_batch's one-launch path runs
  * (chunk-divisible K, 16-byte aligned rows; table rows are expert-cache slots, 64-byte
  * aligned), so a caller's fallback never changes the bits. */
-int cu_moe_experts(const sl_backend *be, float *out, float *act, const float *x, const int32_t *ids,
-                   const sl_expert_ptrs *table, const sl_tensor *const proto[3], int32_t T,
-                   int32_t k) {
+int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, const int32_t *ids,
+                   const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
+                   int32_t T, int32_t k) {
     const int dt = (int)proto[0]->dtype, E = chunk_of(dt);
     const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
     const int64_t n = (int64_t)T * k;
-    int ok = E > 0 && n >= 0 && n <= 65535 && H % E == 0 && I % E == 0 && I < INT32_MAX &&
+    int ok = E > 0 && n >= 0 && n <= 65535 && k >= 1 && k <= 32 && H % E == 0 && I % E == 0 && I < INT32_MAX &&
              H < INT32_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)act & 15) == 0 &&
              (H * 4) % 16 == 0 && (I * 4) % 16 == 0;
     for (int j = 1; ok && j < 3; j++)
@@ -533,14 +566,90 @@ int cu_moe_experts(const sl_backend *be, float *out, float *act, const float *x,
     if (!ok || !n) return ok;
     const cu_ctx *c = cu_of(be);
     switch (dt) {
-    case SL_DTYPE_F32: launch_moe<SL_DTYPE_F32>(c, out, act, x, ids, table, proto, (int)n, k); break;
-    case SL_DTYPE_F16: launch_moe<SL_DTYPE_F16>(c, out, act, x, ids, table, proto, (int)n, k); break;
-    case SL_DTYPE_BF16: launch_moe<SL_DTYPE_BF16>(c, out, act, x, ids, table, proto, (int)n, k); break;
-    case SL_DTYPE_Q8: launch_moe<SL_DTYPE_Q8>(c, out, act, x, ids, table, proto, (int)n, k); break;
-    default: launch_moe<SL_DTYPE_Q4>(c, out, act, x, ids, table, proto, (int)n, k); break;
+    case SL_DTYPE_F32: launch_moe<SL_DTYPE_F32>(c, y, act, x, ids, w, table, proto, T, k); break;
+    case SL_DTYPE_F16: launch_moe<SL_DTYPE_F16>(c, y, act, x, ids, w, table, proto, T, k); break;
+    case SL_DTYPE_BF16: launch_moe<SL_DTYPE_BF16>(c, y, act, x, ids, w, table, proto, T, k); break;
+    case SL_DTYPE_Q8: launch_moe<SL_DTYPE_Q8>(c, y, act, x, ids, w, table, proto, T, k); break;
+    default: launch_moe<SL_DTYPE_Q4>(c, y, act, x, ids, w, table, proto, T, k); break;
     }
     CUDA_LAUNCHED();
     return 1;
+}
+
+/* -------------------------------------------------------------- router */
+
+/* The router of NT <= 4 tokens in one launch: gemv_fast's logits (same arithmetic, + 0.0f as
+ * its bias-less store adds), then the block that finishes last (counted on `done`, after a
+ * fence that publishes every block's logits) routes each token with one warp. */
+template <int DT, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
+                int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
+                unsigned *done) {
+    __shared__ unsigned ticket;
+    const int64_t row0 = gemv_row0<1>(blockIdx.x);
+    if (row0 < E) {
+        float acc[1][NT];
+        gemv_rows<DT, 1, NT>(acc, x, w, E, K, row0);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                logits[(size_t)t * E + row0] = acc[0][t] + 0.0f;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) ticket = atomicAdd(done, 1u);
+    __syncthreads();
+    if (ticket != gridDim.x - 1) return;
+    const int warp = threadIdx.x / 32;
+    if (warp < NT)
+        cu_route(ids + warp * k, wts + warp * k, logits + (size_t)warp * E, E, k, renorm);
+    if (threadIdx.x == 0) *done = 0; /* for the next launch */
+}
+
+/* Routing of logits already computed, a warp per token (the path for T > 4). */
+__global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
+                             float *__restrict__ logits, int E, int k, int renorm) {
+    const size_t t = blockIdx.x;
+    cu_route(ids + t * k, w + t * k, logits + t * E, E, k, renorm);
+}
+
+template <int DT>
+static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
+                          const cu_w &wv, int E, int K, int T, int k, int renorm) {
+    const unsigned blocks = cu_blocks((size_t)E, GEMV_WARPS), th = GEMV_WARPS * 32;
+    cudaStream_t s = c->stream;
+    switch (T) {
+    case 1: router_gemv<DT, 1><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
+    case 2: router_gemv<DT, 2><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
+    case 3: router_gemv<DT, 3><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
+    default: router_gemv<DT, 4><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
+    }
+}
+
+void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, const float *x,
+                  const sl_tensor *router, int32_t T, int32_t k, int renormalize) {
+    const int64_t E = router->shape[0], K = router->shape[1];
+    const int dt = (int)router->dtype, C = chunk_of(dt);
+    if (T <= 0 || E <= 0 || k <= 0) return;
+    const cu_ctx *c = cu_of(be);
+    const int fast = T <= 4 && C > 0 && K % C == 0 && E < INT32_MAX && K < INT32_MAX &&
+                     ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    if (!fast) {
+        cu_matmul(be, logits, x, router, NULL, T);
+        route_kernel<<<(unsigned)T, 32, 0, c->stream>>>(ids, w, logits, (int)E, k, renormalize);
+        CUDA_LAUNCHED();
+        return;
+    }
+    const cu_w wv = cu_w_of(router);
+    switch (dt) {
+    case SL_DTYPE_F32: launch_router<SL_DTYPE_F32>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
+    case SL_DTYPE_F16: launch_router<SL_DTYPE_F16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
+    case SL_DTYPE_BF16: launch_router<SL_DTYPE_BF16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
+    case SL_DTYPE_Q8: launch_router<SL_DTYPE_Q8>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
+    default: launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
+    }
+    CUDA_LAUNCHED();
 }
 
 /* -------------------------------------------------------------- embed */

@@ -183,73 +183,6 @@ void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float
     CUDA_LAUNCHED();
 }
 
-/*
- * Router top-k, a warp per token, as sl_router_topk: softmax in place, then k rounds, each
- * taking the best entry ranked after the previous pick (higher probability, ties to the lower
- * id); lane 0 writes the picks and renormalises in rank order.
- */
-__device__ __forceinline__ bool ranks_before(float p, int i, float q, int j) {
-    return p > q || (p == q && i < j);
-}
-
-__global__ void moe_route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
-                                 float *__restrict__ logits, int32_t E, int32_t k, int renorm) {
-    const int lane = threadIdx.x;
-    const size_t t = blockIdx.x;
-    float *p = logits + t * (size_t)E;
-    float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32)
-        mx = fmaxf(mx, p[e]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) {
-        const float v = expf(p[e] - mx);
-        p[e] = v;
-        sum += v;
-    }
-    sum = warp_sum(sum);
-    for (int e = lane; e < E; e += 32)
-        p[e] /= sum;
-    __syncwarp();
-    float prev_p = 0.0f;
-    int prev_i = -1;
-    for (int r = 0; r < k; r++) {
-        float bp = 0.0f;
-        int bi = -1;
-        for (int e = lane; e < E; e += 32) {
-            const float v = p[e];
-            if (prev_i >= 0 && !ranks_before(prev_p, prev_i, v, e)) continue;
-            if (bi < 0 || ranks_before(v, e, bp, bi)) bp = v, bi = e;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (oi >= 0 && (bi < 0 || ranks_before(op, oi, bp, bi))) bp = op, bi = oi;
-        }
-        if (bi < 0) bi = r, bp = p[r]; /* only NaN logits get here: keep ids valid */
-        if (lane == 0) {
-            ids[t * k + r] = bi;
-            w[t * k + r] = bp;
-        }
-        prev_p = bp, prev_i = bi;
-    }
-    if (renorm && lane == 0) {
-        float s = 0.0f;
-        for (int r = 0; r < k; r++)
-            s += w[t * k + r];
-        for (int r = 0; r < k; r++)
-            w[t * k + r] /= s;
-    }
-}
-
-void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, int32_t T, int32_t E,
-                  int32_t k, int renormalize) {
-    if (T <= 0 || E <= 0 || k <= 0) return;
-    moe_route_kernel<<<(unsigned)T, 32, 0, cu_of(be)->stream>>>(ids, w, logits, E, k, renormalize);
-    CUDA_LAUNCHED();
-}
-
 __global__ void hc_inject_kernel(float *__restrict__ w, const float *__restrict__ out,
                                  const float *__restrict__ inj, int32_t T, int32_t hc, int32_t n) {
     const size_t total = (size_t)T * (size_t)hc * (size_t)n;
@@ -315,30 +248,53 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
     CUDA_LAUNCHED();
 }
 
-/* x += d (the axpy op's x + 1 * d), then the rmsnorm kernel's formula, a block per row. */
-__global__ void add_rmsnorm_kernel(float *y, float *x, const float *d, const void *w, int wdt,
-                                   int32_t n, float eps, float w_offset) {
+/*
+ * x += d (the axpy op's x + 1 * d), then the rmsnorm kernel's formula, a block per row. A
+ * thread keeps its ADD_NORM_V elements in registers, so every load is issued up front and
+ * nothing is read twice (rows up to 1024 ADD_NORM_V).
+ */
+#define ADD_NORM_V 8
+
+__global__ void __launch_bounds__(1024)
+    add_rmsnorm_kernel(float *__restrict__ y, float *__restrict__ x, const float *__restrict__ d,
+                       const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * n;
     const float *dr = d + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
-    float ss = 0.0f;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] + 1.0f * dr[i];
-        xr[i] = v;
-        ss += v * v;
+    float v[ADD_NORM_V], ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ADD_NORM_V; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        v[j] = i < n ? xr[i] + 1.0f * dr[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < ADD_NORM_V; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < n) xr[i] = v[j];
+        ss += v[j] * v[j];
     }
     ss = block_reduce<false>(ss, sh);
     const float inv = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = (xr[i] * inv) * (w_offset + cu_load_f(w, wdt, (size_t)i));
+#pragma unroll
+    for (int j = 0; j < ADD_NORM_V; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < n) yr[i] = (v[j] * inv) * (w_offset + cu_load_f(w, wdt, (size_t)i));
+    }
 }
 
 void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, const sl_tensor *w,
                     int32_t rows, int32_t n, float eps, float w_offset) {
     if (rows <= 0 || n <= 0) return;
-    add_rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
-        y, x, d, w->data, (int)w->dtype, n, eps, w_offset);
+    cudaStream_t s = cu_of(be)->stream;
+    if (n <= 1024 * ADD_NORM_V) {
+        const unsigned th = (unsigned)((n + ADD_NORM_V * 32 - 1) / (ADD_NORM_V * 32) * 32);
+        add_rmsnorm_kernel<<<(unsigned)rows, th, 0, s>>>(y, x, d, w->data, (int)w->dtype, n, eps,
+                                                         w_offset);
+    } else { /* wider rows: the two ops */
+        cu_axpy(be, x, 1.0f, d, (size_t)rows * (size_t)n);
+        cu_rmsnorm(be, y, x, w, rows, n, eps, w_offset);
+    }
     CUDA_LAUNCHED();
 }
 
@@ -505,7 +461,9 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
  * output by (dim, key-slice) threads:
  *
  *   splits == 1:  out = sum_j p_j v_j / sum_j p_j           (written directly)
- *   splits  > 1:  part[item][split] = {o[0..hd), m, l}      (attn_combine merges)
+ *   splits  > 1:  part[item][split] = {o[0..hd), m, l}, merged by the item's last split
+ *                 to finish (counted in counts[item]), or by attn_combine when there are
+ *                 more items than counters
  *
  * Splitting the keys keeps every SM busy when decode has few (t, h) items.
  */
@@ -519,7 +477,35 @@ typedef struct att_params {
     int32_t T, pos0, n_heads, n_kv, hd, sel_stride, L, splits;
     float scale;
     float *part;
+    unsigned *counts; /* [items] zero between launches, or NULL: attn_combine merges */
 } att_params;
+
+/* out of one item from its splits' partial sums (parts read through L2: other blocks wrote
+ * them), by the calling block's threads over the dims. */
+__device__ void attn_merge(const att_params &a, int item) {
+    const int hd = a.hd;
+    const int t = item / a.n_heads, h = item % a.n_heads;
+    const float *p = a.part + (size_t)item * a.splits * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < a.splits; s++)
+        if (__ldcg(p + (size_t)s * (hd + 2) + hd + 1) > 0.0f)
+            M = fmaxf(M, __ldcg(p + (size_t)s * (hd + 2) + hd));
+    float L = 0.0f;
+    for (int s = 0; s < a.splits; s++) {
+        const float *ps = p + (size_t)s * (hd + 2);
+        const float l = __ldcg(ps + hd + 1);
+        if (l > 0.0f) L += l * expf(__ldcg(ps + hd) - M);
+    }
+    float *out = a.out + ((size_t)t * a.n_heads + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < a.splits; s++) {
+            const float *ps = p + (size_t)s * (hd + 2);
+            if (__ldcg(ps + hd + 1) > 0.0f) o += __ldcg(ps + d) * expf(__ldcg(ps + hd) - M);
+        }
+        out[d] = L > 0.0f ? o / L : 0.0f;
+    }
+}
 
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     extern __shared__ float smem[];
@@ -586,34 +572,23 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
         }
         __syncthreads();
     }
-    if (part && tid == 0) {
+    if (!part) return;
+    if (tid == 0) {
         part[hd] = mx;
         part[hd + 1] = sum;
     }
+    if (!a.counts) return;
+    __shared__ unsigned ticket;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) ticket = atomicAdd(a.counts + item, 1u);
+    __syncthreads();
+    if (ticket != (unsigned)a.splits - 1) return;
+    attn_merge(a, item);
+    if (tid == 0) a.counts[item] = 0; /* for the next launch */
 }
 
-__global__ void attn_combine(att_params a) {
-    const int item = blockIdx.x, hd = a.hd;
-    const int t = item / a.n_heads, h = item % a.n_heads;
-    const float *p = a.part + (size_t)item * a.splits * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < a.splits; s++)
-        if (p[(size_t)s * (hd + 2) + hd + 1] > 0.0f) M = fmaxf(M, p[(size_t)s * (hd + 2) + hd]);
-    float L = 0.0f;
-    for (int s = 0; s < a.splits; s++) {
-        const float *ps = p + (size_t)s * (hd + 2);
-        if (ps[hd + 1] > 0.0f) L += ps[hd + 1] * expf(ps[hd] - M);
-    }
-    float *out = a.out + ((size_t)t * a.n_heads + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0.0f;
-        for (int s = 0; s < a.splits; s++) {
-            const float *ps = p + (size_t)s * (hd + 2);
-            if (ps[hd + 1] > 0.0f) o += ps[d] * expf(ps[hd] - M);
-        }
-        out[d] = L > 0.0f ? o / L : 0.0f;
-    }
-}
+__global__ void attn_combine(att_params a) { attn_merge(a, blockIdx.x); }
 
 void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     const int32_t n_items = args->T * args->n_heads;
@@ -635,11 +610,12 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.splits = splits;
     a.L = (max_keys + splits - 1) / splits;
     a.part = NULL;
+    a.counts = n_items <= CU_ATT_COUNTS ? c->att_counts : NULL;
     if (splits > 1)
         a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
     const size_t smem = (size_t)(a.hd + ATT_THREADS + 32 + 2 * a.L) * sizeof(float);
     attn_kernel<<<dim3((unsigned)n_items, (unsigned)splits), ATT_THREADS, smem, c->stream>>>(a);
-    if (splits > 1) attn_combine<<<(unsigned)n_items, 128, 0, c->stream>>>(a);
+    if (splits > 1 && !a.counts) attn_combine<<<(unsigned)n_items, 128, 0, c->stream>>>(a);
     CUDA_LAUNCHED();
 }
 
