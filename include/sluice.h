@@ -74,9 +74,10 @@ typedef struct sl_model_params {
     int32_t cache_experts; /* stream: slots per MoE layer (0 = from cache_mem) */
     int64_t cache_mem;     /* stream: byte budget for all layers' slots */
     sl_cache_policy cache_policy;
-    int32_t direct_io;       /* stream: read with O_DIRECT, bypassing the page cache */
-    int32_t io_threads;      /* stream: parallel readers (0 = 8) */
-    int32_t no_graphs;       /* CUDA: launch decode steps kernel by kernel, not as graphs */
+    int32_t direct_io;  /* stream: read with O_DIRECT, bypassing the page cache */
+    int32_t io_threads; /* stream: parallel readers (0 = 8) */
+    int32_t graphs;     /* CUDA: record each decode step as one CUDA graph (measured slower on an
+                         * H200, where the GPU, not the launches, bounds decode) */
     sl_progress_fn progress; /* optional */
     void *progress_user;
 } sl_model_params;

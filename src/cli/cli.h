@@ -36,7 +36,7 @@ enum {
     CLI_OPT_ROUTER_HIST,
     CLI_OPT_BACKEND,
     CLI_OPT_GPU_EXPERTS,
-    CLI_OPT_NO_GRAPHS,
+    CLI_OPT_GRAPHS,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -55,7 +55,7 @@ enum {
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
         {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
         {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS},                                \
-        {"no-graphs", no_argument, 0, CLI_OPT_NO_GRAPHS}, {                                        \
+        {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS}, {                                         \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -74,7 +74,8 @@ enum {
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
-    "  --no-graphs            cuda: launch decode steps kernel by kernel, not as CUDA graphs\n"   \
+    "  --cuda-graphs          cuda: run each decode step as one CUDA graph (off by default:\n"     \
+    "                         measured slower on an H200, docs/BENCHMARKS.md section 6.1)\n"       \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

@@ -46,7 +46,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         if (cli_parse_int(arg, "--gpu-experts", 1, 1 << 20, &v)) return -1;
         o->mp.gpu_experts = (int32_t)v;
         return 1;
-    case CLI_OPT_NO_GRAPHS: o->mp.no_graphs = 1; return 1;
+    case CLI_OPT_GRAPHS: o->mp.graphs = 1; return 1;
     case CLI_OPT_STATS: o->stats = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;
     default: return 0;

@@ -155,7 +155,8 @@ static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads,
 static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
     const int32_t hd = a->head_dim;
     const size_t kv_row = (size_t)a->n_kv_heads * (size_t)hd;
-    if (a->q_norm) cpu_rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->w_offset);
+    if (a->q_norm)
+        cpu_rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->w_offset);
     if (a->k_norm)
         cpu_rmsnorm(be, a->k, a->k, a->k_norm, a->T * a->n_kv_heads, hd, a->eps, a->w_offset);
     cpu_rope(be, a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);

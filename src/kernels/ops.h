@@ -51,10 +51,10 @@ typedef struct sl_attn_args {
  * rot_dim dims (cos/sin tables as rope's), in place; then the k and v rows stored at rows
  * pos0 .. of kc and vc. */
 typedef struct sl_qkv_args {
-    float *q;       /* [T, n_heads * head_dim] */
-    float *k;       /* [T, n_kv_heads * head_dim] */
-    const float *v; /* [T, n_kv_heads * head_dim] */
-    float *kc, *vc; /* [ctx, n_kv_heads * head_dim] the layer's cache */
+    float *q;                         /* [T, n_heads * head_dim] */
+    float *k;                         /* [T, n_kv_heads * head_dim] */
+    const float *v;                   /* [T, n_kv_heads * head_dim] */
+    float *kc, *vc;                   /* [ctx, n_kv_heads * head_dim] the layer's cache */
     const sl_tensor *q_norm, *k_norm; /* [head_dim] */
     int32_t T, pos0, n_heads, n_kv_heads, head_dim, rot_dim;
     float eps, w_offset;
@@ -133,8 +133,9 @@ typedef struct sl_ops {
     void (*matmul)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
     /* n independent matmuls (the experts of one MoE layer, or q, k and v): y[i] = x[i] . w[i]^T
-     * with T[i] rows each; the w[i] share dtype and K (their rows may differ). Pointer arrays and T are host memory, what
-     * they point at backend memory. Each y[i] is exactly what matmul gives. */
+     * with T[i] rows each; the w[i] share dtype and K (their rows may differ). Pointer arrays and T
+     * are host memory, what they point at backend memory. Each y[i] is exactly what matmul gives.
+     */
     void (*matmul_batch)(const sl_backend *be, float *const *y, const float *const *x,
                          const sl_tensor *const *w, const int32_t *T, int32_t n);
     /* Copies rows ids[t] of a [V, n] table into y[t]. ids (backend memory) are already

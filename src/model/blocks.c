@@ -3,7 +3,6 @@
 
 #include <math.h>
 
-
 /* ------------------------------------------------------------- binding */
 
 /* With hyper-connections (Qwen4-Exp) the sublayer and final norms are the hyper-connections'
@@ -271,8 +270,8 @@ static int fused_experts(sl_session *s, int32_t l, const int32_t *ids) {
     if (!m->dev.layers || !be->ops->moe_experts) return 0;
     const sl_dev_layer *D = &m->dev.layers[l];
     const sl_tensor *proto[3] = {&D->views[0].gate, &D->views[0].up, &D->views[0].down};
-    return be->ops->moe_experts(be, s->b.out, s->b.moe_act, s->b.xn, ids, s->b.topk_w_dev,
-                                D->table, proto, 1, m->cfg.n_experts_used);
+    return be->ops->moe_experts(be, s->b.out, s->b.moe_act, s->b.xn, ids, s->b.topk_w_dev, D->table,
+                                proto, 1, m->cfg.n_experts_used);
 }
 
 /*

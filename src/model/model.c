@@ -230,8 +230,9 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     /* A slot per expert: all of them in GPU memory now, so decode needs no host step. */
     if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
-    if (!st) m->graphs = !p.no_graphs && m->be.ops->graph_begin && m->family->graph_steps &&
-                         experts_need_no_host(m);
+    if (!st)
+        m->graphs =
+            p.graphs && m->be.ops->graph_begin && m->family->graph_steps && experts_need_no_host(m);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
@@ -567,12 +568,14 @@ static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_
     s->defer_logits = 1;
     sl_status st = s->model->family->forward(s, id, 1, logits, 0, err);
     s->defer_logits = 0;
-    if (be->ops->graph_end(be, !st) == 0) {
-        if (!st && logits)
+    const int ran = be->ops->graph_end(be, !st) == 0;
+    if (st) return st;
+    if (ran) {
+        if (logits)
             be->ops->to_host(be, logits, s->b.logits,
                              (size_t)s->model->cfg.vocab_size * sizeof(float));
-        s->model->stats.graph_steps += !st;
-        return st;
+        s->model->stats.graph_steps++;
+        return SL_OK;
     }
     memset(s->b.moe_pending, 0, (size_t)s->model->cfg.n_layers);
     s->b.n_pending = 0;
@@ -607,9 +610,9 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         else if (logits && last_chunk)
             dst = logits;
         const sl_backend *be = &s->model->be;
-        sl_status st = T == 1 && s->model->graphs ? graph_step(s, ids + done, dst, err)
-                                                  : s->model->family->forward(s, ids + done, T, dst,
-                                                                              all_logits, err);
+        sl_status st = T == 1 && s->model->graphs
+                           ? graph_step(s, ids + done, dst, err)
+                           : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
         if (!st && be->ops->status) st = be->ops->status(be, err);
         if (!st) blk_moe_settle(s);
         if (st) return st;

@@ -122,12 +122,12 @@ struct sl_model {
  * B = max_batch (tokens per forward chunk), H = hidden, k = experts per token.
  */
 typedef struct sl_session_buf {
-    int32_t *ids;           /* [B] token ids of the chunk */
-    float *logits;          /* [B, V] when the backend is not host memory, else NULL */
-    int32_t *h_gather;      /* host [B * k] */
-    int32_t *gather_idx;    /* [B * k] token row of each grouped (token, rank) row */
-    int32_t *grp_idx;       /* [2 * B] a batch of experts' rows: read, then written */
-    int32_t *h_grp;         /* host [2 * B] */
+    int32_t *ids;        /* [B] token ids of the chunk */
+    float *logits;       /* [B, V] when the backend is not host memory, else NULL */
+    int32_t *h_gather;   /* host [B * k] */
+    int32_t *gather_idx; /* [B * k] token row of each grouped (token, rank) row */
+    int32_t *grp_idx;    /* [2 * B] a batch of experts' rows: read, then written */
+    int32_t *h_grp;      /* host [2 * B] */
     /* host, per expert j of a batch of n (experts_batched): items j and n + j of the gate/up
      * batch, item j of the down batch */
     float **bx, **bg, **bo;     /* [2E] rows read (xg) and written (gate, then up); [E] ffn_out */
@@ -138,45 +138,45 @@ typedef struct sl_session_buf {
     int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
     /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync expert path
      * can leave their bookkeeping to the end of the forward pass (blk_moe_settle). */
-    int32_t *route_ids;         /* [n_layers, k] */
-    int32_t *h_route_ids;       /* host [n_layers, k] */
-    uint8_t *moe_pending;       /* host [n_layers] picks not yet counted */
+    int32_t *route_ids;   /* [n_layers, k] */
+    int32_t *h_route_ids; /* host [n_layers, k] */
+    uint8_t *moe_pending; /* host [n_layers] picks not yet counted */
     int32_t n_pending;
-    float *moe_act;             /* [k, I] SwiGLU rows of the fused expert path */
-    float *ones;                /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
-    float *h_qsa_scores;        /* host [max_ctx / ratio] */
-    int32_t *h_qsa_sel;         /* host [B, budget + ratio - 1] */
-    int32_t *h_qsa_nsel;        /* host [B] */
-    float *h_ple_emb;           /* host [B, D] */
-    float *x;                   /* [B, H] residual stream */
-    float *xn;                  /* [B, H] normed input of a sublayer */
-    float *out;                 /* [B, H] sublayer output */
-    float *q;                   /* [B, nh*hd] */
-    float *k, *v;               /* [B, nkv*hd] */
-    float *attn;                /* [B, nh*hd] */
-    float *gate, *up;           /* [B, Imax] FFN hidden */
-    float *ffn_out;             /* [B, H] one expert's (or the shared expert's) output */
-    float *xg;                  /* [B, H] rows gathered for one expert */
-    float *expert_out;          /* [B * k, H] routed outputs, summed in rank order */
-    float *router_logits;       /* [B, E] */
-    float *sh_logit;            /* [B] */
-    int32_t *topk_ids;          /* host [B, k] */
-    int32_t *expert_list;       /* host [E] distinct experts of the chunk, ascending */
-    int32_t *expert_rows;       /* host [B * k] (token * k + rank) grouped by expert */
-    int32_t *expert_count;      /* host [E] rows per expert */
-    int32_t *expert_start;      /* host [E] scratch for the counting sort */
-    const sl_expert **fetched;  /* host [E] */
-    float *attn_scratch;        /* [n_threads, max_ctx] */
-    float *qg;                  /* [B, nh*2*hd] gated q_proj output */
-    float *qgate;               /* [B, nh*hd] */
-    float *lin_proj;            /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
-    float *lin_ba;              /* [B, 2*nv] fused ba projection */
-    float *lin_mixed;           /* [B, conv_dim] conv input [q | k | v] */
-    float *lin_conv;            /* [B, conv_dim] conv output */
-    float *lin_q, *lin_k;       /* [B, key_dim] */
-    float *lin_v, *lin_z;       /* [B, value_dim] */
-    float *lin_a, *lin_b;       /* [B, nv] */
-    float *lin_o;               /* [B, value_dim] */
+    float *moe_act;            /* [k, I] SwiGLU rows of the fused expert path */
+    float *ones;               /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
+    float *h_qsa_scores;       /* host [max_ctx / ratio] */
+    int32_t *h_qsa_sel;        /* host [B, budget + ratio - 1] */
+    int32_t *h_qsa_nsel;       /* host [B] */
+    float *h_ple_emb;          /* host [B, D] */
+    float *x;                  /* [B, H] residual stream */
+    float *xn;                 /* [B, H] normed input of a sublayer */
+    float *out;                /* [B, H] sublayer output */
+    float *q;                  /* [B, nh*hd] */
+    float *k, *v;              /* [B, nkv*hd] */
+    float *attn;               /* [B, nh*hd] */
+    float *gate, *up;          /* [B, Imax] FFN hidden */
+    float *ffn_out;            /* [B, H] one expert's (or the shared expert's) output */
+    float *xg;                 /* [B, H] rows gathered for one expert */
+    float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
+    float *router_logits;      /* [B, E] */
+    float *sh_logit;           /* [B] */
+    int32_t *topk_ids;         /* host [B, k] */
+    int32_t *expert_list;      /* host [E] distinct experts of the chunk, ascending */
+    int32_t *expert_rows;      /* host [B * k] (token * k + rank) grouped by expert */
+    int32_t *expert_count;     /* host [E] rows per expert */
+    int32_t *expert_start;     /* host [E] scratch for the counting sort */
+    const sl_expert **fetched; /* host [E] */
+    float *attn_scratch;       /* [n_threads, max_ctx] */
+    float *qg;                 /* [B, nh*2*hd] gated q_proj output */
+    float *qgate;              /* [B, nh*hd] */
+    float *lin_proj;           /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
+    float *lin_ba;             /* [B, 2*nv] fused ba projection */
+    float *lin_mixed;          /* [B, conv_dim] conv input [q | k | v] */
+    float *lin_conv;           /* [B, conv_dim] conv output */
+    float *lin_q, *lin_k;      /* [B, key_dim] */
+    float *lin_v, *lin_z;      /* [B, value_dim] */
+    float *lin_a, *lin_b;      /* [B, nv] */
+    float *lin_o;              /* [B, value_dim] */
     /* Qwen4-Exp (hc = hc_count, D = ple_embed_dim, G = n-gram heads) */
     float *hres;                /* [B, hc*H] the residual streams */
     float *hnorm;               /* [B, hc*H] grouped-normed streams */
@@ -218,8 +218,8 @@ struct sl_session {
     size_t ple_conv_state_n;
     sl_session_buf b;
     int32_t defer_logits; /* blk_head leaves the logits in b.logits (a graph is recording) */
-    void *arena;      /* backend memory */
-    void *host_arena; /* host memory */
+    void *arena;          /* backend memory */
+    void *host_arena;     /* host memory */
 };
 
 /* A model family: binds its tensors and runs its forward pass over blocks. */

@@ -130,8 +130,8 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
             uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
             const sl_expert *v = &L->views[s];
             const sl_expert_ptrs row = {{v->gate.data, v->gate.scales, v->gate.biases, v->up.data,
-                                         v->up.scales, v->up.biases, v->down.data,
-                                         v->down.scales, v->down.biases}};
+                                         v->up.scales, v->up.biases, v->down.data, v->down.scales,
+                                         v->down.biases}};
             be->ops->to_dev(be, &L->table[e], &row, sizeof row);
             /* The store's host copy stays put until its next fetch of this layer, and the
              * MoE block syncs before that (sl_dev_cache_map's contract): no wait here. */

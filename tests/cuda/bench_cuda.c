@@ -6,7 +6,7 @@
  * prints prefill and decode tokens/s with the expert and GPU-cache counters. Decode feeds
  * pseudo-random tokens rather than the argmax: the synthetic models' experts are zero, so
  * greedy output would repeat one token and route every step to the same experts.
- * SL_NO_GRAPHS=1 in the environment launches decode steps kernel by kernel (for comparison).
+ * SL_GRAPHS=1 in the environment runs each decode step as a CUDA graph (for comparison).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
                                                                   : SL_EXPERTS_MAPPED,
                           .gpu_experts = atoi(argv[5]),
                           .n_threads = argc > 8 ? atoi(argv[8]) : 0,
-                          .no_graphs = getenv("SL_NO_GRAPHS") != NULL};
+                          .graphs = getenv("SL_GRAPHS") != NULL};
     const int32_t P = atoi(argv[6]), N = atoi(argv[7]);
     sl_model *m = NULL;
     sl_session *s = NULL;

@@ -123,10 +123,10 @@ static void check_fixture(const char *dir, const char *name) {
     float *lg = logits_of(dir, &gpu, ids, n_ids, n_ids, &V, NULL);
     /* Token by token: decode steps as CUDA graphs (where the family allows), and kernel by
      * kernel: the same bits. */
-    const sl_model_params gpu_ng = {.backend = SL_BACKEND_CUDA, .no_graphs = 1};
+    const sl_model_params gpu_g = {.backend = SL_BACKEND_CUDA, .graphs = 1};
     sl_stats sg;
-    float *lt = logits_of(dir, &gpu, ids, n_ids, 1, &V, &sg);
-    float *ln = logits_of(dir, &gpu_ng, ids, n_ids, 1, &V, NULL);
+    float *lt = logits_of(dir, &gpu_g, ids, n_ids, 1, &V, &sg);
+    float *ln = logits_of(dir, &gpu, ids, n_ids, 1, &V, NULL);
     const size_t n = (size_t)n_ids * (size_t)V;
     float *want = malloc(n * sizeof(float));
     snprintf(path, sizeof path, "%s/logits.f32", dir);
@@ -150,7 +150,7 @@ static void check_fixture(const char *dir, const char *name) {
         CHECKF(e_tok <= 1e-5, "%s: token-by-token vs one pass %g", name, e_tok);
     }
     int32_t *got = calloc((size_t)n_greedy + 1, sizeof(int32_t));
-    const int rc = greedy_of(dir, &gpu, ids, n_ids, n_greedy, got);
+    const int rc = greedy_of(dir, &gpu_g, ids, n_ids, n_greedy, got);
     CHECKF(rc == 0 && memcmp(got, greedy, (size_t)n_greedy * sizeof(int32_t)) == 0,
            "%s: greedy continuation differs from transformers", name);
     free(got), free(lc), free(lg), free(lt), free(ln), free(want), free(ids), free(greedy);

@@ -476,11 +476,23 @@ static void test_fused_norms(void) {
             wpair qn, kn;
             wpair_make(&qn, SL_DTYPE_BF16, 0, hd, 1.0f, 0);
             wpair_make(&kn, SL_DTYPE_F32, 0, hd, 1.0f, 0);
-            sl_qkv_args a = {.q = q, .k = k, .v = v, .kc = kc, .vc = vc,
-                             .q_norm = norm ? &qn.h : NULL, .k_norm = norm ? &kn.h : NULL,
-                             .T = T, .pos0 = pos0, .n_heads = nh, .n_kv_heads = nkv,
-                             .head_dim = hd, .rot_dim = rot, .eps = 1e-6f, .w_offset = 0.0f,
-                             .cos_tab = ct, .sin_tab = st};
+            sl_qkv_args a = {.q = q,
+                             .k = k,
+                             .v = v,
+                             .kc = kc,
+                             .vc = vc,
+                             .q_norm = norm ? &qn.h : NULL,
+                             .k_norm = norm ? &kn.h : NULL,
+                             .T = T,
+                             .pos0 = pos0,
+                             .n_heads = nh,
+                             .n_kv_heads = nkv,
+                             .head_dim = hd,
+                             .rot_dim = rot,
+                             .eps = 1e-6f,
+                             .w_offset = 0.0f,
+                             .cos_tab = ct,
+                             .sin_tab = st};
             cpu.ops->qkv_prep(&cpu, &a);
             a.q = dq, a.k = dk, a.v = dv, a.kc = dkc, a.vc = dvc, a.cos_tab = dct, a.sin_tab = dst;
             a.q_norm = norm ? &qn.d : NULL, a.k_norm = norm ? &kn.d : NULL;
@@ -923,8 +935,9 @@ static void test_moe(void) {
                     gpu.ops->to_host(&gpu, gid, did, (size_t)T * k * sizeof(int32_t));
                     r.cases++;
                     if (memcmp(gid, hid, (size_t)T * k * sizeof(int32_t)) && !r.bad++)
-                        snprintf(r.first_bad, sizeof r.first_bad, "ids differ (%s, E %d, k %d, T %d)",
-                                 sl_dtype_name(rdts[di]), E, k, T);
+                        snprintf(r.first_bad, sizeof r.first_bad,
+                                 "ids differ (%s, E %d, k %d, T %d)", sl_dtype_name(rdts[di]), E, k,
+                                 T);
                     check(&r, "weights", dw, hw, (size_t)T * k, 1e-5);
                     check(&r, "probs", dl, hl, (size_t)T * E, 1e-5);
                     free(hx), free(hl), dfree(dx), dfree(dl), dfree(did), dfree(dw);

@@ -153,8 +153,7 @@ void *cu_items(const sl_backend *be, const void *host, size_t bytes) {
 
 /* ------------------------------------------------------------- graphs */
 
-/* Relaxed mode: the host may allocate while recording (nothing here does, but a scratch
- * growth is refused rather than left to fail). */
+/* Relaxed mode, so the host may allocate while recording: a scratch growth does (cu_scratch). */
 static void cu_graph_begin(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     c->broken = 0;

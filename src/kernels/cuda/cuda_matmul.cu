@@ -65,13 +65,51 @@ template <int R> __device__ __forceinline__ int64_t gemv_row0(int64_t bx) {
     return (bx * GEMV_WARPS + threadIdx.x / 32) * R;
 }
 
-/* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT tokens of
- * x, summed over the
- * warp: every lane ends with all R x NT sums. The arithmetic of gemv_fast, shared with the
- * batched and fused expert kernels so they give the same bits. */
+/*
+ * Where the GEMVs read x: lane l reads the 16-byte chunks l, l + 32, ... of a row, so at each
+ * step the lanes' x slices lie E floats apart; read from global memory each such load touches
+ * up to 32 cache lines, and profiling showed these L1 wavefronts, not DRAM, bounding the
+ * decode GEMVs. So a block first stages its x rows in shared memory with 4 floats of padding
+ * per chunk (chunk c of row t at t * ts + c * (E + 4)): the 8 lanes of each quarter-warp phase
+ * of a 16-byte load then fall on distinct banks. cs, ts: floats per chunk and per row.
+ */
+typedef struct xsrc {
+    const float *p;
+    int cs, ts;
+} xsrc;
+
+/* Bytes of shared memory the staged copy of nt rows of K takes; 0 when over 44 KiB (the
+ * default limit per block is 48, and kernels have a little static shared memory of their own):
+ * the GEMVs then read global memory. */
+static size_t stage_bytes(int dt_elems, int64_t K, int nt) {
+    const size_t b = (size_t)nt * (size_t)(K / dt_elems) * (size_t)(dt_elems + 4) * sizeof(float);
+    return b <= (44u << 10) ? b : 0;
+}
+
+extern __shared__ __align__(16) float cu_xs[]; /* the block's staged x (dynamic) */
+
+/* nt rows of x [nt, K] (16-byte aligned) into cu_xs when the launch gave it shared memory; all
+ * threads of the block call it. */
+template <int DT>
+__device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool staged) {
+    constexpr int E = chunk_elems<DT>::E;
+    if (!staged) return xsrc{x, E, K};
+    const int C = K / E, ts = C * (E + 4), q4 = K / 4;
+    for (int i = threadIdx.x; i < nt * q4; i += blockDim.x) {
+        const int t = i / q4, q = i % q4, c = q * 4 / E, j = q * 4 % E;
+        *(float4 *)(cu_xs + (size_t)t * ts + c * (E + 4) + j) = __ldg((const float4 *)x + i);
+    }
+    __syncthreads();
+    return xsrc{cu_xs, E + 4, ts};
+}
+
+/* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT rows of x,
+ * summed over the warp: every lane ends with all R x NT sums. The arithmetic of gemv_fast,
+ * shared with the batched and fused expert kernels so they give the same bits (wherever x is
+ * read from). */
 template <int DT, int R, int NT>
-__device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const float *__restrict__ x,
-                                          const cu_w &w, int N, int K, int64_t row0) {
+__device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
+                                          int K, int64_t row0) {
     constexpr int E = chunk_elems<DT>::E;
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
     constexpr int Z = DT == SL_DTYPE_Q8 ? 128 : 8;
@@ -94,7 +132,7 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const float *__re
 #pragma unroll
         for (int r = 0; r < R; r++)
             wv[r] = ld_stream(wr[r] + c);
-        const float4 *xc = (const float4 *)(x + (size_t)c * E);
+        const float4 *xc = (const float4 *)(x.p + (size_t)c * x.cs);
         if (QUANT) {
             float d[R][NT], xs[NT];
 #pragma unroll
@@ -109,7 +147,7 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const float *__re
                 float4 xv[NT];
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    xv[t] = __ldg(xc + (size_t)t * (K / 4) + j);
+                    xv[t] = xc[(size_t)t * (x.ts / 4) + j];
                     xs[t] += (xv[t].x + xv[t].y) + (xv[t].z + xv[t].w);
                 }
 #pragma unroll
@@ -148,7 +186,7 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const float *__re
             for (int j = 0; j < E / 4; j++) {
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const float4 xv = __ldg(xc + (size_t)t * (K / 4) + j);
+                    const float4 xv = xc[(size_t)t * (x.ts / 4) + j];
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         float w0, w1, w2, w3;
@@ -180,13 +218,14 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const float *__re
 
 /* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y). */
 template <int DT, int R, int NT>
-__device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *__restrict__ x,
+__device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *x,
                                                const cu_w &w, const void *__restrict__ bias,
-                                               int bias_dt, int N, int K, int64_t bx) {
+                                               int bias_dt, int N, int K, int64_t bx, bool staged) {
+    const xsrc xs = stage_x<DT>(x, K, NT, staged);
     const int64_t row0 = gemv_row0<R>(bx);
     if (row0 >= N) return;
     float acc[R][NT];
-    gemv_rows<DT, R, NT>(acc, x, w, N, K, row0);
+    gemv_rows<DT, R, NT>(acc, xs, w, N, K, row0);
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -202,8 +241,8 @@ __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const floa
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
-              const void *__restrict__ bias, int bias_dt, int N, int K) {
-    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x);
+              const void *__restrict__ bias, int bias_dt, int N, int K, bool staged) {
+    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged);
 }
 
 /* One matrix-vector product of a batch (sl_ops.matmul_batch). */
@@ -223,9 +262,10 @@ typedef struct gemv_items {
 
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K) {
+    gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged) {
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
-    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x);
+    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x,
+                              staged);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -314,11 +354,12 @@ template <int DT, int R>
 static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &w, const void *b,
                           int bdt, int N, int K, int T) {
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
+    const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     switch (T) {
-    case 1: gemv_fast<DT, R, 1><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
-    case 2: gemv_fast<DT, R, 2><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
-    case 3: gemv_fast<DT, R, 3><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
-    default: gemv_fast<DT, R, 4><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, x, w, b, bdt, N, K); break;
+    case 1: gemv_fast<DT, R, 1><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
+    case 2: gemv_fast<DT, R, 2><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
+    case 3: gemv_fast<DT, R, 3><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
+    default: gemv_fast<DT, R, 4><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
     }
 }
 
@@ -403,11 +444,12 @@ template <int DT, int R>
 static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_items &small, int n,
                            int N, int K, int T) {
     dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
+    const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     switch (T) {
-    case 1: gemv_fast_batch<DT, R, 1><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
-    case 2: gemv_fast_batch<DT, R, 2><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
-    case 3: gemv_fast_batch<DT, R, 3><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
-    default: gemv_fast_batch<DT, R, 4><<<grid, GEMV_WARPS * 32, 0, s>>>(items, small, K); break;
+    case 1: gemv_fast_batch<DT, R, 1><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
+    case 2: gemv_fast_batch<DT, R, 2><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
+    case 3: gemv_fast_batch<DT, R, 3><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
+    default: gemv_fast_batch<DT, R, 4><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
     }
 }
 
@@ -479,12 +521,12 @@ template <int DT, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
                 const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
-                cu_w pg, cu_w pu, int k, int I, int H) {
+                cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
     const int i = blockIdx.y;
+    const xsrc xt = stage_x<DT>(x + (size_t)(i / k) * H, H, 1, staged);
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
     if (row0 >= I) return;
     const sl_expert_ptrs p = table[ids[i]];
-    const float *xt = x + (size_t)(i / k) * H;
     float g[R][1], u[R][1];
     gemv_rows<DT, R, 1>(g, xt, expert_w(pg, p, 0), I, H, row0);
     gemv_rows<DT, R, 1>(u, xt, expert_w(pu, p, 1), I, H, row0);
@@ -501,13 +543,16 @@ template <int DT, int R>
 __global__ void __launch_bounds__(1024)
     moe_down_sum(float *__restrict__ y, const float *__restrict__ act,
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
-                 const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k) {
+                 const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
+                 bool staged) {
     __shared__ float part[32 * R]; /* [rank][row]; k <= 32 */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
+    const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
+    const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
-    gemv_rows<DT, R, 1>(v, act + (size_t)i * I, expert_w(pd, table[ids[i]], 2), H, I, row0);
+    gemv_rows<DT, R, 1>(v, xr, expert_w(pd, table[ids[i]], 2), H, I, row0);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int j = 0; j < R; j++)
@@ -535,15 +580,16 @@ static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, co
     const dim3 gd(cu_blocks((size_t)H, rd), (unsigned)T);
     cudaStream_t s = c->stream;
     const unsigned th = GEMV_WARPS * 32, td = 32 * k;
+    const size_t sg = stage_bytes(chunk_elems<DT>::E, H, 1), sd = stage_bytes(chunk_elems<DT>::E, I, k);
     switch (rg) {
-    case 4: moe_gate_up<DT, 4><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
-    case 2: moe_gate_up<DT, 2><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
-    default: moe_gate_up<DT, 1><<<gg, th, 0, s>>>(act, x, ids, table, pg, pu, k, I, H); break;
+    case 4: moe_gate_up<DT, 4><<<gg, th, sg, s>>>(act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    case 2: moe_gate_up<DT, 2><<<gg, th, sg, s>>>(act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    default: moe_gate_up<DT, 1><<<gg, th, sg, s>>>(act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
     }
     switch (rd) {
-    case 4: moe_down_sum<DT, 4><<<gd, td, 0, s>>>(y, act, ids, w, table, pd, I, H, k); break;
-    case 2: moe_down_sum<DT, 2><<<gd, td, 0, s>>>(y, act, ids, w, table, pd, I, H, k); break;
-    default: moe_down_sum<DT, 1><<<gd, td, 0, s>>>(y, act, ids, w, table, pd, I, H, k); break;
+    case 4: moe_down_sum<DT, 4><<<gd, td, sd, s>>>(y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 2: moe_down_sum<DT, 2><<<gd, td, sd, s>>>(y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    default: moe_down_sum<DT, 1><<<gd, td, sd, s>>>(y, act, ids, w, table, pd, I, H, k, sd > 0); break;
     }
 }
 
@@ -585,12 +631,13 @@ template <int DT, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
-                unsigned *done) {
+                unsigned *done, bool staged) {
     __shared__ unsigned ticket;
+    const xsrc xs = stage_x<DT>(x, K, NT, staged);
     const int64_t row0 = gemv_row0<1>(blockIdx.x);
     if (row0 < E) {
         float acc[1][NT];
-        gemv_rows<DT, 1, NT>(acc, x, w, E, K, row0);
+        gemv_rows<DT, 1, NT>(acc, xs, w, E, K, row0);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int t = 0; t < NT; t++)
@@ -618,12 +665,13 @@ template <int DT>
 static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
                           const cu_w &wv, int E, int K, int T, int k, int renorm) {
     const unsigned blocks = cu_blocks((size_t)E, GEMV_WARPS), th = GEMV_WARPS * 32;
+    const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     cudaStream_t s = c->stream;
     switch (T) {
-    case 1: router_gemv<DT, 1><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
-    case 2: router_gemv<DT, 2><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
-    case 3: router_gemv<DT, 3><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
-    default: router_gemv<DT, 4><<<blocks, th, 0, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done); break;
+    case 1: router_gemv<DT, 1><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    case 2: router_gemv<DT, 2><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    case 3: router_gemv<DT, 3><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    default: router_gemv<DT, 4><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
     }
 }
 
