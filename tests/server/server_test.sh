@@ -144,10 +144,19 @@ node "$HERE/client.mjs" load "$URL/v1" 200 8 >"$TMP/load.log" 2>&1
 cat "$TMP/load.log"
 grep -q '^ok' "$TMP/load.log" && ok "load test" || bad "load test"
 rss1=$(rss_kb "$PID")
-if [ "$((rss1 - rss0))" -lt 2048 ]; then
-    ok "no memory growth over 200 requests (RSS $rss0 -> $rss1 kB)"
+# A connection thread may get a new malloc arena in any window: a one-time step of a MB or
+# two (2.4 MB seen once in a make test run). A leak grows every window, so growth is checked
+# again over a second window of 200 requests and must show in both to fail.
+if [ "$((rss1 - rss0))" -ge 2048 ]; then
+    node "$HERE/client.mjs" load "$URL/v1" 200 8 >"$TMP/load2.log" 2>&1
+    rss2=$(rss_kb "$PID")
 else
-    bad "memory growth: RSS $rss0 -> $rss1 kB"
+    rss2=$rss1
+fi
+if [ "$((rss1 - rss0))" -lt 2048 ] || [ "$((rss2 - rss1))" -lt 2048 ]; then
+    ok "no memory growth over 200 requests (RSS $rss0 -> $rss1 -> $rss2 kB)"
+else
+    bad "memory growth: RSS $rss0 -> $rss1 -> $rss2 kB"
 fi
 expect "still healthy after all that" 200 '"status":"ok"' "$URL/health"
 

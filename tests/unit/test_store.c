@@ -138,6 +138,60 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
     }
 }
 
+/* The device path with a slot per expert: decode steps take the no-sync path, and the picks
+ * they leave on the device are counted after each pass (blk_moe_settle): the same router
+ * histogram as the CPU backend's, and every GPU-cache request a hit. */
+TEST(test_device_path_bookkeeping) {
+    const char *name = "qwen3_gqa_untied";
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", test_fixtures, name);
+    int32_t ids[64];
+    const int32_t n = fixture_ids(name, ids, 64), steps = 5;
+    CHECK(n > 0);
+    int64_t *hist[2] = {NULL, NULL};
+    size_t cells = 0;
+    for (int dev = 0; dev < 2; dev++) {
+        sl_model_params mp = {.n_threads = 2,
+                              .backend = dev ? SL_BACKEND_CPU_DEVICE : SL_BACKEND_CPU};
+        sl_model *m = NULL;
+        sl_session *s = NULL;
+        sl_error err = {0};
+        CHECK(sl_model_load(dir, &mp, &m, &err) == SL_OK);
+        if (!m) return;
+        sl_session_params sp = {.max_ctx = n + steps};
+        CHECK(sl_session_create(m, &sp, &s, &err) == SL_OK);
+        CHECK(s && sl_session_forward(s, ids, n, NULL, 0, &err) == SL_OK);
+        for (int32_t i = 0; s && i < steps; i++)
+            CHECK(sl_session_forward(s, &ids[i], 1, NULL, 0, &err) == SL_OK);
+        const int32_t L = m->cfg.n_layers, E = m->cfg.n_experts, k = m->cfg.n_experts_used;
+        cells = (size_t)L * (size_t)E;
+        hist[dev] = calloc(cells, sizeof(int64_t));
+        int64_t total = 0;
+        int32_t moe_layers = 0;
+        for (int32_t l = 0; l < L; l++) {
+            if (!m->experts.layers[l].hist) continue;
+            moe_layers++;
+            for (int32_t e = 0; e < E; e++) {
+                hist[dev][(size_t)l * E + e] = m->experts.layers[l].hist[e];
+                total += m->experts.layers[l].hist[e];
+            }
+        }
+        CHECKF(total == (int64_t)(n + steps) * k * moe_layers, "%s: %lld picks counted",
+               dev ? "device" : "cpu", (long long)total);
+        if (dev) {
+            sl_stats st;
+            sl_model_get_stats(m, &st);
+            CHECK(m->dev.all);
+            CHECK(st.gpu_expert_requests > 0 && st.gpu_expert_hits == st.gpu_expert_requests);
+            CHECK(s && s->b.n_pending == 0); /* settled */
+        }
+        sl_session_free(s);
+        sl_model_free(m);
+    }
+    CHECK(hist[0] && hist[1] && memcmp(hist[0], hist[1], cells * sizeof(int64_t)) == 0);
+    free(hist[0]), free(hist[1]);
+}
+
 /* ---- cache policy, driven through the store API on one layer ---- */
 
 static sl_expert_store *open_store(const char *dir, int32_t slots, sl_cache_policy pol) {
