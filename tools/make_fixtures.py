@@ -748,6 +748,19 @@ def build_case(case, outroot):
 # ---------------------------------------------------------------------------
 # facts about the installed transformers
 # ---------------------------------------------------------------------------
+def conversion_mapping(fam):
+    """The weight conversion mapping transformers applies to a model type at load (whichever
+    of its two spellings this version has), or the error it gave."""
+    import transformers.conversion_mapping as cm
+    for fn in ("get_checkpoint_conversion_mapping", "get_model_conversion_mapping"):
+        if hasattr(cm, fn):
+            try:
+                return getattr(cm, fn)(fam)
+            except Exception as e:
+                return "err %r" % (e,)
+    return None
+
+
 def dump_sources():
     fact("transformers %s, torch %s, safetensors %s, python %s" % (
         transformers.__version__, torch.__version__,
@@ -795,17 +808,8 @@ def dump_sources():
     except Exception as e:
         fact("integrations.moe: %r" % (e,))
     try:
-        import transformers.conversion_mapping as cm
         for fam in ("qwen3_moe", "qwen2_moe"):
-            got = None
-            for fn in ("get_checkpoint_conversion_mapping", "get_model_conversion_mapping"):
-                if hasattr(cm, fn):
-                    try:
-                        got = getattr(cm, fn)(fam)
-                        break
-                    except Exception as e:
-                        got = "err %r" % (e,)
-            fact("\n# conversion mapping %s: %r" % (fam, got))
+            fact("\n# conversion mapping %s: %r" % (fam, conversion_mapping(fam)))
     except Exception as e:
         fact("conversion_mapping: %r" % (e,))
 

@@ -401,15 +401,7 @@ def dump_sources(srcdir):
     try:
         import transformers.conversion_mapping as cm
         for fam in ("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"):
-            got = None
-            for fn in ("get_checkpoint_conversion_mapping", "get_model_conversion_mapping"):
-                if hasattr(cm, fn):
-                    try:
-                        got = getattr(cm, fn)(fam)
-                        break
-                    except Exception as e:
-                        got = "err %r" % (e,)
-            fact("conversion mapping %s: %r" % (fam, got))
+            fact("conversion mapping %s: %r" % (fam, mf.conversion_mapping(fam)))
         shutil.copy(cm.__file__, os.path.join(srcdir, "conversion_mapping.py"))
     except Exception as e:
         fact("conversion_mapping: %r" % (e,))

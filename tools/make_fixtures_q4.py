@@ -686,14 +686,7 @@ def dump_sources(srcdir):
     try:
         import transformers.conversion_mapping as cm
         for fam in ("qwen4_exp", "qwen4_exp_text"):
-            got = None
-            for fn in ("get_checkpoint_conversion_mapping", "get_model_conversion_mapping"):
-                if hasattr(cm, fn):
-                    try:
-                        got = getattr(cm, fn)(fam)
-                        break
-                    except Exception as e:
-                        got = "err %r" % (e,)
+            got = mf.conversion_mapping(fam)
             fact("conversion mapping %s: %r" % (fam, got))
             log("  conversion mapping %s: %s" % (fam, repr(got)[:1500]))
         if srcdir:
