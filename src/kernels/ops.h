@@ -133,9 +133,9 @@ typedef struct sl_ops {
     void (*matmul)(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
     /* n independent matmuls (the experts of one MoE layer, or q, k and v): y[i] = x[i] . w[i]^T
-     * with T[i] rows each; the w[i] share dtype and K (their rows may differ). Pointer arrays and T
-     * are host memory, what they point at backend memory. Each y[i] is exactly what matmul gives.
-     */
+     * with T[i] rows each; the w[i] share K (their rows and dtypes may differ: what a backend
+     * cannot run as one batch it runs one by one). Pointer arrays and T are host memory, what
+     * they point at backend memory. Each y[i] is exactly what matmul gives. */
     void (*matmul_batch)(const sl_backend *be, float *const *y, const float *const *x,
                          const sl_tensor *const *w, const int32_t *T, int32_t n);
     /* Copies rows ids[t] of a [V, n] table into y[t]. ids (backend memory) are already

@@ -148,8 +148,7 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
 
     /* q (or [query | gate] per head), k and v: one batch when they carry no bias */
     float *qout = L->attn_gated ? b->qg : b->q;
-    if (!L->bq.data && !L->bk.data && !L->bv.data && L->wq.dtype == L->wk.dtype &&
-        L->wk.dtype == L->wv.dtype) {
+    if (!L->bq.data && !L->bk.data && !L->bv.data) {
         float *y[3] = {qout, b->k, b->v};
         const float *x[3] = {b->xn, b->xn, b->xn};
         const sl_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
@@ -300,7 +299,6 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
      * all; the histogram and cache counts wait for the end of the pass (blk_moe_settle). */
     if (T == 1 && m->dev.all && fused_experts(s, l, ids_dev)) {
         b->moe_pending[l] = 1;
-        b->n_pending++;
         double t1 = sl_now();
         m->stats.t_router += t1 - t0;
         goto shared;
@@ -400,22 +398,21 @@ shared:
 
 void blk_moe_settle(sl_session *s) {
     sl_session_buf *b = &s->b;
-    if (!b->n_pending) return;
     sl_model *m = s->model;
+    if (!memchr(b->moe_pending, 1, (size_t)m->cfg.n_layers)) return;
     const int32_t k = m->cfg.n_experts_used, E = m->cfg.n_experts;
     m->be.ops->to_host(&m->be, b->h_route_ids, b->route_ids,
                        (size_t)m->cfg.n_layers * (size_t)k * sizeof(int32_t));
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         if (!b->moe_pending[l]) continue;
         const int32_t *ids = b->h_route_ids + (size_t)l * (size_t)k;
-        for (int32_t r = 0; r < k; r++)
+        for (int32_t r = 0; r < k; r++) {
             SL_ASSERT(ids[r] >= 0 && ids[r] < E);
-        for (int32_t r = 0; r < k; r++)
             m->experts.layers[l].hist[ids[r]]++;
+        }
         sl_dev_cache_count(&m->dev, l, ids, k);
         b->moe_pending[l] = 0;
     }
-    b->n_pending = 0;
 }
 
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {

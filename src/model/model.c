@@ -578,7 +578,6 @@ static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_
         return SL_OK;
     }
     memset(s->b.moe_pending, 0, (size_t)s->model->cfg.n_layers);
-    s->b.n_pending = 0;
     s->model->stats.graph_fallbacks++;
     return s->model->family->forward(s, id, 1, logits, 0, err);
 }

@@ -138,10 +138,9 @@ typedef struct sl_session_buf {
     int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
     /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync expert path
      * can leave their bookkeeping to the end of the forward pass (blk_moe_settle). */
-    int32_t *route_ids;   /* [n_layers, k] */
-    int32_t *h_route_ids; /* host [n_layers, k] */
-    uint8_t *moe_pending; /* host [n_layers] picks not yet counted */
-    int32_t n_pending;
+    int32_t *route_ids;        /* [n_layers, k] */
+    int32_t *h_route_ids;      /* host [n_layers, k] */
+    uint8_t *moe_pending;      /* host [n_layers] picks not yet counted */
     float *moe_act;            /* [k, I] SwiGLU rows of the fused expert path */
     float *ones;               /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
     float *h_qsa_scores;       /* host [max_ctx / ratio] */
