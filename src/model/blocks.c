@@ -222,13 +222,14 @@ static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tenso
 }
 
 /*
- * The fetched experts list[0..n) (views in b->fetched), whose rows total at most max_batch,
+ * The fetched experts list[0..n) (their views), whose rows total at most max_batch,
  * in one pass each: gather every row they read into xg (expert by expert), the gate and up
  * matmuls of all of them as one batch, one SwiGLU, the down matmuls as another batch, one
  * scatter of the results
  * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
  */
-static void experts_batched(sl_session *s, const int32_t *list, int32_t n, int32_t rows) {
+static void experts_batched(sl_session *s, const int32_t *list, const sl_expert *const *views,
+                            int32_t n, int32_t rows) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
     sl_session_buf *b = &s->b;
@@ -242,7 +243,7 @@ static void experts_batched(sl_session *s, const int32_t *list, int32_t n, int32
             b->h_grp[off + i] = r[i] / k;    /* token row read */
             b->h_grp[rows + off + i] = r[i]; /* (token, rank) row written */
         }
-        const sl_expert *ex = b->fetched[j];
+        const sl_expert *ex = views[j];
         /* items j (gate) and n + j (up) of one batch, then j of the down batch */
         b->bx[j] = b->bx[n + j] = b->xg + (size_t)off * H;
         b->bg[j] = b->gate + (size_t)off * I;
@@ -322,8 +323,6 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
     int fused = 0;
-    int idx_uploaded = 0; /* gather/scatter lists of every row: only one expert at a time needs
-                           * them (experts_batched uploads its own) */
     double t1 = sl_now();
     m->stats.t_router += t1 - t0;
 
@@ -352,32 +351,18 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         double t2 = sl_now();
         m->stats.t_expert_io += t2 - t1;
         if (st) return st;
-        int32_t rows = 0;
-        for (int32_t j = 0; j < nj; j++)
-            rows += b->expert_count[b->expert_list[j0 + j]];
         /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
          * bits as the batches), on the table rows the mapping just wrote. */
         if (T == 1 && nj == n_used && fused_experts(s, l, ids_dev)) {
             fused = 1;
-        } else if (rows <= s->max_batch) {
-            experts_batched(s, b->expert_list + j0, nj, rows);
-        } else { /* more rows than the activation buffers: one expert at a time */
-            for (int32_t j = 0; j < nj; j++) {
-                if (!idx_uploaded++) { /* per grouped row: the token read, the row written */
-                    for (int32_t i = 0; i < T * k; i++)
-                        b->h_gather[i] = b->expert_rows[i] / k;
-                    be->ops->to_dev(be, b->gather_idx, b->h_gather,
-                                    (size_t)(T * k) * sizeof(int32_t));
-                    be->ops->to_dev(be, b->scatter_idx, b->expert_rows,
-                                    (size_t)(T * k) * sizeof(int32_t));
-                }
-                const int32_t e = b->expert_list[j0 + j], cnt = b->expert_count[e];
-                const int32_t first = b->expert_start[e] - cnt; /* e's rows in expert_rows */
-                const sl_expert *ex = b->fetched[j];
-                be->ops->copy_rows(be, b->xg, NULL, b->xn, b->gather_idx + first, cnt, (int32_t)H);
-                swiglu_mlp(s, b->ffn_out, b->xg, &ex->gate, &ex->up, &ex->down, cnt);
-                be->ops->copy_rows(be, b->expert_out, b->scatter_idx + first, b->ffn_out, NULL, cnt,
-                                   (int32_t)H);
+        } else { /* runs of experts whose rows fit the activation buffers (one expert's do: a
+                  * token picks it at most once) */
+            for (int32_t a = 0, z; a < nj; a = z) {
+                int32_t rows = 0;
+                for (z = a;
+                     z < nj && rows + b->expert_count[b->expert_list[j0 + z]] <= s->max_batch; z++)
+                    rows += b->expert_count[b->expert_list[j0 + z]];
+                experts_batched(s, b->expert_list + j0 + a, b->fetched + a, z - a, rows);
             }
         }
         t1 = sl_now();

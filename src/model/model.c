@@ -363,8 +363,6 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t stride = c->idx_heads ? (size_t)(c->idx_budget + c->idx_ratio - 1) : 0;
     b->ids = carve(cv, B, sizeof(int32_t));
     b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
-    b->h_gather = carve(hv, B * k, sizeof(int32_t));
-    b->gather_idx = carve(cv, B * k, sizeof(int32_t));
     b->grp_idx = carve(cv, 2 * B, sizeof(int32_t));
     b->h_grp = carve(hv, 2 * B, sizeof(int32_t));
     b->bx = carve(hv, 2 * E, sizeof(float *));
@@ -373,7 +371,6 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->wg = carve(hv, 2 * E, sizeof(sl_tensor *));
     b->wd = carve(hv, E, sizeof(sl_tensor *));
     b->bT = carve(hv, 2 * E, sizeof(int32_t));
-    b->scatter_idx = carve(cv, B * k, sizeof(int32_t));
     b->topk_w_dev = carve(cv, B * k, sizeof(float));
     b->topk_ids_dev = carve(cv, B * k, sizeof(int32_t));
     b->route_ids = carve(cv, (size_t)c->n_layers * k, sizeof(int32_t));

@@ -122,18 +122,15 @@ struct sl_model {
  * B = max_batch (tokens per forward chunk), H = hidden, k = experts per token.
  */
 typedef struct sl_session_buf {
-    int32_t *ids;        /* [B] token ids of the chunk */
-    float *logits;       /* [B, V] when the backend is not host memory, else NULL */
-    int32_t *h_gather;   /* host [B * k] */
-    int32_t *gather_idx; /* [B * k] token row of each grouped (token, rank) row */
-    int32_t *grp_idx;    /* [2 * B] a batch of experts' rows: read, then written */
-    int32_t *h_grp;      /* host [2 * B] */
+    int32_t *ids;     /* [B] token ids of the chunk */
+    float *logits;    /* [B, V] when the backend is not host memory, else NULL */
+    int32_t *grp_idx; /* [2 * B] a batch of experts' rows: read, then written */
+    int32_t *h_grp;   /* host [2 * B] */
     /* host, per expert j of a batch of n (experts_batched): items j and n + j of the gate/up
      * batch, item j of the down batch */
     float **bx, **bg, **bo;     /* [2E] rows read (xg) and written (gate, then up); [E] ffn_out */
     const sl_tensor **wg, **wd; /* [2E] gate, then up; [E] down */
     int32_t *bT;                /* [2E] row counts */
-    int32_t *scatter_idx;       /* [B * k] (token, rank) row of each grouped row */
     float *topk_w_dev;          /* [B * k] router weights */
     int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
     /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync expert path
