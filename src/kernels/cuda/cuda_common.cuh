@@ -136,67 +136,76 @@ __device__ __forceinline__ float cu_silu_mul(float g, float u) { return g / (1.0
 /*
  * Router top-k of one token's E logits p, by one warp, as sl_router_topk: softmax, then k
  * rounds, each taking the best entry ranked after the previous pick (higher probability, ties
- * to the lower id); lane 0 writes the picks and renormalises in rank order, and p gets the
- * probabilities. Lane l holds entries l, l + 32, ... in registers when E <= 32 ROUTE_REGS
- * (REG), so a round costs no memory round trip; else it reads them from p. The logits are
- * read through L2 (__ldcg): other blocks may have just written them.
+ * to the lower id); the weights are renormalised in rank order, and p gets the probabilities.
+ * Lane l holds entries l, l + 32, ... in V registers when E <= 32 V (every loop over them
+ * unrolled, so they never go to local memory; V is the smallest of 4, 8, 16, 32 that holds
+ * them, since each round scans all V: one warp does this alone, so its instruction count is
+ * the kernel's tail), else (V = 0) reads them from p; lane r keeps pick r (r < 32), so nothing
+ * written is read back. The logits are read through L2 (__ldcg): other blocks may have just
+ * written them.
  */
-#define ROUTE_REGS 32
-
 __device__ __forceinline__ bool cu_ranks_before(float p, int i, float q, int j) {
     return p > q || (p == q && i < j);
 }
 
-template <bool REG>
+template <int NV>
 __device__ __forceinline__ void cu_route_row(int32_t *ids, float *w, float *p, int E, int k,
                                              int renorm) {
     const int lane = threadIdx.x & 31, nv = (E + 31) / 32;
-    constexpr int V = REG ? ROUTE_REGS : 1;
-    float v[V] = {};
-    auto get = [&](int j) { return REG ? v[j] : p[lane + 32 * j]; };
+    constexpr bool REG = NV > 0;
+    constexpr int V = REG ? NV : 1;
+    float v[V];
     float mx = -INFINITY;
+    if (REG) {
 #pragma unroll
-    for (int j = 0; j < (REG ? V : 1); j++)
-        if (REG && j < nv) v[j] = lane + 32 * j < E ? __ldcg(p + lane + 32 * j) : -INFINITY;
-    for (int j = 0; j < nv; j++) {
-        const int e = lane + 32 * j;
-        if (e < E) mx = fmaxf(mx, REG ? get(j) : __ldcg(p + e));
+        for (int j = 0; j < V; j++) {
+            const int e = lane + 32 * j;
+            v[j] = j < nv && e < E ? __ldcg(p + e) : -INFINITY;
+            mx = fmaxf(mx, v[j]);
+        }
+    } else {
+        for (int e = lane; e < E; e += 32)
+            mx = fmaxf(mx, __ldcg(p + e));
     }
     mx = warp_max(mx);
     float sum = 0.0f;
+    if (REG) {
 #pragma unroll
-    for (int j = 0; j < (REG ? V : nv); j++) {
-        const int e = lane + 32 * j;
-        if (j >= nv) break;
-        if (e >= E) continue;
-        const float x = expf((REG ? get(j) : __ldcg(p + e)) - mx);
-        if (REG) v[j] = x;
-        else p[e] = x;
-        sum += x;
+        for (int j = 0; j < V; j++)
+            if (j < nv && lane + 32 * j < E) sum += v[j] = expf(v[j] - mx);
+    } else {
+        for (int e = lane; e < E; e += 32) {
+            const float x = expf(__ldcg(p + e) - mx);
+            p[e] = x;
+            sum += x;
+        }
     }
     sum = warp_sum(sum);
+    if (REG) {
 #pragma unroll
-    for (int j = 0; j < (REG ? V : nv); j++) {
-        const int e = lane + 32 * j;
-        if (j >= nv) break;
-        if (e >= E) continue;
-        if (REG) p[e] = v[j] /= sum;
-        else p[e] /= sum;
+        for (int j = 0; j < V; j++)
+            if (j < nv && lane + 32 * j < E) p[lane + 32 * j] = v[j] /= sum;
+    } else {
+        for (int e = lane; e < E; e += 32)
+            p[e] /= sum;
     }
     __syncwarp();
-    float prev_p = 0.0f;
-    int prev_i = -1;
+    float prev_p = 0.0f, my_p = 0.0f;
+    int prev_i = -1, my_i = 0;
     for (int r = 0; r < k; r++) {
         float bp = 0.0f;
         int bi = -1;
-#pragma unroll
-        for (int j = 0; j < (REG ? V : nv); j++) {
-            const int e = lane + 32 * j;
-            if (j >= nv) break;
-            if (e >= E) continue;
-            const float x = get(j);
-            if (prev_i >= 0 && !cu_ranks_before(prev_p, prev_i, x, e)) continue;
+        auto consider = [&](float x, int e) {
+            if (prev_i >= 0 && !cu_ranks_before(prev_p, prev_i, x, e)) return;
             if (bi < 0 || cu_ranks_before(x, e, bp, bi)) bp = x, bi = e;
+        };
+        if (REG) {
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (j < nv && lane + 32 * j < E) consider(v[j], lane + 32 * j);
+        } else {
+            for (int e = lane; e < E; e += 32)
+                consider(p[e], e);
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -204,25 +213,58 @@ __device__ __forceinline__ void cu_route_row(int32_t *ids, float *w, float *p, i
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (oi >= 0 && (bi < 0 || cu_ranks_before(op, oi, bp, bi))) bp = op, bi = oi;
         }
-        if (bi < 0) bi = r, bp = __shfl_sync(0xffffffffu, get(0), r); /* NaN logits only */
-        if (lane == 0) ids[r] = bi, w[r] = bp;
+        if (bi < 0) bi = r, bp = __shfl_sync(0xffffffffu, REG ? v[0] : p[lane], r); /* NaN only */
+        if (lane == r) my_i = bi, my_p = bp;
+        if (r >= 32 && lane == 0) ids[r] = bi, w[r] = bp; /* k > 32: renormalised below */
         prev_p = bp, prev_i = bi;
     }
-    if (renorm && lane == 0) {
-        float s = 0.0f;
-        for (int r = 0; r < k; r++)
-            s += w[r];
-        for (int r = 0; r < k; r++)
-            w[r] /= s;
+    float s = 0.0f;
+    __syncwarp();
+    if (renorm)
+        for (int r = 0; r < k; r++) /* rank order, as the CPU sums */
+            s += r < 32 ? __shfl_sync(0xffffffffu, my_p, r) : w[r];
+    if (lane < k) ids[lane] = my_i, w[lane] = renorm ? my_p / s : my_p;
+    if (renorm && k > 32) {
+        __syncwarp();
+        if (lane == 0)
+            for (int r = 32; r < k; r++)
+                w[r] /= s;
     }
 }
 
-/* The route of one token by the calling warp, registers when E allows. */
+/* The route of one token by the calling warp, in registers when E allows. */
 __device__ __forceinline__ void cu_route(int32_t *ids, float *w, float *p, int E, int k, int renorm) {
-    if (E <= 32 * ROUTE_REGS)
-        cu_route_row<true>(ids, w, p, E, k, renorm);
+    if (E <= 128)
+        cu_route_row<4>(ids, w, p, E, k, renorm);
+    else if (E <= 256)
+        cu_route_row<8>(ids, w, p, E, k, renorm);
+    else if (E <= 512)
+        cu_route_row<16>(ids, w, p, E, k, renorm);
+    else if (E <= 1024)
+        cu_route_row<32>(ids, w, p, E, k, renorm);
     else
-        cu_route_row<false>(ids, w, p, E, k, renorm);
+        cu_route_row<0>(ids, w, p, E, k, renorm);
+}
+
+/*
+ * Whether the calling block is the last of n blocks to get here, counted on *count (reset to 0
+ * for the next launch by that block); all threads of the block call it. The last block sees
+ * every block's global writes made before the call (read them through L2: __ldcg). The idiom of
+ * cooperative groups' grid sync: a barrier, then one thread's fences around the atomic.
+ */
+__device__ __forceinline__ bool cu_last_block(unsigned *count, unsigned n) {
+    __shared__ unsigned last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(count, 1u) == n - 1;
+        if (last) {
+            __threadfence();
+            *count = 0;
+        }
+    }
+    __syncthreads();
+    return last;
 }
 
 static inline unsigned cu_blocks(size_t n, unsigned threads) {

@@ -104,12 +104,13 @@ __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool stag
 }
 
 /* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT rows of x,
- * summed over the warp: every lane ends with all R x NT sums. The arithmetic of gemv_fast,
+ * summed over the warp: every lane ends with all R x NT sums (over the row's chunks ks * 32 +
+ * lane + 32 nks j when the row is split over nks warps). The arithmetic of gemv_fast,
  * shared with the batched and fused expert kernels so they give the same bits (wherever x is
  * read from). */
 template <int DT, int R, int NT>
 __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
-                                          int K, int64_t row0) {
+                                          int K, int64_t row0, int ks = 0, int nks = 1) {
     constexpr int E = chunk_elems<DT>::E;
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
     constexpr int Z = DT == SL_DTYPE_Q8 ? 128 : 8;
@@ -127,7 +128,7 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
             acc[r][t] = 0.0f;
 
 #pragma unroll 2
-    for (int c = lane; c < C; c += 32) {
+    for (int c = ks * 32 + lane; c < C; c += 32 * nks) {
         uint4 wv[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -536,16 +537,20 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             if (row0 + r < I) act[(size_t)i * I + row0 + r] = cu_silu_mul(g[r][0] + 0.0f, u[r][0] + 0.0f);
 }
 
+/* Experts per token the fused kernels take: a warp each in moe_down_sum (16: 512 threads, so
+ * up to 128 registers a thread). */
+#define MOE_MAX_K 16
+
 /* y[t] rows row0 .. row0+R-1, t = blockIdx.y, row0 = blockIdx.x R: warp r computes them for
  * rank r (down_e act[t k + r], e = ids[t k + r], plus the 0.0f of the bias-less store) into
  * shared memory, then R threads sum the ranks in order, as the weighted_sum kernel does. */
 template <int DT, int R>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(32 * MOE_MAX_K)
     moe_down_sum(float *__restrict__ y, const float *__restrict__ act,
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
-    __shared__ float part[32 * R]; /* [rank][row]; k <= 32 */
+    __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
@@ -602,7 +607,7 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
     const int dt = (int)proto[0]->dtype, E = chunk_of(dt);
     const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
     const int64_t n = (int64_t)T * k;
-    int ok = E > 0 && n >= 0 && n <= 65535 && k >= 1 && k <= 32 && H % E == 0 && I % E == 0 && I < INT32_MAX &&
+    int ok = E > 0 && n >= 0 && n <= 65535 && k >= 1 && k <= MOE_MAX_K && H % E == 0 && I % E == 0 && I < INT32_MAX &&
              H < INT32_MAX && ((uintptr_t)x & 15) == 0 && ((uintptr_t)act & 15) == 0 &&
              (H * 4) % 16 == 0 && (I * 4) % 16 == 0;
     for (int j = 1; ok && j < 3; j++)
@@ -624,34 +629,35 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
 
 /* -------------------------------------------------------------- router */
 
-/* The router of NT <= 4 tokens in one launch: gemv_fast's logits (same arithmetic, + 0.0f as
- * its bias-less store adds), then the block that finishes last (counted on `done`, after a
- * fence that publishes every block's logits) routes each token with one warp. */
+/* The router of NT <= 4 tokens in one launch. A block per logit: each of its warps sums a
+ * quarter of the row's chunks (router rows are few, so one warp per row would leave most SMs idle
+ * and take several DRAM round trips), and the quarters are added in order. Then the block that
+ * finishes last routes each token with one warp. */
 template <int DT, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged) {
-    __shared__ unsigned ticket;
+    __shared__ float part[GEMV_WARPS][NT];
     const xsrc xs = stage_x<DT>(x, K, NT, staged);
-    const int64_t row0 = gemv_row0<1>(blockIdx.x);
-    if (row0 < E) {
-        float acc[1][NT];
-        gemv_rows<DT, 1, NT>(acc, xs, w, E, K, row0);
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                logits[(size_t)t * E + row0] = acc[0][t] + 0.0f;
-    }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) ticket = atomicAdd(done, 1u);
-    __syncthreads();
-    if (ticket != gridDim.x - 1) return;
     const int warp = threadIdx.x / 32;
+    float acc[1][NT];
+    gemv_rows<DT, 1, NT>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            part[warp][t] = acc[0][t];
+    __syncthreads();
+    if (threadIdx.x < NT) {
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < GEMV_WARPS; q++)
+            v += part[q][threadIdx.x];
+        logits[(size_t)threadIdx.x * E + blockIdx.x] = v;
+    }
+    if (!cu_last_block(done, gridDim.x)) return;
     if (warp < NT)
         cu_route(ids + warp * k, wts + warp * k, logits + (size_t)warp * E, E, k, renorm);
-    if (threadIdx.x == 0) *done = 0; /* for the next launch */
 }
 
 /* Routing of logits already computed, a warp per token (the path for T > 4). */
@@ -664,7 +670,7 @@ __global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
 template <int DT>
 static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
                           const cu_w &wv, int E, int K, int T, int k, int renorm) {
-    const unsigned blocks = cu_blocks((size_t)E, GEMV_WARPS), th = GEMV_WARPS * 32;
+    const unsigned blocks = (unsigned)E, th = GEMV_WARPS * 32;
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     cudaStream_t s = c->stream;
     switch (T) {

@@ -577,15 +577,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
         part[hd] = mx;
         part[hd + 1] = sum;
     }
-    if (!a.counts) return;
-    __shared__ unsigned ticket;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) ticket = atomicAdd(a.counts + item, 1u);
-    __syncthreads();
-    if (ticket != (unsigned)a.splits - 1) return;
+    if (!a.counts || !cu_last_block(a.counts + item, (unsigned)a.splits)) return;
     attn_merge(a, item);
-    if (tid == 0) a.counts[item] = 0; /* for the next launch */
 }
 
 __global__ void attn_combine(att_params a) { attn_merge(a, blockIdx.x); }
