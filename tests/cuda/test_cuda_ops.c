@@ -7,7 +7,8 @@
  * buffer: elements the op must not write keep the poison on both sides
  * (compared exactly), the rest must agree to a relative tolerance measured
  * against max(|ref|, rms(ref)). One line per op, then "N passed, M failed".
- * Finally it times decode GEMV on large shapes (GB/s of weight bytes read)
+ * Finally it times decode GEMV on large shapes (GB/s of weight bytes read), one decode
+ * layer's ops at Qwen3-30B-A3B shapes
  * and the prefill matmul (GFLOP/s).
  *
  *   build-cuda/test_cuda [fixtures-dir (unused)]
@@ -833,6 +834,72 @@ static void bench_matmul(void) {
         }
 }
 
+/* The average time of `stmt` over 200 back-to-back runs on the GPU's stream, in us. */
+#define TIME_US(stmt)                                                                              \
+    ({                                                                                             \
+        for (int i_ = 0; i_ < 5; i_++)                                                             \
+            stmt;                                                                                  \
+        sl_cuda_sync(&gpu);                                                                        \
+        const double t0_ = sl_now();                                                               \
+        for (int i_ = 0; i_ < 200; i_++)                                                           \
+            stmt;                                                                                  \
+        sl_cuda_sync(&gpu);                                                                        \
+        (sl_now() - t0_) / 200 * 1e6;                                                              \
+    })
+
+/* One decode layer's ops at Qwen3-30B-A3B shapes (hidden 2048, 32/4 heads of 128, 128 experts of
+ * 768, top-8, int4; router BF16), each timed alone (launch overhead included, ~3 us a launch). */
+static void bench_layer(void) {
+    enum { H = 2048, QD = 4096, KVD = 512, NE = 128, I = 768, KT = 8 };
+    wpair q, k, v, o, router, nw, ex[3];
+    wpair_make(&q, SL_DTYPE_Q4, QD, H, 0.5f, 0);
+    wpair_make(&k, SL_DTYPE_Q4, KVD, H, 0.5f, 0);
+    wpair_make(&v, SL_DTYPE_Q4, KVD, H, 0.5f, 0);
+    wpair_make(&o, SL_DTYPE_Q4, H, QD, 0.5f, 0);
+    wpair_make(&router, SL_DTYPE_BF16, NE, H, 0.5f, 0);
+    wpair_make(&nw, SL_DTYPE_BF16, 0, H, 1.0f, 0);
+    wpair_make(&ex[0], SL_DTYPE_Q4, I, H, 0.5f, 0);
+    wpair_make(&ex[1], SL_DTYPE_Q4, I, H, 0.5f, 0);
+    wpair_make(&ex[2], SL_DTYPE_Q4, H, I, 0.5f, 0);
+    float *hx = rand_vec(QD, 1), *dx = UPF(hx, QD);
+    float *dy = gpu.ops->alloc(&gpu, (QD + 2 * KVD) * sizeof(float));
+    float *dres = gpu.ops->alloc(&gpu, H * sizeof(float)); /* add_rmsnorm's residual */
+    float *dl = gpu.ops->alloc(&gpu, NE * sizeof(float));
+    float *dact = gpu.ops->alloc(&gpu, KT * I * sizeof(float));
+    float *dw = gpu.ops->alloc(&gpu, KT * sizeof(float));
+    int32_t *dids = gpu.ops->alloc(&gpu, KT * sizeof(int32_t));
+    /* every expert of the table is the same three matrices: the bytes read are those of 8 */
+    sl_expert_ptrs rows[NE];
+    for (int e = 0; e < NE; e++)
+        for (int j = 0; j < 3; j++) {
+            rows[e].p[3 * j] = ex[j].d.data;
+            rows[e].p[3 * j + 1] = ex[j].d.scales;
+            rows[e].p[3 * j + 2] = ex[j].d.biases;
+        }
+    sl_expert_ptrs *table = up(rows, sizeof rows);
+    const sl_tensor *proto[3] = {&ex[0].d, &ex[1].d, &ex[2].d};
+    float *qkv_y[3] = {dy, dy + QD, dy + QD + KVD};
+    const float *qkv_x[3] = {dx, dx, dx};
+    const sl_tensor *qkv_w[3] = {&q.d, &k.d, &v.d};
+    const int32_t ones[3] = {1, 1, 1};
+    const double t_norm = TIME_US(gpu.ops->add_rmsnorm(&gpu, dy, dres, dx, &nw.d, 1, H, 1e-6f, 0));
+    const double t_qkv = TIME_US(gpu.ops->matmul_batch(&gpu, qkv_y, qkv_x, qkv_w, ones, 3));
+    const double t_o = TIME_US(gpu.ops->matmul(&gpu, dy, dx, &o.d, NULL, 1));
+    const double t_route = TIME_US(gpu.ops->moe_route(&gpu, dids, dw, dl, dx, &router.d, 1, KT, 1));
+    const double t_rgemv = TIME_US(gpu.ops->matmul(&gpu, dl, dx, &router.d, NULL, 1));
+    const double t_exp =
+        TIME_US(gpu.ops->moe_experts(&gpu, dy, dact, dx, dids, dw, table, proto, 1, KT));
+    printf("decode layer ops (Qwen3-30B-A3B shapes, int4), us each, launch included:\n"
+           "  add_rmsnorm %.1f | q/k/v batch %.1f | o-proj %.1f | router+top-k %.1f (its GEMV "
+           "alone %.1f) | experts %.1f\n",
+           t_norm, t_qkv, t_o, t_route, t_rgemv, t_exp);
+    wpair *all[] = {&q, &k, &v, &o, &router, &nw, &ex[0], &ex[1], &ex[2]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        wpair_free(all[i]);
+    free(hx);
+    dfree(dx), dfree(dy), dfree(dres), dfree(dl), dfree(dact), dfree(dw), dfree(dids), dfree(table);
+}
+
 static void bench_attention(void) {
     const int nh = 32, nkv = 4, hd = 128, ctx = 4096;
     const size_t kvn = (size_t)ctx * nkv * hd;
@@ -1040,6 +1107,7 @@ int main(int argc, char **argv) {
     printf("%d passed, %d failed\n", ops_passed, ops_failed);
     if (!getenv("SL_CUDA_NO_BENCH")) {
         bench_matmul();
+        bench_layer();
         bench_attention();
     }
     sl_backend_cuda_free(&gpu);
