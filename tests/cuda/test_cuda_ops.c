@@ -973,10 +973,11 @@ static void test_matmul_batch(void) {
 static void test_moe(void) {
     op_report r;
     op_begin(&r, "moe_route");
-    static const int32_t Es[] = {8, 60, 128, 513}, ks[] = {1, 4, 8}, Ts[] = {1, 3, 4, 6};
+    /* 1100 experts: the top-k reads p instead of registers; k = 40: picks past the 32 lanes */
+    static const int32_t Es[] = {8, 60, 128, 513, 1100}, ks[] = {1, 4, 8, 40}, Ts[] = {1, 3, 4, 6};
     static const sl_dtype rdts[] = {SL_DTYPE_BF16, SL_DTYPE_Q4, SL_DTYPE_F32};
     enum { KR = 256 };
-    for (int ei = 0; ei < 4; ei++)
+    for (int ei = 0; ei < 5; ei++)
         for (int di = 0; di < 3; di++) {
             const int32_t E = Es[ei];
             wpair rw;
@@ -988,14 +989,14 @@ static void test_moe(void) {
                 memcpy(h + (size_t)(E / 2) * rb, h + 3 * rb, rb);
                 gpu.ops->to_dev(&gpu, (void *)rw.d.data, h, (size_t)E * rb);
             }
-            for (int ki = 0; ki < 3; ki++)
+            for (int ki = 0; ki < 4; ki++)
                 for (int ti = 0; ti < 4; ti++) {
                     const int32_t k = ks[ki], T = Ts[ti];
                     if (k > E) continue;
                     float *hx = rand_vec((size_t)T * KR, 1), *dx = UPF(hx, T * KR);
                     float *hl = poison_vec((size_t)T * E), *dl = UPF(hl, T * E);
-                    int32_t hid[6 * 8], gid[6 * 8], *did = gpu.ops->alloc(&gpu, sizeof hid);
-                    float hw[6 * 8], *dw = gpu.ops->alloc(&gpu, sizeof hw);
+                    int32_t hid[6 * 40], gid[6 * 40], *did = gpu.ops->alloc(&gpu, sizeof hid);
+                    float hw[6 * 40], *dw = gpu.ops->alloc(&gpu, sizeof hw);
                     const int renorm = ti & 1;
                     cpu.ops->moe_route(&cpu, hid, hw, hl, hx, &rw.h, T, k, renorm);
                     gpu.ops->moe_route(&gpu, did, dw, dl, dx, &rw.d, T, k, renorm);
