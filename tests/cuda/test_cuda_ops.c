@@ -938,27 +938,39 @@ static void bench_attention(void) {
 }
 
 /* matmul_batch: one launch for equal T <= 4, a fallback for mixed T; against the CPU. */
+/* matmul_batch: one GEMV launch (same T <= 4), one per T <= 4 plus a tiled launch of those with
+ * T > 4 (mixed T; items of several row and token tiles), each item against the CPU. */
 static void test_matmul_batch(void) {
     op_report r;
     op_begin(&r, "matmul_batch");
-    enum { NB = 5, N = 96, K = 256 };
+    enum { NB = 5, K = 256 };
     static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
-    static const int32_t Ts[3][NB] = {{1, 1, 1, 1, 1}, {3, 3, 3, 3, 3}, {1, 2, 5, 1, 3}};
+    static const int32_t Ns[NB] = {96, 33, 130, 64, 200};
+    static const int32_t Ts[4][NB] = {
+        {1, 1, 1, 1, 1}, {3, 3, 3, 3, 3}, {1, 2, 5, 1, 3}, {6, 70, 1, 9, 65}};
     for (size_t di = 0; di < 3; di++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < 4; c++) {
             wpair w[NB];
             float *hx[NB], *hy[NB], *dx[NB], *dy[NB];
             const sl_tensor *wh[NB], *wd[NB];
             for (int i = 0; i < NB; i++) {
+                const int32_t N = Ns[i], T = Ts[c][i];
                 wpair_make(&w[i], dts[di], N, K, 0.5f, 0);
                 wh[i] = &w[i].h, wd[i] = &w[i].d;
-                hx[i] = rand_vec((size_t)Ts[c][i] * K, 1), dx[i] = UPF(hx[i], Ts[c][i] * K);
-                hy[i] = poison_vec((size_t)Ts[c][i] * N + 3), dy[i] = UPF(hy[i], Ts[c][i] * N + 3);
+                hx[i] = rand_vec((size_t)T * K, 1), dx[i] = UPF(hx[i], T * K);
+                hy[i] = poison_vec((size_t)T * N + 3), dy[i] = UPF(hy[i], T * N + 3);
             }
             cpu.ops->matmul_batch(&cpu, hy, (const float *const *)hx, wh, Ts[c], NB);
             gpu.ops->matmul_batch(&gpu, dy, (const float *const *)dx, wd, Ts[c], NB);
             for (int i = 0; i < NB; i++) {
-                check(&r, "matmul_batch", dy[i], hy[i], (size_t)Ts[c][i] * N + 3, 1e-4);
+                const size_t yn = (size_t)Ts[c][i] * Ns[i] + 3;
+                check(&r, "matmul_batch", dy[i], hy[i], yn, 1e-4);
+                /* bitwise what the item computes alone */
+                float *dz = UPF(hy[i], yn);
+                gpu.ops->matmul(&gpu, dz, dx[i], wd[i], NULL, Ts[c][i]);
+                float *alone = down(dz, yn);
+                check(&r, "batch item vs alone", dy[i], alone, yn, 0);
+                free(alone), dfree(dz);
                 wpair_free(&w[i]);
                 free(hx[i]), free(hy[i]), dfree(dx[i]), dfree(dy[i]);
             }
