@@ -107,8 +107,13 @@ typedef struct sl_ops {
     void (*to_host)(const sl_backend *be, void *host, const void *src, size_t bytes);
     void (*to_dev)(const sl_backend *be, void *dst, const void *host, size_t bytes);
     /* Queues a copy from host memory that stays unchanged until the next sync or to_host
-     * (expert blobs); sync waits for everything queued. */
+     * (expert blobs), on a copy queue of the backend's own where it has one (CUDA: a second
+     * stream): it starts after every op queued before it, and ops queued after it see its bytes
+     * once copy_join has been called (or a sync). sync waits for everything queued. */
     void (*to_dev_async)(const sl_backend *be, void *dst, const void *host, size_t bytes);
+    /* Optional (NULL where to_dev_async is in queue order): ops queued from now on run after
+     * every to_dev_async queued so far. */
+    void (*copy_join)(const sl_backend *be);
     void (*sync)(const sl_backend *be);
     /* Optional: records the ops queued between graph_begin and graph_end (one decode step) and
      * launches them as one graph (CUDA graphs: a launch per step instead of per kernel; a new

@@ -274,6 +274,20 @@ static int fused_experts(sl_session *s, int32_t l, const int32_t *ids) {
                                 proto, 1, m->cfg.n_experts_used);
 }
 
+/* The shared expert of layer l (when it has one) into sh_out: sigmoid(gate . x) * shared(x).
+ * Queued where the routed experts leave the device idle or copying: after the host has read
+ * the picks (their copies then overlap it), or after the fused kernels. */
+static void shared_expert(sl_session *s, const sl_layer *L, int32_t T) {
+    const sl_backend *be = &s->model->be;
+    sl_session_buf *b = &s->b;
+    if (!L->sh_router.data) return;
+    swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
+    be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
+    be->ops->activate(be, b->sh_logit, b->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
+    be->ops->weighted_sum(be, b->sh_out, b->ffn_out, b->sh_logit, T, 1,
+                          (int32_t)s->model->cfg.hidden_size);
+}
+
 /*
  * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
  * each expert's weights are fetched and streamed through once per chunk;
@@ -302,9 +316,11 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         b->moe_pending[l] = 1;
         double t1 = sl_now();
         m->stats.t_router += t1 - t0;
+        shared_expert(s, L, T);
         goto shared;
     }
     be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
+    shared_expert(s, L, T); /* the device runs it while the host fetches and copies experts */
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
     for (int32_t i = 0; i < T * k; i++) {
         SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
@@ -346,8 +362,10 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
          * router's to_host above already waited for those of earlier calls). */
         if (j0 && m->dev.layers) be->ops->sync(be);
         sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
-        if (!st && m->dev.layers)
+        if (!st && m->dev.layers) {
             sl_dev_cache_map(&m->dev, be, l, b->expert_list + j0, nj, b->fetched);
+            if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */
+        }
         double t2 = sl_now();
         m->stats.t_expert_io += t2 - t1;
         if (st) return st;
@@ -370,14 +388,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     if (!fused) be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
 shared:
-    if (L->sh_router.data) {
-        swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
-        /* out += sigmoid(gate . x) * shared(x), all in backend memory */
-        be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
-        be->ops->activate(be, b->sh_logit, b->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
-        be->ops->weighted_sum(be, b->xg, b->ffn_out, b->sh_logit, T, 1, (int32_t)H);
-        be->ops->axpy(be, b->out, 1.0f, b->xg, (size_t)T * H);
-    }
+    if (L->sh_router.data) be->ops->axpy(be, b->out, 1.0f, b->sh_out, (size_t)T * H);
     return SL_OK;
 }
 

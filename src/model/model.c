@@ -443,6 +443,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->expert_out = carve(cv, B * k * H, sizeof(float));
     b->router_logits = carve(cv, B * E, sizeof(float));
     b->sh_logit = carve(cv, B, sizeof(float));
+    b->sh_out = carve(cv, c->shared_intermediate_size > 0 ? B * H : 0, sizeof(float));
     b->topk_ids = carve(hv, B * k, sizeof(int32_t));
     b->expert_list = carve(hv, E, sizeof(int32_t));
     b->expert_rows = carve(hv, B * k, sizeof(int32_t));

@@ -156,6 +156,7 @@ typedef struct sl_session_buf {
     float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
     float *router_logits;      /* [B, E] */
     float *sh_logit;           /* [B] */
+    float *sh_out;             /* [B, H] the shared expert's gated output (when there is one) */
     int32_t *topk_ids;         /* host [B, k] */
     int32_t *expert_list;      /* host [E] distinct experts of the chunk, ascending */
     int32_t *expert_rows;      /* host [B * k] (token * k + rank) grouped by expert */
