@@ -281,11 +281,13 @@ static void shared_expert(sl_session *s, const sl_layer *L, int32_t T) {
     const sl_backend *be = &s->model->be;
     sl_session_buf *b = &s->b;
     if (!L->sh_router.data) return;
+    const double t0 = sl_now();
     swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
     be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
     be->ops->activate(be, b->sh_logit, b->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
     be->ops->weighted_sum(be, b->sh_out, b->ffn_out, b->sh_logit, T, 1,
                           (int32_t)s->model->cfg.hidden_size);
+    s->model->stats.t_expert_compute += sl_now() - t0;
 }
 
 /*
@@ -320,7 +322,6 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         goto shared;
     }
     be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
-    shared_expert(s, L, T); /* the device runs it while the host fetches and copies experts */
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
     for (int32_t i = 0; i < T * k; i++) {
         SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
@@ -341,6 +342,8 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     int fused = 0;
     double t1 = sl_now();
     m->stats.t_router += t1 - t0;
+    shared_expert(s, L, T); /* a device runs it while the host fetches and copies experts */
+    t1 = sl_now();
 
     /* Experts in groups the cache can hold at once, so each is read at most once
      * per chunk; those already cached go first, before any miss can evict them.
