@@ -261,6 +261,12 @@ static void experts_batched(sl_session *s, const int32_t *list, const sl_expert 
     be->ops->copy_rows(be, b->expert_out, b->grp_idx + rows, b->ffn_out, NULL, rows, (int32_t)H);
 }
 
+/* The shapes and dtypes of layer l's expert slots in the device cache (all alike). */
+static void dev_proto(const sl_model *m, int32_t l, const sl_tensor *proto[3]) {
+    const sl_expert *v = &m->dev.layers[l].views[0];
+    proto[0] = &v->gate, proto[1] = &v->up, proto[2] = &v->down;
+}
+
 /* One token's k experts (picks ids, weights in topk_w_dev) through the backend's fused
  * kernels, on the device cache's table of layer l, combined into out; 0 when there is no such
  * cache or kernel. */
@@ -268,10 +274,23 @@ static int fused_experts(sl_session *s, int32_t l, const int32_t *ids) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
     if (!m->dev.layers || !be->ops->moe_experts) return 0;
-    const sl_dev_layer *D = &m->dev.layers[l];
-    const sl_tensor *proto[3] = {&D->views[0].gate, &D->views[0].up, &D->views[0].down};
-    return be->ops->moe_experts(be, s->b.out, s->b.moe_act, s->b.xn, ids, s->b.topk_w_dev, D->table,
-                                proto, 1, m->cfg.n_experts_used);
+    const sl_tensor *proto[3];
+    dev_proto(m, l, proto);
+    return be->ops->moe_experts(be, s->b.out, s->b.moe_act, s->b.xn, ids, s->b.topk_w_dev,
+                                m->dev.layers[l].table, proto, 1, m->cfg.n_experts_used);
+}
+
+int blk_experts_need_no_host(const sl_model *m) {
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        if (!m->layers[l].is_moe) continue;
+        if (!m->dev.all || !m->dev.layers[l].views || !m->be.ops->moe_experts) return 0;
+        const sl_tensor *proto[3];
+        dev_proto(m, l, proto);
+        if (!m->be.ops->moe_experts(&m->be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0,
+                                    m->cfg.n_experts_used))
+            return 0;
+    }
+    return 1;
 }
 
 /* The shared expert of layer l (when it has one) into sh_out: sigmoid(gate . x) * shared(x).

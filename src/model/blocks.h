@@ -52,6 +52,10 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
 /* The bookkeeping the no-sync expert path left for later (router histogram, GPU cache counts):
  * after each forward pass, once its work is done. */
 void blk_moe_settle(sl_session *s);
+/* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
+ * device slot and the backend's fused kernels taking their weights (the MoE block's no-sync
+ * path). */
+int blk_experts_need_no_host(const sl_model *m);
 
 /* Hyper-connections (hyper.c): the tensors of one gated residual under the prefix fmt % l
  * (without inject for the final mixer); its grouped norm over the hc streams; the mix of

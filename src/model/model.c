@@ -12,11 +12,11 @@
 #include "format/pack.h"
 #include "model/blocks.h"
 
+/* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
+ * model runs) and as a text-only one. */
 static const sl_family *const families[] = {
-    &sl_family_qwen3_moe,        &sl_family_qwen2_moe, &sl_family_qwen3_next,
-    &sl_family_qwen3_5_moe, /* the vision-language checkpoint: its text model */
-    &sl_family_qwen3_5_moe_text, &sl_family_qwen4_exp, /* the vision-language checkpoint: its text
-                                                          model */
+    &sl_family_qwen3_moe,      &sl_family_qwen2_moe,        &sl_family_qwen3_next,
+    &sl_family_qwen3_5_moe,    &sl_family_qwen3_5_moe_text, &sl_family_qwen4_exp,
     &sl_family_qwen4_exp_text,
 };
 
@@ -122,22 +122,6 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
     return st;
 }
 
-/* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
- * device slot and the backend's fused kernels taking their weights (the MoE block's no-sync
- * path). */
-static int experts_need_no_host(const sl_model *m) {
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
-        if (!m->layers[l].is_moe) continue;
-        if (!m->dev.all || !m->dev.layers[l].views || !m->be.ops->moe_experts) return 0;
-        const sl_expert *v = &m->dev.layers[l].views[0];
-        const sl_tensor *proto[3] = {&v->gate, &v->up, &v->down};
-        if (!m->be.ops->moe_experts(&m->be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0,
-                                    m->cfg.n_experts_used))
-            return 0;
-    }
-    return 1;
-}
-
 /* Pins (or unpins) the expert store's own host buffers: resident blobs or stream slots. */
 static void pin_store(sl_model *m, int pin) {
     for (int32_t l = 0; l < m->experts.n_layers; l++) {
@@ -231,8 +215,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
     if (!st)
-        m->graphs =
-            p.graphs && m->be.ops->graph_begin && m->family->graph_steps && experts_need_no_host(m);
+        m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
+                    blk_experts_need_no_host(m);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
