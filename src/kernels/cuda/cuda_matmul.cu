@@ -304,14 +304,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #define GM_BN 64 /* rows per block */
 #define GM_BK 32
 
+/* The tile of rows n0.. and tokens t0.. (a block of 256 threads). */
 template <int DT>
-__global__ void __launch_bounds__(256)
-    gemm_tiled(float *__restrict__ y, const float *__restrict__ x, cu_w w,
-               const void *__restrict__ bias, int bias_dt, int N, int K, int T) {
+__device__ __forceinline__ void gemm_tile(float *__restrict__ y, const float *__restrict__ x,
+                                          cu_w w, const void *__restrict__ bias, int bias_dt,
+                                          int N, int K, int T, int64_t n0, int64_t t0) {
     __shared__ __align__(16) float xs[GM_BK][GM_BM + 4];
     __shared__ __align__(16) float wsm[GM_BK][GM_BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int64_t n0 = (int64_t)blockIdx.x * GM_BN, t0 = (int64_t)blockIdx.y * GM_BM;
     w.dt = DT; /* lets the compiler resolve cu_load_w's branches */
     float acc[4][4] = {};
     for (int k0 = 0; k0 < K; k0 += GM_BK) {
@@ -347,6 +347,35 @@ __global__ void __launch_bounds__(256)
             if (t < T) y[(size_t)t * N + n] = acc[i][j] + bv;
         }
     }
+}
+
+template <int DT>
+__global__ void __launch_bounds__(256)
+    gemm_tiled(float *__restrict__ y, const float *__restrict__ x, cu_w w,
+               const void *__restrict__ bias, int bias_dt, int N, int K, int T) {
+    gemm_tile<DT>(y, x, w, bias, bias_dt, N, K, T, (int64_t)blockIdx.x * GM_BN,
+                  (int64_t)blockIdx.y * GM_BM);
+}
+
+/* One product of a tiled batch: its tiles are tile0 .. tile0 + tiles_n * tiles_t - 1 of the
+ * launch, row tiles fastest. */
+typedef struct gemm_item {
+    float *y;
+    const float *x;
+    cu_w w;
+    int N, T, tile0, tiles_n;
+} gemm_item;
+
+/* A batch of T > 4 products of one dtype and K in one launch, a block per tile of any of them
+ * (map[b]: the item of block b), each tile computed as gemm_tiled computes it. Prefill's expert
+ * batches: a launch per expert left most SMs idle (12 to 32 tiles each). */
+template <int DT>
+__global__ void __launch_bounds__(256)
+    gemm_tiled_batch(const gemm_item *__restrict__ items, const int32_t *__restrict__ map, int K) {
+    const gemm_item it = items[map[blockIdx.x]];
+    const int tile = (int)blockIdx.x - it.tile0;
+    gemm_tile<DT>(it.y, it.x, it.w, nullptr, 0, it.N, K, it.T,
+                  (int64_t)(tile % it.tiles_n) * GM_BN, (int64_t)(tile / it.tiles_n) * GM_BM);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -466,43 +495,120 @@ static void launch_batch(const cu_ctx *c, const gemv_item *items, const gemv_ite
     }
 }
 
-/* One launch when every product has the same T <= 4 and the fast GEMV's alignment; else one
- * matmul after another. */
-void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
-                     const sl_tensor *const *w, const int32_t *T, int32_t n) {
-    if (n <= 0) return;
-    const int dt = (int)w[0]->dtype, E = chunk_of(dt);
-    const int64_t K = w[0]->shape[1];
+/* Whether product i can be one item of a GEMV batch of dtype dt (chunk E) and K. */
+static int gemv_item_ok(const sl_tensor *w, const float *x, int32_t T, int dt, int E, int64_t K) {
+    return E > 0 && T >= 1 && T <= 4 && K % E == 0 && (int)w->dtype == dt && w->shape[1] == K &&
+           w->shape[0] < INT32_MAX && ((uintptr_t)w->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
+}
+
+/* The products sel[0..n) (all T, dtype dt and K; gemv_item_ok) as one GEMV launch. */
+static void gemv_batch(const sl_backend *be, float *const *y, const float *const *x,
+                       const sl_tensor *const *w, const int32_t *sel, int32_t n, int32_t T, int dt,
+                       int K) {
+    cu_ctx *c = cu_of(be);
+    gemv_items small = {};
+    gemv_item *items = n <= SMALL_BATCH ? small.it : (gemv_item *)c->items_host;
+    SL_ASSERT((size_t)n * sizeof *items <= c->items_bytes / 2); /* cu_matmul_batch checked */
     int64_t N = 0, rows = 0;
-    int ok = E > 0 && T[0] >= 1 && T[0] <= 4 && K % E == 0 && n <= 65535;
-    for (int32_t i = 0; ok && i < n; i++) {
-        ok = T[i] == T[0] && (int)w[i]->dtype == dt && w[i]->shape[1] == K &&
-             w[i]->shape[0] < INT32_MAX && ((uintptr_t)w[i]->data & 15) == 0 &&
-             ((uintptr_t)x[i] & 15) == 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t i = sel[j];
+        items[j] = gemv_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0]};
         N = SL_MAX(N, w[i]->shape[0]);
         rows += w[i]->shape[0];
     }
-    if (!ok) {
+    const gemv_item *dev =
+        n <= SMALL_BATCH ? NULL : (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
+    switch (dt) {
+    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, K, T); break;
+    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T); break;
+    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T); break;
+    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T); break;
+    default: launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T); break;
+    }
+    CUDA_LAUNCHED();
+}
+
+/* The products sel[0..n) (T > 4, dtype dt and K) as one tiled launch; 0 when their items and
+ * tile map do not fit the parameter ring (the caller then runs them one by one). */
+static int gemm_batch(const sl_backend *be, float *const *y, const float *const *x,
+                      const sl_tensor *const *w, const int32_t *T, const int32_t *sel, int32_t n,
+                      int dt, int K) {
+    cu_ctx *c = cu_of(be);
+    size_t tiles = 0;
+    for (int32_t j = 0; j < n; j++)
+        tiles += (size_t)cu_blocks((size_t)w[sel[j]]->shape[0], GM_BN) *
+                 cu_blocks((size_t)T[sel[j]], GM_BM);
+    const size_t ib = ((size_t)n * sizeof(gemm_item) + 15) & ~(size_t)15;
+    const size_t bytes = ib + tiles * sizeof(int32_t);
+    if (bytes > c->items_bytes / 2 || bytes > c->stage_bytes / 8 || tiles > 0x7fffffff) return 0;
+    gemm_item *items = (gemm_item *)c->items_host;
+    int32_t *map = (int32_t *)(c->items_host + ib);
+    int tile = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t i = sel[j];
+        const int tn = (int)cu_blocks((size_t)w[i]->shape[0], GM_BN);
+        const int tt = (int)cu_blocks((size_t)T[i], GM_BM);
+        items[j] = gemm_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], T[i], tile, tn};
+        for (int b = 0; b < tn * tt; b++)
+            map[tile + b] = j;
+        tile += tn * tt;
+    }
+    const uint8_t *dev = (const uint8_t *)cu_items(be, items, bytes);
+    const gemm_item *di = (const gemm_item *)dev;
+    const int32_t *dm = (const int32_t *)(dev + ib);
+    cudaStream_t s = c->stream;
+    switch (dt) {
+    case SL_DTYPE_F32: gemm_tiled_batch<SL_DTYPE_F32><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
+    case SL_DTYPE_F16: gemm_tiled_batch<SL_DTYPE_F16><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
+    case SL_DTYPE_BF16: gemm_tiled_batch<SL_DTYPE_BF16><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
+    case SL_DTYPE_Q8: gemm_tiled_batch<SL_DTYPE_Q8><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
+    default: gemm_tiled_batch<SL_DTYPE_Q4><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
+    }
+    CUDA_LAUNCHED();
+    return 1;
+}
+
+/*
+ * A batch as few launches as its products allow, each product computed exactly as cu_matmul
+ * computes it alone (so its bits never depend on the batch around it): those with the same T <= 4
+ * and the fast GEMV's alignment as one GEMV launch per T, those with T > 4 as one tiled launch,
+ * when all share dtype and K; anything else one matmul after another.
+ */
+void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                     const sl_tensor *const *w, const int32_t *T, int32_t n) {
+    if (n <= 0) return;
+    cu_ctx *c = cu_of(be);
+    const int dt = (int)w[0]->dtype, E = chunk_of(dt);
+    const int64_t K = w[0]->shape[1];
+    /* the host parameter block (no allocation in the forward pass): items in its first half,
+     * the indices of one launch's products (sel) in its second */
+    int same = E > 0 && K < INT32_MAX && n <= 65535 &&
+               (size_t)n * sizeof(gemv_item) <= c->items_bytes / 2 &&
+               (size_t)n * sizeof(int32_t) <= c->items_bytes / 2;
+    for (int32_t i = 0; same && i < n; i++)
+        same = (int)w[i]->dtype == dt && w[i]->shape[1] == K && w[i]->shape[0] < INT32_MAX;
+    if (!same) {
         for (int32_t i = 0; i < n; i++)
             cu_matmul(be, y[i], x[i], w[i], NULL, T[i]);
         return;
     }
-    cu_ctx *c = cu_of(be);
-    gemv_items small = {};
-    gemv_item *items = n <= SMALL_BATCH ? small.it : (gemv_item *)c->items_host;
-    SL_ASSERT((size_t)n * sizeof *items <= c->items_bytes); /* no allocation in the forward pass */
-    for (int32_t i = 0; i < n; i++)
-        items[i] = gemv_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0]};
-    const gemv_item *dev =
-        n <= SMALL_BATCH ? NULL : (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
-    switch (dt) {
-    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
-    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
-    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
-    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
-    default: launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, (int)K, T[0]); break;
+    int32_t *sel = (int32_t *)(c->items_host + c->items_bytes / 2);
+    for (int32_t t = 1; t <= 4; t++) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (T[i] == t && gemv_item_ok(w[i], x[i], t, dt, E, K)) sel[m++] = i;
+        if (m) gemv_batch(be, y, x, w, sel, m, t, dt, (int)K);
     }
-    CUDA_LAUNCHED();
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (T[i] > 4)
+            sel[m++] = i;
+        else if (T[i] >= 1 && !gemv_item_ok(w[i], x[i], T[i], dt, E, K))
+            cu_matmul(be, y[i], x[i], w[i], NULL, T[i]);
+    }
+    if (m && !gemm_batch(be, y, x, w, T, sel, m, dt, (int)K))
+        for (int32_t j = 0; j < m; j++)
+            cu_matmul(be, y[sel[j]], x[sel[j]], w[sel[j]], NULL, T[sel[j]]);
 }
 
 /* ------------------------------------------------------ routed experts */
