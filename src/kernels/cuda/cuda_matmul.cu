@@ -736,10 +736,73 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
 
 /* -------------------------------------------------------------- router */
 
+/*
+ * Router top-k of one token's E <= ROUTE_BLOCK_MAX logits p by the whole block, k <= 32: the
+ * picks and weights cu_route gives, without its k serial rounds (one warp's, which took ~7 us
+ * of the router kernel on an H200): each entry's rank in the order of cu_ranks_before is counted
+ * against all E probabilities in shared memory, and the entries ranked below k are the picks.
+ * When the softmax sum is NaN (a NaN or infinite logit) every probability is NaN, and the picks
+ * are 0 .. k-1, as sl_router_topk's are then. The logits are read through L2 (__ldcg).
+ */
+#define ROUTE_BLOCK_MAX 256
+
+__device__ __forceinline__ float block_reduce(float v, bool max_not_sum, float *red) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x / 32, nw = blockDim.x / 32;
+    v = max_not_sum ? warp_max(v) : warp_sum(v);
+    __syncthreads(); /* red's last use is over */
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    if (wid == 0) {
+        float t = lane < nw ? red[lane] : max_not_sum ? -INFINITY : 0.0f;
+        t = max_not_sum ? warp_max(t) : warp_sum(t);
+        if (lane == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+__device__ void cu_route_block(int32_t *ids, float *w, float *p, int E, int k, int renorm) {
+    __shared__ float sp[ROUTE_BLOCK_MAX], red[33];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    float mx = -INFINITY;
+    for (int e = tid; e < E; e += nt) {
+        sp[e] = __ldcg(p + e);
+        mx = fmaxf(mx, sp[e]);
+    }
+    mx = block_reduce(mx, true, red);
+    float sum = 0.0f;
+    for (int e = tid; e < E; e += nt)
+        sum += sp[e] = expf(sp[e] - mx);
+    sum = block_reduce(sum, false, red);
+    for (int e = tid; e < E; e += nt)
+        p[e] = sp[e] /= sum;
+    __syncthreads();
+    float *wk = red; /* the picks' weights in rank order */
+    if (isnan(sum)) {
+        if (tid < k) ids[tid] = tid, wk[tid] = sp[tid];
+    } else {
+        for (int e = tid; e < E; e += nt) {
+            const float x = sp[e];
+            int rank = 0;
+            for (int j = 0; j < E; j++)
+                rank += cu_ranks_before(sp[j], j, x, e);
+            if (rank < k) ids[rank] = e, wk[rank] = x;
+        }
+    }
+    __syncthreads();
+    if (tid < k) {
+        float s = 0.0f;
+        if (renorm)
+            for (int r = 0; r < k; r++) /* rank order, as the CPU sums */
+                s += wk[r];
+        w[tid] = renorm ? wk[tid] / s : wk[tid];
+    }
+}
+
 /* The router of NT <= 4 tokens in one launch. A block per logit: each of its warps sums a
  * quarter of the row's chunks (router rows are few, so one warp per row would leave most SMs idle
  * and take several DRAM round trips), and the quarters are added in order. Then the block that
- * finishes last routes each token with one warp. */
+ * finishes last routes each token (cu_route_block, else a warp per token). */
 template <int DT, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
@@ -763,8 +826,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         logits[(size_t)threadIdx.x * E + blockIdx.x] = v;
     }
     if (!cu_last_block(done, gridDim.x)) return;
-    if (warp < NT)
+    if (E <= ROUTE_BLOCK_MAX && k <= 32 && E <= 2 * (int)blockDim.x) {
+        for (int t = 0; t < NT; t++) {
+            cu_route_block(ids + t * k, wts + t * k, logits + (size_t)t * E, E, k, renorm);
+            __syncthreads(); /* sp and red are reused by the next token */
+        }
+    } else if (warp < NT) {
         cu_route(ids + warp * k, wts + warp * k, logits + (size_t)warp * E, E, k, renorm);
+    }
 }
 
 /* Routing of logits already computed, a warp per token (the path for T > 4). */
