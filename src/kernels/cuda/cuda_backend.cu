@@ -1,9 +1,11 @@
 /*
- * The CUDA backend: context (one GPU, one stream), memory, and the sl_ops table.
+ * The CUDA backend: context (one GPU, a compute stream and a copy stream), memory,
+ * and the sl_ops table.
  *
- * Every op is queued on the context's single non-blocking stream and returns at
- * once; only alloc's zero-fill, to_host, to_dev and release order themselves with
- * the host. Kernels live in cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the
+ * Every op is queued on the context's non-blocking compute stream and returns at
+ * once, except the expert copies (to_dev_async), which go on the copy stream and
+ * join the compute stream at copy_join or a sync; only alloc's zero-fill, to_host,
+ * to_dev and release order themselves with the host. Kernels live in cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the
  * rest); each one is tested against the CPU op in tests/cuda/test_cuda_ops.c.
  */
 #include "kernels/cuda/cuda_common.cuh"
@@ -68,9 +70,15 @@ static void *cu_alloc(const sl_backend *be, size_t bytes) {
     return p;
 }
 
+/* Waits for both streams (memory a queued copy may still write or read). */
+static void cu_wait_all(const cu_ctx *c) {
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->copy));
+}
+
 static void cu_release(const sl_backend *be, void *p) {
     if (!p) return;
-    CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+    cu_wait_all(cu_of(be));
     CUDA_CHECK(cudaFree(p));
 }
 
@@ -87,13 +95,23 @@ static void cu_pin(const sl_backend *be, void *host, size_t bytes) {
 
 static void cu_unpin(const sl_backend *be, void *host) {
     if (!host) return;
-    CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream)); /* no copy may still read it */
+    cu_wait_all(cu_of(be)); /* no copy may still read it */
     if (cudaHostUnregister(host) != cudaSuccess) (void)cudaGetLastError(); /* was never pinned */
+}
+
+/* The compute stream waits for the expert copies queued so far. */
+static void cu_copy_join(const sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    if (!c->copies_open) return;
+    CUDA_CHECK(cudaEventRecord(c->ev_copy, c->copy));
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ev_copy, 0));
+    c->copies_open = 0;
 }
 
 static void cu_sync(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     if (cu_refuse_in_graph(c)) return;
+    cu_copy_join(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     if (c->scratch_old) CUDA_CHECK(cudaFree(c->scratch_old));
     c->scratch_old = NULL;
@@ -111,9 +129,17 @@ static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t
     cu_sync(be);
 }
 
+/* On the copy stream, after the compute work queued before the batch's first copy (which may
+ * still read a slot being refilled). */
 static void cu_to_dev_async(const sl_backend *be, void *dst, const void *host, size_t bytes) {
-    if (!bytes || cu_refuse_in_graph(cu_of(be))) return; /* the host memory may be pageable */
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cu_of(be)->stream));
+    cu_ctx *c = cu_of(be);
+    if (!bytes || cu_refuse_in_graph(c)) return; /* the host memory may be pageable */
+    if (!c->copies_open) {
+        CUDA_CHECK(cudaEventRecord(c->ev_compute, c->stream));
+        CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->ev_compute, 0));
+        c->copies_open = 1;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->copy));
 }
 
 /* Small copies go through the staging ring and do not wait; large ones wait, since the host
@@ -133,7 +159,8 @@ static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t 
         c->stage_off = (c->stage_off + bytes + 255) & ~(size_t)255;
         return;
     }
-    cu_to_dev_async(be, dst, host, bytes);
+    if (cu_refuse_in_graph(c)) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
     cu_sync(be);
 }
 
@@ -156,6 +183,7 @@ void *cu_items(const sl_backend *be, const void *host, size_t bytes) {
 /* Relaxed mode, so the host may allocate while recording: a scratch growth does (cu_scratch). */
 static void cu_graph_begin(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
+    cu_copy_join(be); /* before recording: the wait on the copy stream stays outside the graph */
     c->broken = 0;
     if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
         (void)cudaGetLastError(); /* not recording: the ops run one by one */
@@ -207,6 +235,7 @@ static sl_ops make_ops(void) {
     o.to_host = cu_to_host;
     o.to_dev = cu_to_dev;
     o.to_dev_async = cu_to_dev_async;
+    o.copy_join = cu_copy_join;
     o.status = cu_status;
     o.sync = cu_sync;
     o.graph_begin = cu_graph_begin;
@@ -242,6 +271,22 @@ static sl_ops make_ops(void) {
 
 static const sl_ops cuda_ops = make_ops();
 
+/* Frees whatever of a context exists (its streams idle). */
+static void cu_ctx_destroy(cu_ctx *c) {
+    if (c->scratch) cudaFree(c->scratch);
+    if (c->scratch_old) cudaFree(c->scratch_old);
+    if (c->stage) cudaFreeHost(c->stage);
+    if (c->items) cudaFree(c->items);
+    if (c->exec) cudaGraphExecDestroy(c->exec);
+    if (c->done) cudaFree(c->done);
+    if (c->ev_compute) cudaEventDestroy(c->ev_compute);
+    if (c->ev_copy) cudaEventDestroy(c->ev_copy);
+    if (c->copy) cudaStreamDestroy(c->copy);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->items_host);
+    free(c);
+}
+
 extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -265,59 +310,44 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     c->n_sm = prop.multiProcessorCount;
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,
              (double)prop.totalGlobalMem / (1 << 30));
-    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        free(c);
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: stream: %s", cudaGetErrorString(e));
-    }
+    const char *what = "streams";
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming)) != cudaSuccess)
+        goto fail;
+    what = "matmul_batch items";
     c->items_bytes = (size_t)4 << 20;
     c->items_host = (uint8_t *)malloc(c->items_bytes);
-    if (!c->items_host || (e = cudaMalloc((void **)&c->items, c->items_bytes)) != cudaSuccess) {
-        const char *why = c->items_host ? cudaGetErrorString(e) : "out of host memory";
-        cudaStreamDestroy(c->stream);
-        free(c->items_host);
-        free(c);
-        return sl_fail(err, SL_ERR_NOMEM, "CUDA: matmul_batch items: %s", why);
-    }
+    if (!c->items_host) e = cudaErrorMemoryAllocation;
+    if (!c->items_host || (e = cudaMalloc((void **)&c->items, c->items_bytes)) != cudaSuccess)
+        goto fail;
     /* the router's counter, then the attention items' */
-    const size_t nc = 1 + CU_ATT_COUNTS;
-    if ((e = cudaMalloc((void **)&c->done, nc * sizeof *c->done)) != cudaSuccess ||
-        (e = cudaMemset(c->done, 0, nc * sizeof *c->done)) != cudaSuccess) {
-        cudaStreamDestroy(c->stream);
-        cudaFree(c->items);
-        free(c->items_host);
-        free(c);
-        return sl_fail(err, SL_ERR_NOMEM, "CUDA: counters: %s", cudaGetErrorString(e));
-    }
+    what = "counters";
+    if ((e = cudaMalloc((void **)&c->done, (1 + CU_ATT_COUNTS) * sizeof *c->done)) != cudaSuccess ||
+        (e = cudaMemset(c->done, 0, (1 + CU_ATT_COUNTS) * sizeof *c->done)) != cudaSuccess)
+        goto fail;
     c->att_counts = c->done + 1;
+    what = "pinned staging";
     c->stage_bytes = (size_t)16 << 20;
-    if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) {
-        cudaStreamDestroy(c->stream);
-        cudaFree(c->items), cudaFree(c->done);
-        free(c->items_host);
-        free(c);
-        return sl_fail(err, SL_ERR_NOMEM, "CUDA: pinned staging: %s", cudaGetErrorString(e));
-    }
+    if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) goto fail;
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->isa = SL_ISA_SCALAR;
     be->device = 1;
     be->ctx = c;
     return SL_OK;
+fail:
+    cu_ctx_destroy(c);
+    return sl_fail(err, e == cudaErrorMemoryAllocation ? SL_ERR_NOMEM : SL_ERR_UNSUPPORTED,
+                   "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
 extern "C" void sl_backend_cuda_free(sl_backend *be) {
     cu_ctx *c = be && be->device ? cu_of(be) : NULL;
     if (!c) return;
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
-    if (c->scratch_old) CUDA_CHECK(cudaFree(c->scratch_old));
-    if (c->stage) CUDA_CHECK(cudaFreeHost(c->stage));
-    if (c->items) CUDA_CHECK(cudaFree(c->items));
-    if (c->exec) cudaGraphExecDestroy(c->exec);
-    if (c->done) CUDA_CHECK(cudaFree(c->done));
-    free(c->items_host);
-    CUDA_CHECK(cudaStreamDestroy(c->stream));
-    free(c);
+    cu_wait_all(c);
+    cu_ctx_destroy(c);
     be->ctx = NULL;
     be->ops = NULL;
 }

@@ -32,6 +32,12 @@ typedef struct cu_ctx {
     int gpu;
     int n_sm;
     cudaStream_t stream;
+    /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the
+     * compute stream's work queued before its first copy (ev_compute), and the compute stream
+     * waits for the batch at copy_join (ev_copy). copies_open: a batch not yet joined. */
+    cudaStream_t copy;
+    cudaEvent_t ev_compute, ev_copy;
+    int copies_open;
     char name[320];
     /* Device scratch (attention partials, overlapping copies), grown on demand. */
     void *scratch, *scratch_old; /* old: replaced while a graph recorded, freed at a sync */
