@@ -14,6 +14,9 @@ extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 }
 
+int cu_pdl = 1;         /* programmatic dependent launch (cuda_common.cuh) */
+static int cu_pdl_env = 1; /* what SLUICE_CUDA_PDL asked for at init */
+
 /* The first CUDA failure since the last status call (one GPU context per process). */
 static char cu_first_error[512];
 
@@ -190,12 +193,14 @@ static void cu_graph_begin(const sl_backend *be) {
         return;
     }
     c->capturing = 1;
+    cu_pdl = 0;
 }
 
 static int cu_graph_end(const sl_backend *be, int launch) {
     cu_ctx *c = cu_of(be);
     if (!c->capturing) return launch ? 0 : -1; /* graph_begin failed: the ops already ran */
     c->capturing = 0;
+    cu_pdl = cu_pdl_env;
     cudaGraph_t g = NULL;
     if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || !g || c->broken || !launch) {
         (void)cudaGetLastError();
@@ -304,6 +309,8 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     if (prop.major < 7)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d (%s) has compute capability %d.%d",
                        (int)gpu, prop.name, prop.major, prop.minor);
+    const char *pdl = getenv("SLUICE_CUDA_PDL");
+    cu_pdl = cu_pdl_env = !(pdl && !strcmp(pdl, "0"));
     cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
     if (!c) return sl_fail(err, SL_ERR_NOMEM, "CUDA: out of host memory");
     c->gpu = gpu;

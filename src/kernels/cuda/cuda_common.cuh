@@ -273,6 +273,42 @@ __device__ __forceinline__ bool cu_last_block(unsigned *count, unsigned n) {
     return last;
 }
 
+/*
+ * Programmatic dependent launch (Hopper): cu_launch lets a kernel start launching before the
+ * previous kernel of the stream has finished, and every kernel begins with cu_pdl_wait, which
+ * waits for that kernel (its writes are then visible, as with plain stream order) and then lets
+ * the next kernel start launching. A decode layer is nine dependent kernels of 3-13 us, so each
+ * one's launch and block scheduling overlap the previous one's tail. Without the launch
+ * attribute both instructions do nothing. SLUICE_CUDA_PDL=0 in the environment turns it off
+ * (for comparisons). Each kernel's bits are the same either way.
+ */
+__device__ __forceinline__ void cu_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether cu_launch sets the attribute: at init from SLUICE_CUDA_PDL, off while a graph
+ * records (the graphs keep plain stream order). */
+extern int cu_pdl;
+
+template <typename... KArgs, typename... Args>
+static void cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t s, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cu_pdl ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
+}
+
 static inline unsigned cu_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;
     return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : b);

@@ -243,6 +243,7 @@ template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
               const void *__restrict__ bias, int bias_dt, int N, int K, bool staged) {
+    cu_pdl_wait();
     gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged);
 }
 
@@ -264,6 +265,7 @@ typedef struct gemv_items {
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged) {
+    cu_pdl_wait();
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
     gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x,
                               staged);
@@ -274,6 +276,7 @@ template <int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_generic(float *__restrict__ y, const float *__restrict__ x, cu_w w,
                  const void *__restrict__ bias, int bias_dt, int N, int K) {
+    cu_pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     if (n >= N) return;
@@ -353,6 +356,7 @@ template <int DT>
 __global__ void __launch_bounds__(256)
     gemm_tiled(float *__restrict__ y, const float *__restrict__ x, cu_w w,
                const void *__restrict__ bias, int bias_dt, int N, int K, int T) {
+    cu_pdl_wait();
     gemm_tile<DT>(y, x, w, bias, bias_dt, N, K, T, (int64_t)blockIdx.x * GM_BN,
                   (int64_t)blockIdx.y * GM_BM);
 }
@@ -372,6 +376,7 @@ typedef struct gemm_item {
 template <int DT>
 __global__ void __launch_bounds__(256)
     gemm_tiled_batch(const gemm_item *__restrict__ items, const int32_t *__restrict__ map, int K) {
+    cu_pdl_wait();
     const gemm_item it = items[map[blockIdx.x]];
     const int tile = (int)blockIdx.x - it.tile0;
     gemm_tile<DT>(it.y, it.x, it.w, nullptr, 0, it.N, K, it.T,
@@ -386,10 +391,10 @@ static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     switch (T) {
-    case 1: gemv_fast<DT, R, 1><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
-    case 2: gemv_fast<DT, R, 2><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
-    case 3: gemv_fast<DT, R, 3><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
-    default: gemv_fast<DT, R, 4><<<blocks, GEMV_WARPS * 32, sm, s>>>(y, x, w, b, bdt, N, K, sm > 0); break;
+    case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
+    case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
+    case 3: cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
+    default: cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
     }
 }
 
@@ -437,11 +442,11 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     if (T > 4) {
         dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
         switch (dt) {
-        case SL_DTYPE_F32: gemm_tiled<SL_DTYPE_F32><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_F16: gemm_tiled<SL_DTYPE_F16><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_BF16: gemm_tiled<SL_DTYPE_BF16><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_Q8: gemm_tiled<SL_DTYPE_Q8><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        default: gemm_tiled<SL_DTYPE_Q4><<<grid, 256, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F32: cu_launch(gemm_tiled<SL_DTYPE_F32>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F16: cu_launch(gemm_tiled<SL_DTYPE_F16>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_BF16: cu_launch(gemm_tiled<SL_DTYPE_BF16>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_Q8: cu_launch(gemm_tiled<SL_DTYPE_Q8>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        default: cu_launch(gemm_tiled<SL_DTYPE_Q4>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
         }
         CUDA_LAUNCHED();
         return;
@@ -461,10 +466,10 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS);
         const unsigned th = GEMV_WARPS * 32;
         switch (T) {
-        case 1: gemv_generic<1><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
-        case 2: gemv_generic<2><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
-        case 3: gemv_generic<3><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
-        default: gemv_generic<4><<<blocks, th, 0, s>>>(y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 1: cu_launch(gemv_generic<1>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 2: cu_launch(gemv_generic<2>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 3: cu_launch(gemv_generic<3>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
+        default: cu_launch(gemv_generic<4>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
         }
     }
     CUDA_LAUNCHED();
@@ -476,10 +481,10 @@ static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_it
     dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     switch (T) {
-    case 1: gemv_fast_batch<DT, R, 1><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
-    case 2: gemv_fast_batch<DT, R, 2><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
-    case 3: gemv_fast_batch<DT, R, 3><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
-    default: gemv_fast_batch<DT, R, 4><<<grid, GEMV_WARPS * 32, sm, s>>>(items, small, K, sm > 0); break;
+    case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
+    case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
+    case 3: cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
+    default: cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
     }
 }
 
@@ -558,11 +563,11 @@ static int gemm_batch(const sl_backend *be, float *const *y, const float *const 
     const int32_t *dm = (const int32_t *)(dev + ib);
     cudaStream_t s = c->stream;
     switch (dt) {
-    case SL_DTYPE_F32: gemm_tiled_batch<SL_DTYPE_F32><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
-    case SL_DTYPE_F16: gemm_tiled_batch<SL_DTYPE_F16><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
-    case SL_DTYPE_BF16: gemm_tiled_batch<SL_DTYPE_BF16><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
-    case SL_DTYPE_Q8: gemm_tiled_batch<SL_DTYPE_Q8><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
-    default: gemm_tiled_batch<SL_DTYPE_Q4><<<(unsigned)tiles, 256, 0, s>>>(di, dm, K); break;
+    case SL_DTYPE_F32: cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
+    case SL_DTYPE_F16: cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
+    case SL_DTYPE_BF16: cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
+    case SL_DTYPE_Q8: cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
+    default: cu_launch(gemm_tiled_batch<SL_DTYPE_Q4>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
     }
     CUDA_LAUNCHED();
     return 1;
@@ -629,6 +634,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
                 const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
                 cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
+    cu_pdl_wait();
     const int i = blockIdx.y;
     const xsrc xt = stage_x<DT>(x + (size_t)(i / k) * H, H, 1, staged);
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
@@ -656,6 +662,7 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
+    cu_pdl_wait();
     __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
@@ -693,14 +700,14 @@ static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, co
     const unsigned th = GEMV_WARPS * 32, td = 32 * k;
     const size_t sg = stage_bytes(chunk_elems<DT>::E, H, 1), sd = stage_bytes(chunk_elems<DT>::E, I, k);
     switch (rg) {
-    case 4: moe_gate_up<DT, 4><<<gg, th, sg, s>>>(act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
-    case 2: moe_gate_up<DT, 2><<<gg, th, sg, s>>>(act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
-    default: moe_gate_up<DT, 1><<<gg, th, sg, s>>>(act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    case 4: cu_launch(moe_gate_up<DT, 4>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    case 2: cu_launch(moe_gate_up<DT, 2>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    default: cu_launch(moe_gate_up<DT, 1>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
     }
     switch (rd) {
-    case 4: moe_down_sum<DT, 4><<<gd, td, sd, s>>>(y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    case 2: moe_down_sum<DT, 2><<<gd, td, sd, s>>>(y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    default: moe_down_sum<DT, 1><<<gd, td, sd, s>>>(y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 4: cu_launch(moe_down_sum<DT, 4>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 2: cu_launch(moe_down_sum<DT, 2>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    default: cu_launch(moe_down_sum<DT, 1>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
     }
 }
 
@@ -808,6 +815,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged) {
+    cu_pdl_wait();
     __shared__ float part[GEMV_WARPS][NT];
     const xsrc xs = stage_x<DT>(x, K, NT, staged);
     const int warp = threadIdx.x / 32;
@@ -839,6 +847,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 /* Routing of logits already computed, a warp per token (the path for T > 4). */
 __global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
                              float *__restrict__ logits, int E, int k, int renorm) {
+    cu_pdl_wait();
     const size_t t = blockIdx.x;
     cu_route(ids + t * k, w + t * k, logits + t * E, E, k, renorm);
 }
@@ -850,10 +859,10 @@ static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     cudaStream_t s = c->stream;
     switch (T) {
-    case 1: router_gemv<DT, 1><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
-    case 2: router_gemv<DT, 2><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
-    case 3: router_gemv<DT, 3><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
-    default: router_gemv<DT, 4><<<blocks, th, sm, s>>>(logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    case 2: cu_launch(router_gemv<DT, 2>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    case 3: cu_launch(router_gemv<DT, 3>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    default: cu_launch(router_gemv<DT, 4>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
     }
 }
 
@@ -867,7 +876,7 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
                      ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     if (!fast) {
         cu_matmul(be, logits, x, router, NULL, T);
-        route_kernel<<<(unsigned)T, 32, 0, c->stream>>>(ids, w, logits, (int)E, k, renormalize);
+        cu_launch(route_kernel, (unsigned)T, 32, 0, c->stream, ids, w, logits, (int)E, k, renormalize);
         CUDA_LAUNCHED();
         return;
     }
@@ -886,6 +895,7 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
 
 __global__ void embed_kernel(float *__restrict__ y, cu_w w, const int32_t *__restrict__ ids,
                              int n) {
+    cu_pdl_wait();
     const int t = blockIdx.y;
     const int64_t row = ids[t];
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
@@ -899,6 +909,6 @@ void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int3
     const int n = (int)table->shape[1];
     if (n <= 0) return;
     dim3 grid(cu_blocks((size_t)n, 256) < 64 ? cu_blocks((size_t)n, 256) : 64, (unsigned)T);
-    embed_kernel<<<grid, 256, 0, cu_of(be)->stream>>>(y, w, ids, n);
+    cu_launch(embed_kernel, grid, 256, 0, cu_of(be)->stream, y, w, ids, n);
     CUDA_LAUNCHED();
 }

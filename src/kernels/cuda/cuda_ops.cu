@@ -46,6 +46,7 @@ static unsigned row_threads(int32_t n) {
 
 __global__ void copy2d_kernel(float *dst, size_t dst_ld, const float *src, size_t src_ld,
                               int32_t rows, int32_t cols) {
+    cu_pdl_wait();
     const size_t n = (size_t)rows * (size_t)cols;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -64,10 +65,10 @@ void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src
     if (dst < send && src < dend) {
         /* Overlapping: through scratch, as if every source row were read first. */
         float *tmp = (float *)cu_scratch(be, n * sizeof(float));
-        copy2d_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(tmp, (size_t)cols, src, src_ld, rows, cols);
-        copy2d_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(dst, dst_ld, tmp, (size_t)cols, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, s, tmp, (size_t)cols, src, src_ld, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, s, dst, dst_ld, tmp, (size_t)cols, rows, cols);
     } else {
-        copy2d_kernel<<<ew_blocks(n), EW_THREADS, 0, s>>>(dst, dst_ld, src, src_ld, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, s, dst, dst_ld, src, src_ld, rows, cols);
     }
     CUDA_LAUNCHED();
 }
@@ -75,6 +76,7 @@ void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src
 __global__ void copy_rows_kernel(float *__restrict__ dst, const int32_t *__restrict__ dst_idx,
                                  const float *__restrict__ src, const int32_t *__restrict__ src_idx,
                                  int32_t cols) {
+    cu_pdl_wait();
     const int32_t i = blockIdx.y;
     float *d = dst + (size_t)(dst_idx ? dst_idx[i] : i) * (size_t)cols;
     const float *sr = src + (size_t)(src_idx ? src_idx[i] : i) * (size_t)cols;
@@ -89,7 +91,7 @@ void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, cons
     for (int32_t i0 = 0; i0 < n; i0 += 65535) { /* gridDim.y limit */
         const int32_t m = SL_MIN(65535, n - i0);
         dim3 grid(bx < 32 ? bx : 32, (unsigned)m);
-        copy_rows_kernel<<<grid, EW_THREADS, 0, cu_of(be)->stream>>>(
+        cu_launch(copy_rows_kernel, grid, EW_THREADS, 0, cu_of(be)->stream,
             dst_idx ? dst : dst + (size_t)i0 * cols, dst_idx ? dst_idx + i0 : NULL,
             src_idx ? src : src + (size_t)i0 * cols, src_idx ? src_idx + i0 : NULL, cols);
     }
@@ -97,6 +99,7 @@ void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, cons
 }
 
 __global__ void fill_kernel(float *dst, float v, size_t n) {
+    cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = v;
@@ -104,13 +107,14 @@ __global__ void fill_kernel(float *dst, float v, size_t n) {
 
 void cu_fill(const sl_backend *be, float *dst, float v, size_t n) {
     if (!n) return;
-    fill_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(dst, v, n);
+    cu_launch(fill_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, dst, v, n);
     CUDA_LAUNCHED();
 }
 
 /* ------------------------------------------------------ element-wise */
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, size_t n) {
+    cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         out[i] = cu_silu_mul(gate[i], up[i]);
@@ -119,11 +123,12 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, si
 
 void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n) {
     if (!n) return;
-    swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(out, gate, up, n);
+    cu_launch(swiglu_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, out, gate, up, n);
     CUDA_LAUNCHED();
 }
 
 __global__ void axpy_kernel(float *y, float s, const float *x, size_t n) {
+    cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] += s * x[i];
@@ -131,11 +136,12 @@ __global__ void axpy_kernel(float *y, float s, const float *x, size_t n) {
 
 void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n) {
     if (!n) return;
-    axpy_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(y, s, x, n);
+    cu_launch(axpy_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, y, s, x, n);
     CUDA_LAUNCHED();
 }
 
 __global__ void sigmoid_mul_kernel(float *y, const float *gate, size_t n) {
+    cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] *= sigmoidf_(gate[i]);
@@ -143,11 +149,12 @@ __global__ void sigmoid_mul_kernel(float *y, const float *gate, size_t n) {
 
 void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n) {
     if (!n) return;
-    sigmoid_mul_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(y, gate, n);
+    cu_launch(sigmoid_mul_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, y, gate, n);
     CUDA_LAUNCHED();
 }
 
 __global__ void activate_kernel(float *y, const float *x, size_t n, float div, float mul, int act) {
+    cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const float v = x[i] / div, sg = sigmoidf_(v);
@@ -158,12 +165,13 @@ __global__ void activate_kernel(float *y, const float *x, size_t n, float div, f
 void cu_activate(const sl_backend *be, float *y, const float *x, size_t n, float div, float mul,
                  sl_act act) {
     if (!n) return;
-    activate_kernel<<<ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream>>>(y, x, n, div, mul, (int)act);
+    cu_launch(activate_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, y, x, n, div, mul, (int)act);
     CUDA_LAUNCHED();
 }
 
 __global__ void weighted_sum_kernel(float *__restrict__ y, const float *__restrict__ x,
                                     const float *__restrict__ w, int32_t T, int32_t k, int32_t n) {
+    cu_pdl_wait();
     const size_t total = (size_t)T * (size_t)n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -179,12 +187,13 @@ void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float
                      int32_t k, int32_t n) {
     const size_t total = (size_t)T * (size_t)n;
     if (T <= 0 || n <= 0) return;
-    weighted_sum_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(y, x, w, T, k, n);
+    cu_launch(weighted_sum_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream, y, x, w, T, k, n);
     CUDA_LAUNCHED();
 }
 
 __global__ void hc_inject_kernel(float *__restrict__ w, const float *__restrict__ out,
                                  const float *__restrict__ inj, int32_t T, int32_t hc, int32_t n) {
+    cu_pdl_wait();
     const size_t total = (size_t)T * (size_t)hc * (size_t)n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -197,12 +206,13 @@ void cu_hc_inject(const sl_backend *be, float *w, const float *out, const float 
                   int32_t hc, int32_t n) {
     const size_t total = (size_t)T * (size_t)hc * (size_t)n;
     if (T <= 0 || hc <= 0 || n <= 0) return;
-    hc_inject_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(w, out, inj, T, hc, n);
+    cu_launch(hc_inject_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream, w, out, inj, T, hc, n);
     CUDA_LAUNCHED();
 }
 
 __global__ void hc_mix_kernel(float *__restrict__ y, const float *__restrict__ w,
                               const float *__restrict__ x, int32_t T, int32_t hc, int32_t n) {
+    cu_pdl_wait();
     const size_t total = (size_t)T * (size_t)n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -219,7 +229,7 @@ void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, i
                int32_t hc, int32_t n) {
     const size_t total = (size_t)T * (size_t)n;
     if (T <= 0 || n <= 0) return;
-    hc_mix_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(y, w, x, T, hc, n);
+    cu_launch(hc_mix_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream, y, w, x, T, hc, n);
     CUDA_LAUNCHED();
 }
 
@@ -228,6 +238,7 @@ void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, i
 /* One block per row; y may alias x (each thread reads its elements before writing them). */
 __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int wdt, int32_t n,
                                float eps, float w_offset) {
+    cu_pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -243,7 +254,7 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int wdt,
 void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor *w, int32_t rows,
                 int32_t n, float eps, float w_offset) {
     if (rows <= 0 || n <= 0) return;
-    rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
+    cu_launch(rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, cu_of(be)->stream,
         y, x, w->data, (int)w->dtype, n, eps, w_offset);
     CUDA_LAUNCHED();
 }
@@ -258,6 +269,7 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
 __global__ void __launch_bounds__(1024)
     add_rmsnorm_kernel(float *__restrict__ y, float *__restrict__ x, const float *__restrict__ d,
                        const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
+    cu_pdl_wait();
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * n;
     const float *dr = d + (size_t)blockIdx.x * n;
@@ -289,7 +301,7 @@ void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, co
     cudaStream_t s = cu_of(be)->stream;
     if (n <= 1024 * ADD_NORM_V) {
         const unsigned th = (unsigned)((n + ADD_NORM_V * 32 - 1) / (ADD_NORM_V * 32) * 32);
-        add_rmsnorm_kernel<<<(unsigned)rows, th, 0, s>>>(y, x, d, w->data, (int)w->dtype, n, eps,
+        cu_launch(add_rmsnorm_kernel, (unsigned)rows, th, 0, s, y, x, d, w->data, (int)w->dtype, n, eps,
                                                          w_offset);
     } else { /* wider rows: the two ops */
         cu_axpy(be, x, 1.0f, d, (size_t)rows * (size_t)n);
@@ -300,6 +312,7 @@ void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, co
 
 __global__ void gated_rmsnorm_kernel(float *y, const float *x, const float *z, const void *w,
                                      int wdt, int32_t n, float eps, int gate) {
+    cu_pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * n, *zr = z + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
@@ -317,12 +330,13 @@ __global__ void gated_rmsnorm_kernel(float *y, const float *x, const float *z, c
 void cu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
                       const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate) {
     if (rows <= 0 || n <= 0) return;
-    gated_rmsnorm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(
+    cu_launch(gated_rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, cu_of(be)->stream,
         y, x, z, w->data, (int)w->dtype, n, eps, (int)gate);
     CUDA_LAUNCHED();
 }
 
 __global__ void l2norm_kernel(float *x, int32_t n, float eps) {
+    cu_pdl_wait();
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * n;
     float ss = 0.0f;
@@ -336,7 +350,7 @@ __global__ void l2norm_kernel(float *x, int32_t n, float eps) {
 
 void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps) {
     if (rows <= 0 || n <= 0) return;
-    l2norm_kernel<<<(unsigned)rows, row_threads(n), 0, cu_of(be)->stream>>>(x, n, eps);
+    cu_launch(l2norm_kernel, (unsigned)rows, row_threads(n), 0, cu_of(be)->stream, x, n, eps);
     CUDA_LAUNCHED();
 }
 
@@ -344,6 +358,7 @@ void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float ep
 
 __global__ void rope_kernel(float *x, int32_t T, int32_t n_heads, int32_t head_dim, int32_t half,
                             int32_t pos0, const float *cos_tab, const float *sin_tab) {
+    cu_pdl_wait();
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -362,7 +377,7 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
     const int32_t half = rot_dim / 2;
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     if (!total) return;
-    rope_kernel<<<ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream>>>(
+    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream,
         x, T, n_heads, head_dim, half, pos0, cos_tab, sin_tab);
     CUDA_LAUNCHED();
 }
@@ -384,6 +399,7 @@ typedef struct qkv_params {
 } qkv_params;
 
 __global__ void qkv_prep_kernel(qkv_params a) {
+    cu_pdl_wait();
     extern __shared__ float row[]; /* [hd] */
     __shared__ float sh[32];
     const int per_t = a.n_heads + 2 * a.n_kv, j = blockIdx.x % per_t, hd = a.hd;
@@ -447,8 +463,8 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
     a.hd = args->head_dim, a.half = args->rot_dim / 2;
     a.eps = args->eps, a.w_offset = args->w_offset;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;
-    qkv_prep_kernel<<<(unsigned)(args->T * per_t), row_threads(args->head_dim),
-                      (size_t)args->head_dim * sizeof(float), cu_of(be)->stream>>>(a);
+    cu_launch(qkv_prep_kernel, (unsigned)(args->T * per_t), row_threads(args->head_dim),
+                      (size_t)args->head_dim * sizeof(float), cu_of(be)->stream, a);
     CUDA_LAUNCHED();
 }
 
@@ -508,6 +524,7 @@ __device__ void attn_merge(const att_params &a, int item) {
 }
 
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+    cu_pdl_wait();
     extern __shared__ float smem[];
     float *sq = smem;                           /* [hd] */
     float *so = sq + a.hd;                      /* [ATT_THREADS] partial outputs */
@@ -581,7 +598,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     attn_merge(a, item);
 }
 
-__global__ void attn_combine(att_params a) { attn_merge(a, blockIdx.x); }
+__global__ void attn_combine(att_params a) {
+    cu_pdl_wait(); attn_merge(a, blockIdx.x); }
 
 void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     const int32_t n_items = args->T * args->n_heads;
@@ -607,8 +625,8 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     if (splits > 1)
         a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
     const size_t smem = (size_t)(a.hd + ATT_THREADS + 32 + 2 * a.L) * sizeof(float);
-    attn_kernel<<<dim3((unsigned)n_items, (unsigned)splits), ATT_THREADS, smem, c->stream>>>(a);
-    if (splits > 1 && !a.counts) attn_combine<<<(unsigned)n_items, 128, 0, c->stream>>>(a);
+    cu_launch(attn_kernel, dim3((unsigned)n_items, (unsigned)splits), ATT_THREADS, smem, c->stream, a);
+    if (splits > 1 && !a.counts) cu_launch(attn_combine, (unsigned)n_items, 128, 0, c->stream, a);
     CUDA_LAUNCHED();
 }
 
@@ -618,6 +636,7 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
 __global__ void conv1d_silu_kernel(float *__restrict__ y, const float *__restrict__ x, int32_t T,
                                    int32_t C, const void *__restrict__ w, int wdt, int32_t K,
                                    int32_t dil, float *__restrict__ state) {
+    cu_pdl_wait();
     const int32_t c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const int32_t S = (K - 1) * dil;
@@ -642,7 +661,7 @@ __global__ void conv1d_silu_kernel(float *__restrict__ y, const float *__restric
 void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
                     const sl_tensor *w, int32_t K, int32_t d, float *state) {
     if (T <= 0 || C <= 0) return;
-    conv1d_silu_kernel<<<cu_blocks((size_t)C, 128), 128, 0, cu_of(be)->stream>>>(
+    cu_launch(conv1d_silu_kernel, cu_blocks((size_t)C, 128), 128, 0, cu_of(be)->stream,
         y, x, T, C, w->data, (int)w->dtype, K, d, state);
     CUDA_LAUNCHED();
 }
@@ -668,6 +687,7 @@ typedef struct dr_params {
 } dr_params;
 
 __global__ void delta_rule_kernel(dr_params p) {
+    cu_pdl_wait();
     __shared__ float ks[DR_MAX_WARPS * DR_ROWS], qs[DR_MAX_WARPS * DR_ROWS];
     __shared__ float red[DR_MAX_WARPS][32], kvs[32], coef[2];
     const int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
@@ -745,7 +765,7 @@ void cu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
     p.T = a->T, p.nk = a->nk, p.nv = a->nv, p.dk = a->dk, p.dv = a->dv, p.q_scale = a->q_scale;
     const int warps = (a->dk + DR_ROWS - 1) / DR_ROWS;
     dim3 grid((unsigned)a->nv, (unsigned)((a->dv + 31) / 32));
-    delta_rule_kernel<<<grid, (unsigned)(warps * 32), 0, cu_of(be)->stream>>>(p);
+    cu_launch(delta_rule_kernel, grid, (unsigned)(warps * 32), 0, cu_of(be)->stream, p);
     CUDA_LAUNCHED();
 }
 
@@ -755,6 +775,7 @@ void cu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
 __global__ void ple_gate_kernel(float *__restrict__ y, const float *__restrict__ key,
                                 const float *__restrict__ query, const float *__restrict__ value,
                                 int32_t hc, int32_t n, float sq) {
+    cu_pdl_wait();
     __shared__ float sh[32];
     const size_t r = blockIdx.x;
     const float *k = key + r * n, *q = query + r * n;
@@ -772,7 +793,7 @@ __global__ void ple_gate_kernel(float *__restrict__ y, const float *__restrict__
 void cu_ple_gate(const sl_backend *be, float *y, const float *key, const float *query,
                  const float *value, int32_t T, int32_t hc, int32_t n) {
     if (T <= 0 || hc <= 0 || n <= 0) return;
-    ple_gate_kernel<<<(unsigned)(T * hc), row_threads(n), 0, cu_of(be)->stream>>>(
+    cu_launch(ple_gate_kernel, (unsigned)(T * hc), row_threads(n), 0, cu_of(be)->stream,
         y, key, query, value, hc, n, (float)sqrt((double)n));
     CUDA_LAUNCHED();
 }
@@ -781,6 +802,7 @@ void cu_ple_gate(const sl_backend *be, float *y, const float *key, const float *
 __global__ void qsa_scores_kernel(float *__restrict__ scores, const float *__restrict__ q,
                                   const float *__restrict__ keys, int32_t n_heads, int32_t d,
                                   float sq) {
+    cu_pdl_wait();
     __shared__ float sh[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float *k = keys + (size_t)blockIdx.x * d;
@@ -800,7 +822,7 @@ __global__ void qsa_scores_kernel(float *__restrict__ scores, const float *__res
 void cu_qsa_scores(const sl_backend *be, float *scores, const float *q, const float *keys,
                    int32_t n_heads, int32_t n_blocks, int32_t d) {
     if (n_blocks <= 0) return;
-    qsa_scores_kernel<<<(unsigned)n_blocks, 128, 0, cu_of(be)->stream>>>(
+    cu_launch(qsa_scores_kernel, (unsigned)n_blocks, 128, 0, cu_of(be)->stream,
         scores, q, keys, n_heads, d, (float)sqrt((double)d));
     CUDA_LAUNCHED();
 }
