@@ -65,6 +65,18 @@ template <int R> __device__ __forceinline__ int64_t gemv_row0(int64_t bx) {
     return (bx * GEMV_WARPS + threadIdx.x / 32) * R;
 }
 
+/* Asks L2 for the codes of rows row0 .. row0+R-1 (those below N; contiguous), a 128-byte line a
+ * lane at a time. Kernels whose weights do not depend on earlier kernels call it before
+ * cu_pdl_wait: with dependent launch the rows then stream in while the previous kernel ends. */
+__device__ __forceinline__ void l2_prefetch_rows(const cu_w &w, int64_t row0, int R, int N) {
+    const int64_t rows = min((int64_t)R, (int64_t)N - row0);
+    if (rows <= 0) return;
+    const char *p = (const char *)w.data + (size_t)row0 * w.ws;
+    const size_t bytes = (size_t)rows * w.ws;
+    for (size_t off = (size_t)(threadIdx.x & 31) * 128; off < bytes; off += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
 /*
  * Where the GEMVs read x: lane l reads the 16-byte chunks l, l + 32, ... of a row, so at each
  * step the lanes' x slices lie E floats apart; read from global memory each such load touches
@@ -243,6 +255,7 @@ template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
               const void *__restrict__ bias, int bias_dt, int N, int K, bool staged) {
+    l2_prefetch_rows(w, gemv_row0<R>(blockIdx.x), R, N);
     cu_pdl_wait();
     gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged);
 }
@@ -265,6 +278,10 @@ typedef struct gemv_items {
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged) {
+    if (!items) { /* items in device memory come from a copy: read them after the wait */
+        const gemv_item &p = small.it[blockIdx.y];
+        l2_prefetch_rows(p.w, gemv_row0<R>(blockIdx.x), R, p.N);
+    }
     cu_pdl_wait();
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
     gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x,
@@ -815,6 +832,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged) {
+    l2_prefetch_rows(w, blockIdx.x, 1, E);
     cu_pdl_wait();
     __shared__ float part[GEMV_WARPS][NT];
     const xsrc xs = stage_x<DT>(x, K, NT, staged);
