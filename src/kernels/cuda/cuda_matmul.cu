@@ -770,38 +770,22 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
  */
 #define ROUTE_BLOCK_MAX 256
 
-__device__ __forceinline__ float block_reduce(float v, bool max_not_sum, float *red) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = max_not_sum ? warp_max(v) : warp_sum(v);
-    __syncthreads(); /* red's last use is over */
-    if (lane == 0) red[wid] = v;
-    __syncthreads();
-    if (wid == 0) {
-        float t = lane < nw ? red[lane] : max_not_sum ? -INFINITY : 0.0f;
-        t = max_not_sum ? warp_max(t) : warp_sum(t);
-        if (lane == 0) red[32] = t;
-    }
-    __syncthreads();
-    return red[32];
-}
-
 __device__ void cu_route_block(int32_t *ids, float *w, float *p, int E, int k, int renorm) {
-    __shared__ float sp[ROUTE_BLOCK_MAX], red[33];
+    __shared__ float sp[ROUTE_BLOCK_MAX], sh[32], wk[32]; /* wk: the picks' weights, by rank */
     const int tid = threadIdx.x, nt = blockDim.x;
     float mx = -INFINITY;
     for (int e = tid; e < E; e += nt) {
         sp[e] = __ldcg(p + e);
         mx = fmaxf(mx, sp[e]);
     }
-    mx = block_reduce(mx, true, red);
+    mx = block_reduce<true>(mx, sh);
     float sum = 0.0f;
     for (int e = tid; e < E; e += nt)
         sum += sp[e] = expf(sp[e] - mx);
-    sum = block_reduce(sum, false, red);
+    sum = block_reduce<false>(sum, sh);
     for (int e = tid; e < E; e += nt)
         p[e] = sp[e] /= sum;
     __syncthreads();
-    float *wk = red; /* the picks' weights in rank order */
     if (isnan(sum)) {
         if (tid < k) ids[tid] = tid, wk[tid] = sp[tid];
     } else {
@@ -855,7 +839,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (E <= ROUTE_BLOCK_MAX && k <= 32 && E <= 2 * (int)blockDim.x) {
         for (int t = 0; t < NT; t++) {
             cu_route_block(ids + t * k, wts + t * k, logits + (size_t)t * E, E, k, renorm);
-            __syncthreads(); /* sp and red are reused by the next token */
+            __syncthreads(); /* sp, sh and wk are reused by the next token */
         }
     } else if (warp < NT) {
         cu_route(ids + warp * k, wts + warp * k, logits + (size_t)warp * E, E, k, renorm);

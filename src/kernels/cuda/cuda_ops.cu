@@ -10,23 +10,6 @@
 
 #define EW_THREADS 256
 
-/* Sum (or max) over the block; sh holds 32 floats; every thread gets the result. */
-template <bool MAX> __device__ float block_reduce(float v, float *sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = MAX ? warp_max(v) : warp_sum(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
-        v = MAX ? warp_max(v) : warp_sum(v);
-        if (lane == 0) sh[0] = v;
-    }
-    __syncthreads();
-    v = sh[0];
-    __syncthreads();
-    return v;
-}
-
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 static unsigned ew_blocks(size_t n) {
