@@ -511,10 +511,12 @@ static void test_fused_norms(void) {
 
 static void test_attention(void) {
     static const int cases[][6] = {
-        /* T, pos0, heads, kv heads, head_dim, selection */
+        /* T, pos0, heads, kv heads, head_dim, selection; head_dim % 4 != 0 in the last two
+         * (rows read a float at a time) */
         {1, 0, 4, 4, 64, 0},   {1, 2999, 8, 2, 128, 0}, {17, 0, 6, 2, 8, 0},
         {3, 50, 4, 1, 256, 0}, {2, 5000, 2, 1, 64, 0},  {64, 100, 4, 2, 80, 0},
-        {3, 40, 4, 2, 64, 1},  {1, 700, 16, 4, 128, 1}, {5, 9, 2, 2, 16, 1}};
+        {3, 40, 4, 2, 64, 1},  {1, 700, 16, 4, 128, 1}, {5, 9, 2, 2, 16, 1},
+        {1, 90, 4, 2, 6, 0},   {4, 300, 6, 3, 18, 1}};
     op_report r;
     op_begin(&r, "attention");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

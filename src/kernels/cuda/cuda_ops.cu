@@ -252,6 +252,12 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
 __global__ void __launch_bounds__(1024)
     add_rmsnorm_kernel(float *__restrict__ y, float *__restrict__ x, const float *__restrict__ d,
                        const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
+    float wv[ADD_NORM_V]; /* the weights come from no earlier kernel: read before the wait */
+#pragma unroll
+    for (int j = 0; j < ADD_NORM_V; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        wv[j] = i < n ? cu_load_f(w, wdt, (size_t)i) : 0.0f;
+    }
     cu_pdl_wait();
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * n;
@@ -274,7 +280,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int j = 0; j < ADD_NORM_V; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
-        if (i < n) yr[i] = (v[j] * inv) * (w_offset + cu_load_f(w, wdt, (size_t)i));
+        if (i < n) yr[i] = (v[j] * inv) * (w_offset + wv[j]);
     }
 }
 
@@ -455,8 +461,8 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
 
 /*
  * One block per (query t, head h, split of the keys). Keys j0 .. j1-1 of the
- * query's list (0 .. pos0+t, or its QSA selection) are scored by warps into
- * shared memory, softmaxed with the split's own max, and folded into the
+ * query's list (0 .. pos0+t, or its QSA selection) are scored by groups of 8
+ * lanes into shared memory, softmaxed with the split's own max, and folded into the
  * output by (dim, key-slice) threads:
  *
  *   splits == 1:  out = sum_j p_j v_j / sum_j p_j           (written directly)
@@ -506,17 +512,37 @@ __device__ void attn_merge(const att_params &a, int item) {
     }
 }
 
-__global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+/* Attention's reads of q, k and v rows: W = 4 floats at a time when every row is 16-byte aligned
+ * (head_dim % 4 == 0, aligned buffers), else 1. */
+template <int W> struct att_vec { typedef float4 T; };
+template <> struct att_vec<1> { typedef float T; };
+__device__ __forceinline__ float att_dot(float a, float b) { return a * b; }
+__device__ __forceinline__ float att_dot(float4 a, float4 b) {
+    return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+__device__ __forceinline__ void att_axpy(float &y, float p, float v) { y += p * v; }
+__device__ __forceinline__ void att_axpy(float4 &y, float p, float4 v) {
+    y.x += p * v.x, y.y += p * v.y, y.z += p * v.z, y.w += p * v.w;
+}
+__device__ __forceinline__ float att_comp(float v, int) { return v; }
+__device__ __forceinline__ float att_comp(float4 v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+#define ATT_KEY_LANES 8 /* lanes that score one key together */
+
+template <int W> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+    typedef typename att_vec<W>::T V;
     cu_pdl_wait();
-    extern __shared__ float smem[];
-    float *sq = smem;                           /* [hd] */
-    float *so = sq + a.hd;                      /* [ATT_THREADS] partial outputs */
-    float *sh = so + ATT_THREADS;               /* [32] reductions */
+    extern __shared__ __align__(16) float smem[];
+    V *so = (V *)smem;                          /* [ATT_THREADS] partial outputs */
+    float *sq = smem + W * ATT_THREADS;         /* [hd] */
+    float *sh = sq + a.hd;                      /* [32] reductions */
     float *sc = sh + 32;                        /* [L] scores, then probabilities */
     int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
     const int item = blockIdx.x, split = blockIdx.y;
     const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / (a.n_heads / a.n_kv);
-    const int hd = a.hd, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
     const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1;
@@ -528,15 +554,30 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
         rows[j] = sel ? sel[j0 + j] : j0 + j;
     __syncthreads();
 
+    /* Scores: ATT_KEY_LANES lanes per key, lane g summing vectors g, g + 8, ... of q.k (the 8
+     * lanes read whole 32-byte sectors), so a warp scores 4 keys at once and the block 32, with
+     * several loads in flight per lane (a warp per key, as before, waited on memory once per
+     * key: 12 us for 48 keys at Qwen3 shapes). A warp's loop bounds are the same for all its
+     * lanes, so the shuffles have them all. */
+    const V *qv = (const V *)sq;
+    const int g = lane % ATT_KEY_LANES;
     float mx = -INFINITY;
-    for (int j = warp; j < nj; j += ATT_THREADS / 32) {
-        const float *k = a.kc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd;
+    for (int jb = warp * (32 / ATT_KEY_LANES); jb < nj; jb += ATT_THREADS / ATT_KEY_LANES) {
+        const int j = jb + lane / ATT_KEY_LANES;
         float s = 0.0f;
-        for (int d = lane; d < hd; d += 32)
-            s += sq[d] * k[d];
-        s = warp_sum(s) * a.scale;
-        if (lane == 0) sc[j] = s;
-        mx = fmaxf(mx, s);
+        if (j < nj) {
+            const V *k = (const V *)(a.kc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd);
+#pragma unroll 4
+            for (int d = g; d < hv; d += ATT_KEY_LANES)
+                s += att_dot(qv[d], k[d]);
+        }
+        for (int o = ATT_KEY_LANES / 2; o > 0; o /= 2)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        s *= a.scale;
+        if (j < nj) {
+            if (g == 0) sc[j] = s;
+            mx = fmaxf(mx, s);
+        }
     }
     mx = block_reduce<true>(mx, sh); /* also orders the sc writes before the reads below */
     float sum = 0.0f;
@@ -547,28 +588,33 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     }
     sum = block_reduce<false>(sum, sh);
 
-    /* Output: DP dims per pass, ATT_THREADS / DP slices of the keys each. */
-    const int DP = hd < ATT_THREADS ? hd : ATT_THREADS, nsl = ATT_THREADS / DP;
-    const int dd = tid % DP, sl = tid / DP;
+    /* Output: P vectors of dims per pass, ATT_THREADS / P slices of the keys each. */
+    const int P = hv < ATT_THREADS ? hv : ATT_THREADS, nsl = ATT_THREADS / P;
+    const int dd = tid % P, sl = tid / P;
     float *out = a.out + (size_t)t * q_stride + (size_t)h * hd;
     float *part = a.part ? a.part + ((size_t)item * a.splits + split) * (size_t)(hd + 2) : NULL;
-    for (int d0 = 0; d0 < hd; d0 += DP) {
+    for (int d0 = 0; d0 < hv; d0 += P) {
         const int d = d0 + dd;
-        float acc = 0.0f;
-        if (sl < nsl && d < hd)
+        V acc = {};
+        if (sl < nsl && d < hv)
 #pragma unroll 4
             for (int j = sl; j < nj; j += nsl)
-                acc += sc[j] * a.vc[(size_t)rows[j] * kv_stride + (size_t)kvh * hd + d];
+                att_axpy(acc, sc[j],
+                         ((const V *)(a.vc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd))[d]);
         so[tid] = acc;
         __syncthreads();
-        if (tid < DP && d < hd) {
-            float o = 0.0f;
+        if (tid < P && d < hv) {
+            V o = {};
             for (int s = 0; s < nsl; s++)
-                o += so[s * DP + tid];
-            if (part)
-                part[d] = o;
-            else
-                out[d] = nj > 0 ? o * (1.0f / sum) : 0.0f;
+                att_axpy(o, 1.0f, so[s * P + tid]);
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                const float oi = att_comp(o, i);
+                if (part)
+                    part[d * W + i] = oi;
+                else
+                    out[d * W + i] = nj > 0 ? oi * (1.0f / sum) : 0.0f;
+            }
         }
         __syncthreads();
     }
@@ -607,8 +653,14 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.counts = n_items <= CU_ATT_COUNTS ? c->att_counts : NULL;
     if (splits > 1)
         a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
-    const size_t smem = (size_t)(a.hd + ATT_THREADS + 32 + 2 * a.L) * sizeof(float);
-    cu_launch(attn_kernel, dim3((unsigned)n_items, (unsigned)splits), ATT_THREADS, smem, c->stream, a);
+    const int vec = a.hd % 4 == 0 && !(((uintptr_t)a.q | (uintptr_t)a.kc | (uintptr_t)a.vc) & 15);
+    const size_t smem =
+        (size_t)((vec ? 4 : 1) * ATT_THREADS + a.hd + 32 + 2 * a.L) * sizeof(float);
+    const dim3 grid((unsigned)n_items, (unsigned)splits);
+    if (vec)
+        cu_launch(attn_kernel<4>, grid, ATT_THREADS, smem, c->stream, a);
+    else
+        cu_launch(attn_kernel<1>, grid, ATT_THREADS, smem, c->stream, a);
     if (splits > 1 && !a.counts) cu_launch(attn_combine, (unsigned)n_items, 128, 0, c->stream, a);
     CUDA_LAUNCHED();
 }
