@@ -1029,15 +1029,21 @@ static void test_moe(void) {
     op_end(&r);
 
     op_begin(&r, "moe_experts");
-    enum { NE = 6, T = 3, K = 2, H = 256, I = 128 };
+    /* T, H, I: shapes that take each rows-per-block choice of the down kernel (4, 8, 8, 2, 1
+     * on an H200's 132 SMs), prefill and decode */
+    enum { NS = 5 };
+    static const int shapes[NS][3] = {
+        {3, 256, 128}, {1, 2048, 192}, {5, 1152, 128}, {2, 192, 64}, {1, 256, 64}};
+    enum { NE = 6, K = 2, MT = 5 };
     static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
-    for (size_t di = 0; di < 3; di++) {
+    for (size_t di = 0; di < 3 * NS; di++) {
+        const int T = shapes[di % NS][0], H = shapes[di % NS][1], I = shapes[di % NS][2];
         wpair w[NE][3];
         sl_expert_ptrs rows[NE], hrows[NE];
         for (int e = 0; e < NE; e++) {
-            wpair_make(&w[e][0], dts[di], I, H, 0.5f, 0);
-            wpair_make(&w[e][1], dts[di], I, H, 0.5f, 0);
-            wpair_make(&w[e][2], dts[di], H, I, 0.5f, 0);
+            wpair_make(&w[e][0], dts[di / NS], I, H, 0.5f, 0);
+            wpair_make(&w[e][1], dts[di / NS], I, H, 0.5f, 0);
+            wpair_make(&w[e][2], dts[di / NS], H, I, 0.5f, 0);
             for (int j = 0; j < 3; j++) {
                 rows[e].p[3 * j] = w[e][j].d.data, hrows[e].p[3 * j] = w[e][j].h.data;
                 rows[e].p[3 * j + 1] = w[e][j].d.scales, hrows[e].p[3 * j + 1] = w[e][j].h.scales;
@@ -1046,11 +1052,14 @@ static void test_moe(void) {
         }
         sl_expert_ptrs *table = gpu.ops->alloc(&gpu, sizeof rows);
         gpu.ops->to_dev(&gpu, table, rows, sizeof rows);
-        int32_t ids[T * K] = {4, 1, 0, 5, 1, 3};
-        float wts[T * K] = {0.7f, 0.3f, 0.55f, 0.45f, 0.9f, 0.1f};
-        int32_t *dids = gpu.ops->alloc(&gpu, sizeof ids);
+        int32_t ids[MT * K];
+        float wts[MT * K];
+        for (int t = 0; t < T; t++) /* a token's two picks differ (by 3, mod 6) */
+            ids[t * K] = (2 * t + 1) % NE, ids[t * K + 1] = (2 * t + 4) % NE,
+                    wts[t * K] = 0.6f + 0.05f * t, wts[t * K + 1] = 0.4f - 0.05f * t;
+        int32_t *dids = gpu.ops->alloc(&gpu, (size_t)T * K * sizeof(int32_t));
         float *dwts = UPF(wts, T * K);
-        gpu.ops->to_dev(&gpu, dids, ids, sizeof ids);
+        gpu.ops->to_dev(&gpu, dids, ids, (size_t)T * K * sizeof(int32_t));
         float *hx = rand_vec((size_t)T * H, 1), *dx = UPF(hx, T * H);
         float *hy = poison_vec((size_t)T * H), *dy = UPF(hy, T * H);
         float *hact = poison_vec((size_t)T * K * I), *dact = UPF(hact, T * K * I);
@@ -1061,13 +1070,13 @@ static void test_moe(void) {
         const sl_tensor *hproto[3] = {&w[0][0].h, &w[0][1].h, &w[0][2].h};
         r.cases++;
         if (!gpu.ops->moe_experts(&gpu, dy, dact, dx, dids, dwts, table, proto, T, K) && !r.bad++)
-            snprintf(r.first_bad, sizeof r.first_bad, "moe_experts declined %s",
-                     sl_dtype_name(dts[di]));
+            snprintf(r.first_bad, sizeof r.first_bad, "moe_experts declined %s T=%d H=%d",
+                     sl_dtype_name(dts[di / NS]), T, H);
         /* the GPU reference: per row i a T = 1 item of each batch, then weighted_sum */
-        float *by[2 * T * K];
-        const float *bxs[2 * T * K];
-        const sl_tensor *bw[2 * T * K];
-        int32_t bT[2 * T * K];
+        float *by[2 * MT * K];
+        const float *bxs[2 * MT * K];
+        const sl_tensor *bw[2 * MT * K];
+        int32_t bT[2 * MT * K];
         for (int i = 0; i < T * K; i++) {
             bxs[i] = bxs[T * K + i] = dx + (size_t)(i / K) * H;
             by[i] = rg + (size_t)i * I, by[T * K + i] = ru + (size_t)i * I;

@@ -117,10 +117,11 @@ __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool stag
 
 /* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT rows of x,
  * summed over the warp: every lane ends with all R x NT sums (over the row's chunks ks * 32 +
- * lane + 32 nks j when the row is split over nks warps). The arithmetic of gemv_fast,
- * shared with the batched and fused expert kernels so they give the same bits (wherever x is
- * read from). */
-template <int DT, int R, int NT>
+ * lane + 32 nks j when the row is split over nks warps), the chunk loop unrolled U times
+ * (more loads in flight, more registers). The arithmetic of gemv_fast, shared with the batched
+ * and fused expert kernels so they give the same bits (wherever x is read from, whatever R
+ * and U). */
+template <int DT, int R, int NT, int U = 2>
 __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
                                           int K, int64_t row0, int ks = 0, int nks = 1) {
     constexpr int E = chunk_elems<DT>::E;
@@ -139,7 +140,7 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
         for (int t = 0; t < NT; t++)
             acc[r][t] = 0.0f;
 
-#pragma unroll 2
+#pragma unroll U
     for (int c = ks * 32 + lane; c < C; c += 32 * nks) {
         uint4 wv[R];
 #pragma unroll
@@ -687,7 +688,7 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
-    gemv_rows<DT, R, 1>(v, xr, expert_w(pd, table[ids[i]], 2), H, I, row0);
+    gemv_rows<DT, R, 1, 1>(v, xr, expert_w(pd, table[ids[i]], 2), H, I, row0);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int j = 0; j < R; j++)
@@ -708,9 +709,13 @@ static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, co
     const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1], n = T * k;
     const cu_w pg = cu_w_of(proto[0]), pu = cu_w_of(proto[1]), pd = cu_w_of(proto[2]);
     const int rg = rows_per_warp(c, (int64_t)I * n);
-    /* down: a block of k warps per R rows and token; the most rows that leave two blocks a SM */
-    const int64_t hb = (int64_t)H * T, want = 2 * (int64_t)c->n_sm;
-    const int rd = hb / 4 >= want ? 4 : hb / 2 >= want ? 2 : 1;
+    /* down: a block of k warps per R rows and token; the most rows (up to 8) that still give
+     * every SM a block. Fewer, fuller blocks: at Qwen3-30B-A3B shapes R = 4 made 512 blocks of
+     * 90 registers a thread, two to a SM (two waves); R = 8 makes 256, two to a SM, with the
+     * chunk loop not unrolled (expert rows are short: a row of 768 int4 weights is 24 chunks,
+     * one a lane) to stay within 128 registers. */
+    const int64_t hb = (int64_t)H * T, sm = c->n_sm;
+    const int rd = hb / 8 >= sm ? 8 : hb / 4 >= sm ? 4 : hb / 2 >= sm ? 2 : 1;
     const dim3 gg(cu_blocks((size_t)I, GEMV_WARPS * rg), (unsigned)n);
     const dim3 gd(cu_blocks((size_t)H, rd), (unsigned)T);
     cudaStream_t s = c->stream;
@@ -722,6 +727,7 @@ static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, co
     default: cu_launch(moe_gate_up<DT, 1>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
     }
     switch (rd) {
+    case 8: cu_launch(moe_down_sum<DT, 8>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
     case 4: cu_launch(moe_down_sum<DT, 4>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
     case 2: cu_launch(moe_down_sum<DT, 2>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
     default: cu_launch(moe_down_sum<DT, 1>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
