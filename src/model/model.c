@@ -651,9 +651,24 @@ sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_err
     return rc ? sl_fail(err, SL_ERR_IO, "%s: cannot write the router histogram", path) : SL_OK;
 }
 
+/* The first i with x[i] > x[j] for no j (NaN never wins; a NaN x[0] gives 0): the largest value
+ * through 8 independent maxima, then its first position. The plain loop, which compares each x[i]
+ * with x[best], waits on the previous comparison every step: 560 us for 151,936 logits here,
+ * against 27 us, about a sixth of a GPU decode step. */
 int32_t sl_argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    float m[8];
+    for (int j = 0; j < 8; j++)
+        m[j] = x[0];
+    int32_t i = 1;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (; i < n; i++)
+        m[0] = x[i] > m[0] ? x[i] : m[0];
+    float best = m[0];
+    for (int j = 1; j < 8; j++)
+        best = m[j] > best ? m[j] : best;
+    for (i = 0; i < n; i++)
+        if (x[i] == best) return i;
+    return 0; /* best is NaN: x[0] was */
 }

@@ -173,3 +173,23 @@ TEST(test_sampler_partial_equals_full) {
         sl_sampler_free(sa), sl_sampler_free(sb);
     }
 }
+
+/* sl_argmax against its definition (the first strict maximum; NaN never wins, a NaN first entry
+ * wins): lengths around its 8-wide steps, ties, signed zeros, infinities and NaNs. */
+TEST(test_argmax) {
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, 1.0f, -2.0f};
+    uint32_t r = 12345;
+    for (int trial = 0; trial < 2000; trial++) {
+        const int32_t n = 1 + trial % 37;
+        float x[40];
+        for (int32_t i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = (r >> 28) < 6 ? special[(r >> 8) % 8] : (float)((int32_t)(r >> 16) % 7);
+        }
+        int32_t want = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (x[i] > x[want]) want = i;
+        const int32_t got = sl_argmax(x, n);
+        CHECKF(got == want, "trial %d, n %d: %d, want %d", trial, n, got, want);
+    }
+}
