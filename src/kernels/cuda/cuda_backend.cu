@@ -122,13 +122,26 @@ static void cu_sync(const sl_backend *be) {
     c->items_off = 0;
 }
 
+/* Through the pinned staging ring when it fits, past the staged copies still queued (they read
+ * below stage_off), then one memcpy: into pageable memory the driver stages the copy itself,
+ * which took ~70 us for a token's 600 KB of logits and ~15 us for a layer's expert picks on an
+ * H200 host. */
 static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t bytes) {
     if (!bytes) return;
-    if (cu_refuse_in_graph(cu_of(be))) {
+    cu_ctx *c = cu_of(be);
+    if (cu_refuse_in_graph(c)) {
         memset(host, 0, bytes); /* defined bytes for a step that will run again */
         return;
     }
-    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, cu_of(be)->stream));
+    if (bytes <= c->stage_bytes && c->stage_off + bytes > c->stage_bytes) cu_sync(be);
+    if (c->stage_off + bytes <= c->stage_bytes) {
+        const uint8_t *tmp = c->stage + c->stage_off;
+        CUDA_CHECK(cudaMemcpyAsync((void *)tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        cu_sync(be);
+        memcpy(host, tmp, bytes);
+        return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     cu_sync(be);
 }
 
