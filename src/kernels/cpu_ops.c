@@ -30,6 +30,10 @@ static void cpu_copy(const sl_backend *be, void *dst, const void *src, size_t by
     if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
+static void cpu_to_host_end(const sl_backend *be) {
+    (void)be; /* to_host_begin (cpu_copy) already copied */
+}
+
 static void cpu_sync(const sl_backend *be) {
     (void)be;
 }
@@ -242,6 +246,10 @@ static int cpu_moe_experts(const sl_backend *be, float *y, float *act, const flo
     const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
     float buf[SLICE];
     for (int32_t t = 0; t < T; t++) {
+        int32_t have = 1; /* every pick in the table, else the token is skipped */
+        for (int32_t r = 0; r < k; r++)
+            have &= table[ids[t * k + r]].p[0] != NULL;
+        if (!have) continue;
         float *yt = y + (size_t)t * (size_t)H;
         for (int64_t h = 0; h < H; h++)
             yt[h] = 0;
@@ -463,6 +471,8 @@ static const sl_ops cpu_ops = {
     .release = cpu_release,
     .to_host = cpu_copy,
     .to_dev = cpu_copy,
+    .to_host_begin = cpu_copy,
+    .to_host_end = cpu_to_host_end,
     .to_dev_async = cpu_copy,
     .sync = cpu_sync,
     .copy2d = cpu_copy2d,

@@ -93,6 +93,8 @@ typedef struct sl_expert_ptrs {
     const void *p[9];
 } sl_expert_ptrs;
 
+#define SL_PEEK_BYTES 4096 /* the most to_host_begin copies */
+
 typedef struct sl_ops {
     const char *name;
     /* Backend memory, zero-filled; NULL when out of memory. */
@@ -106,6 +108,13 @@ typedef struct sl_ops {
      * bytes are there (to_host waits for all work queued before it). */
     void (*to_host)(const sl_backend *be, void *host, const void *src, size_t bytes);
     void (*to_dev)(const sl_backend *be, void *dst, const void *host, size_t bytes);
+    /* Optional (both or neither): to_host in two halves, so the ops queued between them run
+     * while the host waits for the copy alone. to_host_begin copies bytes (at most
+     * SL_PEEK_BYTES) from src once every op queued before it is done; to_host_end waits for
+     * that copy and lands the bytes in host. One pair at a time; nothing between may wait for
+     * the device. */
+    void (*to_host_begin)(const sl_backend *be, void *host, const void *src, size_t bytes);
+    void (*to_host_end)(const sl_backend *be);
     /* Queues a copy from host memory that stays unchanged until the next sync or to_host
      * (expert blobs), on a copy queue of the backend's own where it has one (CUDA: a second
      * stream): it starts after every op queued before it, and ops queued after it see its bytes
@@ -182,7 +191,10 @@ typedef struct sl_ops {
      *   act[i] = silu(gate_e x[t]) * up_e x[t]  [T k, I]
      *   y[t] = sum over r < k (in order) of w[i] * down_e act[i]  [T, H]
      * exactly what matmul_batch (T = 1 items), swiglu, matmul_batch and weighted_sum give.
-     * T == 0 asks only whether it runs these weights (the pointers may be NULL). */
+     * A token one of whose picks has a NULL row (gate data) in table is skipped: its y row is
+     * left as it is, its act rows are undefined (an expert cache runs the op before its misses
+     * are in, and again after). T == 0 asks only whether it runs these weights (the pointers may be
+     * NULL). */
     int (*moe_experts)(const sl_backend *be, float *y, float *act, const float *x,
                        const int32_t *ids, const float *w, const sl_expert_ptrs *table,
                        const sl_tensor *const proto[3], int32_t T, int32_t k);

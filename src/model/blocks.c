@@ -340,7 +340,18 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         shared_expert(s, L, T);
         goto shared;
     }
-    be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
+    /* A decode step through an expert cache: the fused kernels start on the slots the cache
+     * has while the host reads the picks (a pick without a slot makes them skip the token).
+     * When every pick had a slot their result stands; else they run again below, once the
+     * misses are copied in. */
+    int ahead = 0;
+    if (T == 1 && m->dev.layers && be->ops->to_host_begin) {
+        be->ops->to_host_begin(be, b->topk_ids, ids_dev, (size_t)k * sizeof(int32_t));
+        ahead = fused_experts(s, l, ids_dev);
+        be->ops->to_host_end(be);
+    } else {
+        be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
+    }
     memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
     for (int32_t i = 0; i < T * k; i++) {
         SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
@@ -358,6 +369,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
+    ahead = ahead && sl_dev_cache_has(&m->dev, l, b->topk_ids, k);
     int fused = 0;
     double t1 = sl_now();
     m->stats.t_router += t1 - t0;
@@ -393,7 +405,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         if (st) return st;
         /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
          * bits as the batches), on the table rows the mapping just wrote. */
-        if (T == 1 && nj == n_used && fused_experts(s, l, ids_dev)) {
+        if (T == 1 && nj == n_used && (ahead || fused_experts(s, l, ids_dev))) {
             fused = 1;
         } else { /* runs of experts whose rows fit the activation buffers (one expert's do: a
                   * token picks it at most once) */

@@ -122,7 +122,11 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
             L->slot_uses[s]++;
         } else {
             s = victim(d, L);
-            if (L->slot_expert[s] >= 0) L->expert_slot[L->slot_expert[s]] = -1;
+            if (L->slot_expert[s] >= 0) { /* the evicted expert's row: zero, so no longer used */
+                static const sl_expert_ptrs none;
+                be->ops->to_dev(be, &L->table[L->slot_expert[s]], &none, sizeof none);
+                L->expert_slot[L->slot_expert[s]] = -1;
+            }
             L->slot_expert[s] = e;
             L->expert_slot[e] = s;
             L->slot_uses[s] = 1;
@@ -175,6 +179,12 @@ sl_status sl_dev_cache_fill(sl_dev_cache *d, const sl_backend *be, sl_expert_sto
     free(ids), free(views);
     d->all = !st;
     return st;
+}
+
+int sl_dev_cache_has(const sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (d->layers[layer].expert_slot[ids[i]] < 0) return 0;
+    return 1;
 }
 
 void sl_dev_cache_count(sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n) {

@@ -21,7 +21,7 @@ typedef struct sl_dev_layer {
     int64_t *slot_last;   /* [n_slots] tick of the last request */
     int32_t *expert_slot; /* [n_experts], -1 when not cached */
     /* backend memory [n_experts]: where each cached expert's weights are (moe_experts'
-     * table); rows of experts not cached are stale */
+     * table); rows of experts not cached are zero */
     sl_expert_ptrs *table;
 } sl_dev_layer;
 
@@ -46,6 +46,9 @@ void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be);
  * caller syncs the backend before the store's next fetch of this layer may overwrite them. */
 void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
                       int32_t n, const sl_expert **views);
+
+/* Whether experts ids[0..n) of the layer all have slots now. */
+int sl_dev_cache_has(const sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n);
 
 /* With a slot per expert: copies every expert in through the store (at load, so decode never
  * waits for a first use) and sets d->all; else does nothing. Resets no statistics. */

@@ -1096,6 +1096,22 @@ static void test_moe(void) {
         cpu.ops->moe_experts(&cpu, hy, hact, hx, ids, wts, hrows, hproto, T, K);
         check(&r, "act vs cpu", dact, hact, (size_t)T * K * I, 1e-4);
         check(&r, "y vs cpu", dy, hy, (size_t)T * H, 1e-4);
+        /* expert ids[0] out of the cache (a zero table row): the tokens that pick it keep their
+         * y rows, the others get the same bits */
+        static const sl_expert_ptrs none;
+        gpu.ops->to_dev(&gpu, table + ids[0], &none, sizeof none);
+        float *py = poison_vec((size_t)T * H), *dpy = UPF(py, T * H);
+        gpu.ops->moe_experts(&gpu, dpy, dact, dx, dids, dwts, table, proto, T, K);
+        float *gpy = down(dpy, (size_t)T * H), *gdy = down(dy, (size_t)T * H);
+        for (int t = 0; t < T; t++) {
+            const int skip = ids[t * K] == ids[0] || ids[t * K + 1] == ids[0];
+            const float *want = (skip ? py : gdy) + (size_t)t * H;
+            if (memcmp(gpy + (size_t)t * H, want, (size_t)H * sizeof(float)) && !r.bad++)
+                snprintf(r.first_bad, sizeof r.first_bad, "moe_experts %s T=%d: token %d %s",
+                         sl_dtype_name(dts[di / NS]), T, t,
+                         skip ? "written through a zero row" : "differs");
+        }
+        free(py), free(gpy), free(gdy), dfree(dpy);
         free(gact), free(gy), free(hx), free(hy), free(hact);
         dfree(dx), dfree(dy), dfree(dact), dfree(rout), dfree(rg), dfree(ru), dfree(ry);
         dfree(dids), dfree(dwts), dfree(table);

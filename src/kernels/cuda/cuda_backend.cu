@@ -145,6 +145,31 @@ static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t
     cu_sync(be);
 }
 
+/* On the copy stream, so the kernels queued after it start at once (the cached decode's fused
+ * experts run while the host reads the picks); to_host_end waits for this copy alone. */
+static void cu_to_host_begin(const sl_backend *be, void *host, const void *src, size_t bytes) {
+    cu_ctx *c = cu_of(be);
+    SL_ASSERT(bytes <= SL_PEEK_BYTES && !c->peek_bytes);
+    if (!bytes) return;
+    if (cu_refuse_in_graph(c)) {
+        memset(host, 0, bytes); /* defined bytes for a step that will run again */
+        return;
+    }
+    CUDA_CHECK(cudaEventRecord(c->ev_peek_from, c->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->ev_peek_from, 0));
+    CUDA_CHECK(cudaMemcpyAsync(c->peek, src, bytes, cudaMemcpyDeviceToHost, c->copy));
+    CUDA_CHECK(cudaEventRecord(c->ev_peek, c->copy));
+    c->peek_host = host, c->peek_bytes = bytes;
+}
+
+static void cu_to_host_end(const sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    if (!c->peek_bytes) return;
+    CUDA_CHECK(cudaEventSynchronize(c->ev_peek));
+    memcpy(c->peek_host, c->peek, c->peek_bytes);
+    c->peek_bytes = 0;
+}
+
 /* On the copy stream, after the compute work queued before the batch's first copy (which may
  * still read a slot being refilled). */
 static void cu_to_dev_async(const sl_backend *be, void *dst, const void *host, size_t bytes) {
@@ -252,6 +277,8 @@ static sl_ops make_ops(void) {
     o.unpin = cu_unpin;
     o.to_host = cu_to_host;
     o.to_dev = cu_to_dev;
+    o.to_host_begin = cu_to_host_begin;
+    o.to_host_end = cu_to_host_end;
     o.to_dev_async = cu_to_dev_async;
     o.copy_join = cu_copy_join;
     o.status = cu_status;
@@ -294,11 +321,14 @@ static void cu_ctx_destroy(cu_ctx *c) {
     if (c->scratch) cudaFree(c->scratch);
     if (c->scratch_old) cudaFree(c->scratch_old);
     if (c->stage) cudaFreeHost(c->stage);
+    if (c->peek) cudaFreeHost(c->peek);
     if (c->items) cudaFree(c->items);
     if (c->exec) cudaGraphExecDestroy(c->exec);
     if (c->done) cudaFree(c->done);
     if (c->ev_compute) cudaEventDestroy(c->ev_compute);
     if (c->ev_copy) cudaEventDestroy(c->ev_copy);
+    if (c->ev_peek_from) cudaEventDestroy(c->ev_peek_from);
+    if (c->ev_peek) cudaEventDestroy(c->ev_peek);
     if (c->copy) cudaStreamDestroy(c->copy);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->items_host);
@@ -334,7 +364,9 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming)) != cudaSuccess)
+        (e = cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->ev_peek_from, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->ev_peek, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
     what = "matmul_batch items";
     c->items_bytes = (size_t)4 << 20;
@@ -350,7 +382,9 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     c->att_counts = c->done + 1;
     what = "pinned staging";
     c->stage_bytes = (size_t)16 << 20;
-    if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess) goto fail;
+    if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&c->peek, SL_PEEK_BYTES)) != cudaSuccess)
+        goto fail;
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->isa = SL_ISA_SCALAR;

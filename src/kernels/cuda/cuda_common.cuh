@@ -38,6 +38,13 @@ typedef struct cu_ctx {
     cudaStream_t copy;
     cudaEvent_t ev_compute, ev_copy;
     int copies_open;
+    /* to_host_begin/end: a pinned landing buffer (SL_PEEK_BYTES) filled on the copy stream after
+     * the compute stream's work queued so far (ev_peek_from), done at ev_peek; where its bytes
+     * go, and how many. */
+    uint8_t *peek;
+    cudaEvent_t ev_peek_from, ev_peek;
+    void *peek_host;
+    size_t peek_bytes;
     char name[320];
     /* Device scratch (attention partials, overlapping copies), grown on demand. */
     void *scratch, *scratch_old; /* old: replaced while a graph recorded, freed at a sync */

@@ -658,6 +658,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
     if (row0 >= I) return;
     const sl_expert_ptrs p = table[ids[i]];
+    if (!p.p[0]) return; /* not in the cache (see moe_down_sum) */
     float g[R][1], u[R][1];
     gemv_rows<DT, R, 1>(g, xt, expert_w(pg, p, 0), I, H, row0);
     gemv_rows<DT, R, 1>(u, xt, expert_w(pu, p, 1), I, H, row0);
@@ -685,6 +686,9 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
+    /* A token with a pick not in the expert cache (a zero table row) is left as it is: the
+     * cache runs the kernels again once its misses are in (ops.h). */
+    if (!__syncthreads_and(table[ids[i]].p[0] != nullptr)) return;
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
