@@ -135,8 +135,8 @@ static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t
     }
     if (bytes <= c->stage_bytes && c->stage_off + bytes > c->stage_bytes) cu_sync(be);
     if (c->stage_off + bytes <= c->stage_bytes) {
-        const uint8_t *tmp = c->stage + c->stage_off;
-        CUDA_CHECK(cudaMemcpyAsync((void *)tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        uint8_t *tmp = c->stage + c->stage_off;
+        CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
         cu_sync(be);
         memcpy(host, tmp, bytes);
         return;
