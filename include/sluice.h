@@ -96,6 +96,9 @@ typedef struct sl_stats {
     /* GPU expert cache (CUDA backend): requests, hits, bytes copied from host memory */
     int64_t gpu_expert_requests, gpu_expert_hits, gpu_bytes_copied;
     double gpu_copy_time;
+    /* Decode through a GPU cache smaller than the experts: MoE layer steps whose fused experts
+     * ran ahead of the host and stood (every pick cached), and those that ran again */
+    int64_t gpu_steps_ahead, gpu_steps_rerun;
     /* CUDA graphs: decode steps run as one graph, and recordings dropped (the step then ran
      * kernel by kernel) */
     int64_t graph_steps, graph_fallbacks;

@@ -212,6 +212,9 @@ void cli_print_stats(const sl_model *m, FILE *f) {
             (long long)s.gpu_expert_requests, (long long)s.gpu_expert_hits,
             100.0 * (double)s.gpu_expert_hits / (double)s.gpu_expert_requests,
             (double)s.gpu_bytes_copied / 1e6, s.gpu_copy_time);
+    if (s.gpu_steps_ahead || s.gpu_steps_rerun)
+        fprintf(f, "  ahead of the host  %lld MoE layer steps stood, %lld ran again after a miss\n",
+                (long long)s.gpu_steps_ahead, (long long)s.gpu_steps_rerun);
     if (s.graph_steps || s.graph_fallbacks)
         fprintf(f, "CUDA graphs          %lld decode steps, %lld recordings dropped\n",
                 (long long)s.graph_steps, (long long)s.graph_fallbacks);

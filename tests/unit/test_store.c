@@ -130,6 +130,11 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
                        "%s q%d variant %zu differs", cases[c], q, i);
                 if (v[i].mode == SL_EXPERTS_STREAM)
                     CHECK(st.bytes_read > 0 && st.expert_hits <= st.expert_requests);
+                /* decode through a device cache short of all experts runs the fused experts
+                 * ahead of the host; with fewer slots than picks they never stand */
+                if (v[i].be == SL_BACKEND_CPU_DEVICE && v[i].dev_slots && v[i].chunk == 1)
+                    CHECK(st.gpu_steps_ahead + st.gpu_steps_rerun > 0 &&
+                          (v[i].dev_slots >= k || st.gpu_steps_ahead == 0));
                 free(got);
             }
             free(base);
