@@ -344,10 +344,10 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
      * has while the host reads the picks (a pick without a slot makes them skip the token).
      * When every pick had a slot their result stands; else they run again below, once the
      * misses are copied in. */
-    int ahead = 0, spec = 0;
+    int spec = 0;
     if (T == 1 && m->dev.layers && be->ops->to_host_begin) {
         be->ops->to_host_begin(be, b->topk_ids, ids_dev, (size_t)k * sizeof(int32_t));
-        spec = ahead = fused_experts(s, l, ids_dev);
+        spec = fused_experts(s, l, ids_dev);
         be->ops->to_host_end(be);
     } else {
         be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
@@ -369,7 +369,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     }
     for (int32_t i = 0; i < T * k; i++)
         b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
-    ahead = ahead && sl_dev_cache_has(&m->dev, l, b->topk_ids, k);
+    const int ahead = spec && sl_dev_cache_has(&m->dev, l, b->topk_ids, k);
     m->stats.gpu_steps_ahead += ahead;
     m->stats.gpu_steps_rerun += spec && !ahead;
     int fused = 0;

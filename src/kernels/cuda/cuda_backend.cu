@@ -155,8 +155,8 @@ static void cu_to_host_begin(const sl_backend *be, void *host, const void *src, 
         memset(host, 0, bytes); /* defined bytes for a step that will run again */
         return;
     }
-    CUDA_CHECK(cudaEventRecord(c->ev_peek_from, c->stream));
-    CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->ev_peek_from, 0));
+    CUDA_CHECK(cudaEventRecord(c->ev_compute, c->stream)); /* a wait takes the record of now */
+    CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->ev_compute, 0));
     CUDA_CHECK(cudaMemcpyAsync(c->peek, src, bytes, cudaMemcpyDeviceToHost, c->copy));
     CUDA_CHECK(cudaEventRecord(c->ev_peek, c->copy));
     c->peek_host = host, c->peek_bytes = bytes;
@@ -327,7 +327,6 @@ static void cu_ctx_destroy(cu_ctx *c) {
     if (c->done) cudaFree(c->done);
     if (c->ev_compute) cudaEventDestroy(c->ev_compute);
     if (c->ev_copy) cudaEventDestroy(c->ev_copy);
-    if (c->ev_peek_from) cudaEventDestroy(c->ev_peek_from);
     if (c->ev_peek) cudaEventDestroy(c->ev_peek);
     if (c->copy) cudaStreamDestroy(c->copy);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -365,7 +364,6 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
         (e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&c->ev_peek_from, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ev_peek, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
     what = "matmul_batch items";

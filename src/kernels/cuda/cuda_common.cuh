@@ -39,10 +39,10 @@ typedef struct cu_ctx {
     cudaEvent_t ev_compute, ev_copy;
     int copies_open;
     /* to_host_begin/end: a pinned landing buffer (SL_PEEK_BYTES) filled on the copy stream after
-     * the compute stream's work queued so far (ev_peek_from), done at ev_peek; where its bytes
-     * go, and how many. */
+     * the compute stream's work queued so far (ev_compute again), done at ev_peek; where its
+     * bytes go, and how many. */
     uint8_t *peek;
-    cudaEvent_t ev_peek_from, ev_peek;
+    cudaEvent_t ev_peek;
     void *peek_host;
     size_t peek_bytes;
     char name[320];
