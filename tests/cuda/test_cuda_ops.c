@@ -1122,8 +1122,10 @@ static void test_moe(void) {
     op_end(&r);
 }
 
+/* test_cuda [bench]: the op tests, then (unless SL_CUDA_NO_BENCH is set) the benchmarks; with
+ * "bench", the benchmarks alone. */
 int main(int argc, char **argv) {
-    (void)argc, (void)argv;
+    const int bench_only = argc > 1 && !strcmp(argv[1], "bench");
     sl_error err = {0};
     if (sl_backend_cuda_init(&gpu, 0, &err) != SL_OK) {
         fprintf(stderr, "test_cuda: %s\n", err.msg);
@@ -1132,19 +1134,21 @@ int main(int argc, char **argv) {
     /* The scalar ISA: float order everywhere (Q4 never takes the int8 activation path). */
     sl_backend_cpu_init(&cpu, 4, SL_ISA_SCALAR);
     printf("CUDA ops vs CPU (scalar) on %s\n", sl_cuda_device_name(&gpu));
-    test_memory();
-    test_matmul();
-    test_matmul_batch();
-    test_moe();
-    test_embed();
-    test_norms();
-    test_rope();
-    test_fused_norms();
-    test_attention();
-    test_elementwise();
-    test_conv1d();
-    test_delta_rule();
-    printf("%d passed, %d failed\n", ops_passed, ops_failed);
+    if (!bench_only) {
+        test_memory();
+        test_matmul();
+        test_matmul_batch();
+        test_moe();
+        test_embed();
+        test_norms();
+        test_rope();
+        test_fused_norms();
+        test_attention();
+        test_elementwise();
+        test_conv1d();
+        test_delta_rule();
+        printf("%d passed, %d failed\n", ops_passed, ops_failed);
+    }
     if (!getenv("SL_CUDA_NO_BENCH")) {
         bench_matmul();
         bench_layer();

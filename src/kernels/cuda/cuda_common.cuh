@@ -31,6 +31,7 @@ void cu_record_error(cudaError_t e, const char *file, int line, const char *call
 typedef struct cu_ctx {
     int gpu;
     int n_sm;
+    int gemv_r; /* SLUICE_CUDA_GEMV_R (1, 2 or 4): the decode GEMVs' rows per warp, for tuning */
     cudaStream_t stream;
     /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the
      * compute stream's work queued before its first copy (ev_compute), and the compute stream
@@ -339,6 +340,7 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) {
 }
 
 /* Launchers, one per op, defined in cuda_matmul.cu and cuda_ops.cu. */
+void cu_matmul_init(int preload); /* SLUICE_CUDA_PRELOAD, once a device is set */
 void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
                      const sl_tensor *const *w, const int32_t *T, int32_t n);
 void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,

@@ -115,113 +115,189 @@ __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool stag
     return xsrc{cu_xs, E + 4, ts};
 }
 
+/*
+ * A GEMV's weights (and Q8/Q4 scales and biases, widened) for the first P steps of its chunk
+ * loop, loaded into registers ahead: kernels whose weights do not depend on earlier kernels
+ * load them before cu_pdl_wait (with dependent launch they then arrive while the previous
+ * kernel ends), the expert kernels as soon as the picks are known, before staging x. At
+ * Qwen3-30B-A3B shapes P steps cover a whole row (K = 2048 is two int4 chunks a lane), so
+ * what is left after the wait is one read of x from L2 and the arithmetic.
+ */
+template <int DT, int R, int P> struct wpre {
+    uint4 v[P][R];
+    float s[P][R], b[P][R]; /* Q8/Q4: the chunk's group scale, and bias + z scale */
+    int n;                  /* steps loaded (0 .. P: those of chunks below C) */
+};
+
+/* Steps each lane preloads: enough for rows of 2048 int4 at R <= 2, within ~48 registers. */
+template <int R> struct pre_steps { static constexpr int P = R >= 8 ? 1 : R >= 4 ? 2 : 4; };
+
+/* The chunk loop's weights of rows row0 .. row0+R-1 (rows past N read row N-1), as gemv_rows
+ * reads them (lane chunks ks * 32 + lane + 32 nks j). */
+template <int DT, int R, int P>
+__device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
+                                             int64_t row0, int ks = 0, int nks = 1) {
+    constexpr int E = chunk_elems<DT>::E;
+    constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
+    constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
+    const int C = K / E, c0 = ks * 32 + (threadIdx.x & 31);
+    pre.n = 0;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const int c = c0 + p * 32 * nks;
+        if (c >= C) break;
+        pre.n = p + 1;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t n = min(row0 + r, (int64_t)N - 1);
+            pre.v[p][r] = ld_stream((const uint4 *)(w.data + (size_t)n * w.ws) + c);
+            if (QUANT) {
+                const int64_t gi = n * w.G + ((int64_t)c * E) / SL_QGROUP;
+                pre.s[p][r] = cu_bf16(__ldg(w.scales + gi));
+                pre.b[p][r] = __fmaf_rn(Z, pre.s[p][r], cu_bf16(__ldg(w.biases + gi)));
+            }
+        }
+    }
+}
+
+/* a.x + b.y + c.z + d.w, its roundings spelled out (as the rest of gemv_step's) so that every
+ * kernel built on gemv_rows gives the same bits, whatever the compiler would contract where. */
+__device__ __forceinline__ float dot4(float a, float b, float c, float d, const float4 &x) {
+    return __fmaf_rn(d, x.w, __fmaf_rn(c, x.z, __fmaf_rn(b, x.y, __fmul_rn(a, x.x))));
+}
+
+/* One chunk step of gemv_rows: chunk c of R rows (wv; Q8/Q4 with their scale s and b = bias + z
+ * scale) against NT rows of x, into acc. */
+template <int DT, int R, int NT>
+__device__ __forceinline__ void gemv_step(float (&acc)[R][NT], const uint4 (&wv)[R],
+                                          const float (&s)[R], const float (&b)[R], const xsrc &x,
+                                          int c) {
+    constexpr int E = chunk_elems<DT>::E;
+    constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
+    constexpr float CZ = 8388608.0f + (DT == SL_DTYPE_Q8 ? 128.0f : 8.0f); /* code offset + centre */
+    const float4 *xc = (const float4 *)(x.p + (size_t)c * x.cs);
+    if (QUANT) {
+        float d[R][NT], xs[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            xs[t] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                d[r][t] = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < E / 4; j++) {
+            float4 xv[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                xv[t] = xc[(size_t)t * (x.ts / 4) + j];
+                xs[t] += (xv[t].x + xv[t].y) + (xv[t].z + xv[t].w);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                /* Codes widened once per row, whatever NT (see code_byte). */
+                float q0, q1, q2, q3;
+                if (DT == SL_DTYPE_Q8) {
+                    const uint32_t u = word_of(wv[r], j);
+                    q0 = code_byte(u, 0), q1 = code_byte(u, 1);
+                    q2 = code_byte(u, 2), q3 = code_byte(u, 3);
+                } else {
+                    /* Nibbles 4 (j & 1) .. +3 of word j / 2, low nibble first. */
+                    const uint32_t u = word_of(wv[r], j >> 1);
+                    const int sh = (j & 1) * 16;
+                    q0 = code_nibble(u, sh), q1 = code_nibble(u, sh + 4);
+                    q2 = code_nibble(u, sh + 8), q3 = code_nibble(u, sh + 12);
+                }
+                q0 -= CZ, q1 -= CZ, q2 -= CZ, q3 -= CZ; /* exact: q - z */
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    d[r][t] = __fadd_rn(d[r][t], dot4(q0, q1, q2, q3, xv[t]));
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                acc[r][t] = __fadd_rn(acc[r][t], __fmaf_rn(s[r], d[r][t], __fmul_rn(b[r], xs[t])));
+    } else {
+#pragma unroll
+        for (int j = 0; j < E / 4; j++) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float4 xv = xc[(size_t)t * (x.ts / 4) + j];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float w0, w1, w2, w3;
+                    if (DT == SL_DTYPE_F32) {
+                        w0 = __uint_as_float(wv[r].x), w1 = __uint_as_float(wv[r].y);
+                        w2 = __uint_as_float(wv[r].z), w3 = __uint_as_float(wv[r].w);
+                    } else {
+                        const uint32_t a = word_of(wv[r], 2 * j), h = word_of(wv[r], 2 * j + 1);
+                        if (DT == SL_DTYPE_BF16) {
+                            w0 = __uint_as_float(a << 16), w1 = __uint_as_float(a & 0xffff0000u);
+                            w2 = __uint_as_float(h << 16), w3 = __uint_as_float(h & 0xffff0000u);
+                        } else {
+                            w0 = cu_f16((uint16_t)(a & 0xffffu)), w1 = cu_f16((uint16_t)(a >> 16));
+                            w2 = cu_f16((uint16_t)(h & 0xffffu)), w3 = cu_f16((uint16_t)(h >> 16));
+                        }
+                    }
+                    acc[r][t] = __fadd_rn(acc[r][t], dot4(w0, w1, w2, w3, xv));
+                }
+            }
+        }
+    }
+}
+
 /* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT rows of x,
  * summed over the warp: every lane ends with all R x NT sums (over the row's chunks ks * 32 +
  * lane + 32 nks j when the row is split over nks warps), the chunk loop unrolled U times
- * (more loads in flight, more registers). The arithmetic of gemv_fast, shared with the batched
- * and fused expert kernels so they give the same bits (wherever x is read from, whatever R
- * and U). */
-template <int DT, int R, int NT, int U = 2>
+ * (more loads in flight, more registers), its first pre->n steps from registers (gemv_preload
+ * with the same rows, ks and nks). The arithmetic of gemv_fast, shared with the batched
+ * and fused expert kernels so they give the same bits (wherever x is read from, whatever R,
+ * U and preloading). */
+template <int DT, int R, int NT, int U = 2, int P = 1>
 __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
-                                          int K, int64_t row0, int ks = 0, int nks = 1) {
+                                          int K, int64_t row0, int ks = 0, int nks = 1,
+                                          const wpre<DT, R, P> *pre = nullptr) {
     constexpr int E = chunk_elems<DT>::E;
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
-    constexpr int Z = DT == SL_DTYPE_Q8 ? 128 : 8;
-    constexpr float CZ = 8388608.0f + (float)Z; /* code_byte's offset plus the centre */
-    const int lane = threadIdx.x & 31;
+    constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
     const int C = K / E;
-    const uint4 *wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
-        wr[r] = (const uint4 *)(w.data + (size_t)min(row0 + r, (int64_t)N - 1) * w.ws);
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             acc[r][t] = 0.0f;
-
+    int c = ks * 32 + (threadIdx.x & 31);
+    if (pre) {
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            if (p >= pre->n) break;
+            gemv_step<DT, R, NT>(acc, pre->v[p], pre->s[p], pre->b[p], x, c);
+            c += 32 * nks;
+        }
+        /* past the preloaded steps only when all P were (else c >= C already) */
+    }
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
+        wr[r] = (const uint4 *)(w.data + (size_t)min(row0 + r, (int64_t)N - 1) * w.ws);
 #pragma unroll U
-    for (int c = ks * 32 + lane; c < C; c += 32 * nks) {
+    for (; c < C; c += 32 * nks) {
         uint4 wv[R];
+        float s[R], b[R];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
             wv[r] = ld_stream(wr[r] + c);
-        const float4 *xc = (const float4 *)(x.p + (size_t)c * x.cs);
-        if (QUANT) {
-            float d[R][NT], xs[NT];
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                xs[t] = 0.0f;
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    d[r][t] = 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < E / 4; j++) {
-                float4 xv[NT];
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    xv[t] = xc[(size_t)t * (x.ts / 4) + j];
-                    xs[t] += (xv[t].x + xv[t].y) + (xv[t].z + xv[t].w);
-                }
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    /* Codes widened once per row, whatever NT (see code_byte). */
-                    float q0, q1, q2, q3;
-                    if (DT == SL_DTYPE_Q8) {
-                        const uint32_t u = word_of(wv[r], j);
-                        q0 = code_byte(u, 0), q1 = code_byte(u, 1);
-                        q2 = code_byte(u, 2), q3 = code_byte(u, 3);
-                    } else {
-                        /* Nibbles 4 (j & 1) .. +3 of word j / 2, low nibble first. */
-                        const uint32_t u = word_of(wv[r], j >> 1);
-                        const int b = (j & 1) * 16;
-                        q0 = code_nibble(u, b), q1 = code_nibble(u, b + 4);
-                        q2 = code_nibble(u, b + 8), q3 = code_nibble(u, b + 12);
-                    }
-                    q0 -= CZ, q1 -= CZ, q2 -= CZ, q3 -= CZ; /* exact: q - z */
-#pragma unroll
-                    for (int t = 0; t < NT; t++)
-                        d[r][t] += q0 * xv[t].x + q1 * xv[t].y + q2 * xv[t].z + q3 * xv[t].w;
-                }
-            }
-            const int64_t g = ((int64_t)c * E) / SL_QGROUP;
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const int64_t gi = min(row0 + r, (int64_t)N - 1) * w.G + g;
-                const float s = cu_bf16(__ldg(w.scales + gi));
-                const float b = cu_bf16(__ldg(w.biases + gi)) + (float)Z * s;
-#pragma unroll
-                for (int t = 0; t < NT; t++)
-                    acc[r][t] += s * d[r][t] + b * xs[t];
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < E / 4; j++) {
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    const float4 xv = xc[(size_t)t * (x.ts / 4) + j];
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float w0, w1, w2, w3;
-                        if (DT == SL_DTYPE_F32) {
-                            w0 = __uint_as_float(wv[r].x), w1 = __uint_as_float(wv[r].y);
-                            w2 = __uint_as_float(wv[r].z), w3 = __uint_as_float(wv[r].w);
-                        } else {
-                            const uint32_t a = word_of(wv[r], 2 * j), b = word_of(wv[r], 2 * j + 1);
-                            if (DT == SL_DTYPE_BF16) {
-                                w0 = __uint_as_float(a << 16), w1 = __uint_as_float(a & 0xffff0000u);
-                                w2 = __uint_as_float(b << 16), w3 = __uint_as_float(b & 0xffff0000u);
-                            } else {
-                                w0 = cu_f16((uint16_t)(a & 0xffffu)), w1 = cu_f16((uint16_t)(a >> 16));
-                                w2 = cu_f16((uint16_t)(b & 0xffffu)), w3 = cu_f16((uint16_t)(b >> 16));
-                            }
-                        }
-                        acc[r][t] += w0 * xv.x + w1 * xv.y + w2 * xv.z + w3 * xv.w;
-                    }
-                }
+            if (QUANT) {
+                const int64_t gi = min(row0 + r, (int64_t)N - 1) * w.G + ((int64_t)c * E) / SL_QGROUP;
+                s[r] = cu_bf16(__ldg(w.scales + gi));
+                b[r] = __fmaf_rn(Z, s[r], cu_bf16(__ldg(w.biases + gi)));
+            } else {
+                s[r] = b[r] = 0.0f;
             }
         }
+        gemv_step<DT, R, NT>(acc, wv, s, b, x, c);
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -230,16 +306,40 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
             acc[r][t] = warp_sum(acc[r][t]);
 }
 
-/* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y). */
-template <int DT, int R, int NT>
+/* SLUICE_CUDA_PRELOAD=0 (for comparisons): no register preloading, the rows asked of L2 alone. */
+__constant__ int c_preload = 1;
+
+void cu_matmul_init(int preload) {
+    CUDA_CHECK(cudaMemcpyToSymbol(c_preload, &preload, sizeof preload));
+}
+
+/* Before a GEMV's wait: the first steps of rows row0 .. row0+R-1 into registers (gemv_preload),
+ * and, with l2, the rest of the rows (when longer) asked of L2. */
+template <int DT, int R, int P>
+__device__ __forceinline__ void gemv_ahead(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
+                                           int64_t row0, bool l2, int ks = 0, int nks = 1) {
+    pre.n = 0;
+    if (row0 >= N) return;
+    if (!c_preload) {
+        if (l2) l2_prefetch_rows(w, row0, R, N);
+        return;
+    }
+    gemv_preload(pre, w, N, K, row0, ks, nks);
+    if (l2 && K / chunk_elems<DT>::E > P * 32 * nks) l2_prefetch_rows(w, row0, R, N);
+}
+
+/* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y),
+ * its rows' first steps in pre (gemv_ahead). */
+template <int DT, int R, int NT, int P>
 __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *x,
                                                const cu_w &w, const void *__restrict__ bias,
-                                               int bias_dt, int N, int K, int64_t bx, bool staged) {
+                                               int bias_dt, int N, int K, int64_t bx, bool staged,
+                                               const wpre<DT, R, P> &pre) {
     const xsrc xs = stage_x<DT>(x, K, NT, staged);
     const int64_t row0 = gemv_row0<R>(bx);
     if (row0 >= N) return;
     float acc[R][NT];
-    gemv_rows<DT, R, NT>(acc, xs, w, N, K, row0);
+    gemv_rows<DT, R, NT, 2, P>(acc, xs, w, N, K, row0, 0, 1, &pre);
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -256,9 +356,10 @@ template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
               const void *__restrict__ bias, int bias_dt, int N, int K, bool staged) {
-    l2_prefetch_rows(w, gemv_row0<R>(blockIdx.x), R, N);
+    wpre<DT, R, pre_steps<R>::P> pre;
+    gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
     cu_pdl_wait();
-    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged);
+    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged, pre);
 }
 
 /* One matrix-vector product of a batch (sl_ops.matmul_batch). */
@@ -279,14 +380,15 @@ typedef struct gemv_items {
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged) {
-    if (!items) { /* items in device memory come from a copy: read them after the wait */
-        const gemv_item &p = small.it[blockIdx.y];
-        l2_prefetch_rows(p.w, gemv_row0<R>(blockIdx.x), R, p.N);
-    }
+    const int64_t row0 = gemv_row0<R>(blockIdx.x);
+    wpre<DT, R, pre_steps<R>::P> pre;
+    if (!items) /* items in device memory come from a copy: read them after the wait */
+        gemv_ahead(pre, small.it[blockIdx.y].w, small.it[blockIdx.y].N, K, row0, true);
     cu_pdl_wait();
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
-    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x,
-                              staged);
+    if (items) gemv_ahead(pre, it.w, it.N, K, row0, false);
+    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x, staged,
+                              pre);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -419,6 +521,7 @@ static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &
 /* More rows per warp reuse each x load more, but leave fewer warps to hide latency: take
  * the most that still gives every SM a few blocks, for `rows` rows in all. */
 static int rows_per_warp(const cu_ctx *c, int64_t rows) {
+    if (c->gemv_r) return c->gemv_r;
     const int64_t want = (int64_t)c->n_sm * 4;
     return rows / (GEMV_WARPS * 4) >= want ? 4 : rows / (GEMV_WARPS * 2) >= want ? 2 : 1;
 }
@@ -654,14 +757,20 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
     cu_pdl_wait();
     const int i = blockIdx.y;
-    const xsrc xt = stage_x<DT>(x + (size_t)(i / k) * H, H, 1, staged);
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
-    if (row0 >= I) return;
     const sl_expert_ptrs p = table[ids[i]];
-    if (!p.p[0]) return; /* not in the cache (see moe_down_sum) */
+    /* a zero row: not in the cache (see moe_down_sum); the rows' first steps load while x
+     * is staged */
+    const bool run = row0 < I && p.p[0];
+    const cu_w wg = expert_w(pg, p, 0), wu = expert_w(pu, p, 1);
+    wpre<DT, R, 2> prg, pru;
+    prg.n = pru.n = 0;
+    if (run && c_preload) gemv_preload(prg, wg, I, H, row0), gemv_preload(pru, wu, I, H, row0);
+    const xsrc xt = stage_x<DT>(x + (size_t)(i / k) * H, H, 1, staged);
+    if (!run) return;
     float g[R][1], u[R][1];
-    gemv_rows<DT, R, 1>(g, xt, expert_w(pg, p, 0), I, H, row0);
-    gemv_rows<DT, R, 1>(u, xt, expert_w(pu, p, 1), I, H, row0);
+    gemv_rows<DT, R, 1, 2, 2>(g, xt, wg, I, H, row0, 0, 1, &prg);
+    gemv_rows<DT, R, 1, 2, 2>(u, xt, wu, I, H, row0, 0, 1, &pru);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -688,11 +797,16 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
     const int i = t * k + r;
     /* A token with a pick not in the expert cache (a zero table row) is left as it is: the
      * cache runs the kernels again once its misses are in (ops.h). */
-    if (!__syncthreads_and(table[ids[i]].p[0] != nullptr)) return;
+    const sl_expert_ptrs p = table[ids[i]];
+    const cu_w wd = expert_w(pd, p, 2);
+    wpre<DT, R, 1> pre; /* the rows' first step loads while act is staged */
+    pre.n = 0;
+    if (p.p[0] && c_preload) gemv_preload(pre, wd, H, I, row0);
+    if (!__syncthreads_and(p.p[0] != nullptr)) return;
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
-    gemv_rows<DT, R, 1, 1>(v, xr, expert_w(pd, table[ids[i]], 2), H, I, row0);
+    gemv_rows<DT, R, 1, 1, 1>(v, xr, wd, H, I, row0, 0, 1, &pre);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int j = 0; j < R; j++)
@@ -826,13 +940,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged) {
-    l2_prefetch_rows(w, blockIdx.x, 1, E);
+    const int warp = threadIdx.x / 32;
+    wpre<DT, 1, pre_steps<1>::P> pre;
+    gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
     cu_pdl_wait();
     __shared__ float part[GEMV_WARPS][NT];
     const xsrc xs = stage_x<DT>(x, K, NT, staged);
-    const int warp = threadIdx.x / 32;
     float acc[1][NT];
-    gemv_rows<DT, 1, NT>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS);
+    gemv_rows<DT, 1, NT, 2, pre_steps<1>::P>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS, &pre);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
