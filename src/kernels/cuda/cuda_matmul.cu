@@ -132,15 +132,27 @@ template <int DT, int R, int P> struct wpre {
 /* Steps each lane preloads: enough for rows of 2048 int4 at R <= 2, within ~48 registers. */
 template <int R> struct pre_steps { static constexpr int P = R >= 8 ? 1 : R >= 4 ? 2 : 4; };
 
+/* Chunk c of row n: its 16 bytes, and for Q8/Q4 its group's scale s and b = bias + z s. */
+template <int DT>
+__device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4 &v, float &s,
+                                          float &b) {
+    constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
+    v = ld_stream((const uint4 *)(w.data + (size_t)n * w.ws) + c);
+    if (DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4) {
+        const int64_t gi = n * w.G + ((int64_t)c * chunk_elems<DT>::E) / SL_QGROUP;
+        s = cu_bf16(__ldg(w.scales + gi));
+        b = __fmaf_rn(Z, s, cu_bf16(__ldg(w.biases + gi)));
+    } else {
+        s = b = 0.0f;
+    }
+}
+
 /* The chunk loop's weights of rows row0 .. row0+R-1 (rows past N read row N-1), as gemv_rows
  * reads them (lane chunks ks * 32 + lane + 32 nks j). */
 template <int DT, int R, int P>
 __device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
                                              int64_t row0, int ks = 0, int nks = 1) {
-    constexpr int E = chunk_elems<DT>::E;
-    constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
-    constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
-    const int C = K / E, c0 = ks * 32 + (threadIdx.x & 31);
+    const int C = K / chunk_elems<DT>::E, c0 = ks * 32 + (threadIdx.x & 31);
     pre.n = 0;
 #pragma unroll
     for (int p = 0; p < P; p++) {
@@ -148,15 +160,9 @@ __device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w,
         if (c >= C) break;
         pre.n = p + 1;
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t n = min(row0 + r, (int64_t)N - 1);
-            pre.v[p][r] = ld_stream((const uint4 *)(w.data + (size_t)n * w.ws) + c);
-            if (QUANT) {
-                const int64_t gi = n * w.G + ((int64_t)c * E) / SL_QGROUP;
-                pre.s[p][r] = cu_bf16(__ldg(w.scales + gi));
-                pre.b[p][r] = __fmaf_rn(Z, pre.s[p][r], cu_bf16(__ldg(w.biases + gi)));
-            }
-        }
+        for (int r = 0; r < R; r++)
+            gemv_load<DT>(w, min(row0 + r, (int64_t)N - 1), c, pre.v[p][r], pre.s[p][r],
+                          pre.b[p][r]);
     }
 }
 
@@ -259,10 +265,7 @@ template <int DT, int R, int NT, int U = 2, int P = 1>
 __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
                                           int K, int64_t row0, int ks = 0, int nks = 1,
                                           const wpre<DT, R, P> *pre = nullptr) {
-    constexpr int E = chunk_elems<DT>::E;
-    constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
-    constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
-    const int C = K / E;
+    const int C = K / chunk_elems<DT>::E;
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -278,25 +281,13 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
         }
         /* past the preloaded steps only when all P were (else c >= C already) */
     }
-    const uint4 *wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
-        wr[r] = (const uint4 *)(w.data + (size_t)min(row0 + r, (int64_t)N - 1) * w.ws);
 #pragma unroll U
     for (; c < C; c += 32 * nks) {
         uint4 wv[R];
         float s[R], b[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            wv[r] = ld_stream(wr[r] + c);
-            if (QUANT) {
-                const int64_t gi = min(row0 + r, (int64_t)N - 1) * w.G + ((int64_t)c * E) / SL_QGROUP;
-                s[r] = cu_bf16(__ldg(w.scales + gi));
-                b[r] = __fmaf_rn(Z, s[r], cu_bf16(__ldg(w.biases + gi)));
-            } else {
-                s[r] = b[r] = 0.0f;
-            }
-        }
+        for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
+            gemv_load<DT>(w, min(row0 + r, (int64_t)N - 1), c, wv[r], s[r], b[r]);
         gemv_step<DT, R, NT>(acc, wv, s, b, x, c);
     }
 #pragma unroll
