@@ -66,8 +66,9 @@ template <int R> __device__ __forceinline__ int64_t gemv_row0(int64_t bx) {
 }
 
 /* Asks L2 for the codes of rows row0 .. row0+R-1 (those below N; contiguous), a 128-byte line a
- * lane at a time. Kernels whose weights do not depend on earlier kernels call it before
- * cu_pdl_wait: with dependent launch the rows then stream in while the previous kernel ends. */
+ * lane at a time. gemv_ahead calls it before cu_pdl_wait for rows longer than what it preloads
+ * into registers (with dependent launch the rest then streams in while the previous kernel
+ * ends), and for whole rows when preloading is off. */
 __device__ __forceinline__ void l2_prefetch_rows(const cu_w &w, int64_t row0, int R, int N) {
     const int64_t rows = min((int64_t)R, (int64_t)N - row0);
     if (rows <= 0) return;
