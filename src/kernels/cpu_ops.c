@@ -176,6 +176,7 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
 /* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t, or only the
  * rows listed in sel[t] (ascending) when a selection is given. */
 static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
+    if (a->prep) cpu_qkv_prep(be, a->prep);
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const size_t q_stride = (size_t)a->n_heads * (size_t)hd;
     const size_t kv_stride = (size_t)a->n_kv_heads * (size_t)hd;

@@ -30,22 +30,6 @@ typedef enum sl_isa {
 
 typedef struct sl_backend sl_backend;
 
-/* Attention over a KV cache of one layer. Cache rows are [n_kv_heads * head_dim]. */
-typedef struct sl_attn_args {
-    float *out;          /* [T, n_heads * head_dim] */
-    const float *q;      /* [T, n_heads * head_dim], already normed and roped */
-    const float *kcache; /* [ctx, n_kv_heads * head_dim], rows 0 .. pos0+T-1 valid */
-    const float *vcache;
-    int32_t T, pos0;
-    int32_t n_heads, n_kv_heads, head_dim;
-    float scale;    /* usually 1/sqrt(head_dim) */
-    float *scratch; /* n_threads x (pos0 + T) floats */
-    /* Optional sparse attention (QSA): query t sees only the n_sel[t] cache rows
-     * sel[t * sel_stride ...], in ascending order. NULL: every row up to its position. */
-    const int32_t *sel, *n_sel;
-    int32_t sel_stride;
-} sl_attn_args;
-
 /* The attention inputs of T tokens at positions pos0 ..: per-head RMSNorm of q and k with
  * q_norm / k_norm (NULL: none; eps and w_offset as rmsnorm's), NeoX RoPE of both on the first
  * rot_dim dims (cos/sin tables as rope's), in place; then the k and v rows stored at rows
@@ -60,6 +44,25 @@ typedef struct sl_qkv_args {
     float eps, w_offset;
     const float *cos_tab, *sin_tab;
 } sl_qkv_args;
+
+/* Attention over a KV cache of one layer. Cache rows are [n_kv_heads * head_dim]. */
+typedef struct sl_attn_args {
+    float *out;          /* [T, n_heads * head_dim] */
+    const float *q;      /* [T, n_heads * head_dim], normed and roped (or by prep, below) */
+    const float *kcache; /* [ctx, n_kv_heads * head_dim], rows 0 .. pos0+T-1 valid */
+    const float *vcache;
+    int32_t T, pos0;
+    int32_t n_heads, n_kv_heads, head_dim;
+    float scale;    /* usually 1/sqrt(head_dim) */
+    float *scratch; /* n_threads x (pos0 + T) floats */
+    /* Optional sparse attention (QSA): query t sees only the n_sel[t] cache rows
+     * sel[t * sel_stride ...], in ascending order. NULL: every row up to its position. */
+    const int32_t *sel, *n_sel;
+    int32_t sel_stride;
+    /* Non-NULL: the qkv_prep of these inputs comes first (its q, kc and vc are the q, kcache
+     * and vcache above); a backend may fuse the two. */
+    const sl_qkv_args *prep;
+} sl_attn_args;
 
 typedef enum sl_act {
     SL_ACT_SILU = 0, /* x * sigmoid(x) */

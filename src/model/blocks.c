@@ -186,8 +186,6 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
         .cos_tab = s->rope_cos,
         .sin_tab = s->rope_sin,
     };
-    op->qkv_prep(be, &qa);
-
     sl_attn_args a = {
         .out = b->attn,
         .q = b->q,
@@ -203,6 +201,7 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
         .sel = L->idx_qk.data ? b->qsa_sel : NULL,
         .n_sel = b->qsa_nsel,
         .sel_stride = c->idx_budget + c->idx_ratio - 1,
+        .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
     };
     op->attention(be, &a);
     if (L->attn_gated)

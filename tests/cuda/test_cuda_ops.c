@@ -567,6 +567,99 @@ static void test_attention(void) {
     op_end(&r);
 }
 
+/* attention with its qkv_prep (sl_attn_args.prep): the kernel that does both (decode, no
+ * selection) bitwise against qkv_prep then attention on the GPU (out and both caches), and
+ * against the CPU; head_dim 18 takes the two-launch path. */
+static void test_attention_prep(void) {
+    static const int cases[][6] = {/* pos0, heads, kv heads, head_dim, rot_dim, norms */
+                                   {0, 4, 4, 64, 64, 1},      {37, 8, 2, 128, 128, 1},
+                                   {3000, 16, 4, 128, 64, 1}, {90, 4, 1, 256, 256, 0},
+                                   {12, 6, 3, 80, 40, 1},     {20, 4, 2, 18, 18, 1}};
+    op_report r;
+    op_begin(&r, "attention+prep");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int pos0 = cases[c][0], nh = cases[c][1], nkv = cases[c][2], hd = cases[c][3];
+        const int rot = cases[c][4], norm = cases[c][5], half = rot / 2, P = pos0 + 3;
+        float *ct = malloc((size_t)P * half * sizeof(float)),
+              *st = malloc((size_t)P * half * sizeof(float));
+        for (int i = 0; i < P * half; i++) {
+            const float a = frand() * 3.14159f;
+            ct[i] = cosf(a), st[i] = sinf(a);
+        }
+        const size_t nq = (size_t)nh * hd, nk = (size_t)nkv * hd, ncache = (size_t)P * nk;
+        float *q = rand_vec(nq, 2), *k = rand_vec(nk, 2), *v = rand_vec(nk, 1);
+        float *kc = rand_vec(ncache, 1), *vc = rand_vec(ncache, 1), *o = poison_vec(nq + 3);
+        for (size_t i = (size_t)pos0 * nk; i < ncache; i++) /* rows pos0 .. : to be written */
+            kc[i] = vc[i] = POISON;
+        float *dct = UPF(ct, (size_t)P * half), *dst = UPF(st, (size_t)P * half);
+        wpair qn, kn;
+        wpair_make(&qn, SL_DTYPE_BF16, 0, hd, 1.0f, 0);
+        wpair_make(&kn, SL_DTYPE_F32, 0, hd, 1.0f, 0);
+        /* two GPU copies: 0 the two ops, 1 attention with prep */
+        float *dq[2], *dk[2], *dv[2], *dkc[2], *dvc[2], *dout[2];
+        for (int g = 0; g < 2; g++) {
+            dq[g] = UPF(q, nq), dk[g] = UPF(k, nk), dv[g] = UPF(v, nk);
+            dkc[g] = UPF(kc, ncache), dvc[g] = UPF(vc, ncache), dout[g] = UPF(o, nq + 3);
+        }
+        sl_qkv_args pa = {.q = q,
+                          .k = k,
+                          .v = v,
+                          .kc = kc,
+                          .vc = vc,
+                          .q_norm = norm ? &qn.h : NULL,
+                          .k_norm = norm ? &kn.h : NULL,
+                          .T = 1,
+                          .pos0 = pos0,
+                          .n_heads = nh,
+                          .n_kv_heads = nkv,
+                          .head_dim = hd,
+                          .rot_dim = rot,
+                          .eps = 1e-6f,
+                          .w_offset = 0.0f,
+                          .cos_tab = ct,
+                          .sin_tab = st};
+        float *scratch = malloc((size_t)cpu.n_threads * (pos0 + 1) * sizeof(float));
+        sl_attn_args a = {.out = o,
+                          .q = q,
+                          .kcache = kc,
+                          .vcache = vc,
+                          .T = 1,
+                          .pos0 = pos0,
+                          .n_heads = nh,
+                          .n_kv_heads = nkv,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .scratch = scratch,
+                          .prep = &pa};
+        cpu.ops->attention(&cpu, &a);
+        a.scratch = NULL;
+        pa.cos_tab = dct, pa.sin_tab = dst;
+        pa.q_norm = norm ? &qn.d : NULL, pa.k_norm = norm ? &kn.d : NULL;
+        for (int g = 0; g < 2; g++) {
+            pa.q = dq[g], pa.k = dk[g], pa.v = dv[g], pa.kc = dkc[g], pa.vc = dvc[g];
+            a.out = dout[g], a.q = dq[g], a.kcache = dkc[g], a.vcache = dvc[g];
+            a.prep = g ? &pa : NULL;
+            if (!g) gpu.ops->qkv_prep(&gpu, &pa);
+            gpu.ops->attention(&gpu, &a);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "pos0=%d h=%d/%d hd=%d rot=%d norm=%d", pos0, nh, nkv, hd, rot,
+                 norm);
+        check(&r, what, dout[1], o, nq + 3, 2e-5);
+        float *o0 = down(dout[0], nq + 3), *k0 = down(dkc[0], ncache), *v0 = down(dvc[0], ncache);
+        check(&r, "out vs two ops", dout[1], o0, nq + 3, 0);
+        check(&r, "kcache vs two ops", dkc[1], k0, ncache, 0);
+        check(&r, "vcache vs two ops", dvc[1], v0, ncache, 0);
+        check(&r, "kcache vs cpu", dkc[1], kc, ncache, 2e-6);
+        free(o0), free(k0), free(v0), free(scratch);
+        free(ct), free(st), free(q), free(k), free(v), free(kc), free(vc), free(o);
+        for (int g = 0; g < 2; g++)
+            dfree(dq[g]), dfree(dk[g]), dfree(dv[g]), dfree(dkc[g]), dfree(dvc[g]), dfree(dout[g]);
+        dfree(dct), dfree(dst), wpair_free(&qn), wpair_free(&kn);
+    }
+    op_end(&r);
+}
+
 static void test_elementwise(void) {
     static const size_t ns[] = {1, 1000, 4097};
     op_report r;
@@ -936,7 +1029,33 @@ static void bench_attention(void) {
     printf("attention 32/4 heads x 128: decode at ctx %d %.1f us (%.0f GB/s of KV), prefill T=512 "
            "%.1f us\n",
            ctx, td * 1e6, 2.0 * kvn * 4 / td / 1e9, tp * 1e6);
-    dfree(dk), dfree(dv), dfree(dq), dfree(dout);
+    /* a decode step's qkv_prep and attention at 48 keys (the decode benchmark's contexts), as two
+     * ops and as attention with prep (one launch where it fuses) */
+    float *dkr = gpu.ops->alloc(&gpu, (size_t)nkv * hd * 4),
+          *dvr = gpu.ops->alloc(&gpu, (size_t)nkv * hd * 4);
+    float *tab = gpu.ops->alloc(&gpu, (size_t)ctx * hd / 2 * 4);
+    gpu.ops->fill(&gpu, tab, 0.5f, (size_t)ctx * hd / 2);
+    sl_qkv_args p = {.q = dq,
+                     .k = dkr,
+                     .v = dvr,
+                     .kc = dk,
+                     .vc = dv,
+                     .T = 1,
+                     .pos0 = 47,
+                     .n_heads = nh,
+                     .n_kv_heads = nkv,
+                     .head_dim = hd,
+                     .rot_dim = hd,
+                     .eps = 1e-6f,
+                     .cos_tab = tab,
+                     .sin_tab = tab};
+    a.T = 1, a.pos0 = 47;
+    const double t_two = TIME_US((gpu.ops->qkv_prep(&gpu, &p), gpu.ops->attention(&gpu, &a)));
+    a.prep = &p;
+    const double t_one = TIME_US(gpu.ops->attention(&gpu, &a));
+    printf("qkv_prep + attention at 48 keys: %.1f us as two ops, %.1f us as attention with prep\n",
+           t_two, t_one);
+    dfree(dk), dfree(dv), dfree(dq), dfree(dout), dfree(dkr), dfree(dvr), dfree(tab);
 }
 
 /* matmul_batch: one launch for equal T <= 4, a fallback for mixed T; against the CPU. */
@@ -1144,6 +1263,7 @@ int main(int argc, char **argv) {
         test_rope();
         test_fused_norms();
         test_attention();
+        test_attention_prep();
         test_elementwise();
         test_conv1d();
         test_delta_rule();

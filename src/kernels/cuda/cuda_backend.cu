@@ -359,6 +359,8 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     c->n_sm = prop.multiProcessorCount;
     const char *pre = getenv("SLUICE_CUDA_PRELOAD");
     cu_matmul_init(!(pre && !strcmp(pre, "0")));
+    const char *fu = getenv("SLUICE_CUDA_FUSE");
+    c->fuse_prep = !(fu && !strcmp(fu, "0"));
     const char *gr = getenv("SLUICE_CUDA_GEMV_R");
     c->gemv_r = gr && (!strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : 0;
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,

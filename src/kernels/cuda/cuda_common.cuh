@@ -32,6 +32,7 @@ typedef struct cu_ctx {
     int gpu;
     int n_sm;
     int gemv_r; /* SLUICE_CUDA_GEMV_R (1, 2 or 4): the decode GEMVs' rows per warp, for tuning */
+    int fuse_prep; /* attention does the qkv_prep of a decode token (SLUICE_CUDA_FUSE=0: not) */
     cudaStream_t stream;
     /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the
      * compute stream's work queued before its first copy (ev_compute), and the compute stream

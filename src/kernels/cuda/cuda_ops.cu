@@ -387,13 +387,53 @@ typedef struct qkv_params {
     const float *cos_tab, *sin_tab;
 } qkv_params;
 
+/*
+ * One head's row of qkv_prep: x (global) RMSNormed with nw (NULL: none) into row (shared), then
+ * NeoX RoPE on the first 2 half dims from row into out (global or shared, not row) and, when
+ * given, cache. Threads below rt take part (rt >= 32; every thread of the block calls it). The
+ * qkv_prep kernel and the attention kernel that fuses it (attn_kernel<W, true>) both run this,
+ * so they give the same bits; roundings spelled out (no contraction left to the compiler).
+ */
+__device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x, const void *nw,
+                           int ndt, int hd, int rt, int half, float eps, float w_offset,
+                           const float *c, const float *s, float *sh) {
+    const int tid = threadIdx.x;
+    float ss = 0.0f;
+    if (tid < rt)
+        for (int i = tid; i < hd; i += rt) {
+            const float v = x[i];
+            row[i] = v;
+            ss = __fmaf_rn(v, v, ss);
+        }
+    if (nw) {
+        ss = block_reduce<false>(ss, sh); /* also orders the row writes before the reads */
+        const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+        if (tid < rt)
+            for (int i = tid; i < hd; i += rt)
+                row[i] = __fmul_rn(__fmul_rn(row[i], inv), w_offset + cu_load_f(nw, ndt, (size_t)i));
+    }
+    __syncthreads();
+    if (tid < rt)
+        for (int i = tid; i < hd; i += rt) {
+            float v = row[i];
+            if (i < half) {
+                v = __fmaf_rn(row[i], c[i], -__fmul_rn(row[i + half], s[i]));
+            } else if (i < 2 * half) {
+                const int d = i - half;
+                v = __fmaf_rn(row[i], c[d], __fmul_rn(row[d], s[d]));
+            }
+            out[i] = v;
+            if (cache) cache[i] = v;
+        }
+    __syncthreads(); /* row may be reused, out read by others */
+}
+
 __global__ void qkv_prep_kernel(qkv_params a) {
     cu_pdl_wait();
     extern __shared__ float row[]; /* [hd] */
     __shared__ float sh[32];
     const int per_t = a.n_heads + 2 * a.n_kv, j = blockIdx.x % per_t, hd = a.hd;
     const size_t t = blockIdx.x / per_t, kv_row = (size_t)a.n_kv * hd;
-    float *cache = NULL;
     if (j >= a.n_heads + a.n_kv) { /* a value row: only stored */
         const int h = j - a.n_heads - a.n_kv;
         const float *src = a.v + t * kv_row + (size_t)h * hd;
@@ -402,46 +442,20 @@ __global__ void qkv_prep_kernel(qkv_params a) {
             dst[i] = src[i];
         return;
     }
-    float *x;
-    const void *nw;
-    int ndt;
-    if (j < a.n_heads) {
-        x = a.q + (t * a.n_heads + j) * hd, nw = a.qn, ndt = a.qn_dt;
-    } else {
-        const int h = j - a.n_heads;
-        x = a.k + t * kv_row + (size_t)h * hd, nw = a.kn, ndt = a.kn_dt;
-        cache = a.kc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
-    }
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        row[i] = x[i];
-        ss += x[i] * x[i];
-    }
-    if (nw) {
-        ss = block_reduce<false>(ss, sh); /* also orders the row writes before the reads */
-        const float inv = 1.0f / sqrtf(ss / (float)hd + a.eps);
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            row[i] = (row[i] * inv) * (a.w_offset + cu_load_f(nw, ndt, (size_t)i));
-    }
-    __syncthreads();
     const float *c = a.cos_tab + (size_t)(a.pos0 + t) * a.half;
     const float *s = a.sin_tab + (size_t)(a.pos0 + t) * a.half;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float v = row[i];
-        if (i < a.half) {
-            v = row[i] * c[i] - row[i + a.half] * s[i];
-        } else if (i < 2 * a.half) {
-            const int d = i - a.half;
-            v = row[i] * c[d] + row[d] * s[d];
-        }
-        x[i] = v;
-        if (cache) cache[i] = v;
+    if (j < a.n_heads) {
+        float *x = a.q + (t * a.n_heads + j) * hd;
+        cu_qk_prep(x, row, NULL, x, a.qn, a.qn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s, sh);
+    } else {
+        const int h = j - a.n_heads;
+        float *x = a.k + t * kv_row + (size_t)h * hd;
+        float *cache = a.kc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
+        cu_qk_prep(x, row, cache, x, a.kn, a.kn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s, sh);
     }
 }
 
-void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
-    const int32_t per_t = args->n_heads + 2 * args->n_kv_heads;
-    if (args->T <= 0 || per_t <= 0) return;
+static qkv_params qkv_params_of(const sl_qkv_args *args) {
     qkv_params a;
     a.q = args->q, a.k = args->k, a.v = args->v, a.kc = args->kc, a.vc = args->vc;
     a.qn = args->q_norm ? args->q_norm->data : NULL;
@@ -452,6 +466,13 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
     a.hd = args->head_dim, a.half = args->rot_dim / 2;
     a.eps = args->eps, a.w_offset = args->w_offset;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;
+    return a;
+}
+
+void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
+    const int32_t per_t = args->n_heads + 2 * args->n_kv_heads;
+    if (args->T <= 0 || per_t <= 0) return;
+    const qkv_params a = qkv_params_of(args);
     cu_launch(qkv_prep_kernel, (unsigned)(args->T * per_t), row_threads(args->head_dim),
                       (size_t)args->head_dim * sizeof(float), cu_of(be)->stream, a);
     CUDA_LAUNCHED();
@@ -483,6 +504,8 @@ typedef struct att_params {
     float scale;
     float *part;
     unsigned *counts; /* [items] zero between launches, or NULL: attn_combine merges */
+    qkv_params prep;  /* attn_kernel<W, true>: the qkv_prep it does first (T = 1) */
+    int prep_rt;      /* the threads qkv_prep_kernel would run a row with */
 } att_params;
 
 /* out of one item from its splits' partial sums (parts read through L2: other blocks wrote
@@ -531,25 +554,51 @@ __device__ __forceinline__ float att_comp(float4 v, int i) {
 
 #define ATT_KEY_LANES 8 /* lanes that score one key together */
 
-template <int W> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+/*
+ * PREP (decode, T = 1, no selection): the kernel also does the qkv_prep of the token (cu_qk_prep,
+ * so the same bits): each block prepares its head's q, and the blocks whose split holds the new
+ * position its key, which they read from shared memory and its value from the raw row instead
+ * of the cache rows; the group's first head stores both in the caches (no block reads them
+ * there in this launch). q and k are left as they came. One launch instead of two at ~2.25 us
+ * plus a gap each.
+ */
+template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     typedef typename att_vec<W>::T V;
     cu_pdl_wait();
     extern __shared__ __align__(16) float smem[];
     V *so = (V *)smem;                          /* [ATT_THREADS] partial outputs */
     float *sq = smem + W * ATT_THREADS;         /* [hd] */
-    float *sh = sq + a.hd;                      /* [32] reductions */
+    float *sk = sq + a.hd;                      /* PREP: [hd] the new key, [hd] a row */
+    float *sh = PREP ? sk + 2 * a.hd : sk;      /* [32] reductions */
     float *sc = sh + 32;                        /* [L] scores, then probabilities */
     int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
-    const int item = blockIdx.x, split = blockIdx.y;
-    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / (a.n_heads / a.n_kv);
+    const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
+    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group;
     const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
     const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1;
     const int j0 = split * a.L, j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
-    for (int d = tid; d < hd; d += ATT_THREADS)
-        sq[d] = q[d];
+    const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
+    const float *vnew = a.prep.v + (size_t)kvh * hd;
+    if (PREP) {
+        const qkv_params &p = a.prep;
+        const float *c = p.cos_tab + (size_t)a.pos0 * p.half, *s = p.sin_tab + (size_t)a.pos0 * p.half;
+        cu_qk_prep(sq, sk + hd, NULL, q, p.qn, p.qn_dt, hd, a.prep_rt, p.half, p.eps, p.w_offset, c, s, sh);
+        if (j0 <= newj && newj < j1) { /* block-uniform */
+            const bool store = h % group == 0;
+            float *kc = p.kc + (size_t)a.pos0 * kv_stride + (size_t)kvh * hd;
+            cu_qk_prep(sk, sk + hd, store ? kc : NULL, p.k + (size_t)kvh * hd, p.kn, p.kn_dt, hd,
+                       a.prep_rt, p.half, p.eps, p.w_offset, c, s, sh);
+            if (store)
+                for (int d = tid; d < hd; d += ATT_THREADS)
+                    p.vc[(size_t)a.pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
+        }
+    } else {
+        for (int d = tid; d < hd; d += ATT_THREADS)
+            sq[d] = q[d];
+    }
     for (int j = tid; j < nj; j += ATT_THREADS)
         rows[j] = sel ? sel[j0 + j] : j0 + j;
     __syncthreads();
@@ -566,7 +615,9 @@ template <int W> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_
         const int j = jb + lane / ATT_KEY_LANES;
         float s = 0.0f;
         if (j < nj) {
-            const V *k = (const V *)(a.kc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd);
+            const V *k = PREP && rows[j] == newj
+                             ? (const V *)sk
+                             : (const V *)(a.kc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd);
 #pragma unroll 4
             for (int d = g; d < hv; d += ATT_KEY_LANES)
                 s += att_dot(qv[d], k[d]);
@@ -600,7 +651,9 @@ template <int W> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_
 #pragma unroll 4
             for (int j = sl; j < nj; j += nsl)
                 att_axpy(acc, sc[j],
-                         ((const V *)(a.vc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd))[d]);
+                         ((const V *)(PREP && rows[j] == newj
+                                          ? vnew
+                                          : a.vc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd))[d]);
         so[tid] = acc;
         __syncthreads();
         if (tid < P && d < hv) {
@@ -630,11 +683,20 @@ template <int W> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_
 __global__ void attn_combine(att_params a) {
     cu_pdl_wait(); attn_merge(a, blockIdx.x); }
 
+/* Whether the attention kernel can do prep's qkv_prep itself (attn_kernel<W, true>): one decode
+ * token without a selection, on the same buffers and shapes, rows a block's threads cover. */
+static int prep_fusable(const cu_ctx *c, const sl_attn_args *a, const sl_qkv_args *p) {
+    return c->fuse_prep && p->T == 1 && a->T == 1 && !a->sel && p->q == a->q && p->kc == a->kcache &&
+           p->vc == a->vcache && p->pos0 == a->pos0 && p->n_heads == a->n_heads &&
+           p->n_kv_heads == a->n_kv_heads && p->head_dim == a->head_dim &&
+           a->head_dim <= ATT_THREADS && p->rot_dim <= a->head_dim;
+}
+
 void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     const int32_t n_items = args->T * args->n_heads;
     if (n_items <= 0) return;
     const cu_ctx *c = cu_of(be);
-    att_params a;
+    att_params a = {};
     a.out = args->out, a.q = args->q, a.kc = args->kcache, a.vc = args->vcache;
     a.sel = args->sel, a.n_sel = args->n_sel, a.sel_stride = args->sel_stride;
     a.T = args->T, a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
@@ -654,13 +716,20 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     if (splits > 1)
         a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
     const int vec = a.hd % 4 == 0 && !(((uintptr_t)a.q | (uintptr_t)a.kc | (uintptr_t)a.vc) & 15);
+    const sl_qkv_args *pr = args->prep;
+    /* the raw value row is read as the cache rows are: aligned as they are */
+    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(c, args, pr);
+    if (pr && !fuse) cu_qkv_prep(be, pr);
+    if (fuse) a.prep = qkv_params_of(pr), a.prep_rt = (int)row_threads(a.hd);
     const size_t smem =
-        (size_t)((vec ? 4 : 1) * ATT_THREADS + a.hd + 32 + 2 * a.L) * sizeof(float);
+        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 3 : 1) * a.hd + 32 + 2 * a.L) * sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
-    if (vec)
-        cu_launch(attn_kernel<4>, grid, ATT_THREADS, smem, c->stream, a);
+    if (fuse)
+        cu_launch(attn_kernel<4, true>, grid, ATT_THREADS, smem, c->stream, a);
+    else if (vec)
+        cu_launch(attn_kernel<4, false>, grid, ATT_THREADS, smem, c->stream, a);
     else
-        cu_launch(attn_kernel<1>, grid, ATT_THREADS, smem, c->stream, a);
+        cu_launch(attn_kernel<1, false>, grid, ATT_THREADS, smem, c->stream, a);
     if (splits > 1 && !a.counts) cu_launch(attn_combine, (unsigned)n_items, 128, 0, c->stream, a);
     CUDA_LAUNCHED();
 }
