@@ -166,6 +166,13 @@ typedef struct sl_ops {
      * sublayer's norm in one pass; what axpy and rmsnorm give. */
     void (*add_rmsnorm)(const sl_backend *be, float *y, float *x, const float *d,
                         const sl_tensor *w, int32_t rows, int32_t n, float eps, float w_offset);
+    /* Optional. add_rmsnorm out of place: x_out = x + d (x_out aliases neither x nor d), then
+     * y = rmsnorm(x_out). The backend may leave it to the next op it is given when that op's
+     * input is y (a decode token's GEMVs: each block then normalises while reading its input,
+     * instead of a launch of its own); by the end of that op both outputs are there. */
+    void (*add_rmsnorm_next)(const sl_backend *be, float *y, float *x_out, const float *x,
+                             const float *d, const sl_tensor *w, int32_t rows, int32_t n, float eps,
+                             float w_offset);
     /* sl_qkv_args in one pass; what rmsnorm, rope and copy2d in that order give. */
     void (*qkv_prep)(const sl_backend *be, const sl_qkv_args *a);
     /* NeoX RoPE on the first rot_dim dims of each head; row t is at position pos0 + t.

@@ -470,6 +470,23 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     be->ops->to_host(be, logits, dst, (size_t)rows * (size_t)m->cfg.vocab_size * sizeof(float));
 }
 
+/* x += out, xn = its norm with w (add_rmsnorm), out of place into x_alt where the backend can
+ * leave it to the next op (add_rmsnorm_next; the two buffers swap). */
+static void residual_norm(sl_session *s, const sl_tensor *w, int32_t T) {
+    const sl_model *m = s->model;
+    const sl_backend *be = &m->be;
+    sl_session_buf *b = &s->b;
+    const int32_t H = m->cfg.hidden_size;
+    if (!be->ops->add_rmsnorm_next) {
+        be->ops->add_rmsnorm(be, b->xn, b->x, b->out, w, T, H, m->cfg.rms_norm_eps, m->norm_offset);
+        return;
+    }
+    be->ops->add_rmsnorm_next(be, b->xn, b->x_alt, b->x, b->out, w, T, H, m->cfg.rms_norm_eps,
+                              m->norm_offset);
+    float *t = b->x;
+    b->x = b->x_alt, b->x_alt = t;
+}
+
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                               int all_logits, sl_error *err) {
     const sl_model *m = s->model;
@@ -481,7 +498,9 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     const float eps = c->rms_norm_eps, off = m->norm_offset;
 
     /* Each residual add is fused with the norm that follows it (the next sublayer's, or the
-     * final one). */
+     * final one). A backend with add_rmsnorm_next may fold it into the sublayer's first GEMV;
+     * the residual then goes to the other buffer, and the two swap (an even number of times a
+     * pass, so b->x ends where it began). */
     blk_embed(s, b->x, ids, T);
     op->rmsnorm(be, b->xn, b->x, &m->layers[0].attn_norm, T, H, eps, off);
     for (int32_t l = 0; l < c->n_layers; l++) {
@@ -492,11 +511,10 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         else
             blk_attention(s, l, T);
         s->model->stats.t_attention += sl_now() - t0;
-        op->add_rmsnorm(be, b->xn, b->x, b->out, &L->ffn_norm, T, H, eps, off);
+        residual_norm(s, &L->ffn_norm, T);
         sl_status st = blk_ffn(s, l, T, err);
         if (st) return st;
-        const sl_tensor *next = l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm;
-        op->add_rmsnorm(be, b->xn, b->x, b->out, next, T, H, eps, off);
+        residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
     }
     /* Only the rows whose logits are wanted go through the head. */
     const int32_t first = all_logits ? 0 : T - 1;

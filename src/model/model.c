@@ -414,6 +414,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     s->rope_cos = carve(cv, rope, sizeof(float));
     s->rope_sin = carve(cv, rope, sizeof(float));
     b->x = carve(cv, B * H, sizeof(float));
+    b->x_alt = carve(cv, B * H, sizeof(float));
     b->xn = carve(cv, B * H, sizeof(float));
     b->out = carve(cv, B * H, sizeof(float));
     b->q = carve(cv, B * nq, sizeof(float));

@@ -145,6 +145,7 @@ typedef struct sl_session_buf {
     int32_t *h_qsa_nsel;       /* host [B] */
     float *h_ple_emb;          /* host [B, D] */
     float *x;                  /* [B, H] residual stream */
+    float *x_alt;              /* [B, H] its other buffer (blk_prenorm_decoder swaps them) */
     float *xn;                 /* [B, H] normed input of a sublayer */
     float *out;                /* [B, H] sublayer output */
     float *q;                  /* [B, nh*hd] */

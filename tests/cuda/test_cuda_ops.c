@@ -509,6 +509,74 @@ static void test_fused_norms(void) {
     op_end(&r);
 }
 
+/* add_rmsnorm_next, taken over by the GEMV that reads its y (matmul, matmul_batch of three,
+ * moe_route), or launched before another op (a head too wide to take it, a read back): each
+ * consumer's result against the CPU's add_rmsnorm then the op, and x_out and y themselves. */
+static void test_norm_next(void) {
+    op_report r;
+    op_begin(&r, "add_rmsnorm_next");
+    enum { K = 512, NE = 40, KT = 4 };
+    static const int Ns[] = {96, 20000}; /* the second over PRENORM_MAX_ROWS */
+    for (int use = 0; use < 5; use++) {
+        const int N = use == 3 ? Ns[1] : Ns[0];
+        wpair nw, w[3], router;
+        wpair_make(&nw, SL_DTYPE_BF16, 0, K, 1.0f, 0);
+        for (int i = 0; i < 3; i++)
+            wpair_make(&w[i], SL_DTYPE_Q4, N + 8 * i, K, 0.5f, 0);
+        wpair_make(&router, SL_DTYPE_BF16, NE, K, 0.5f, 0);
+        float *x = rand_vec(K, 2), *d = rand_vec(K, 1), *xo = poison_vec(K), *y = poison_vec(K);
+        float *dx = UPF(x, K), *dd = UPF(d, K), *dxo = UPF(xo, K), *dy = UPF(y, K);
+        /* CPU: x_out by add_rmsnorm on a copy of x */
+        memcpy(xo, x, K * sizeof(float));
+        cpu.ops->add_rmsnorm(&cpu, y, xo, d, &nw.h, 1, K, 1e-6f, 1.0f);
+        gpu.ops->add_rmsnorm_next(&gpu, dy, dxo, dx, dd, &nw.d, 1, K, 1e-6f, 1.0f);
+        float *out[3], *dout[3];
+        for (int i = 0; i < 3; i++)
+            out[i] = poison_vec((size_t)N + 8 * i), dout[i] = UPF(out[i], (size_t)N + 8 * i);
+        char what[64];
+        snprintf(what, sizeof what, "use %d", use);
+        if (use == 0 || use == 3) { /* matmul (use 3: too many rows, the norm runs first) */
+            cpu.ops->matmul(&cpu, out[0], y, &w[0].h, NULL, 1);
+            gpu.ops->matmul(&gpu, dout[0], dy, &w[0].d, NULL, 1);
+            check(&r, what, dout[0], out[0], (size_t)N, 1e-4);
+        } else if (use == 1) { /* q/k/v-like batch */
+            const float *xs[3] = {y, y, y}, *dxs[3] = {dy, dy, dy};
+            const sl_tensor *wh[3] = {&w[0].h, &w[1].h, &w[2].h},
+                            *wd[3] = {&w[0].d, &w[1].d, &w[2].d};
+            const int32_t Ts[3] = {1, 1, 1};
+            cpu.ops->matmul_batch(&cpu, out, xs, wh, Ts, 3);
+            gpu.ops->matmul_batch(&gpu, dout, dxs, wd, Ts, 3);
+            for (int i = 0; i < 3; i++)
+                check(&r, what, dout[i], out[i], (size_t)N + 8 * i, 1e-4);
+        } else if (use == 2) { /* the router */
+            int32_t hid[KT], gid[KT], *did = gpu.ops->alloc(&gpu, sizeof hid);
+            float hw[KT], *dw = gpu.ops->alloc(&gpu, sizeof hw);
+            float *hl = poison_vec(NE), *dl = UPF(hl, NE);
+            cpu.ops->moe_route(&cpu, hid, hw, hl, y, &router.h, 1, KT, 1);
+            gpu.ops->moe_route(&gpu, did, dw, dl, dy, &router.d, 1, KT, 1);
+            gpu.ops->to_host(&gpu, gid, did, sizeof gid);
+            r.cases++;
+            if (memcmp(gid, hid, sizeof gid) && !r.bad++)
+                snprintf(r.first_bad, sizeof r.first_bad, "router picks differ after the norm");
+            check(&r, "router weights", dw, hw, KT, 1e-5);
+            free(hl), dfree(dl), dfree(did), dfree(dw);
+        } /* use 4: read back straight away */
+        check(&r, "x_out", dxo, xo, K, 0);
+        check(&r, "y", dy, y, K, 2e-6);
+        float *xin = down(dx, K);
+        r.cases++;
+        if (memcmp(xin, x, K * sizeof(float)) && !r.bad++)
+            snprintf(r.first_bad, sizeof r.first_bad, "add_rmsnorm_next changed its x (use %d)",
+                     use);
+        free(xin);
+        for (int i = 0; i < 3; i++)
+            free(out[i]), dfree(dout[i]), wpair_free(&w[i]);
+        free(x), free(d), free(xo), free(y), dfree(dx), dfree(dd), dfree(dxo), dfree(dy);
+        wpair_free(&nw), wpair_free(&router);
+    }
+    op_end(&r);
+}
+
 static void test_attention(void) {
     static const int cases[][6] = {
         /* T, pos0, heads, kv heads, head_dim, selection; head_dim % 4 != 0 in the last two
@@ -1262,6 +1330,7 @@ int main(int argc, char **argv) {
         test_norms();
         test_rope();
         test_fused_norms();
+        test_norm_next();
         test_attention();
         test_attention_prep();
         test_elementwise();

@@ -267,50 +267,63 @@ static int cu_graph_end(const sl_backend *be, int launch) {
 
 /* ------------------------------------------------------------- table */
 
+/* An op that first launches a pending add_rmsnorm_next (cu_norm_flush): every op but the GEMVs
+ * that may take it over (matmul, matmul_batch, moe_route) and add_rmsnorm_next itself. */
+template <typename F, F f> struct flushed;
+template <typename R, typename... A, R (*f)(const sl_backend *, A...)>
+struct flushed<R (*)(const sl_backend *, A...), f> {
+    static R call(const sl_backend *be, A... a) {
+        cu_norm_flush(be);
+        return f(be, a...);
+    }
+};
+#define FLUSHED(fn) flushed<decltype(&fn), &fn>::call
+
 static sl_ops make_ops(void) {
     sl_ops o;
     memset(&o, 0, sizeof o);
     o.name = "cuda";
-    o.alloc = cu_alloc;
-    o.release = cu_release;
-    o.pin = cu_pin;
-    o.unpin = cu_unpin;
-    o.to_host = cu_to_host;
-    o.to_dev = cu_to_dev;
-    o.to_host_begin = cu_to_host_begin;
-    o.to_host_end = cu_to_host_end;
-    o.to_dev_async = cu_to_dev_async;
-    o.copy_join = cu_copy_join;
-    o.status = cu_status;
-    o.sync = cu_sync;
-    o.graph_begin = cu_graph_begin;
-    o.graph_end = cu_graph_end;
-    o.copy2d = cu_copy2d;
-    o.copy_rows = cu_copy_rows;
-    o.fill = cu_fill;
+    o.alloc = FLUSHED(cu_alloc);
+    o.release = FLUSHED(cu_release);
+    o.pin = FLUSHED(cu_pin);
+    o.unpin = FLUSHED(cu_unpin);
+    o.to_host = FLUSHED(cu_to_host);
+    o.to_dev = FLUSHED(cu_to_dev);
+    o.to_host_begin = FLUSHED(cu_to_host_begin);
+    o.to_host_end = FLUSHED(cu_to_host_end);
+    o.to_dev_async = FLUSHED(cu_to_dev_async);
+    o.copy_join = FLUSHED(cu_copy_join);
+    o.status = FLUSHED(cu_status);
+    o.sync = FLUSHED(cu_sync);
+    o.graph_begin = FLUSHED(cu_graph_begin);
+    o.graph_end = FLUSHED(cu_graph_end);
+    o.copy2d = FLUSHED(cu_copy2d);
+    o.copy_rows = FLUSHED(cu_copy_rows);
+    o.fill = FLUSHED(cu_fill);
     o.matmul = cu_matmul;
     o.matmul_batch = cu_matmul_batch;
-    o.embed = cu_embed;
-    o.rmsnorm = cu_rmsnorm;
-    o.rope = cu_rope;
-    o.add_rmsnorm = cu_add_rmsnorm;
-    o.qkv_prep = cu_qkv_prep;
-    o.attention = cu_attention;
-    o.swiglu = cu_swiglu;
-    o.axpy = cu_axpy;
-    o.weighted_sum = cu_weighted_sum;
+    o.embed = FLUSHED(cu_embed);
+    o.rmsnorm = FLUSHED(cu_rmsnorm);
+    o.rope = FLUSHED(cu_rope);
+    o.add_rmsnorm = FLUSHED(cu_add_rmsnorm);
+    o.add_rmsnorm_next = cu_add_rmsnorm_next; /* flushes, then may wait */
+    o.qkv_prep = FLUSHED(cu_qkv_prep);
+    o.attention = FLUSHED(cu_attention);
+    o.swiglu = FLUSHED(cu_swiglu);
+    o.axpy = FLUSHED(cu_axpy);
+    o.weighted_sum = FLUSHED(cu_weighted_sum);
     o.moe_route = cu_moe_route;
-    o.moe_experts = cu_moe_experts;
-    o.sigmoid_mul = cu_sigmoid_mul;
-    o.l2norm = cu_l2norm;
-    o.conv1d_silu = cu_conv1d_silu;
-    o.delta_rule = cu_delta_rule;
-    o.gated_rmsnorm = cu_gated_rmsnorm;
-    o.activate = cu_activate;
-    o.hc_inject = cu_hc_inject;
-    o.hc_mix = cu_hc_mix;
-    o.ple_gate = cu_ple_gate;
-    o.qsa_scores = cu_qsa_scores;
+    o.moe_experts = FLUSHED(cu_moe_experts);
+    o.sigmoid_mul = FLUSHED(cu_sigmoid_mul);
+    o.l2norm = FLUSHED(cu_l2norm);
+    o.conv1d_silu = FLUSHED(cu_conv1d_silu);
+    o.delta_rule = FLUSHED(cu_delta_rule);
+    o.gated_rmsnorm = FLUSHED(cu_gated_rmsnorm);
+    o.activate = FLUSHED(cu_activate);
+    o.hc_inject = FLUSHED(cu_hc_inject);
+    o.hc_mix = FLUSHED(cu_hc_mix);
+    o.ple_gate = FLUSHED(cu_ple_gate);
+    o.qsa_scores = FLUSHED(cu_qsa_scores);
     return o;
 }
 
@@ -360,7 +373,9 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     const char *pre = getenv("SLUICE_CUDA_PRELOAD");
     cu_matmul_init(!(pre && !strcmp(pre, "0")));
     const char *fu = getenv("SLUICE_CUDA_FUSE");
-    c->fuse_prep = !(fu && !strcmp(fu, "0"));
+    /* unset: both fusions; 0: neither; prep or norms: that one alone (for comparisons) */
+    c->fuse_prep = !fu || (strcmp(fu, "0") && strcmp(fu, "norms"));
+    c->fuse_norms = !fu || (strcmp(fu, "0") && strcmp(fu, "prep"));
     const char *gr = getenv("SLUICE_CUDA_GEMV_R");
     c->gemv_r = gr && (!strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : 0;
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,

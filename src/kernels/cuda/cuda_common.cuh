@@ -28,11 +28,26 @@ void cu_record_error(cudaError_t e, const char *file, int line, const char *call
 
 #define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
 
+/* A decode token's add_rmsnorm left to the next GEMV (add_rmsnorm_next): x_out = x + d and
+ * y = rmsnorm(x_out) with w, n wide. The GEMV whose input is y does it while staging that input
+ * (stage_x_prenorm in cuda_matmul.cu); before any other op it runs as the add_rmsnorm kernel
+ * (cu_norm_flush). x == NULL: none. */
+typedef struct cu_prenorm {
+    const float *x, *d;
+    float *x_out, *y;
+    const void *w;
+    int wdt, n;
+    float eps, w_offset;
+} cu_prenorm;
+
 typedef struct cu_ctx {
     int gpu;
     int n_sm;
     int gemv_r; /* SLUICE_CUDA_GEMV_R (1, 2 or 4): the decode GEMVs' rows per warp, for tuning */
-    int fuse_prep; /* attention does the qkv_prep of a decode token (SLUICE_CUDA_FUSE=0: not) */
+    /* SLUICE_CUDA_FUSE (unset: both; 0: neither; prep or norms: that one alone): */
+    int fuse_prep;  /* attention does the qkv_prep of a decode token */
+    int fuse_norms; /* add_rmsnorm_next may wait for the next GEMV */
+    cu_prenorm pend; /* the add_rmsnorm_next waiting for it */
     cudaStream_t stream;
     /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the
      * compute stream's work queued before its first copy (ev_compute), and the compute stream
@@ -363,6 +378,14 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
                 int32_t n, float eps, float w_offset);
 void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, const sl_tensor *w,
                     int32_t rows, int32_t n, float eps, float w_offset);
+void cu_add_rmsnorm_next(const sl_backend *be, float *y, float *x_out, const float *x,
+                         const float *d, const sl_tensor *w, int32_t rows, int32_t n, float eps,
+                         float w_offset);
+/* Launches the pending add_rmsnorm_next, if any (every op but its consumers calls it first). */
+void cu_norm_flush(const sl_backend *be);
+/* The pending add_rmsnorm_next for a GEMV of T tokens reading x, K wide that can stage its input
+ * normalised (ok): taken (returned, no longer pending), else launched; {} when none. */
+cu_prenorm cu_norm_take(const sl_backend *be, const float *x, int32_t T, int64_t K, int ok);
 void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *a);
 void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
              int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab);

@@ -117,6 +117,47 @@ __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool stag
 }
 
 /*
+ * stage_x for one token whose input is a pending add_rmsnorm_next (p, K = p.n wide, staged):
+ * every block computes x + d and its norm itself, 16 bytes a thread at a time, into its staged
+ * copy (a block-wide sum of squares between the two passes); the writer block also stores
+ * x_out and y, which later kernels read. Costs each block a second 8 KB read from L2 at K = 2048;
+ * saves the add_rmsnorm launch (~3.5 us and a gap at Qwen3-30B-A3B shapes).
+ */
+/* The most rows a GEMV that takes over a pending norm may have: every working block reads x and
+ * d from L2 (16 KB at K = 2048), so the q/k/v batch (5,120 rows) and the router gain, while a
+ * head of 151,936 rows would read ~150 MB: it leaves the norm to its own kernel. */
+#define PRENORM_MAX_ROWS 16384
+
+template <int DT>
+__device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool writer) {
+    constexpr int E = chunk_elems<DT>::E;
+    __shared__ float sh[32];
+    const int q4 = K / 4;
+    float ss = 0.0f;
+    for (int q = threadIdx.x; q < q4; q += blockDim.x) {
+        const float4 a = __ldcg((const float4 *)p.x + q), b = __ldcg((const float4 *)p.d + q);
+        const float4 v = {a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w};
+        ss = __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmaf_rn(v.x, v.x, ss))));
+        *(float4 *)(cu_xs + (q * 4 / E) * (E + 4) + q * 4 % E) = v;
+        if (writer) ((float4 *)p.x_out)[q] = v;
+    }
+    ss = block_reduce<false>(ss, sh); /* also orders the staged writes before the reads */
+    const float inv = 1.0f / sqrtf(ss / (float)K + p.eps);
+    for (int q = threadIdx.x; q < q4; q += blockDim.x) {
+        float4 *at = (float4 *)(cu_xs + (q * 4 / E) * (E + 4) + q * 4 % E);
+        float4 v = *at;
+        v.x = (v.x * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4));
+        v.y = (v.y * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4 + 1));
+        v.z = (v.z * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4 + 2));
+        v.w = (v.w * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4 + 3));
+        *at = v;
+        if (writer) ((float4 *)p.y)[q] = v;
+    }
+    __syncthreads();
+    return xsrc{cu_xs, E + 4, (K / E) * (E + 4)};
+}
+
+/*
  * A GEMV's weights (and Q8/Q4 scales and biases, widened) for the first P steps of its chunk
  * loop, loaded into registers ahead: kernels whose weights do not depend on earlier kernels
  * load them before cu_pdl_wait (with dependent launch they then arrive while the previous
@@ -326,8 +367,11 @@ template <int DT, int R, int NT, int P>
 __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *x,
                                                const cu_w &w, const void *__restrict__ bias,
                                                int bias_dt, int N, int K, int64_t bx, bool staged,
-                                               const wpre<DT, R, P> &pre) {
-    const xsrc xs = stage_x<DT>(x, K, NT, staged);
+                                               const wpre<DT, R, P> &pre, const cu_prenorm &pn,
+                                               bool writer) {
+    if (bx * GEMV_WARPS * R >= N) return; /* no rows in this block (the writer always has) */
+    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, writer)
+                                    : stage_x<DT>(x, K, NT, staged);
     const int64_t row0 = gemv_row0<R>(bx);
     if (row0 >= N) return;
     float acc[R][NT];
@@ -347,11 +391,13 @@ __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const floa
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
-              const void *__restrict__ bias, int bias_dt, int N, int K, bool staged) {
+              const void *__restrict__ bias, int bias_dt, int N, int K, bool staged,
+              cu_prenorm pn) {
     wpre<DT, R, pre_steps<R>::P> pre;
     gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
     cu_pdl_wait();
-    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged, pre);
+    gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged, pre, pn,
+                              blockIdx.x == 0);
 }
 
 /* One matrix-vector product of a batch (sl_ops.matmul_batch). */
@@ -371,7 +417,8 @@ typedef struct gemv_items {
 
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged) {
+    gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged,
+                    cu_prenorm pn) {
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
     wpre<DT, R, pre_steps<R>::P> pre;
     if (!items) /* items in device memory come from a copy: read them after the wait */
@@ -380,7 +427,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
     if (items) gemv_ahead(pre, it.w, it.N, K, row0, false);
     gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x, staged,
-                              pre);
+                              pre, pn, blockIdx.x == 0 && blockIdx.y == 0);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -499,14 +546,14 @@ __global__ void __launch_bounds__(256)
 
 template <int DT, int R>
 static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &w, const void *b,
-                          int bdt, int N, int K, int T) {
+                          int bdt, int N, int K, int T, const cu_prenorm &pn) {
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     switch (T) {
-    case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
-    case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
-    case 3: cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
-    default: cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0); break;
+    case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    case 3: cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    default: cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
     }
 }
 
@@ -520,11 +567,11 @@ static int rows_per_warp(const cu_ctx *c, int64_t rows) {
 
 template <int DT>
 static void launch_fast(const cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
-                        int bdt, int N, int K, int T) {
+                        int bdt, int N, int K, int T, const cu_prenorm &pn) {
     switch (rows_per_warp(c, N)) {
-    case 4: launch_fast_r<DT, 4>(c->stream, y, x, w, b, bdt, N, K, T); break;
-    case 2: launch_fast_r<DT, 2>(c->stream, y, x, w, b, bdt, N, K, T); break;
-    default: launch_fast_r<DT, 1>(c->stream, y, x, w, b, bdt, N, K, T); break;
+    case 4: launch_fast_r<DT, 4>(c->stream, y, x, w, b, bdt, N, K, T, pn); break;
+    case 2: launch_fast_r<DT, 2>(c->stream, y, x, w, b, bdt, N, K, T, pn); break;
+    default: launch_fast_r<DT, 1>(c->stream, y, x, w, b, bdt, N, K, T, pn); break;
     }
 }
 
@@ -552,6 +599,12 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? (int)bias->dtype : 0;
     cudaStream_t s = c->stream;
+    const int E = chunk_of(dt);
+    const int fast = K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 &&
+                     ((uintptr_t)x & 15) == 0;
+    /* a pending add_rmsnorm_next whose y is x: done while staging x (one token, fast path) */
+    const cu_prenorm pn =
+        cu_norm_take(be, x, T, K, fast && N <= PRENORM_MAX_ROWS && stage_bytes(E, K, 1) > 0);
     if (T > 4) {
         dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
         switch (dt) {
@@ -564,16 +617,13 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         CUDA_LAUNCHED();
         return;
     }
-    const int E = chunk_of(dt);
-    const int fast = K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 &&
-                     ((uintptr_t)x & 15) == 0;
     if (fast) {
         switch (dt) {
-        case SL_DTYPE_F32: launch_fast<SL_DTYPE_F32>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_F16: launch_fast<SL_DTYPE_F16>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_BF16: launch_fast<SL_DTYPE_BF16>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_Q8: launch_fast<SL_DTYPE_Q8>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        default: launch_fast<SL_DTYPE_Q4>(c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F32: launch_fast<SL_DTYPE_F32>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
+        case SL_DTYPE_F16: launch_fast<SL_DTYPE_F16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
+        case SL_DTYPE_BF16: launch_fast<SL_DTYPE_BF16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
+        case SL_DTYPE_Q8: launch_fast<SL_DTYPE_Q8>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
+        default: launch_fast<SL_DTYPE_Q4>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
         }
     } else {
         const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS);
@@ -590,14 +640,14 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
 
 template <int DT, int R>
 static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_items &small, int n,
-                           int N, int K, int T) {
+                           int N, int K, int T, const cu_prenorm &pn) {
     dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     switch (T) {
-    case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
-    case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
-    case 3: cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
-    default: cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0); break;
+    case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
+    case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
+    case 3: cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
+    default: cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
     }
 }
 
@@ -605,11 +655,11 @@ static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_it
  * rows; rows: all items' together. */
 template <int DT>
 static void launch_batch(const cu_ctx *c, const gemv_item *items, const gemv_items &small, int n,
-                         int N, int64_t rows, int K, int T) {
+                         int N, int64_t rows, int K, int T, const cu_prenorm &pn) {
     switch (rows_per_warp(c, rows)) {
-    case 4: launch_batch_r<DT, 4>(c->stream, items, small, n, N, K, T); break;
-    case 2: launch_batch_r<DT, 2>(c->stream, items, small, n, N, K, T); break;
-    default: launch_batch_r<DT, 1>(c->stream, items, small, n, N, K, T); break;
+    case 4: launch_batch_r<DT, 4>(c->stream, items, small, n, N, K, T, pn); break;
+    case 2: launch_batch_r<DT, 2>(c->stream, items, small, n, N, K, T, pn); break;
+    default: launch_batch_r<DT, 1>(c->stream, items, small, n, N, K, T, pn); break;
     }
 }
 
@@ -622,7 +672,7 @@ static int gemv_item_ok(const sl_tensor *w, const float *x, int32_t T, int dt, i
 /* The products sel[0..n) (all T, dtype dt and K; gemv_item_ok) as one GEMV launch. */
 static void gemv_batch(const sl_backend *be, float *const *y, const float *const *x,
                        const sl_tensor *const *w, const int32_t *sel, int32_t n, int32_t T, int dt,
-                       int K) {
+                       int K, const cu_prenorm &pn) {
     cu_ctx *c = cu_of(be);
     gemv_items small = {};
     gemv_item *items = n <= SMALL_BATCH ? small.it : (gemv_item *)c->items_host;
@@ -637,11 +687,11 @@ static void gemv_batch(const sl_backend *be, float *const *y, const float *const
     const gemv_item *dev =
         n <= SMALL_BATCH ? NULL : (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
     switch (dt) {
-    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, K, T); break;
-    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T); break;
-    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T); break;
-    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T); break;
-    default: launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T); break;
+    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    default: launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T, pn); break;
     }
     CUDA_LAUNCHED();
 }
@@ -705,6 +755,19 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
                (size_t)n * sizeof(int32_t) <= c->items_bytes / 2;
     for (int32_t i = 0; same && i < n; i++)
         same = (int)w[i]->dtype == dt && w[i]->shape[1] == K && w[i]->shape[0] < INT32_MAX;
+    /* A pending add_rmsnorm_next whose y every product reads (one token each): done while
+     * staging x, when they all go into the one GEMV launch. */
+    cu_prenorm pn = {};
+    if (c->pend.x) {
+        int take = same && stage_bytes(E, K, 1) > 0;
+        int64_t rows = 0;
+        for (int32_t i = 0; take && i < n; i++) {
+            take = T[i] == 1 && x[i] == c->pend.y && gemv_item_ok(w[i], x[i], 1, dt, E, K);
+            rows += w[i]->shape[0];
+        }
+        take = take && rows <= PRENORM_MAX_ROWS;
+        pn = cu_norm_take(be, x[0], take ? 1 : 0, K, take);
+    }
     if (!same) {
         for (int32_t i = 0; i < n; i++)
             cu_matmul(be, y[i], x[i], w[i], NULL, T[i]);
@@ -715,7 +778,7 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)
             if (T[i] == t && gemv_item_ok(w[i], x[i], t, dt, E, K)) sel[m++] = i;
-        if (m) gemv_batch(be, y, x, w, sel, m, t, dt, (int)K);
+        if (m) gemv_batch(be, y, x, w, sel, m, t, dt, (int)K, pn);
     }
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -931,13 +994,14 @@ template <int DT, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
-                unsigned *done, bool staged) {
+                unsigned *done, bool staged, cu_prenorm pn) {
     const int warp = threadIdx.x / 32;
     wpre<DT, 1, pre_steps<1>::P> pre;
     gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
     cu_pdl_wait();
     __shared__ float part[GEMV_WARPS][NT];
-    const xsrc xs = stage_x<DT>(x, K, NT, staged);
+    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, blockIdx.x == 0)
+                                    : stage_x<DT>(x, K, NT, staged);
     float acc[1][NT];
     gemv_rows<DT, 1, NT, 2, pre_steps<1>::P>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS, &pre);
     if ((threadIdx.x & 31) == 0)
@@ -973,15 +1037,16 @@ __global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
 
 template <int DT>
 static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
-                          const cu_w &wv, int E, int K, int T, int k, int renorm) {
+                          const cu_w &wv, int E, int K, int T, int k, int renorm,
+                          const cu_prenorm &pn) {
     const unsigned blocks = (unsigned)E, th = GEMV_WARPS * 32;
     const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
     cudaStream_t s = c->stream;
     switch (T) {
-    case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
-    case 2: cu_launch(router_gemv<DT, 2>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
-    case 3: cu_launch(router_gemv<DT, 3>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
-    default: cu_launch(router_gemv<DT, 4>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0); break;
+    case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    case 2: cu_launch(router_gemv<DT, 2>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    case 3: cu_launch(router_gemv<DT, 3>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    default: cu_launch(router_gemv<DT, 4>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
     }
 }
 
@@ -993,6 +1058,9 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
     const cu_ctx *c = cu_of(be);
     const int fast = T <= 4 && C > 0 && K % C == 0 && E < INT32_MAX && K < INT32_MAX &&
                      ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    /* a pending add_rmsnorm_next whose y is x: done while staging x */
+    const cu_prenorm pn =
+        cu_norm_take(be, x, T, K, fast && E <= PRENORM_MAX_ROWS && stage_bytes(C, K, 1) > 0);
     if (!fast) {
         cu_matmul(be, logits, x, router, NULL, T);
         cu_launch(route_kernel, (unsigned)T, 32, 0, c->stream, ids, w, logits, (int)E, k, renormalize);
@@ -1001,11 +1069,11 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
     }
     const cu_w wv = cu_w_of(router);
     switch (dt) {
-    case SL_DTYPE_F32: launch_router<SL_DTYPE_F32>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
-    case SL_DTYPE_F16: launch_router<SL_DTYPE_F16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
-    case SL_DTYPE_BF16: launch_router<SL_DTYPE_BF16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
-    case SL_DTYPE_Q8: launch_router<SL_DTYPE_Q8>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
-    default: launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize); break;
+    case SL_DTYPE_F32: launch_router<SL_DTYPE_F32>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
+    case SL_DTYPE_F16: launch_router<SL_DTYPE_F16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
+    case SL_DTYPE_BF16: launch_router<SL_DTYPE_BF16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
+    case SL_DTYPE_Q8: launch_router<SL_DTYPE_Q8>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
+    default: launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
     }
     CUDA_LAUNCHED();
 }

@@ -249,8 +249,10 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
  */
 #define ADD_NORM_V 8
 
+/* x_out = x + d (x_out may be x: each thread reads its elements before writing them), then
+ * y = rmsnorm(x_out); a row a block, ADD_NORM_V elements a thread held in registers. */
 __global__ void __launch_bounds__(1024)
-    add_rmsnorm_kernel(float *__restrict__ y, float *__restrict__ x, const float *__restrict__ d,
+    add_rmsnorm_kernel(float *__restrict__ y, float *xo, const float *x, const float *__restrict__ d,
                        const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
     float wv[ADD_NORM_V]; /* the weights come from no earlier kernel: read before the wait */
 #pragma unroll
@@ -260,7 +262,8 @@ __global__ void __launch_bounds__(1024)
     }
     cu_pdl_wait();
     __shared__ float sh[32];
-    float *xr = x + (size_t)blockIdx.x * n;
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *xor_ = xo + (size_t)blockIdx.x * n;
     const float *dr = d + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
     float v[ADD_NORM_V], ss = 0.0f;
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int j = 0; j < ADD_NORM_V; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
-        if (i < n) xr[i] = v[j];
+        if (i < n) xor_[i] = v[j];
         ss += v[j] * v[j];
     }
     ss = block_reduce<false>(ss, sh);
@@ -284,19 +287,68 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
+/* x_out may be x (add_rmsnorm) or another buffer (add_rmsnorm_next). */
+static void add_rmsnorm_to(const sl_backend *be, float *y, float *xo, const float *x,
+                           const float *d, const void *w, int wdt, int32_t rows, int32_t n,
+                           float eps, float w_offset) {
+    if (rows <= 0 || n <= 0) return;
+    cudaStream_t s = cu_of(be)->stream;
+    const unsigned th = (unsigned)((n + ADD_NORM_V * 32 - 1) / (ADD_NORM_V * 32) * 32);
+    cu_launch(add_rmsnorm_kernel, (unsigned)rows, th, 0, s, y, xo, x, d, w, wdt, n, eps, w_offset);
+    CUDA_LAUNCHED();
+}
+
 void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, const sl_tensor *w,
                     int32_t rows, int32_t n, float eps, float w_offset) {
     if (rows <= 0 || n <= 0) return;
-    cudaStream_t s = cu_of(be)->stream;
     if (n <= 1024 * ADD_NORM_V) {
-        const unsigned th = (unsigned)((n + ADD_NORM_V * 32 - 1) / (ADD_NORM_V * 32) * 32);
-        cu_launch(add_rmsnorm_kernel, (unsigned)rows, th, 0, s, y, x, d, w->data, (int)w->dtype, n, eps,
-                                                         w_offset);
+        add_rmsnorm_to(be, y, x, x, d, w->data, (int)w->dtype, rows, n, eps, w_offset);
     } else { /* wider rows: the two ops */
         cu_axpy(be, x, 1.0f, d, (size_t)rows * (size_t)n);
         cu_rmsnorm(be, y, x, w, rows, n, eps, w_offset);
     }
-    CUDA_LAUNCHED();
+}
+
+void cu_norm_flush(const sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    if (!c->pend.x) return;
+    const cu_prenorm p = c->pend;
+    c->pend.x = NULL;
+    add_rmsnorm_to(be, p.y, p.x_out, p.x, p.d, p.w, p.wdt, 1, p.n, p.eps, p.w_offset);
+}
+
+cu_prenorm cu_norm_take(const sl_backend *be, const float *x, int32_t T, int64_t K, int ok) {
+    cu_ctx *c = cu_of(be);
+    cu_prenorm p = {};
+    if (!c->pend.x) return p;
+    if (ok && T == 1 && x == c->pend.y && K == c->pend.n) {
+        p = c->pend;
+        c->pend.x = NULL;
+        return p;
+    }
+    cu_norm_flush(be);
+    return p;
+}
+
+void cu_add_rmsnorm_next(const sl_backend *be, float *y, float *x_out, const float *x,
+                         const float *d, const sl_tensor *w, int32_t rows, int32_t n, float eps,
+                         float w_offset) {
+    cu_ctx *c = cu_of(be);
+    cu_norm_flush(be);
+    if (rows <= 0 || n <= 0) return;
+    /* one row, float4-aligned: the GEMV stages it 16 bytes at a time */
+    const int defer = c->fuse_norms && rows == 1 && n % 4 == 0 && n <= 1024 * ADD_NORM_V &&
+                      !(((uintptr_t)y | (uintptr_t)x_out | (uintptr_t)x | (uintptr_t)d) & 15);
+    if (defer) {
+        c->pend = cu_prenorm{x, d, x_out, y, w->data, (int)w->dtype, n, eps, w_offset};
+    } else if (n <= 1024 * ADD_NORM_V) {
+        add_rmsnorm_to(be, y, x_out, x, d, w->data, (int)w->dtype, rows, n, eps, w_offset);
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(x_out, x, (size_t)rows * n * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, c->stream));
+        cu_axpy(be, x_out, 1.0f, d, (size_t)rows * (size_t)n);
+        cu_rmsnorm(be, y, x_out, w, rows, n, eps, w_offset);
+    }
 }
 
 __global__ void gated_rmsnorm_kernel(float *y, const float *x, const float *z, const void *w,
