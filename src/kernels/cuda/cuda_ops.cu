@@ -633,7 +633,7 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
     const int j0 = split * a.L, j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
     const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
-    const float *vnew = a.prep.v + (size_t)kvh * hd;
+    const float *vnew = PREP ? a.prep.v + (size_t)kvh * hd : nullptr;
     if (PREP) {
         const qkv_params &p = a.prep;
         const float *c = p.cos_tab + (size_t)a.pos0 * p.half, *s = p.sin_tab + (size_t)a.pos0 * p.half;
