@@ -189,13 +189,21 @@ __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4
     }
 }
 
+/* SLUICE_CUDA_PRELOAD=0 (for comparisons): no register preloading, the rows asked of L2 alone. */
+__constant__ int c_preload = 1;
+
+void cu_matmul_init(int preload) {
+    CUDA_CHECK(cudaMemcpyToSymbol(c_preload, &preload, sizeof preload));
+}
+
 /* The chunk loop's weights of rows row0 .. row0+R-1 (rows past N read row N-1), as gemv_rows
- * reads them (lane chunks ks * 32 + lane + 32 nks j). */
+ * reads them (lane chunks ks * 32 + lane + 32 nks j); none with preloading off. */
 template <int DT, int R, int P>
 __device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
                                              int64_t row0, int ks = 0, int nks = 1) {
     const int C = K / chunk_elems<DT>::E, c0 = ks * 32 + (threadIdx.x & 31);
     pre.n = 0;
+    if (!c_preload) return;
 #pragma unroll
     for (int p = 0; p < P; p++) {
         const int c = c0 + p * 32 * nks;
@@ -299,14 +307,14 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][NT], const uint4 (&wv)
 /* The dot products of rows row0 .. row0+R-1 (those past N repeat row N-1) with NT rows of x,
  * summed over the warp: every lane ends with all R x NT sums (over the row's chunks ks * 32 +
  * lane + 32 nks j when the row is split over nks warps), the chunk loop unrolled U times
- * (more loads in flight, more registers), its first pre->n steps from registers (gemv_preload
+ * (more loads in flight, more registers), its first pre.n steps from registers (gemv_preload
  * with the same rows, ks and nks). The arithmetic of gemv_fast, shared with the batched
  * and fused expert kernels so they give the same bits (wherever x is read from, whatever R,
  * U and preloading). */
-template <int DT, int R, int NT, int U = 2, int P = 1>
+template <int DT, int R, int NT, int U, int P>
 __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
-                                          int K, int64_t row0, int ks = 0, int nks = 1,
-                                          const wpre<DT, R, P> *pre = nullptr) {
+                                          int K, int64_t row0, int ks, int nks,
+                                          const wpre<DT, R, P> &pre) {
     const int C = K / chunk_elems<DT>::E;
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -314,15 +322,13 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
         for (int t = 0; t < NT; t++)
             acc[r][t] = 0.0f;
     int c = ks * 32 + (threadIdx.x & 31);
-    if (pre) {
 #pragma unroll
-        for (int p = 0; p < P; p++) {
-            if (p >= pre->n) break;
-            gemv_step<DT, R, NT>(acc, pre->v[p], pre->s[p], pre->b[p], x, c);
-            c += 32 * nks;
-        }
-        /* past the preloaded steps only when all P were (else c >= C already) */
+    for (int p = 0; p < P; p++) {
+        if (p >= pre.n) break;
+        gemv_step<DT, R, NT>(acc, pre.v[p], pre.s[p], pre.b[p], x, c);
+        c += 32 * nks;
     }
+    /* the loop below runs past the preloaded steps only when all P were (else c >= C) */
 #pragma unroll U
     for (; c < C; c += 32 * nks) {
         uint4 wv[R];
@@ -339,13 +345,6 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
             acc[r][t] = warp_sum(acc[r][t]);
 }
 
-/* SLUICE_CUDA_PRELOAD=0 (for comparisons): no register preloading, the rows asked of L2 alone. */
-__constant__ int c_preload = 1;
-
-void cu_matmul_init(int preload) {
-    CUDA_CHECK(cudaMemcpyToSymbol(c_preload, &preload, sizeof preload));
-}
-
 /* Before a GEMV's wait: the first steps of rows row0 .. row0+R-1 into registers (gemv_preload),
  * and, with l2, the rest of the rows (when longer) asked of L2. */
 template <int DT, int R, int P>
@@ -353,12 +352,9 @@ __device__ __forceinline__ void gemv_ahead(wpre<DT, R, P> &pre, const cu_w &w, i
                                            int64_t row0, bool l2, int ks = 0, int nks = 1) {
     pre.n = 0;
     if (row0 >= N) return;
-    if (!c_preload) {
-        if (l2) l2_prefetch_rows(w, row0, R, N);
-        return;
-    }
     gemv_preload(pre, w, N, K, row0, ks, nks);
-    if (l2 && K / chunk_elems<DT>::E > P * 32 * nks) l2_prefetch_rows(w, row0, R, N);
+    if (l2 && (!c_preload || K / chunk_elems<DT>::E > P * 32 * nks))
+        l2_prefetch_rows(w, row0, R, N);
 }
 
 /* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y),
@@ -375,7 +371,7 @@ __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const floa
     const int64_t row0 = gemv_row0<R>(bx);
     if (row0 >= N) return;
     float acc[R][NT];
-    gemv_rows<DT, R, NT, 2, P>(acc, xs, w, N, K, row0, 0, 1, &pre);
+    gemv_rows<DT, R, NT, 2, P>(acc, xs, w, N, K, row0, 0, 1, pre);
     if ((threadIdx.x & 31) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -820,12 +816,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const cu_w wg = expert_w(pg, p, 0), wu = expert_w(pu, p, 1);
     wpre<DT, R, 2> prg, pru;
     prg.n = pru.n = 0;
-    if (run && c_preload) gemv_preload(prg, wg, I, H, row0), gemv_preload(pru, wu, I, H, row0);
+    if (run) gemv_preload(prg, wg, I, H, row0), gemv_preload(pru, wu, I, H, row0);
     const xsrc xt = stage_x<DT>(x + (size_t)(i / k) * H, H, 1, staged);
     if (!run) return;
     float g[R][1], u[R][1];
-    gemv_rows<DT, R, 1, 2, 2>(g, xt, wg, I, H, row0, 0, 1, &prg);
-    gemv_rows<DT, R, 1, 2, 2>(u, xt, wu, I, H, row0, 0, 1, &pru);
+    gemv_rows<DT, R, 1, 2, 2>(g, xt, wg, I, H, row0, 0, 1, prg);
+    gemv_rows<DT, R, 1, 2, 2>(u, xt, wu, I, H, row0, 0, 1, pru);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -856,12 +852,12 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
     const cu_w wd = expert_w(pd, p, 2);
     wpre<DT, R, 1> pre; /* the rows' first step loads while act is staged */
     pre.n = 0;
-    if (p.p[0] && c_preload) gemv_preload(pre, wd, H, I, row0);
+    if (p.p[0]) gemv_preload(pre, wd, H, I, row0);
     if (!__syncthreads_and(p.p[0] != nullptr)) return;
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
-    gemv_rows<DT, R, 1, 1, 1>(v, xr, wd, H, I, row0, 0, 1, &pre);
+    gemv_rows<DT, R, 1, 1, 1>(v, xr, wd, H, I, row0, 0, 1, pre);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int j = 0; j < R; j++)
@@ -1003,7 +999,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, blockIdx.x == 0)
                                     : stage_x<DT>(x, K, NT, staged);
     float acc[1][NT];
-    gemv_rows<DT, 1, NT, 2, pre_steps<1>::P>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS, &pre);
+    gemv_rows<DT, 1, NT, 2, pre_steps<1>::P>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS, pre);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
