@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(THREADS) one_phase(const uint8_t *W, int N, co
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     stage(xs, x);
-    phase_rows(W, N, xs, y, blockIdx.x * WARPS + threadIdx.x / 32, 1 << 30, p, true);
+    phase_rows(W, N, xs, y, blockIdx.x * WARPS + threadIdx.x / 32, gridDim.x * WARPS, p, true);
 }
 
 // --- one persistent kernel, a grid barrier between phases
