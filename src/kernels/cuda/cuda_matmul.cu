@@ -160,16 +160,6 @@ __device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool
     return xsrc{cu_xs, E + 4, (K / E) * (E + 4)};
 }
 
-/* Before a GEMV's wait: the pending norm's weights asked of L1 (they do not depend on the kernel
- * before, and stage_x_prenorm reads them after its reduction, where an L2 or DRAM round trip
- * would lengthen the chain). */
-__device__ __forceinline__ void prenorm_ahead(const cu_prenorm &p, int K) {
-    if (!p.x || !p.w) return;
-    const size_t bytes = (size_t)K * (p.wdt == SL_DTYPE_F32 ? 4 : 2);
-    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"((const char *)p.w + off));
-}
-
 /*
  * A GEMV's weights (and Q8/Q4 scales and biases, widened) for the first P steps of its chunk
  * loop, loaded into registers ahead: kernels whose weights do not depend on earlier kernels
@@ -404,7 +394,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
               cu_prenorm pn) {
     wpre<DT, R, pre_steps<R>::P> pre;
     gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
-    prenorm_ahead(pn, K);
     cu_pdl_wait();
     gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged, pre, pn,
                               blockIdx.x == 0);
@@ -433,7 +422,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     wpre<DT, R, pre_steps<R>::P> pre;
     if (!items) /* items in device memory come from a copy: read them after the wait */
         gemv_ahead(pre, small.it[blockIdx.y].w, small.it[blockIdx.y].N, K, row0, true);
-    prenorm_ahead(pn, K);
     cu_pdl_wait();
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
     if (items) gemv_ahead(pre, it.w, it.N, K, row0, false);
@@ -813,16 +801,6 @@ __device__ __forceinline__ cu_w expert_w(cu_w w, const sl_expert_ptrs &p, int j)
     return w;
 }
 
-/* Row e of the expert table read through L2 (what moe_down_sum reads before its wait). */
-__device__ __forceinline__ sl_expert_ptrs expert_row_cg(const sl_expert_ptrs *table, int e) {
-    const unsigned long long *q = (const unsigned long long *)(table + e);
-    sl_expert_ptrs p;
-#pragma unroll
-    for (int j = 0; j < 9; j++)
-        p.p[j] = (const void *)__ldcg(q + j);
-    return p;
-}
-
 /* act[i] = silu(gate_e x[i / k]) * up_e x[i / k] for row i = blockIdx.y, e = ids[i]: the
  * gate and up GEMVs of gemv_fast_batch (same arithmetic, + 0.0f as the bias-less store
  * adds) and the swiglu op's formula, in one launch. */
@@ -866,22 +844,18 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
+    cu_pdl_wait();
     __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
-    /* The picks and the table come from before the gate/up kernel (the router, the cache's
-     * copies), which had finished when gate/up passed its wait and let this kernel launch: they
-     * are read before the wait (through L2: L1 may hold an earlier layer's), so the rows' first
-     * step loads while gate/up still runs. A token with a pick not in the expert cache (a zero
-     * table row) is left as it is: the cache runs the kernels again once its misses are in
-     * (ops.h). */
-    const sl_expert_ptrs p = expert_row_cg(table, __ldcg(ids + i));
+    /* A token with a pick not in the expert cache (a zero table row) is left as it is: the
+     * cache runs the kernels again once its misses are in (ops.h). */
+    const sl_expert_ptrs p = table[ids[i]];
     const cu_w wd = expert_w(pd, p, 2);
-    wpre<DT, R, 1> pre;
+    wpre<DT, R, 1> pre; /* the rows' first step loads while act is staged */
     pre.n = 0;
     if (p.p[0]) gemv_preload(pre, wd, H, I, row0);
-    cu_pdl_wait();
     if (!__syncthreads_and(p.p[0] != nullptr)) return;
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
@@ -1023,7 +997,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int warp = threadIdx.x / 32;
     wpre<DT, 1, pre_steps<1>::P> pre;
     gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
-    prenorm_ahead(pn, K);
     cu_pdl_wait();
     __shared__ float part[GEMV_WARPS][NT];
     const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, blockIdx.x == 0)
