@@ -24,7 +24,9 @@
 /* Warps of a GEMV block. Every block stages its own copy of x (and, taking a pending norm, adds
  * and normalises it), so fewer, larger blocks read less from L2 and repeat less work: on an H200
  * at Qwen3-30B-A3B shapes 8 warps decoded 7% faster than 4 (BENCHMARKS 6.5). */
+#ifndef GEMV_WARPS /* NVFLAGS="-O3 -DGEMV_WARPS=16" make CUDA=1 ... builds a variant to compare */
 #define GEMV_WARPS 8
+#endif
 
 /* Weights per 16-byte chunk. */
 template <int DT> struct chunk_elems;
