@@ -3,9 +3,11 @@
 # first (those with extra nvcc flags in their own copy of the tree, in parallel), then the
 # benchmark model decodes with each in turn, ROUNDS times round, so the machine's drift hits all
 # alike; then once each through a 25% GPU expert cache. Prints each run and the medians.
-#   tools/ab_cuda.sh WORKDIR ROUNDS 'NAME|NVCC FLAGS|ENV' ...
+#   tools/ab_cuda.sh WORKDIR ROUNDS 'NAME|NVCC FLAGS|ENV[|TREE]' ...
 # e.g. tools/ab_cuda.sh /tmp/w 3 'main||' 'w16|-DGEMV_WARPS=16|' 'nofuse||SLUICE_CUDA_FUSE=0'
-# MAKE_OPTS (e.g. DEPS=.deps) goes to every make.
+# TREE: build from that copy of a tree instead (another branch, which the GPU machine cannot
+# check out: here, `mkdir -p .ab/b && git archive b | tar -x -C .ab/b`, .ab in .git/info/exclude,
+# and carry .ab). MAKE_OPTS (e.g. DEPS=.deps) goes to every make.
 set -uo pipefail
 W=${1:?workdir}
 ROUNDS=${2:?rounds}
@@ -17,18 +19,22 @@ declare -A BIN ENVS RES
 NAMES=()
 J=$(( $(nproc) / ($# + 1) + 1 ))
 for v in "$@"; do
-    IFS='|' read -r name flags envs <<<"$v"
+    IFS='|' read -r name flags envs tree <<<"$v"
     NAMES+=("$name")
     ENVS[$name]=$envs
-    if [ -z "$flags" ]; then
+    if [ -z "$flags" ] && [ -z "$tree" ]; then
         BIN[$name]=$PWD/build-cuda/bench_cuda
         continue
     fi
     d=/tmp/ab-$name
     rm -rf "$d" && mkdir -p "$d"
-    tar --exclude=./build --exclude=./build-cuda -cf - . | (cd "$d" && tar xf -)
+    tar --exclude=./build --exclude=./build-cuda --exclude=./.ab -cf - . | (cd "$d" && tar xf -)
+    if [ -n "$tree" ]; then
+        src=$(cd "$tree" && pwd) || exit 1
+        (cd "$d" && rm -rf src include tests tools Makefile && cp -r "$src"/. .)
+    fi
     BIN[$name]=$d/build-cuda/bench_cuda
-    (cd "$d" && NVFLAGS="-O3 $flags" make CUDA=1 -j"$J" ${MAKE_OPTS:-} build-cuda/bench_cuda >/dev/null) &
+    (cd "$d" && NVFLAGS="-O3 ${flags:-}" make CUDA=1 -j"$J" ${MAKE_OPTS:-} build-cuda/bench_cuda >/dev/null) &
 done
 make CUDA=1 -j"$J" ${MAKE_OPTS:-} build-cuda/bench_cuda >/dev/null &
 [ -d "$W/src" ] || python3 tools/make_synth.py "$W/src" --preset qwen3-30b-a3b --zero-experts >/dev/null 2>&1 &
