@@ -5,10 +5,10 @@
  *     relative L2 <= 1e-3;
  *   - the greedy continuation through the GPU decode path equals transformers';
  *   - prefill in one pass and token by token agree (rel L2 <= 1e-5);
- * and for int8 packs of two fixtures (the CPU's int4 matmul quantises its
- * activations, so int8 is the packed format both backends compute alike),
- * streamed with the smallest GPU expert cache and with all experts on the
- * GPU: the same logits bit for bit, and within 1e-3 of the CPU backend.
+ * and for int8 and int4 packs of two fixtures, streamed with the smallest GPU
+ * expert cache and with all experts on the GPU: the same logits bit for bit,
+ * and at int8 within 1e-3 of the CPU backend (at int4 the CPU's matmul
+ * quantises its activations, the GPU's does not: see check_pack).
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -156,11 +156,19 @@ static void check_fixture(const char *dir, const char *name) {
     free(got), free(lc), free(lg), free(lt), free(ln), free(want), free(ids), free(greedy);
 }
 
-static void check_pack(const char *fixtures, const char *name) {
+/* A pack of the fixture at int8 or int4: the smallest GPU expert cache against all experts on
+ * the GPU, bit for bit, and the GPU against the CPU. At int8 both compute alike (1e-3). At int4
+ * the CPU quantises x to int8 where it has AVX-512 VNNI (quant.h) and the GPU keeps it in float,
+ * so the bound there only catches a wrong kernel (a misread nibble or scale is an error of order
+ * 1); the op tests hold the GPU's int4 GEMVs to the CPU's float path within 2e-5. */
+static void check_pack(const char *fixtures, const char *name, int int4) {
     char src[1024], dst[1100];
+    const char *q = int4 ? "int4 pack" : "int8 pack";
+    const double tol = int4 ? 1e-1 : 1e-3;
     snprintf(src, sizeof src, "%s/%s", fixtures, name);
-    snprintf(dst, sizeof dst, "/tmp/sluice-cuda-test-%d-%s", (int)getpid(), name);
-    sl_pack_params pp = {.quant = SL_QUANT_INT8};
+    snprintf(dst, sizeof dst, "/tmp/sluice-cuda-test-%d-%s-int%d", (int)getpid(), name,
+             int4 ? 4 : 8);
+    sl_pack_params pp = {.quant = int4 ? SL_QUANT_INT4 : SL_QUANT_INT8};
     sl_error err = {0};
     if (sl_pack(src, dst, &pp, &err) != SL_OK) {
         CHECKF(0, "%s: pack: %s", name, err.msg);
@@ -179,16 +187,16 @@ static void check_pack(const char *fixtures, const char *name) {
     float *lc = logits_of(dst, &cpu, ids, n, 4, &V, NULL);
     float *la = logits_of(dst, &all, ids, n, 4, &V, NULL);
     float *lf = logits_of(dst, &few, ids, n, 4, &V, &st);
-    CHECKF(lc && la && lf, "%s int8: runs", name);
+    CHECKF(lc && la && lf, "%s %s: runs", name, q);
     if (lc && la && lf) {
         const size_t m = (size_t)n * (size_t)V;
-        printf("  %-24s int8 pack: gpu vs cpu %.2e; 3 GPU slots vs all: %s (GPU cache hits "
+        printf("  %-24s %s: gpu vs cpu %.2e; 3 GPU slots vs all: %s (GPU cache hits "
                "%lld/%lld)\n",
-               name, rel_l2(la, lc, m), memcmp(la, lf, m * sizeof(float)) ? "DIFFER" : "bitwise",
+               name, q, rel_l2(la, lc, m), memcmp(la, lf, m * sizeof(float)) ? "DIFFER" : "bitwise",
                (long long)st.gpu_expert_hits, (long long)st.gpu_expert_requests);
-        CHECKF(rel_l2(la, lc, m) <= 1e-3, "%s int8: gpu vs cpu", name);
-        CHECKF(memcmp(la, lf, m * sizeof(float)) == 0, "%s int8: GPU cache size changes logits",
-               name);
+        CHECKF(rel_l2(la, lc, m) <= tol, "%s %s: gpu vs cpu", name, q);
+        CHECKF(memcmp(la, lf, m * sizeof(float)) == 0, "%s %s: GPU cache size changes logits", name,
+               q);
     }
     free(lc), free(la), free(lf);
     char cmd[1200];
@@ -226,8 +234,10 @@ int main(int argc, char **argv) {
         snprintf(dir, sizeof dir, "%s/%s", fixtures, names[i]);
         check_fixture(dir, names[i]);
     }
-    check_pack(fixtures, "qwen3_gqa_untied");
-    check_pack(fixtures, "qwen4_exp_b");
+    for (int int4 = 0; int4 <= 1; int4++) {
+        check_pack(fixtures, "qwen3_gqa_untied", int4);
+        check_pack(fixtures, "qwen4_exp_b", int4);
+    }
     for (int i = 0; i < n; i++)
         free(names[i]);
     printf("%d checks, %d failed\n", checks, failures);
