@@ -133,6 +133,12 @@ __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool stag
  * head of 151,936 rows would read ~150 MB: it leaves the norm to its own kernel. */
 #define PRENORM_MAX_ROWS 16384
 
+/* Whether a one-token GEMV launch of `rows` rows (in all), chunks of E and K columns can take a
+ * pending norm over: few enough rows, and x staged in shared memory. */
+static bool prenorm_fits(int64_t rows, int E, int64_t K) {
+    return rows <= PRENORM_MAX_ROWS && stage_bytes(E, K, 1) > 0;
+}
+
 template <int DT>
 __device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool writer) {
     constexpr int E = chunk_elems<DT>::E;
@@ -605,7 +611,7 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
                      ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x (one token, fast path) */
     const cu_prenorm pn =
-        cu_norm_take(be, x, T, K, fast && N <= PRENORM_MAX_ROWS && stage_bytes(E, K, 1) > 0);
+        cu_norm_take(be, x, T, K, fast && prenorm_fits(N, E, K));
     if (T > 4) {
         dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
         switch (dt) {
@@ -760,14 +766,13 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
      * staging x, when they all go into the one GEMV launch. */
     cu_prenorm pn = {};
     if (c->pend.x) {
-        int take = same && stage_bytes(E, K, 1) > 0;
+        int take = same;
         int64_t rows = 0;
         for (int32_t i = 0; take && i < n; i++) {
             take = T[i] == 1 && x[i] == c->pend.y && gemv_item_ok(w[i], x[i], 1, dt, E, K);
             rows += w[i]->shape[0];
         }
-        take = take && rows <= PRENORM_MAX_ROWS;
-        pn = cu_norm_take(be, x[0], take ? 1 : 0, K, take);
+        pn = cu_norm_take(be, x[0], 1, K, take && prenorm_fits(rows, E, K));
     }
     if (!same) {
         for (int32_t i = 0; i < n; i++)
@@ -1061,7 +1066,7 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
                      ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x */
     const cu_prenorm pn =
-        cu_norm_take(be, x, T, K, fast && E <= PRENORM_MAX_ROWS && stage_bytes(C, K, 1) > 0);
+        cu_norm_take(be, x, T, K, fast && prenorm_fits(E, C, K));
     if (!fast) {
         cu_matmul(be, logits, x, router, NULL, T);
         cu_launch(route_kernel, (unsigned)T, 32, 0, c->stream, ids, w, logits, (int)E, k, renormalize);

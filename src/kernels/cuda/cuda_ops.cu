@@ -343,11 +343,10 @@ void cu_add_rmsnorm_next(const sl_backend *be, float *y, float *x_out, const flo
         c->pend = cu_prenorm{x, d, x_out, y, w->data, (int)w->dtype, n, eps, w_offset};
     } else if (n <= 1024 * ADD_NORM_V) {
         add_rmsnorm_to(be, y, x_out, x, d, w->data, (int)w->dtype, rows, n, eps, w_offset);
-    } else {
+    } else { /* wider rows: add_rmsnorm in place on a copy of x */
         CUDA_CHECK(cudaMemcpyAsync(x_out, x, (size_t)rows * n * sizeof(float),
                                    cudaMemcpyDeviceToDevice, c->stream));
-        cu_axpy(be, x_out, 1.0f, d, (size_t)rows * (size_t)n);
-        cu_rmsnorm(be, y, x_out, w, rows, n, eps, w_offset);
+        cu_add_rmsnorm(be, y, x_out, d, w, rows, n, eps, w_offset);
     }
 }
 
