@@ -13,6 +13,7 @@
  *
  *   build-cuda/test_cuda [fixtures-dir (unused)]
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,8 +101,14 @@ static void op_end(op_report *r) {
 }
 
 /* Compares a device buffer of n floats with the CPU's host buffer; frees nothing. */
+/* The least tolerance of the checks against the CPU (bitwise ones, tol 0, stay bitwise): raised
+ * while the tests rerun on int8-quantised activations (test_q4x). */
+static double tol_floor;
+static int q4x_run;
+
 static void check(op_report *r, const char *what, const float *dev, const float *ref, size_t n,
                   double tol) {
+    if (tol > 0 && tol < tol_floor) tol = tol_floor;
     float *got = down(dev, n);
     double ss = 0, mx = 0;
     size_t cnt = 0;
@@ -1193,7 +1200,8 @@ static void test_moe(void) {
             for (int ki = 0; ki < 4; ki++)
                 for (int ti = 0; ti < 4; ti++) {
                     const int32_t k = ks[ki], T = Ts[ti];
-                    if (k > E) continue;
+                    /* on int8 x a Q4 router's logits move by ~1e-2: picks may differ */
+                    if (k > E || (q4x_run && rdts[di] == SL_DTYPE_Q4)) continue;
                     float *hx = rand_vec((size_t)T * KR, 1), *dx = UPF(hx, T * KR);
                     float *hl = poison_vec((size_t)T * E), *dl = UPF(hl, T * E);
                     int32_t hid[6 * 40], gid[6 * 40], *did = gpu.ops->alloc(&gpu, sizeof hid);
@@ -1309,6 +1317,81 @@ static void test_moe(void) {
     op_end(&r);
 }
 
+/*
+ * SLUICE_CUDA_Q4X=1 (a second GPU backend): Q4 decode products on int8-quantised x against a
+ * double reference of quant.h's formula (x with tiny, zero and spiky groups), then the batch and
+ * MoE tests again: bitwise among the GPU's kernels, within the activations' rounding of the CPU.
+ */
+static void test_q4x(void) {
+    sl_error err = {0};
+    sl_backend gq;
+    setenv("SLUICE_CUDA_Q4X", "1", 1);
+    const int ok = sl_backend_cuda_init(&gq, 0, &err) == SL_OK;
+    unsetenv("SLUICE_CUDA_Q4X");
+    op_report r;
+    op_begin(&r, "matmul Q4 on int8 x");
+    if (!ok) {
+        r.cases++, r.bad++;
+        snprintf(r.first_bad, sizeof r.first_bad, "init: %s", err.msg);
+        op_end(&r);
+        return;
+    }
+    static const int shapes[][2] = {{5, 64}, {33, 128}, {130, 2048}, {17, 4096}, {96, 768}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int N = shapes[si][0], K = shapes[si][1], G = K / 64;
+        wpair w;
+        wpair_make(&w, SL_DTYPE_Q4, N, K, 0.5f, 0);
+        const uint8_t *codes = w.hdata;
+        const size_t rb = sl_row_bytes(SL_DTYPE_Q4, K);
+        for (int T = 1; T <= 4; T++) {
+            float *x = rand_vec((size_t)T * K, 1);
+            for (int t = 0; t < T; t++) { /* group 0 tiny, the last zero (K > 64), one spike */
+                for (int k = 0; k < 64; k++)
+                    x[(size_t)t * K + k] *= 1e-30f;
+                if (G > 1) memset(x + (size_t)t * K + K - 64, 0, 64 * sizeof(float));
+                x[(size_t)t * K + K / 2 + 3] = 40.0f;
+            }
+            const size_t yn = (size_t)T * N + 5;
+            float *ref = poison_vec(yn), *y = poison_vec(yn);
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N; n++) {
+                    double acc = 0;
+                    for (int g = 0; g < G; g++) {
+                        const float *xg = x + (size_t)t * K + g * 64;
+                        float m = 0, X = 0;
+                        for (int k = 0; k < 64; k++)
+                            m = fmaxf(m, fabsf(xg[k])), X += xg[k];
+                        const float d = m / 127.0f, inv = fminf(127.0f / m, FLT_MAX);
+                        long isum = 0;
+                        for (int k = 0; k < 64; k++) {
+                            const int kk = g * 64 + k;
+                            const int q = (codes[(size_t)n * rb + kk / 2] >> (kk % 2 * 4)) & 15;
+                            isum += (long)(q - 8) * (long)rintf(xg[k] * inv);
+                        }
+                        const double sc = sl_bf16_to_f32(w.hs[n * G + g]),
+                                     bi = sl_bf16_to_f32(w.hb[n * G + g]);
+                        acc += sc * (double)d * (double)isum + (bi + 8 * sc) * (double)X;
+                    }
+                    ref[(size_t)t * N + n] = (float)acc;
+                }
+            float *dx = UPF(x, (size_t)T * K), *dy = UPF(y, yn);
+            gq.ops->matmul(&gq, dy, dx, &w.d, NULL, T);
+            char what[64];
+            snprintf(what, sizeof what, "N=%d K=%d T=%d", N, K, T);
+            check(&r, what, dy, ref, yn, 1e-5);
+            free(x), free(ref), free(y), dfree(dx), dfree(dy);
+        }
+        wpair_free(&w);
+    }
+    op_end(&r);
+    const sl_backend keep = gpu;
+    gpu = gq, tol_floor = 5e-2, q4x_run = 1;
+    test_matmul_batch();
+    test_moe();
+    gpu = keep, tol_floor = 0, q4x_run = 0;
+    sl_backend_cuda_free(&gq);
+}
+
 /* test_cuda [bench]: the op tests, then (unless SL_CUDA_NO_BENCH is set) the benchmarks; with
  * "bench", the benchmarks alone. */
 int main(int argc, char **argv) {
@@ -1326,6 +1409,7 @@ int main(int argc, char **argv) {
         test_matmul();
         test_matmul_batch();
         test_moe();
+        test_q4x();
         test_embed();
         test_norms();
         test_rope();

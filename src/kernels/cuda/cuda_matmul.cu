@@ -12,6 +12,9 @@
  *                     y += scale * sum((q - z) x) + (bias + z scale) * sum(x)
  *                 with codes centred on z = 128 (Q8) / 8 (Q4), as cpu_quant.c does,
  *                 to keep the two terms from cancelling.
+ *                 With SLUICE_CUDA_Q4X=1, Q4 takes the int8 formula of quant.h instead
+ *                 (SL_Q4X below): x quantised per 64 columns while it is staged, and
+ *                 integer dot products, ~1 instruction a weight instead of ~5.
  *   gemv_generic  decode, any K and alignment: a warp per row, element loads.
  *   gemm_tiled    prefill (T > 4): 64 tokens x 64 rows per block, K in steps of 32,
  *                 weights widened into shared memory once per tile and reused by all
@@ -19,6 +22,8 @@
  * All accumulate in float32; sums are ordered differently from the CPU backend's
  * (tree reductions), which the tests allow for.
  */
+#include <float.h>
+
 #include "kernels/cuda/cuda_common.cuh"
 
 /* Warps of a GEMV block. Every block stages its own copy of x (and, taking a pending norm, adds
@@ -35,6 +40,22 @@ template <> struct chunk_elems<SL_DTYPE_F16> { static constexpr int E = 8; };
 template <> struct chunk_elems<SL_DTYPE_BF16> { static constexpr int E = 8; };
 template <> struct chunk_elems<SL_DTYPE_Q8> { static constexpr int E = 16; };
 template <> struct chunk_elems<SL_DTYPE_Q4> { static constexpr int E = 32; };
+
+/*
+ * SL_Q4X, a kernel-side dtype: Q4 weights against x quantised to int8, the formula of quant.h's
+ * SL_QPATH_INT8 (what the CPU backend runs on AVX-512 VNNI):
+ *   y = sum_g scale_g (d_g sum_k (q_k - 8) xq_k) + (bias_g + 8 scale_g) X_g
+ * taken a 32-weight chunk at a time (half a group). The staged x of a chunk is a 48-byte record:
+ * its 32 xq bytes ordered as the nibbles come out of a weight word (lo = w & 0x0F0F0F0F holds
+ * elements 0, 2, 4, 6 of the word's 8, hi = w >> 4 & 0x0F0F0F0F elements 1, 3, 5, 7; words
+ * lo0 hi0 lo1 hi1 ... lo3 hi3), then the group's d, the chunk's float sum X and its code sum S
+ * (so sum (q - 8) xq = dp4a sums - 8 S, exact in int). 48 bytes keep the lanes' 16-byte reads of
+ * consecutive records on distinct banks. Per chunk and row: 8 dp4a, 4 shifts, 8 masks and one
+ * int-to-float conversion, against ~5 float instructions a weight in the float formula.
+ */
+#define SL_Q4X 100
+template <> struct chunk_elems<SL_Q4X> { static constexpr int E = 32; };
+#define Q4X_REC 12 /* floats in a chunk's record */
 
 /* 16 bytes read once: skip L1 so the activations it holds stay there. */
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
@@ -104,7 +125,55 @@ static size_t stage_bytes(int dt_elems, int64_t K, int nt) {
     return b <= (44u << 10) ? b : 0;
 }
 
+/* The same for kernels of dtype DT: SL_Q4X stages the floats, then the records after them. */
+template <int DT> static size_t stage_bytes_of(int64_t K, int nt) {
+    if (DT != SL_Q4X) return stage_bytes(chunk_elems<DT>::E, K, nt);
+    const size_t b = (size_t)nt * (size_t)(K / 32) * (36 + Q4X_REC) * sizeof(float);
+    return b <= (44u << 10) ? b : 0;
+}
+
 extern __shared__ __align__(16) float cu_xs[]; /* the block's staged x (dynamic) */
+
+/*
+ * SL_Q4X: the nt staged float rows (chunk stride 36) quantised into records after them, a warp
+ * per 64-column group, two columns a lane (lanes 0-15 the group's first chunk, 16-31 its second):
+ *   m = max |x|, d = m / 127, xq = rint(x min(127 / m, FLT_MAX))
+ * as quant.h has it; X and S summed over each half-warp in a fixed order, so every kernel's
+ * records are the same bits. K % 64 == 0.
+ */
+__device__ __forceinline__ xsrc quant_staged(int K, int nt) {
+    const int C = K / 32, G = C / 2, lane = threadIdx.x & 31, h = lane >> 4, l = lane & 15;
+    float *rec0 = cu_xs + (size_t)nt * C * 36;
+    for (int g = threadIdx.x / 32; g < nt * G; g += blockDim.x / 32) {
+        const int t = g / G, c = 2 * (g % G) + h;
+        const float2 v = *(const float2 *)(cu_xs + ((size_t)t * C + c) * 36 + 2 * l);
+        float m = fmaxf(fabsf(v.x), fabsf(v.y));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float inv = fminf(__fdiv_rn(127.0f, m), FLT_MAX);
+        const int q0 = __float2int_rn(__fmul_rn(v.x, inv)), q1 = __float2int_rn(__fmul_rn(v.y, inv));
+        float X = v.x + v.y;
+        int S = q0 + q1;
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) {
+            X += __shfl_xor_sync(0xffffffffu, X, o);
+            S += __shfl_xor_sync(0xffffffffu, S, o);
+        }
+        /* columns 2l, 2l + 1: word j = l / 4 of the chunk, byte l % 4 of its lo and hi */
+        float *rec = rec0 + ((size_t)t * C + c) * Q4X_REC;
+        uint8_t *b = (uint8_t *)rec + (l / 4) * 8 + l % 4;
+        b[0] = (uint8_t)q0;
+        b[4] = (uint8_t)q1;
+        if (l == 0) {
+            rec[8] = __fdiv_rn(m, 127.0f);
+            rec[9] = X;
+            rec[10] = __int_as_float(S);
+        }
+    }
+    __syncthreads();
+    return xsrc{rec0, Q4X_REC, C * Q4X_REC};
+}
 
 /* nt rows of x [nt, K] (16-byte aligned) into cu_xs when the launch gave it shared memory; all
  * threads of the block call it. */
@@ -118,6 +187,7 @@ __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool stag
         *(float4 *)(cu_xs + (size_t)t * ts + c * (E + 4) + j) = __ldg((const float4 *)x + i);
     }
     __syncthreads();
+    if (DT == SL_Q4X) return quant_staged(K, nt);
     return xsrc{cu_xs, E + 4, ts};
 }
 
@@ -165,6 +235,7 @@ __device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool
         if (writer) ((float4 *)p.y)[q] = v;
     }
     __syncthreads();
+    if (DT == SL_Q4X) return quant_staged(K, 1);
     return xsrc{cu_xs, E + 4, (K / E) * (E + 4)};
 }
 
@@ -191,7 +262,7 @@ __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4
                                           float &b) {
     constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
     v = ld_stream((const uint4 *)(w.data + (size_t)n * w.ws) + c);
-    if (DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4) {
+    if (DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4 || DT == SL_Q4X) {
         const int64_t gi = n * w.G + ((int64_t)c * chunk_elems<DT>::E) / SL_QGROUP;
         s = cu_bf16(__ldg(w.scales + gi));
         b = __fmaf_rn(Z, s, cu_bf16(__ldg(w.biases + gi)));
@@ -243,7 +314,37 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][NT], const uint4 (&wv)
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
     constexpr float CZ = 8388608.0f + (DT == SL_DTYPE_Q8 ? 128.0f : 8.0f); /* code offset + centre */
     const float4 *xc = (const float4 *)(x.p + (size_t)c * x.cs);
-    if (QUANT) {
+    if (DT == SL_Q4X) {
+        uint4 xa[NT], xb[NT];
+        float dd[NT], xx[NT];
+        int ss[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint4 *rec = (const uint4 *)(x.p + (size_t)t * x.ts + (size_t)c * x.cs);
+            xa[t] = rec[0], xb[t] = rec[1];
+            const float4 st = *(const float4 *)(rec + 2);
+            dd[t] = st.x, xx[t] = st.y, ss[t] = __float_as_int(st.z);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int lo[4], hi[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t u = word_of(wv[r], j);
+                lo[j] = (int)(u & 0x0f0f0f0fu), hi[j] = (int)((u >> 4) & 0x0f0f0f0fu);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                int a = -8 * ss[t];
+                a = __dp4a(lo[0], (int)xa[t].x, a), a = __dp4a(hi[0], (int)xa[t].y, a);
+                a = __dp4a(lo[1], (int)xa[t].z, a), a = __dp4a(hi[1], (int)xa[t].w, a);
+                a = __dp4a(lo[2], (int)xb[t].x, a), a = __dp4a(hi[2], (int)xb[t].y, a);
+                a = __dp4a(lo[3], (int)xb[t].z, a), a = __dp4a(hi[3], (int)xb[t].w, a);
+                acc[r][t] = __fadd_rn(acc[r][t], __fmaf_rn(s[r], __fmul_rn(dd[t], (float)a),
+                                                           __fmul_rn(b[r], xx[t])));
+            }
+        }
+    } else if (QUANT) {
         float d[R][NT], xs[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -555,7 +656,7 @@ template <int DT, int R>
 static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &w, const void *b,
                           int bdt, int N, int K, int T, const cu_prenorm &pn) {
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
-    const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
+    const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
     case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
@@ -570,6 +671,11 @@ static int rows_per_warp(const cu_ctx *c, int64_t rows) {
     if (c->gemv_r) return c->gemv_r;
     const int64_t want = (int64_t)c->n_sm * 4;
     return rows / (GEMV_WARPS * 4) >= want ? 4 : rows / (GEMV_WARPS * 2) >= want ? 2 : 1;
+}
+
+/* Whether Q4 products of K columns and nt staged rows take SL_Q4X (SLUICE_CUDA_Q4X=1). */
+static bool q4x_ok(const cu_ctx *c, int64_t K, int nt) {
+    return c->q4x && K % 64 == 0 && stage_bytes_of<SL_Q4X>(K, nt) > 0;
 }
 
 template <int DT>
@@ -630,7 +736,12 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         case SL_DTYPE_F16: launch_fast<SL_DTYPE_F16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
         case SL_DTYPE_BF16: launch_fast<SL_DTYPE_BF16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
         case SL_DTYPE_Q8: launch_fast<SL_DTYPE_Q8>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
-        default: launch_fast<SL_DTYPE_Q4>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
+        default:
+            if (q4x_ok(c, K, T))
+                launch_fast<SL_Q4X>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
+            else
+                launch_fast<SL_DTYPE_Q4>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
+            break;
         }
     } else {
         const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS);
@@ -649,7 +760,7 @@ template <int DT, int R>
 static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_items &small, int n,
                            int N, int K, int T, const cu_prenorm &pn) {
     dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
-    const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
+    const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
     case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
@@ -698,7 +809,12 @@ static void gemv_batch(const sl_backend *be, float *const *y, const float *const
     case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
     case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
     case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T, pn); break;
-    default: launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    default:
+        if (q4x_ok(c, K, T))
+            launch_batch<SL_Q4X>(c, dev, small, n, (int)N, rows, K, T, pn);
+        else
+            launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T, pn);
+        break;
     }
     CUDA_LAUNCHED();
 }
@@ -899,7 +1015,7 @@ static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, co
     const dim3 gd(cu_blocks((size_t)H, rd), (unsigned)T);
     cudaStream_t s = c->stream;
     const unsigned th = GEMV_WARPS * 32, td = 32 * k;
-    const size_t sg = stage_bytes(chunk_elems<DT>::E, H, 1), sd = stage_bytes(chunk_elems<DT>::E, I, k);
+    const size_t sg = stage_bytes_of<DT>(H, 1), sd = stage_bytes_of<DT>(I, k);
     switch (rg) {
     case 4: cu_launch(moe_gate_up<DT, 4>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
     case 2: cu_launch(moe_gate_up<DT, 2>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
@@ -937,7 +1053,12 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
     case SL_DTYPE_F16: launch_moe<SL_DTYPE_F16>(c, y, act, x, ids, w, table, proto, T, k); break;
     case SL_DTYPE_BF16: launch_moe<SL_DTYPE_BF16>(c, y, act, x, ids, w, table, proto, T, k); break;
     case SL_DTYPE_Q8: launch_moe<SL_DTYPE_Q8>(c, y, act, x, ids, w, table, proto, T, k); break;
-    default: launch_moe<SL_DTYPE_Q4>(c, y, act, x, ids, w, table, proto, T, k); break;
+    default:
+        if (q4x_ok(c, proto[0]->shape[1], 1) && q4x_ok(c, proto[2]->shape[1], k))
+            launch_moe<SL_Q4X>(c, y, act, x, ids, w, table, proto, T, k);
+        else
+            launch_moe<SL_DTYPE_Q4>(c, y, act, x, ids, w, table, proto, T, k);
+        break;
     }
     CUDA_LAUNCHED();
     return 1;
@@ -1046,7 +1167,7 @@ static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits
                           const cu_w &wv, int E, int K, int T, int k, int renorm,
                           const cu_prenorm &pn) {
     const unsigned blocks = (unsigned)E, th = GEMV_WARPS * 32;
-    const size_t sm = stage_bytes(chunk_elems<DT>::E, K, T);
+    const size_t sm = stage_bytes_of<DT>(K, T);
     cudaStream_t s = c->stream;
     switch (T) {
     case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
@@ -1079,7 +1200,12 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
     case SL_DTYPE_F16: launch_router<SL_DTYPE_F16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
     case SL_DTYPE_BF16: launch_router<SL_DTYPE_BF16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
     case SL_DTYPE_Q8: launch_router<SL_DTYPE_Q8>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
-    default: launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
+    default:
+        if (q4x_ok(c, K, T))
+            launch_router<SL_Q4X>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn);
+        else
+            launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn);
+        break;
     }
     CUDA_LAUNCHED();
 }
