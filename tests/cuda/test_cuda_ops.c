@@ -1336,6 +1336,9 @@ static void test_q4x(void) {
         op_end(&r);
         return;
     }
+    /* everything on gq, whose stream orders its copies and kernels */
+    const sl_backend keep = gpu;
+    gpu = gq;
     static const int shapes[][2] = {{5, 64}, {33, 128}, {130, 2048}, {17, 4096}, {96, 768}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1], G = K / 64;
@@ -1375,7 +1378,7 @@ static void test_q4x(void) {
                     ref[(size_t)t * N + n] = (float)acc;
                 }
             float *dx = UPF(x, (size_t)T * K), *dy = UPF(y, yn);
-            gq.ops->matmul(&gq, dy, dx, &w.d, NULL, T);
+            gpu.ops->matmul(&gpu, dy, dx, &w.d, NULL, T);
             char what[64];
             snprintf(what, sizeof what, "N=%d K=%d T=%d", N, K, T);
             check(&r, what, dy, ref, yn, 1e-5);
@@ -1384,8 +1387,7 @@ static void test_q4x(void) {
         wpair_free(&w);
     }
     op_end(&r);
-    const sl_backend keep = gpu;
-    gpu = gq, tol_floor = 5e-2, q4x_run = 1;
+    tol_floor = 5e-2, q4x_run = 1;
     test_matmul_batch();
     test_moe();
     gpu = keep, tol_floor = 0, q4x_run = 0;

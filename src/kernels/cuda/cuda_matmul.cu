@@ -135,37 +135,55 @@ template <int DT> static size_t stage_bytes_of(int64_t K, int nt) {
 extern __shared__ __align__(16) float cu_xs[]; /* the block's staged x (dynamic) */
 
 /*
- * SL_Q4X: the nt staged float rows (chunk stride 36) quantised into records after them, a warp
- * per 64-column group, two columns a lane (lanes 0-15 the group's first chunk, 16-31 its second):
+ * SL_Q4X: the nt staged float rows (chunk stride 36) quantised into records after them,
  *   m = max |x|, d = m / 127, xq = rint(x min(127 / m, FLT_MAX))
- * as quant.h has it; X and S summed over each half-warp in a fixed order, so every kernel's
- * records are the same bits. K % 64 == 0.
+ * as quant.h has it. Eight lanes take a 64-column group, four groups a warp at once, so a block
+ * of 8 warps quantises a row of 2048 in one round (each lane's share of the chain: one 32-byte
+ * read, three shuffle steps for the group's max and two for its chunk's sums). Lane s of a group
+ * holds columns 8 (s & 3) .. +7 of its chunk (chunk 2 g + s / 4): exactly the columns of weight
+ * word s & 3, so it writes that word's lo and hi bytes (8 bytes). rint is 1.5 2^23 added and
+ * taken off (the FADD rounds to nearest even, as rint does; |x inv| <= 127). X and S are summed
+ * in a fixed order, so every kernel's records are the same bits. K % 64 == 0.
  */
 __device__ __forceinline__ xsrc quant_staged(int K, int nt) {
-    const int C = K / 32, G = C / 2, lane = threadIdx.x & 31, h = lane >> 4, l = lane & 15;
+    const int C = K / 32, G = C / 2, NG = nt * G, lane = threadIdx.x & 31, s = lane & 7;
     float *rec0 = cu_xs + (size_t)nt * C * 36;
-    for (int g = threadIdx.x / 32; g < nt * G; g += blockDim.x / 32) {
-        const int t = g / G, c = 2 * (g % G) + h;
-        const float2 v = *(const float2 *)(cu_xs + ((size_t)t * C + c) * 36 + 2 * l);
-        float m = fmaxf(fabsf(v.x), fabsf(v.y));
+    for (int g0 = (int)(threadIdx.x / 32) * 4; g0 < NG; g0 += (int)(blockDim.x / 32) * 4) {
+        const int g = g0 + lane / 8, ok = g < NG; /* uniform loop: every lane shuffles */
+        const int t = ok ? g / G : 0, c = 2 * (ok ? g % G : 0) + s / 4;
+        const float *f = cu_xs + ((size_t)t * C + c) * 36 + (s & 3) * 8;
+        float v[8];
+        *(float4 *)v = ok ? *(const float4 *)f : make_float4(0, 0, 0, 0);
+        *(float4 *)(v + 4) = ok ? *(const float4 *)(f + 4) : make_float4(0, 0, 0, 0);
+        float m = 0.0f;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
+        for (int i = 0; i < 8; i++)
+            m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1)
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float inv = fminf(__fdiv_rn(127.0f, m), FLT_MAX);
-        const int q0 = __float2int_rn(__fmul_rn(v.x, inv)), q1 = __float2int_rn(__fmul_rn(v.y, inv));
-        float X = v.x + v.y;
-        int S = q0 + q1;
+        uint32_t q[8];
+        int S = 0;
+        float X = 0.0f;
 #pragma unroll
-        for (int o = 8; o > 0; o >>= 1) {
-            X += __shfl_xor_sync(0xffffffffu, X, o);
+        for (int i = 0; i < 8; i++) {
+            q[i] = __float_as_uint(__fadd_rn(__fmul_rn(v[i], inv), 12582912.0f)) - 0x4b400000u;
+            S += (int)q[i];
+            X = __fadd_rn(X, v[i]);
+        }
+#pragma unroll
+        for (int o = 2; o > 0; o >>= 1) {
+            X = __fadd_rn(X, __shfl_xor_sync(0xffffffffu, X, o));
             S += __shfl_xor_sync(0xffffffffu, S, o);
         }
-        /* columns 2l, 2l + 1: word j = l / 4 of the chunk, byte l % 4 of its lo and hi */
+        if (!ok) continue;
+        /* lo: columns 0, 2, 4, 6 of the word; hi: 1, 3, 5, 7 (low byte of each code) */
+        const uint32_t lo = __byte_perm(__byte_perm(q[0], q[2], 0x0040), __byte_perm(q[4], q[6], 0x0040), 0x5410);
+        const uint32_t hi = __byte_perm(__byte_perm(q[1], q[3], 0x0040), __byte_perm(q[5], q[7], 0x0040), 0x5410);
         float *rec = rec0 + ((size_t)t * C + c) * Q4X_REC;
-        uint8_t *b = (uint8_t *)rec + (l / 4) * 8 + l % 4;
-        b[0] = (uint8_t)q0;
-        b[4] = (uint8_t)q1;
-        if (l == 0) {
+        *(uint2 *)(rec + 2 * (s & 3)) = make_uint2(lo, hi);
+        if ((s & 3) == 0) {
             rec[8] = __fdiv_rn(m, 127.0f);
             rec[9] = X;
             rec[10] = __int_as_float(S);
