@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side decode benchmark of variants of this tree on the GPU machine: every variant is built
 # first (those with extra nvcc flags in their own copy of the tree, in parallel), then the
-# benchmark model decodes with each in turn, ROUNDS times round, so the machine's drift hits all
-# alike; then once each through a 25% GPU expert cache. Prints each run and the medians.
+# benchmark model decodes with each in turn, ROUNDS times round (each round starting one variant
+# further on), so the machine's drift hits all alike; then once each through a 25% GPU expert
+# cache. Prints each run and the medians.
 #   tools/ab_cuda.sh WORKDIR ROUNDS 'NAME|NVCC FLAGS|ENV[|TREE]' ...
 # e.g. tools/ab_cuda.sh /tmp/w 3 'main||' 'w16|-DGEMV_WARPS=16|' 'nofuse||SLUICE_CUDA_FUSE=0'
 # TREE: build from that copy of a tree instead (another branch, which the GPU machine cannot
@@ -43,7 +44,9 @@ for n in "${NAMES[@]}"; do [ -x "${BIN[$n]}" ] || { echo "$n: build failed" >&2;
 [ -d "$W/int4" ] || build-cuda/bench_cuda pack "$W/src" "$W/int4" >/dev/null
 rate() { grep -o 'decode 128 tok [0-9.]*' | awk '{print $4}'; }
 for r in $(seq "$ROUNDS"); do
-    for n in "${NAMES[@]}"; do
+    # each round starts one variant further on, so no variant always runs first (or after the same one)
+    for i in $(seq 0 $((${#NAMES[@]} - 1))); do
+        n=${NAMES[$(( (i + r - 1) % ${#NAMES[@]} ))]}
         t=$(env ${ENVS[$n]} "${BIN[$n]}" run "$W/int4" cuda resident 0 128 128 | rate)
         echo "round $r  $n  resident  $t tok/s"
         RES[$n]="${RES[$n]:-} $t"

@@ -125,17 +125,20 @@ static size_t stage_bytes(int dt_elems, int64_t K, int nt) {
     return b <= (44u << 10) ? b : 0;
 }
 
-/* The same for kernels of dtype DT: SL_Q4X stages the floats, then the records after them. */
+/* The same for kernels of dtype DT. SL_Q4X: room for one row of floats (what a pending norm
+ * stages before quantising it), then the nt rows' records (quant_staged); a plain x is quantised
+ * straight from global memory, so K = 2048 fits four tokens (21 KB, against 48 KB as floats). */
 template <int DT> static size_t stage_bytes_of(int64_t K, int nt) {
     if (DT != SL_Q4X) return stage_bytes(chunk_elems<DT>::E, K, nt);
-    const size_t b = (size_t)nt * (size_t)(K / 32) * (36 + Q4X_REC) * sizeof(float);
+    const size_t b = (size_t)(K / 32) * (36 + (size_t)nt * Q4X_REC) * sizeof(float);
     return b <= (44u << 10) ? b : 0;
 }
 
 extern __shared__ __align__(16) float cu_xs[]; /* the block's staged x (dynamic) */
 
 /*
- * SL_Q4X: the nt staged float rows (chunk stride 36) quantised into records after them,
+ * SL_Q4X: nt rows of x (in src: element j of chunk c of row t at t ts + c cs + j; global
+ * memory, or the float row a pending norm staged) quantised into records after that row,
  *   m = max |x|, d = m / 127, xq = rint(x min(127 / m, FLT_MAX))
  * as quant.h has it. Eight lanes take a 64-column group, four groups a warp at once, so a block
  * of 8 warps quantises a row of 2048 in one round (each lane's share of the chain: one 32-byte
@@ -145,16 +148,16 @@ extern __shared__ __align__(16) float cu_xs[]; /* the block's staged x (dynamic)
  * taken off (the FADD rounds to nearest even, as rint does; |x inv| <= 127). X and S are summed
  * in a fixed order, so every kernel's records are the same bits. K % 64 == 0.
  */
-__device__ __forceinline__ xsrc quant_staged(int K, int nt) {
+__device__ __forceinline__ xsrc quant_staged(const xsrc &src, int K, int nt) {
     const int C = K / 32, G = C / 2, NG = nt * G, lane = threadIdx.x & 31, s = lane & 7;
-    float *rec0 = cu_xs + (size_t)nt * C * 36;
+    float *rec0 = cu_xs + (size_t)C * 36;
     for (int g0 = (int)(threadIdx.x / 32) * 4; g0 < NG; g0 += (int)(blockDim.x / 32) * 4) {
         const int g = g0 + lane / 8, ok = g < NG; /* uniform loop: every lane shuffles */
         const int t = ok ? g / G : 0, c = 2 * (ok ? g % G : 0) + s / 4;
-        const float *f = cu_xs + ((size_t)t * C + c) * 36 + (s & 3) * 8;
+        const float *f = src.p + (size_t)t * src.ts + (size_t)c * src.cs + (s & 3) * 8;
         float v[8];
-        *(float4 *)v = ok ? *(const float4 *)f : make_float4(0, 0, 0, 0);
-        *(float4 *)(v + 4) = ok ? *(const float4 *)(f + 4) : make_float4(0, 0, 0, 0);
+        *(float4 *)v = ok ? *(const float4 *)f : make_float4(0, 0, 0, 0); /* generic: */
+        *(float4 *)(v + 4) = ok ? *(const float4 *)(f + 4) : make_float4(0, 0, 0, 0); /* or shared */
         float m = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -199,13 +202,13 @@ template <int DT>
 __device__ __forceinline__ xsrc stage_x(const float *x, int K, int nt, bool staged) {
     constexpr int E = chunk_elems<DT>::E;
     if (!staged) return xsrc{x, E, K};
+    if (DT == SL_Q4X) return quant_staged(xsrc{x, E, K}, K, nt);
     const int C = K / E, ts = C * (E + 4), q4 = K / 4;
     for (int i = threadIdx.x; i < nt * q4; i += blockDim.x) {
         const int t = i / q4, q = i % q4, c = q * 4 / E, j = q * 4 % E;
         *(float4 *)(cu_xs + (size_t)t * ts + c * (E + 4) + j) = __ldg((const float4 *)x + i);
     }
     __syncthreads();
-    if (DT == SL_Q4X) return quant_staged(K, nt);
     return xsrc{cu_xs, E + 4, ts};
 }
 
@@ -253,7 +256,7 @@ __device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool
         if (writer) ((float4 *)p.y)[q] = v;
     }
     __syncthreads();
-    if (DT == SL_Q4X) return quant_staged(K, 1);
+    if (DT == SL_Q4X) return quant_staged(xsrc{cu_xs, E + 4, (K / E) * (E + 4)}, K, 1);
     return xsrc{cu_xs, E + 4, (K / E) * (E + 4)};
 }
 
