@@ -16,7 +16,7 @@ shift 2
 [ $# -ge 1 ] || { echo "usage: $0 WORKDIR ROUNDS 'NAME|NVCC FLAGS|ENV' ..." >&2; exit 2; }
 mkdir -p "$W"
 export LD_LIBRARY_PATH=$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
-declare -A BIN ENVS RES
+declare -A BIN ENVS RES BUILT
 NAMES=()
 J=$(( $(nproc) / ($# + 1) + 1 ))
 for v in "$@"; do
@@ -27,7 +27,12 @@ for v in "$@"; do
         BIN[$name]=$PWD/build-cuda/bench_cuda
         continue
     fi
+    if [ -n "${BUILT[$flags|$tree]:-}" ]; then # the same build as an earlier variant's
+        BIN[$name]=${BUILT[$flags|$tree]}
+        continue
+    fi
     d=/tmp/ab-$name
+    BUILT[$flags|$tree]=$d/build-cuda/bench_cuda
     rm -rf "$d" && mkdir -p "$d"
     tar --exclude=./build --exclude=./build-cuda --exclude=./.ab -cf - . | (cd "$d" && tar xf -)
     if [ -n "$tree" ]; then
