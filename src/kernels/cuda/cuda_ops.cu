@@ -755,9 +755,10 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys. */
     const int32_t max_keys = args->pos0 + args->T;
     int32_t splits = 1;
-    /* Enough blocks to keep every SM's memory pipe busy, but no split under 64 keys. */
-    const int32_t want = 8 * c->n_sm;
-    if (n_items < want) splits = SL_MIN((want + n_items - 1) / n_items, (max_keys + 63) / 64);
+    /* Enough blocks to keep every SM's memory pipe busy, but no split under c->att_min keys
+     * (64; SLUICE_CUDA_ATT_MIN for comparisons). */
+    const int32_t want = 8 * c->n_sm, m = c->att_min;
+    if (n_items < want) splits = SL_MIN((want + n_items - 1) / n_items, (max_keys + m - 1) / m);
     splits = SL_MAX(splits, (max_keys + ATT_MAX_L - 1) / ATT_MAX_L);
     splits = SL_MAX(splits, 1);
     a.splits = splits;
