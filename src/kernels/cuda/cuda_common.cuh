@@ -48,7 +48,7 @@ typedef struct cu_ctx {
     int fuse_prep;  /* attention does the qkv_prep of a decode token */
     int fuse_norms; /* add_rmsnorm_next may wait for the next GEMV */
     int q4x;        /* Q4 decode GEMVs on int8-quantised x (cuda_matmul.cu); SLUICE_CUDA_Q4X=0: off */
-    int att_min;    /* fewest keys a decode attention split takes (SLUICE_CUDA_ATT_MIN; 64) */
+    int att_min;    /* fewest keys a decode attention split takes (SLUICE_CUDA_ATT_MIN; 32) */
     cu_prenorm pend; /* the add_rmsnorm_next waiting for it */
     cudaStream_t stream;
     /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the

@@ -12,9 +12,10 @@
  *                     y += scale * sum((q - z) x) + (bias + z scale) * sum(x)
  *                 with codes centred on z = 128 (Q8) / 8 (Q4), as cpu_quant.c does,
  *                 to keep the two terms from cancelling.
- *                 With SLUICE_CUDA_Q4X=1, Q4 takes the int8 formula of quant.h instead
- *                 (SL_Q4X below): x quantised per 64 columns while it is staged, and
- *                 integer dot products, ~1 instruction a weight instead of ~5.
+ *                 Q4 takes the int8 formula of quant.h instead where K % 64 == 0
+ *                 (SL_Q4X below; SLUICE_CUDA_Q4X=0 keeps float x): x quantised per 64
+ *                 columns while it is staged, and integer dot products, ~1 instruction
+ *                 a weight instead of ~5 (decode 314 -> 373 tok/s, BENCHMARKS 6.6).
  *   gemv_generic  decode, any K and alignment: a warp per row, element loads.
  *   gemm_tiled    prefill (T > 4): 64 tokens x 64 rows per block, K in steps of 32,
  *                 weights widened into shared memory once per tile and reused by all
@@ -694,7 +695,7 @@ static int rows_per_warp(const cu_ctx *c, int64_t rows) {
     return rows / (GEMV_WARPS * 4) >= want ? 4 : rows / (GEMV_WARPS * 2) >= want ? 2 : 1;
 }
 
-/* Whether Q4 products of K columns and nt staged rows take SL_Q4X (SLUICE_CUDA_Q4X=1). */
+/* Whether Q4 products of K columns and nt staged rows take SL_Q4X (unless SLUICE_CUDA_Q4X=0). */
 static bool q4x_ok(const cu_ctx *c, int64_t K, int nt) {
     return c->q4x && K % 64 == 0 && stage_bytes_of<SL_Q4X>(K, nt) > 0;
 }
