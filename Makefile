@@ -170,7 +170,8 @@ clean:
 # ---- CUDA (on a machine with nvcc and a GPU) ------------------------------
 # make test-cuda: every CUDA op against the CPU op (test_cuda), then end-to-end
 # parity of the CUDA backend with the CPU backend and transformers on the
-# fixtures (test_cuda_model). bench_cuda: tools/bench_cuda.sh's decode benchmark.
+# fixtures and on a synthetic tiny-k64 checkpoint (test_cuda_model).
+# bench_cuda: tools/bench_cuda.sh's decode benchmark.
 $(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -183,4 +184,5 @@ $(BUILD)/bench_cuda: $(BUILD)/tests/cuda/bench_cuda.o $(BUILD)/libsluice.a
 test-cuda:
 	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model
 	build-cuda/test_cuda tests/fixtures
-	build-cuda/test_cuda_model tests/fixtures
+	python3 tools/make_synth.py /tmp/sluice-synth-k64 --preset tiny-k64 >/dev/null
+	build-cuda/test_cuda_model tests/fixtures /tmp/sluice-synth-k64

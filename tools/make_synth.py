@@ -50,6 +50,12 @@ PRESETS = {
                             num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                             intermediate_size=32, norm_topk_prob=True, num_hidden_layers=2),
+    # Small, with every matrix's K a multiple of 64, so that a GPU's int4 GEMVs take their int8
+    # activation path (test_cuda_model; the transformers fixtures have hidden size 48).
+    "tiny-k64": dict(model_type="qwen3_moe", vocab_size=1024, hidden_size=128,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=16,
+                     num_experts_per_tok=4, moe_intermediate_size=128, intermediate_size=256,
+                     norm_topk_prob=True, num_hidden_layers=2),
     # A tiny shape for smoke tests.
     "tiny": dict(model_type="qwen3_moe", vocab_size=512, hidden_size=64, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,

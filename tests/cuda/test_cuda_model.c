@@ -7,8 +7,12 @@
  *   - prefill in one pass and token by token agree (rel L2 <= 1e-5);
  * and for int8 and int4 packs of two fixtures, streamed with the smallest GPU
  * expert cache and with all experts on the GPU: the same logits bit for bit,
- * and at int8 within 1e-3 of the CPU backend (at int4 the CPU's matmul
- * quantises its activations, the GPU's does not: see check_pack).
+ * and at int8 within 1e-3 of the CPU backend (at int4 see check_pack). Given a
+ * second directory (a checkpoint of tools/make_synth.py's tiny-k64 preset, which
+ * make test-cuda writes), the same for its int4 pack, whose every K is a multiple
+ * of 64, so that the GPU's int4 GEMVs take their int8 activations.
+ *
+ *   build-cuda/test_cuda_model [fixtures-dir [synthetic-checkpoint]]
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -156,16 +160,28 @@ static void check_fixture(const char *dir, const char *name) {
     free(got), free(lc), free(lg), free(lt), free(ln), free(want), free(ids), free(greedy);
 }
 
-/* A pack of the fixture at int8 or int4: the smallest GPU expert cache against all experts on
- * the GPU, bit for bit, and the GPU against the CPU. At int8 both compute alike (1e-3). At int4
- * the CPU quantises x to int8 where it has AVX-512 VNNI (quant.h) and the GPU keeps it in float,
- * so the bound there only catches a wrong kernel (a misread nibble or scale is an error of order
- * 1); the op tests hold the GPU's int4 GEMVs to the CPU's float path within 2e-5. */
-static void check_pack(const char *fixtures, const char *name, int int4) {
-    char src[1024], dst[1100];
+/* All-position logits with one environment knob set (name=value) while the model loads. */
+static float *logits_env(const char *env, const char *value, const char *dir,
+                         const sl_model_params *mp, const int32_t *ids, int32_t n, int32_t chunk,
+                         int32_t *V) {
+    setenv(env, value, 1);
+    float *l = logits_of(dir, mp, ids, n, chunk, V, NULL);
+    unsetenv(env);
+    return l;
+}
+
+/* A pack of the checkpoint src at int8 or int4: a GPU expert cache of `slots` (the fewest a
+ * token's picks allow) against all experts on the GPU, bit for bit, and the GPU against the CPU. At
+ * int8 both compute alike (1e-3). At int4 the CPU quantises x to int8 where it has AVX-512 VNNI
+ * (quant.h), else not, and the GPU where K is a multiple of 64 (else not: the fixtures' hidden size
+ * is 48), so the bound there only catches a wrong kernel (a misread nibble or scale is an error of
+ * order 1); the op tests hold the GPU's int4 GEMVs to each formula. With k64 (every K a multiple of
+ * 64) also: one token a step (the decode fusions) against four, and int8 x against float x
+ * (SLUICE_CUDA_Q4X=0), both on the GPU. */
+static void check_pack(const char *src, const char *name, int int4, int k64, int slots) {
+    char dst[1100];
     const char *q = int4 ? "int4 pack" : "int8 pack";
     const double tol = int4 ? 1e-1 : 1e-3;
-    snprintf(src, sizeof src, "%s/%s", fixtures, name);
     snprintf(dst, sizeof dst, "/tmp/sluice-cuda-test-%d-%s-int%d", (int)getpid(), name,
              int4 ? 4 : 8);
     sl_pack_params pp = {.quant = int4 ? SL_QUANT_INT4 : SL_QUANT_INT8};
@@ -181,8 +197,8 @@ static void check_pack(const char *fixtures, const char *name, int int4) {
     sl_model_params all = {.backend = SL_BACKEND_CUDA, .experts = SL_EXPERTS_RESIDENT};
     sl_model_params few = {.backend = SL_BACKEND_CUDA,
                            .experts = SL_EXPERTS_STREAM,
-                           .cache_experts = 3,
-                           .gpu_experts = 3};
+                           .cache_experts = slots,
+                           .gpu_experts = slots};
     sl_stats st;
     float *lc = logits_of(dst, &cpu, ids, n, 4, &V, NULL);
     float *la = logits_of(dst, &all, ids, n, 4, &V, NULL);
@@ -190,13 +206,27 @@ static void check_pack(const char *fixtures, const char *name, int int4) {
     CHECKF(lc && la && lf, "%s %s: runs", name, q);
     if (lc && la && lf) {
         const size_t m = (size_t)n * (size_t)V;
-        printf("  %-24s %s: gpu vs cpu %.2e; 3 GPU slots vs all: %s (GPU cache hits "
+        printf("  %-24s %s: gpu vs cpu %.2e; %d GPU slots vs all: %s (GPU cache hits "
                "%lld/%lld)\n",
-               name, q, rel_l2(la, lc, m), memcmp(la, lf, m * sizeof(float)) ? "DIFFER" : "bitwise",
+               name, q, rel_l2(la, lc, m), slots,
+               memcmp(la, lf, m * sizeof(float)) ? "DIFFER" : "bitwise",
                (long long)st.gpu_expert_hits, (long long)st.gpu_expert_requests);
         CHECKF(rel_l2(la, lc, m) <= tol, "%s %s: gpu vs cpu", name, q);
         CHECKF(memcmp(la, lf, m * sizeof(float)) == 0, "%s %s: GPU cache size changes logits", name,
                q);
+    }
+    if (k64 && la) {
+        float *l1 = logits_of(dst, &all, ids, n, 1, &V, NULL);
+        float *lx = logits_env("SLUICE_CUDA_Q4X", "0", dst, &all, ids, n, 4, &V);
+        CHECKF(l1 && lx, "%s %s: runs", name, q);
+        if (l1 && lx) {
+            const size_t m = (size_t)n * (size_t)V;
+            printf("  %-24s %s: one token a step vs four %.2e; int8 x vs float x %.2e\n", name, q,
+                   rel_l2(l1, la, m), rel_l2(la, lx, m));
+            CHECKF(rel_l2(l1, la, m) <= 1e-2, "%s %s: one token a step vs four", name, q);
+            CHECKF(rel_l2(la, lx, m) <= tol, "%s %s: int8 x vs float x", name, q);
+        }
+        free(l1), free(lx);
     }
     free(lc), free(la), free(lf);
     char cmd[1200];
@@ -234,10 +264,14 @@ int main(int argc, char **argv) {
         snprintf(dir, sizeof dir, "%s/%s", fixtures, names[i]);
         check_fixture(dir, names[i]);
     }
-    for (int int4 = 0; int4 <= 1; int4++) {
-        check_pack(fixtures, "qwen3_gqa_untied", int4);
-        check_pack(fixtures, "qwen4_exp_b", int4);
-    }
+    static const char *packed[] = {"qwen3_gqa_untied", "qwen4_exp_b"};
+    for (int int4 = 0; int4 <= 1; int4++)
+        for (int i = 0; i < 2; i++) {
+            char src[1024];
+            snprintf(src, sizeof src, "%s/%s", fixtures, packed[i]);
+            check_pack(src, packed[i], int4, 0, 3);
+        }
+    if (argc > 2) check_pack(argv[2], "tiny-k64", 1, 1, 4); /* its top-4 */
     for (int i = 0; i < n; i++)
         free(names[i]);
     printf("%d checks, %d failed\n", checks, failures);
