@@ -160,13 +160,20 @@ static void check_fixture(const char *dir, const char *name) {
     free(got), free(lc), free(lg), free(lt), free(ln), free(want), free(ids), free(greedy);
 }
 
-/* All-position logits with one environment knob set (name=value) while the model loads. */
+/* All-position logits with one environment knob set (env=value) while the model loads; the
+ * knob is then restored. */
 static float *logits_env(const char *env, const char *value, const char *dir,
                          const sl_model_params *mp, const int32_t *ids, int32_t n, int32_t chunk,
                          int32_t *V) {
+    const char *old = getenv(env);
+    char keep[64];
+    snprintf(keep, sizeof keep, "%s", old ? old : "");
     setenv(env, value, 1);
     float *l = logits_of(dir, mp, ids, n, chunk, V, NULL);
-    unsetenv(env);
+    if (old)
+        setenv(env, keep, 1);
+    else
+        unsetenv(env);
     return l;
 }
 

@@ -100,12 +100,12 @@ static void op_end(op_report *r) {
     fflush(stdout);
 }
 
-/* Compares a device buffer of n floats with the CPU's host buffer; frees nothing. */
 /* The least tolerance of the checks against the CPU (bitwise ones, tol 0, stay bitwise): raised
  * while the tests rerun on int8-quantised activations (test_q4x). */
 static double tol_floor;
 static int q4x_run;
 
+/* Compares a device buffer of n floats with the CPU's host buffer; frees nothing. */
 static void check(op_report *r, const char *what, const float *dev, const float *ref, size_t n,
                   double tol) {
     if (tol > 0 && tol < tol_floor) tol = tol_floor;
@@ -1317,6 +1317,23 @@ static void test_moe(void) {
     op_end(&r);
 }
 
+/* A GPU backend made with one environment knob set (name=value; NULL: as the environment has
+ * it), which is then restored. */
+static sl_status cuda_init_with(sl_backend *be, const char *name, const char *value,
+                                sl_error *err) {
+    if (!value) return sl_backend_cuda_init(be, 0, err);
+    const char *old = getenv(name);
+    char keep[64];
+    snprintf(keep, sizeof keep, "%s", old ? old : "");
+    setenv(name, value, 1);
+    const sl_status st = sl_backend_cuda_init(be, 0, err);
+    if (old)
+        setenv(name, keep, 1);
+    else
+        unsetenv(name);
+    return st;
+}
+
 /*
  * SLUICE_CUDA_Q4X=1 (the default; a second GPU backend): Q4 decode products on int8-quantised x
  * against a double reference of quant.h's formula (x with tiny, zero and spiky groups), then the
@@ -1326,9 +1343,7 @@ static void test_moe(void) {
 static void test_q4x(void) {
     sl_error err = {0};
     sl_backend gq;
-    setenv("SLUICE_CUDA_Q4X", "1", 1);
-    const int ok = sl_backend_cuda_init(&gq, 0, &err) == SL_OK;
-    unsetenv("SLUICE_CUDA_Q4X");
+    const int ok = cuda_init_with(&gq, "SLUICE_CUDA_Q4X", "1", &err) == SL_OK;
     op_report r;
     op_begin(&r, "matmul Q4 on int8 x");
     if (!ok) {
@@ -1403,16 +1418,7 @@ int main(int argc, char **argv) {
     /* The op tests compare with the scalar CPU's float order, so Q4 products take float x
      * (SLUICE_CUDA_Q4X=0; test_q4x checks the int8 formula, the default, on a backend of its
      * own); the benchmarks run what the user's environment asks for. */
-    const char *q4x_env = getenv("SLUICE_CUDA_Q4X");
-    char q4x_keep[8];
-    snprintf(q4x_keep, sizeof q4x_keep, "%s", q4x_env ? q4x_env : "");
-    if (!bench_only) setenv("SLUICE_CUDA_Q4X", "0", 1);
-    const sl_status st = sl_backend_cuda_init(&gpu, 0, &err);
-    if (q4x_env)
-        setenv("SLUICE_CUDA_Q4X", q4x_keep, 1);
-    else
-        unsetenv("SLUICE_CUDA_Q4X");
-    if (st != SL_OK) {
+    if (cuda_init_with(&gpu, "SLUICE_CUDA_Q4X", bench_only ? NULL : "0", &err) != SL_OK) {
         fprintf(stderr, "test_cuda: %s\n", err.msg);
         return 1;
     }
