@@ -231,8 +231,52 @@ static bool prenorm_fits(int64_t rows, int E, int64_t K) {
     return rows <= PRENORM_MAX_ROWS && stage_bytes(E, K, 1) > 0;
 }
 
+/*
+ * A pending norm's weights do not depend on the previous kernel, so a GEMV that takes the norm
+ * over loads them before its wait (norm_preload): the first NORM_PRE float4 steps of each
+ * thread's share (all of it at K <= 2048 with 256 threads), which takes an L2 round trip off
+ * the chain after the wait (x + d, the sum of squares, then the weights). The same values, so
+ * the same bits. NORM_PRE=0 (nvcc -D) builds without it, for comparisons.
+ */
+#ifndef NORM_PRE
+#define NORM_PRE 2
+#endif
+struct npre {
+    float4 w[NORM_PRE > 0 ? NORM_PRE : 1];
+};
+
+/* The pending norm's weight elements 4q .. 4q + 3. */
+__device__ __forceinline__ float4 norm_w4(const cu_prenorm &p, int q) {
+    return make_float4(cu_load_f(p.w, p.wdt, (size_t)q * 4), cu_load_f(p.w, p.wdt, (size_t)q * 4 + 1),
+                       cu_load_f(p.w, p.wdt, (size_t)q * 4 + 2), cu_load_f(p.w, p.wdt, (size_t)q * 4 + 3));
+}
+
+__device__ __forceinline__ void norm_preload(npre &np, const cu_prenorm &p, int K) {
+#pragma unroll
+    for (int i = 0; i < NORM_PRE; i++) {
+        const int q = (int)threadIdx.x + i * (int)blockDim.x;
+        if (p.x && q < K / 4) np.w[i] = norm_w4(p, q);
+    }
+}
+
+/* Step q of stage_x_prenorm's second pass: the staged x + d of elements 4q .. 4q + 3 normalised
+ * (inv) and weighted (w). */
+template <int E>
+__device__ __forceinline__ void norm_step(const cu_prenorm &p, int q, float inv, const float4 &w,
+                                          bool writer) {
+    float4 *at = (float4 *)(cu_xs + (q * 4 / E) * (E + 4) + q * 4 % E);
+    float4 v = *at;
+    v.x = (v.x * inv) * (p.w_offset + w.x);
+    v.y = (v.y * inv) * (p.w_offset + w.y);
+    v.z = (v.z * inv) * (p.w_offset + w.z);
+    v.w = (v.w * inv) * (p.w_offset + w.w);
+    *at = v;
+    if (writer) ((float4 *)p.y)[q] = v;
+}
+
 template <int DT>
-__device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool writer) {
+__device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool writer,
+                                                const npre &np) {
     constexpr int E = chunk_elems<DT>::E;
     __shared__ float sh[32];
     const int q4 = K / 4;
@@ -246,16 +290,13 @@ __device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool
     }
     ss = block_reduce<false>(ss, sh); /* also orders the staged writes before the reads */
     const float inv = 1.0f / sqrtf(ss / (float)K + p.eps);
-    for (int q = threadIdx.x; q < q4; q += blockDim.x) {
-        float4 *at = (float4 *)(cu_xs + (q * 4 / E) * (E + 4) + q * 4 % E);
-        float4 v = *at;
-        v.x = (v.x * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4));
-        v.y = (v.y * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4 + 1));
-        v.z = (v.z * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4 + 2));
-        v.w = (v.w * inv) * (p.w_offset + cu_load_f(p.w, p.wdt, (size_t)q * 4 + 3));
-        *at = v;
-        if (writer) ((float4 *)p.y)[q] = v;
+#pragma unroll
+    for (int i = 0; i < NORM_PRE; i++) { /* the preloaded steps */
+        const int q = (int)threadIdx.x + i * (int)blockDim.x;
+        if (q < q4) norm_step<E>(p, q, inv, np.w[i], writer);
     }
+    for (int q = threadIdx.x + NORM_PRE * blockDim.x; q < q4; q += blockDim.x)
+        norm_step<E>(p, q, inv, norm_w4(p, q), writer);
     __syncthreads();
     if (DT == SL_Q4X) return quant_staged(xsrc{cu_xs, E + 4, (K / E) * (E + 4)}, K, 1);
     return xsrc{cu_xs, E + 4, (K / E) * (E + 4)};
@@ -498,9 +539,9 @@ __device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const floa
                                                const cu_w &w, const void *__restrict__ bias,
                                                int bias_dt, int N, int K, int64_t bx, bool staged,
                                                const wpre<DT, R, P> &pre, const cu_prenorm &pn,
-                                               bool writer) {
+                                               const npre &np, bool writer) {
     if (bx * GEMV_WARPS * R >= N) return; /* no rows in this block (the writer always has) */
-    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, writer)
+    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, writer, np)
                                     : stage_x<DT>(x, K, NT, staged);
     const int64_t row0 = gemv_row0<R>(bx);
     if (row0 >= N) return;
@@ -525,9 +566,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
               cu_prenorm pn) {
     wpre<DT, R, pre_steps<R>::P> pre;
     gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
+    npre np;
+    if (NT == 1) norm_preload(np, pn, K);
     cu_pdl_wait();
     gemv_fast_body<DT, R, NT>(y, x, w, bias, bias_dt, N, K, (int64_t)blockIdx.x, staged, pre, pn,
-                              blockIdx.x == 0);
+                              np, blockIdx.x == 0);
 }
 
 /* One matrix-vector product of a batch (sl_ops.matmul_batch). */
@@ -551,13 +594,19 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                     cu_prenorm pn) {
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
     wpre<DT, R, pre_steps<R>::P> pre;
-    if (!items) /* items in device memory come from a copy: read them after the wait */
+    npre np;
+    if (!items) { /* items in device memory come from a copy: read them after the wait */
         gemv_ahead(pre, small.it[blockIdx.y].w, small.it[blockIdx.y].N, K, row0, true);
+        if (NT == 1 && row0 < small.it[blockIdx.y].N) norm_preload(np, pn, K);
+    }
     cu_pdl_wait();
     const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
-    if (items) gemv_ahead(pre, it.w, it.N, K, row0, false);
+    if (items) {
+        gemv_ahead(pre, it.w, it.N, K, row0, false);
+        if (NT == 1) norm_preload(np, pn, K);
+    }
     gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x, staged,
-                              pre, pn, blockIdx.x == 0 && blockIdx.y == 0);
+                              pre, pn, np, blockIdx.x == 0 && blockIdx.y == 0);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -1147,9 +1196,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int warp = threadIdx.x / 32;
     wpre<DT, 1, pre_steps<1>::P> pre;
     gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
+    npre np;
+    if (NT == 1) norm_preload(np, pn, K);
     cu_pdl_wait();
     __shared__ float part[GEMV_WARPS][NT];
-    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, blockIdx.x == 0)
+    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, blockIdx.x == 0, np)
                                     : stage_x<DT>(x, K, NT, staged);
     float acc[1][NT];
     gemv_rows<DT, 1, NT, 2, pre_steps<1>::P>(acc, xs, w, E, K, blockIdx.x, warp, GEMV_WARPS, pre);

@@ -479,6 +479,71 @@ __device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x,
     __syncthreads(); /* row may be reused, out read by others */
 }
 
+/* block_reduce<false> of two values at once: each gets the same sum, in the same order, as its
+ * own block_reduce would give; one pass of barriers for both. */
+__device__ void block_reduce2(float &a, float &b, float *sh) {
+    __shared__ float sh2[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    a = warp_sum(a), b = warp_sum(b);
+    if (lane == 0) sh[warp] = a, sh2[warp] = b;
+    __syncthreads();
+    if (warp == 0) {
+        a = warp_sum(lane < nw ? sh[lane] : 0.0f);
+        b = warp_sum(lane < nw ? sh2[lane] : 0.0f);
+        if (lane == 0) sh[0] = a, sh2[0] = b;
+    }
+    __syncthreads();
+    a = sh[0], b = sh2[0];
+    __syncthreads();
+}
+
+/*
+ * What cu_qk_prep does, for a row of q and (k != NULL) a row of k at once, one element a thread
+ * (hd <= blockDim.x), with the thread's norm weights (wq, wk) and rope factors (c, s) loaded
+ * before the kernel's wait: the same arithmetic, so the same bits, one block reduction for both
+ * sums of squares and no load of a weight or a factor after the wait. Rows rq, rk (shared),
+ * outputs oq, ok (shared), ck: k's cache row (NULL: none).
+ */
+__device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, float *ok,
+                                float *rk, float *ck, const float *k, float wk, bool qnorm,
+                                bool knorm, int hd, int half, float eps, float w_offset, float c,
+                                float s, float *sh) {
+    const int i = threadIdx.x;
+    float sq = 0.0f, sk = 0.0f;
+    if (i < hd) {
+        const float v = q[i];
+        rq[i] = v, sq = __fmaf_rn(v, v, 0.0f);
+        if (k) {
+            const float u = k[i];
+            rk[i] = u, sk = __fmaf_rn(u, u, 0.0f);
+        }
+    }
+    if (qnorm || (k && knorm)) block_reduce2(sq, sk, sh); /* also orders the row writes */
+    if (i < hd) {
+        if (qnorm) rq[i] = __fmul_rn(__fmul_rn(rq[i], 1.0f / sqrtf(sq / (float)hd + eps)), w_offset + wq);
+        if (k && knorm)
+            rk[i] = __fmul_rn(__fmul_rn(rk[i], 1.0f / sqrtf(sk / (float)hd + eps)), w_offset + wk);
+    }
+    __syncthreads();
+    if (i < hd) {
+        float v = rq[i], u = k ? rk[i] : 0.0f;
+        if (i < half) {
+            v = __fmaf_rn(rq[i], c, -__fmul_rn(rq[i + half], s));
+            if (k) u = __fmaf_rn(rk[i], c, -__fmul_rn(rk[i + half], s));
+        } else if (i < 2 * half) {
+            const int d = i - half;
+            v = __fmaf_rn(rq[i], c, __fmul_rn(rq[d], s));
+            if (k) u = __fmaf_rn(rk[i], c, __fmul_rn(rk[d], s));
+        }
+        oq[i] = v;
+        if (k) {
+            ok[i] = u;
+            if (ck) ck[i] = u;
+        }
+    }
+    __syncthreads();
+}
+
 __global__ void qkv_prep_kernel(qkv_params a) {
     cu_pdl_wait();
     extern __shared__ float row[]; /* [hd] */
@@ -615,12 +680,29 @@ __device__ __forceinline__ float att_comp(float4 v, int i) {
  */
 template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     typedef typename att_vec<W>::T V;
+    /* PREP: the thread's norm weights and rope factors do not depend on the previous kernel (nor
+     * does whether the block's split holds the new key, with no selection): loaded first */
+    float wq = 0.0f, wk = 0.0f, rc = 0.0f, rs = 0.0f;
+    bool has_key = false;
+    if (PREP) {
+        const qkv_params &p = a.prep;
+        const int i = threadIdx.x, j0 = (int)blockIdx.y * a.L;
+        has_key = j0 <= a.pos0 && a.pos0 < j0 + a.L;
+        if (i < a.hd) {
+            if (p.qn) wq = cu_load_f(p.qn, p.qn_dt, (size_t)i);
+            if (p.kn && has_key) wk = cu_load_f(p.kn, p.kn_dt, (size_t)i);
+            if (i < 2 * p.half) {
+                const size_t d = (size_t)a.pos0 * p.half + (i < p.half ? i : i - p.half);
+                rc = p.cos_tab[d], rs = p.sin_tab[d];
+            }
+        }
+    }
     cu_pdl_wait();
     extern __shared__ __align__(16) float smem[];
     V *so = (V *)smem;                          /* [ATT_THREADS] partial outputs */
     float *sq = smem + W * ATT_THREADS;         /* [hd] */
-    float *sk = sq + a.hd;                      /* PREP: [hd] the new key, [hd] a row */
-    float *sh = PREP ? sk + 2 * a.hd : sk;      /* [32] reductions */
+    float *sk = sq + a.hd;                      /* PREP: [hd] the new key, [2 hd] two rows */
+    float *sh = PREP ? sk + 3 * a.hd : sk;      /* [32] reductions */
     float *sc = sh + 32;                        /* [L] scores, then probabilities */
     int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
@@ -633,19 +715,16 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
     const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
     const float *vnew = PREP ? a.prep.v + (size_t)kvh * hd : nullptr;
-    if (PREP) {
+    if (PREP) { /* has_key is block-uniform, and j0 <= newj < j1 (newj < n_keys) */
         const qkv_params &p = a.prep;
-        const float *c = p.cos_tab + (size_t)a.pos0 * p.half, *s = p.sin_tab + (size_t)a.pos0 * p.half;
-        cu_qk_prep(sq, sk + hd, NULL, q, p.qn, p.qn_dt, hd, a.prep_rt, p.half, p.eps, p.w_offset, c, s, sh);
-        if (j0 <= newj && newj < j1) { /* block-uniform */
-            const bool store = h % group == 0;
-            float *kc = p.kc + (size_t)a.pos0 * kv_stride + (size_t)kvh * hd;
-            cu_qk_prep(sk, sk + hd, store ? kc : NULL, p.k + (size_t)kvh * hd, p.kn, p.kn_dt, hd,
-                       a.prep_rt, p.half, p.eps, p.w_offset, c, s, sh);
-            if (store)
-                for (int d = tid; d < hd; d += ATT_THREADS)
-                    p.vc[(size_t)a.pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
-        }
+        const bool store = has_key && h % group == 0;
+        float *kc = p.kc + (size_t)a.pos0 * kv_stride + (size_t)kvh * hd;
+        cu_qk_prep_pair(sq, sk + hd, q, wq, sk, sk + 2 * hd, store ? kc : NULL,
+                        has_key ? p.k + (size_t)kvh * hd : NULL, wk, p.qn != NULL, p.kn != NULL, hd,
+                        p.half, p.eps, p.w_offset, rc, rs, sh);
+        if (store)
+            for (int d = tid; d < hd; d += ATT_THREADS)
+                p.vc[(size_t)a.pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
     } else {
         for (int d = tid; d < hd; d += ATT_THREADS)
             sq[d] = q[d];
@@ -775,7 +854,7 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     if (pr && !fuse) cu_qkv_prep(be, pr);
     if (fuse) a.prep = qkv_params_of(pr), a.prep_rt = (int)row_threads(a.hd);
     const size_t smem =
-        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 3 : 1) * a.hd + 32 + 2 * a.L) * sizeof(float);
+        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 : 1) * a.hd + 32 + 2 * a.L) * sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
     if (fuse)
         cu_launch(attn_kernel<4, true>, grid, ATT_THREADS, smem, c->stream, a);
