@@ -621,7 +621,6 @@ typedef struct att_params {
     float *part;
     unsigned *counts; /* [items] zero between launches, or NULL: attn_combine merges */
     qkv_params prep;  /* attn_kernel<W, true>: the qkv_prep it does first (T = 1) */
-    int prep_rt;      /* the threads qkv_prep_kernel would run a row with */
 } att_params;
 
 /* out of one item from its splits' partial sums (parts read through L2: other blocks wrote
@@ -852,7 +851,7 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     /* the raw value row is read as the cache rows are: aligned as they are */
     const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(c, args, pr);
     if (pr && !fuse) cu_qkv_prep(be, pr);
-    if (fuse) a.prep = qkv_params_of(pr), a.prep_rt = (int)row_threads(a.hd);
+    if (fuse) a.prep = qkv_params_of(pr);
     const size_t smem =
         (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 : 1) * a.hd + 32 + 2 * a.L) * sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
