@@ -21,6 +21,9 @@ NAMES=()
 J=$(( $(nproc) / ($# + 1) + 1 ))
 for v in "$@"; do
     IFS='|' read -r name flags envs tree <<<"$v"
+    for f in $flags; do # a setting put in the flags field would reach nvcc, not the run
+        [ "${f#-}" != "$f" ] || { echo "$name: nvcc flag '$f' does not start with '-' (ENV is the third field)" >&2; exit 2; }
+    done
     NAMES+=("$name")
     ENVS[$name]=$envs
     if [ -z "$flags" ] && [ -z "$tree" ]; then
@@ -37,7 +40,9 @@ for v in "$@"; do
     tar --exclude=./build --exclude=./build-cuda --exclude=./.ab -cf - . | (cd "$d" && tar xf -)
     if [ -n "$tree" ]; then
         src=$(cd "$tree" && pwd) || exit 1
-        (cd "$d" && rm -rf src include tests tools Makefile && cp -r "$src"/. .)
+        # without the tree's own build outputs: objects built there without the variant's flags
+        # would count as up to date
+        (cd "$d" && rm -rf src include tests tools Makefile && cp -r "$src"/. . && rm -rf build build-cuda)
     fi
     BIN[$name]=$d/build-cuda/bench_cuda
     (cd "$d" && NVFLAGS="-O3 ${flags:-}" make CUDA=1 -j"$J" ${MAKE_OPTS:-} build-cuda/bench_cuda >/dev/null) &
