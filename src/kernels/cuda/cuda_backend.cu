@@ -379,7 +379,8 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     const char *qx = getenv("SLUICE_CUDA_Q4X");
     c->q4x = !qx || strcmp(qx, "0"); /* 0: Q4 on float x, the scalar CPU's order (tests) */
     const char *am = getenv("SLUICE_CUDA_ATT_MIN");
-    c->att_min = am && atoi(am) >= 8 && atoi(am) <= 4096 ? atoi(am) : 32;
+    const int amv = am ? atoi(am) : 0;
+    c->att_min = amv >= 8 && amv <= 4096 ? amv : 32;
     const char *gr = getenv("SLUICE_CUDA_GEMV_R");
     c->gemv_r = gr && (!strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : 0;
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,

@@ -162,21 +162,35 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* Sum (or max) over the block; sh holds 32 floats; every thread gets the result. */
-template <bool MAX> __device__ float block_reduce(float v, float *sh) {
+/* Sums (or maxima) over the block of N values a thread at once, each as block_reduce gives it
+ * alone, with one pass of barriers for all; sh holds N x 32 floats; every thread gets the results. */
+template <bool MAX, int N> __device__ __forceinline__ void block_reduce_n(float (&v)[N], float (*sh)[32]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = MAX ? warp_max(v) : warp_sum(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.0f);
-        v = MAX ? warp_max(v) : warp_sum(v);
-        if (lane == 0) sh[0] = v;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        v[i] = MAX ? warp_max(v[i]) : warp_sum(v[i]);
+        if (lane == 0) sh[i][warp] = v[i];
     }
     __syncthreads();
-    v = sh[0];
+    if (warp == 0)
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            float u = lane < nw ? sh[i][lane] : (MAX ? -INFINITY : 0.0f);
+            u = MAX ? warp_max(u) : warp_sum(u);
+            if (lane == 0) sh[i][0] = u;
+        }
     __syncthreads();
-    return v;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        v[i] = sh[i][0];
+    __syncthreads();
+}
+
+/* Sum (or max) over the block; sh holds 32 floats; every thread gets the result. */
+template <bool MAX> __device__ float block_reduce(float v, float *sh) {
+    float a[1] = {v};
+    block_reduce_n<MAX, 1>(a, (float(*)[32])sh);
+    return a[0];
 }
 
 /* SwiGLU of one element: what the swiglu op and the fused expert kernel both compute. */

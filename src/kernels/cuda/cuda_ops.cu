@@ -479,35 +479,18 @@ __device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x,
     __syncthreads(); /* row may be reused, out read by others */
 }
 
-/* block_reduce<false> of two values at once: each gets the same sum, in the same order, as its
- * own block_reduce would give; one pass of barriers for both. */
-__device__ void block_reduce2(float &a, float &b, float *sh) {
-    __shared__ float sh2[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    a = warp_sum(a), b = warp_sum(b);
-    if (lane == 0) sh[warp] = a, sh2[warp] = b;
-    __syncthreads();
-    if (warp == 0) {
-        a = warp_sum(lane < nw ? sh[lane] : 0.0f);
-        b = warp_sum(lane < nw ? sh2[lane] : 0.0f);
-        if (lane == 0) sh[0] = a, sh2[0] = b;
-    }
-    __syncthreads();
-    a = sh[0], b = sh2[0];
-    __syncthreads();
-}
-
 /*
  * What cu_qk_prep does, for a row of q and (k != NULL) a row of k at once, one element a thread
  * (hd <= blockDim.x), with the thread's norm weights (wq, wk) and rope factors (c, s) loaded
  * before the kernel's wait: the same arithmetic, so the same bits, one block reduction for both
  * sums of squares and no load of a weight or a factor after the wait. Rows rq, rk (shared),
- * outputs oq, ok (shared), ck: k's cache row (NULL: none).
+ * outputs oq, ok (shared), ck: k's cache row (NULL: none), sh: shared [2][32] for the
+ * reduction (block_reduce_n).
  */
 __device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, float *ok,
                                 float *rk, float *ck, const float *k, float wk, bool qnorm,
                                 bool knorm, int hd, int half, float eps, float w_offset, float c,
-                                float s, float *sh) {
+                                float s, float (*sh)[32]) {
     const int i = threadIdx.x;
     float sq = 0.0f, sk = 0.0f;
     if (i < hd) {
@@ -518,7 +501,11 @@ __device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, 
             rk[i] = u, sk = __fmaf_rn(u, u, 0.0f);
         }
     }
-    if (qnorm || (k && knorm)) block_reduce2(sq, sk, sh); /* also orders the row writes */
+    if (qnorm || (k && knorm)) { /* also orders the row writes */
+        float ss[2] = {sq, sk};
+        block_reduce_n<false, 2>(ss, sh);
+        sq = ss[0], sk = ss[1];
+    }
     if (i < hd) {
         if (qnorm) rq[i] = __fmul_rn(__fmul_rn(rq[i], 1.0f / sqrtf(sq / (float)hd + eps)), w_offset + wq);
         if (k && knorm)
@@ -701,8 +688,8 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
     V *so = (V *)smem;                          /* [ATT_THREADS] partial outputs */
     float *sq = smem + W * ATT_THREADS;         /* [hd] */
     float *sk = sq + a.hd;                      /* PREP: [hd] the new key, [2 hd] two rows */
-    float *sh = PREP ? sk + 3 * a.hd : sk;      /* [32] reductions */
-    float *sc = sh + 32;                        /* [L] scores, then probabilities */
+    float *sh = PREP ? sk + 3 * a.hd : sk;      /* [32] reductions (PREP: [2][32]) */
+    float *sc = sh + (PREP ? 64 : 32);          /* [L] scores, then probabilities */
     int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
     const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group;
@@ -720,7 +707,7 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
         float *kc = p.kc + (size_t)a.pos0 * kv_stride + (size_t)kvh * hd;
         cu_qk_prep_pair(sq, sk + hd, q, wq, sk, sk + 2 * hd, store ? kc : NULL,
                         has_key ? p.k + (size_t)kvh * hd : NULL, wk, p.qn != NULL, p.kn != NULL, hd,
-                        p.half, p.eps, p.w_offset, rc, rs, sh);
+                        p.half, p.eps, p.w_offset, rc, rs, (float(*)[32])sh);
         if (store)
             for (int d = tid; d < hd; d += ATT_THREADS)
                 p.vc[(size_t)a.pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
@@ -853,7 +840,7 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     if (pr && !fuse) cu_qkv_prep(be, pr);
     if (fuse) a.prep = qkv_params_of(pr);
     const size_t smem =
-        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 : 1) * a.hd + 32 + 2 * a.L) * sizeof(float);
+        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * a.L) * sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
     if (fuse)
         cu_launch(attn_kernel<4, true>, grid, ATT_THREADS, smem, c->stream, a);
