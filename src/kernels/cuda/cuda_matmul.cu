@@ -1067,19 +1067,24 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
-    cu_pdl_wait();
     __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
-    /* A token with a pick not in the expert cache (a zero table row) is left as it is: the
-     * cache runs the kernels again once its misses are in (ops.h). */
-    const sl_expert_ptrs p = table[ids[i]];
+    /* Only act comes from the previous kernel (moe_gate_up). The picks and the table were
+     * written before it started, and it started only when the kernel before it had finished
+     * (its blocks wait first), so they are read, and the rows' first step loaded, before the
+     * wait: with dependent launch they arrive while gate/up ends. A token with a pick not in
+     * the expert cache (a zero table row) is left as it is: the cache runs the kernels again
+     * once its misses are in (ops.h). */
+    const sl_expert_ptrs p = table[__ldcg(ids + i)];
     const cu_w wd = expert_w(pd, p, 2);
-    wpre<DT, R, 1> pre; /* the rows' first step loads while act is staged */
+    wpre<DT, R, 1> pre;
     pre.n = 0;
     if (p.p[0]) gemv_preload(pre, wd, H, I, row0);
-    if (!__syncthreads_and(p.p[0] != nullptr)) return;
+    const bool run = __syncthreads_and(p.p[0] != nullptr);
+    cu_pdl_wait();
+    if (!run) return;
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
