@@ -458,7 +458,9 @@ static void test_fused_norms(void) {
             cpu.ops->add_rmsnorm(&cpu, y, x, d, &w.h, rows, n, 1e-6f, (float)di);
             gpu.ops->add_rmsnorm(&gpu, dy, dx, dd, &w.d, rows, n, 1e-6f, (float)di);
             check(&r, "x", dx, x, tot, 0);
-            check(&r, "y", dy, y, tot, 2e-6);
+            /* the sum of n squares in the CPU's order and the block's: their difference grows
+             * like sqrt(n) ulps (2.02e-6 at n = 9000 once) */
+            check(&r, "y", dy, y, tot, 2e-6 * fmax(1.0, sqrt(n / 2048.0)));
             free(x), free(d), free(y), dfree(dx), dfree(dd), dfree(dy), wpair_free(&w);
         }
     op_end(&r);
