@@ -37,8 +37,8 @@
 /* Blocks of the experts' gate/up a SM must hold at 1 or 2 rows a warp (launch bounds), so that
  * gate_up_rows can count its waves: at Qwen3-30B-A3B shapes 768 blocks of one row a warp (76
  * registers, 3 a SM) took two waves of 396 slots, and 384 of two rows (97 registers unbounded,
- * 2 a SM) two of 264; bounded to 3 (80 registers, 24 bytes spilled) they take one, 5% faster
- * decode (BENCHMARKS 6.8). */
+ * 2 a SM) two of 264; bounded to 3 (80 registers, 24 bytes spilled) they take one: decode 3%
+ * faster than at one row (BENCHMARKS 6.8). */
 #define GU_MINB 3
 
 /* Weights per 16-byte chunk. */
@@ -1072,9 +1072,10 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
     /* Only act comes from the previous kernel (moe_gate_up). The picks and the table were
-     * written before it started, and it started only when the kernel before it had finished
-     * (its blocks wait first), so they are read, and the rows' first step loaded, before the
-     * wait: with dependent launch they arrive while gate/up ends. A token with a pick not in
+     * written before gate/up, and this kernel launches only once every gate/up block has
+     * passed its wait (cu_pdl_wait), which returns when the kernels before gate/up are done.
+     * So they are read, and the rows' first step loaded, before this kernel's wait: with
+     * dependent launch they arrive while gate/up ends. A token with a pick not in
      * the expert cache (a zero table row) is left as it is: the cache runs the kernels again
      * once its misses are in (ops.h). */
     const sl_expert_ptrs p = table[__ldcg(ids + i)];

@@ -697,7 +697,7 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
             }
         }
     }
-    if (!a.sel) { /* the split's key and value rows toward L2 (see below) */
+    if (!a.sel) { /* a selection may come from the previous kernel: read after the wait */
         const int group = a.n_heads / a.n_kv, h = (int)blockIdx.x % a.n_heads;
         if (h % group == 0) /* a group's first head (its others read the same rows) */
             att_l2_prefetch(a, (int)blockIdx.x / a.n_heads, h / group, (int)blockIdx.y * a.L);
