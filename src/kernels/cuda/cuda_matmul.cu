@@ -34,6 +34,13 @@
 #define GEMV_WARPS 8
 #endif
 
+/* Blocks of the experts' gate/up a SM must hold at 1 or 2 rows a warp (launch bounds), so that
+ * gate_up_rows can count its waves: at Qwen3-30B-A3B shapes 768 blocks of one row a warp (76
+ * registers, 3 a SM) took two waves of 396 slots, and 384 of two rows (97 registers unbounded,
+ * 2 a SM) two of 264; bounded to 3 (80 registers, 24 bytes spilled) they take one: decode 3%
+ * faster than at one row (BENCHMARKS 6.8). */
+#define GU_MINB 3
+
 /* Weights per 16-byte chunk. */
 template <int DT> struct chunk_elems;
 template <> struct chunk_elems<SL_DTYPE_F32> { static constexpr int E = 4; };
@@ -582,31 +589,43 @@ typedef struct gemv_item {
 } gemv_item;
 
 /* Up to SMALL_BATCH items (q, k, v) travel as a kernel parameter: no upload, so no copy
- * node in a decode step's graph. */
+ * node in a decode step's graph. Their row blocks are numbered one after another (item j's from
+ * b0[j], unused entries INT32_MAX) in a 1-D grid: a 2-D grid sized by the largest item gives the
+ * smaller ones blocks without rows, which hold scheduler slots ahead of working blocks (q/k/v:
+ * 1,536 blocks for 640 working ones, so v's always came in a second wave). */
 #define SMALL_BATCH 4
 typedef struct gemv_items {
     gemv_item it[SMALL_BATCH];
+    int b0[SMALL_BATCH + 1];
 } gemv_items;
 
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged,
                     cu_prenorm pn) {
-    const int64_t row0 = gemv_row0<R>(blockIdx.x);
+    int j = (int)blockIdx.y, bx = (int)blockIdx.x; /* the item, its row block */
+    if (!items) {
+        j = 0;
+#pragma unroll
+        for (int i = 1; i < SMALL_BATCH; i++)
+            j += bx >= small.b0[i];
+        bx -= small.b0[j];
+    }
+    const int64_t row0 = gemv_row0<R>(bx);
     wpre<DT, R, pre_steps<R>::P> pre;
     npre np;
     if (!items) { /* items in device memory come from a copy: read them after the wait */
-        gemv_ahead(pre, small.it[blockIdx.y].w, small.it[blockIdx.y].N, K, row0, true);
-        if (NT == 1 && row0 < small.it[blockIdx.y].N) norm_preload(np, pn, K);
+        gemv_ahead(pre, small.it[j].w, small.it[j].N, K, row0, true);
+        if (NT == 1 && row0 < small.it[j].N) norm_preload(np, pn, K);
     }
     cu_pdl_wait();
-    const gemv_item it = items ? items[blockIdx.y] : small.it[blockIdx.y];
+    const gemv_item it = items ? items[j] : small.it[j];
     if (items) {
         gemv_ahead(pre, it.w, it.N, K, row0, false);
         if (NT == 1) norm_preload(np, pn, K);
     }
-    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)blockIdx.x, staged,
-                              pre, pn, np, blockIdx.x == 0 && blockIdx.y == 0);
+    gemv_fast_body<DT, R, NT>(it.y, it.x, it.w, nullptr, 0, it.N, K, (int64_t)bx, staged, pre, pn,
+                              np, blockIdx.x == 0 && blockIdx.y == 0);
 }
 
 /* A warp per row, any dtype, K and alignment. */
@@ -828,9 +847,19 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
 }
 
 template <int DT, int R>
-static void launch_batch_r(cudaStream_t s, const gemv_item *items, const gemv_items &small, int n,
+static void launch_batch_r(cudaStream_t s, const gemv_item *items, gemv_items small, int n,
                            int N, int K, int T, const cu_prenorm &pn) {
     dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
+    if (!items) {
+        int b = 0, j = 0;
+        for (; j < n && j < SMALL_BATCH; j++) {
+            small.b0[j] = b;
+            b += (int)cu_blocks((size_t)small.it[j].N, GEMV_WARPS * R);
+        }
+        for (small.b0[j++] = b; j <= SMALL_BATCH; j++)
+            small.b0[j] = INT32_MAX;
+        grid = dim3((unsigned)b, 1);
+    }
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
@@ -999,7 +1028,7 @@ __device__ __forceinline__ cu_w expert_w(cu_w w, const sl_expert_ptrs &p, int j)
  * gate and up GEMVs of gemv_fast_batch (same arithmetic, + 0.0f as the bias-less store
  * adds) and the swiglu op's formula, in one launch. */
 template <int DT, int R>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
                 const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
                 cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
@@ -1038,19 +1067,25 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
-    cu_pdl_wait();
     __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
     const int i = t * k + r;
-    /* A token with a pick not in the expert cache (a zero table row) is left as it is: the
-     * cache runs the kernels again once its misses are in (ops.h). */
-    const sl_expert_ptrs p = table[ids[i]];
+    /* Only act comes from the previous kernel (moe_gate_up). The picks and the table were
+     * written before gate/up, and this kernel launches only once every gate/up block has
+     * passed its wait (cu_pdl_wait), which returns when the kernels before gate/up are done.
+     * So they are read, and the rows' first step loaded, before this kernel's wait: with
+     * dependent launch they arrive while gate/up ends. A token with a pick not in
+     * the expert cache (a zero table row) is left as it is: the cache runs the kernels again
+     * once its misses are in (ops.h). */
+    const sl_expert_ptrs p = table[__ldcg(ids + i)];
     const cu_w wd = expert_w(pd, p, 2);
-    wpre<DT, R, 1> pre; /* the rows' first step loads while act is staged */
+    wpre<DT, R, 1> pre;
     pre.n = 0;
     if (p.p[0]) gemv_preload(pre, wd, H, I, row0);
-    if (!__syncthreads_and(p.p[0] != nullptr)) return;
+    const bool run = __syncthreads_and(p.p[0] != nullptr);
+    cu_pdl_wait();
+    if (!run) return;
     const xsrc xs = stage_x<DT>(act + (size_t)t * k * I, I, k, staged); /* token t's k rows */
     const xsrc xr = {xs.p + (size_t)r * xs.ts, xs.cs, xs.ts};
     float v[R][1];
@@ -1068,13 +1103,22 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
     }
 }
 
+/* Gate/up rows a warp: the fewest that fit the grid in one wave (GU_MINB blocks a SM), else as
+ * the GEMVs (SLUICE_CUDA_GEMV_R sets both). */
+static int gate_up_rows(const cu_ctx *c, int64_t rows) {
+    if (c->gemv_r) return c->gemv_r;
+    for (int r = 1; r <= 2; r *= 2)
+        if ((int64_t)cu_blocks((size_t)rows, GEMV_WARPS * r) <= (int64_t)c->n_sm * GU_MINB) return r;
+    return rows_per_warp(c, rows);
+}
+
 template <int DT>
 static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
                        const float *w, const sl_expert_ptrs *table,
                        const sl_tensor *const proto[3], int T, int k) {
     const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1], n = T * k;
     const cu_w pg = cu_w_of(proto[0]), pu = cu_w_of(proto[1]), pd = cu_w_of(proto[2]);
-    const int rg = rows_per_warp(c, (int64_t)I * n);
+    const int rg = gate_up_rows(c, (int64_t)I * n);
     /* down: a block of k warps per R rows and token; the most rows (up to 8) that still give
      * every SM a block. Fewer, fuller blocks: at Qwen3-30B-A3B shapes R = 4 made 512 blocks of
      * 90 registers a thread, two to a SM (two waves); R = 8 makes 256, two to a SM, with the

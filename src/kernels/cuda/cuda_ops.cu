@@ -656,6 +656,20 @@ __device__ __forceinline__ float att_comp(float4 v, int i) {
 
 #define ATT_KEY_LANES 8 /* lanes that score one key together */
 
+/* Before the wait: the cache rows j0 .. of query t's keys (those of earlier tokens are final;
+ * those the previous kernel writes are prefetched for nothing, never read stale: L2 is where
+ * the writes land), asked of L2 so that the scores' and the output's reads after the wait are L2
+ * hits, not two DRAM round trips (the rows of other layers' weights evict them between tokens). */
+__device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int kvh, int j0) {
+    const int j1 = min(j0 + a.L, a.pos0 + t + 1), lines = (a.hd * 4 + 127) / 128;
+    const size_t kv_stride = (size_t)a.n_kv * a.hd;
+    for (int q = threadIdx.x; q < 2 * lines * (j1 - j0); q += blockDim.x) {
+        const int j = j0 + q / (2 * lines), m = q % (2 * lines);
+        const float *row = (m < lines ? a.kc : a.vc) + (size_t)j * kv_stride + (size_t)kvh * a.hd;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (m % lines) * 32));
+    }
+}
+
 /*
  * PREP (decode, T = 1, no selection): the kernel also does the qkv_prep of the token (cu_qk_prep,
  * so the same bits): each block prepares its head's q, and the blocks whose split holds the new
@@ -682,6 +696,11 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
                 rc = p.cos_tab[d], rs = p.sin_tab[d];
             }
         }
+    }
+    if (!a.sel) { /* a selection may come from the previous kernel: read after the wait */
+        const int group = a.n_heads / a.n_kv, h = (int)blockIdx.x % a.n_heads;
+        if (h % group == 0) /* a group's first head (its others read the same rows) */
+            att_l2_prefetch(a, (int)blockIdx.x / a.n_heads, h / group, (int)blockIdx.y * a.L);
     }
     cu_pdl_wait();
     extern __shared__ __align__(16) float smem[];
