@@ -599,8 +599,13 @@ typedef struct gemv_items {
     int b0[SMALL_BATCH + 1];
 } gemv_items;
 
+/* One decode token at one row a warp (q/k/v): 5 blocks a SM, so that q/k/v's 640 blocks at
+ * Qwen3-30B-A3B shapes fit one wave of 660 slots (64 registers unbounded: 4 a SM, 528). Within
+ * the 51 registers that leaves, two steps are preloaded (a whole row of 2048 int4). */
+template <int R, int NT> struct batch_one_wave { static constexpr bool on = R == 1 && NT == 1; };
+
 template <int DT, int R, int NT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, batch_one_wave<R, NT>::on ? 5 : 0)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged,
                     cu_prenorm pn) {
     int j = (int)blockIdx.y, bx = (int)blockIdx.x; /* the item, its row block */
@@ -612,7 +617,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         bx -= small.b0[j];
     }
     const int64_t row0 = gemv_row0<R>(bx);
-    wpre<DT, R, pre_steps<R>::P> pre;
+    wpre<DT, R, batch_one_wave<R, NT>::on ? 2 : pre_steps<R>::P> pre;
     npre np;
     if (!items) { /* items in device memory come from a copy: read them after the wait */
         gemv_ahead(pre, small.it[j].w, small.it[j].N, K, row0, true);
