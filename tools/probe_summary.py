@@ -15,7 +15,7 @@ NAMES = {11: "gemv_fast R1 (o-proj)", 12: "gemv_fast R2", 14: "gemv_fast R4 (LM 
          30: "router_gemv", 41: "moe_gate_up R1", 42: "moe_gate_up R2", 44: "moe_gate_up R4",
          51: "moe_down_sum R1", 52: "moe_down_sum R2", 54: "moe_down_sum R4",
          58: "moe_down_sum R8", 60: "attn_kernel", 61: "attn_kernel + prep",
-         70: "add_rmsnorm_kernel", 71: "rmsnorm_kernel", 80: "embed_kernel"}
+         70: "add_rmsnorm_kernel", 71: "rmsnorm_kernel", 80: "embed_kernel", 90: "l2_ahead_kernel"}
 
 data = open(sys.argv[1], "rb").read()
 (n,) = struct.unpack_from("<I", data)
