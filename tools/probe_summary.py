@@ -12,7 +12,7 @@ import collections, statistics, struct, sys
 GAP = 15000  # ns: a kernel kind recurs once a layer (~48 us at Qwen3-30B-A3B shapes)
 NAMES = {11: "gemv_fast R1 (o-proj)", 12: "gemv_fast R2", 14: "gemv_fast R4 (LM head)",
          21: "gemv_fast_batch R1 (q/k/v)", 22: "gemv_fast_batch R2", 24: "gemv_fast_batch R4",
-         30: "router_gemv", 41: "moe_gate_up R1", 42: "moe_gate_up R2", 44: "moe_gate_up R4",
+         30: "router_gemv", 31: "router_cluster", 41: "moe_gate_up R1", 42: "moe_gate_up R2", 44: "moe_gate_up R4",
          51: "moe_down_sum R1", 52: "moe_down_sum R2", 54: "moe_down_sum R4",
          58: "moe_down_sum R8", 60: "attn_kernel", 61: "attn_kernel + prep",
          70: "add_rmsnorm_kernel", 71: "rmsnorm_kernel", 80: "embed_kernel", 90: "l2_ahead_kernel"}
