@@ -13,7 +13,7 @@ shift || true
 O=${OUT:-$W}
 mkdir -p "$W" "$O"
 export LD_LIBRARY_PATH=$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
-D=/tmp/probe-tree
+D=/tmp/probe-$(basename "$PWD") # one a tree, so two trees can build at once
 rm -rf "$D" && mkdir -p "$D"
 tar --exclude=./build --exclude=./build-cuda --exclude=./.ab -cf - . | (cd "$D" && tar xf -)
 (cd "$D" && NVFLAGS="-O3 -DCU_PROBE" make CUDA=1 -j"$(nproc)" "$@" build-cuda/bench_cuda >/dev/null)
