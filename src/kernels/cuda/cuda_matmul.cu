@@ -848,20 +848,24 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     CUDA_LAUNCHED();
 }
 
+/* Numbers the row blocks (of rb rows) of small's n items one after another (b0); their count. */
+static unsigned number_blocks(gemv_items &small, int n, unsigned rb) {
+    unsigned b = 0;
+    int j = 0;
+    for (; j < n && j < SMALL_BATCH; j++) {
+        small.b0[j] = (int)b;
+        b += cu_blocks((size_t)small.it[j].N, rb);
+    }
+    for (small.b0[j++] = (int)b; j <= SMALL_BATCH; j++)
+        small.b0[j] = INT32_MAX;
+    return b;
+}
+
 template <int DT, int R>
 static void launch_batch_r(cudaStream_t s, const gemv_item *items, gemv_items small, int n,
                            int N, int K, int T, const cu_prenorm &pn) {
-    dim3 grid(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n);
-    if (!items) {
-        int b = 0, j = 0;
-        for (; j < n && j < SMALL_BATCH; j++) {
-            small.b0[j] = b;
-            b += (int)cu_blocks((size_t)small.it[j].N, GEMV_WARPS * R);
-        }
-        for (small.b0[j++] = b; j <= SMALL_BATCH; j++)
-            small.b0[j] = INT32_MAX;
-        grid = dim3((unsigned)b, 1);
-    }
+    const dim3 grid = items ? dim3(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n)
+                            : dim3(number_blocks(small, n, GEMV_WARPS * R), 1);
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;

@@ -683,13 +683,15 @@ __device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int 
 template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     CU_PROBE_SCOPE(60 + PREP);
     typedef typename att_vec<W>::T V;
+    const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
+    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * a.L;
     /* PREP: the thread's norm weights and rope factors do not depend on the previous kernel (nor
      * does whether the block's split holds the new key, with no selection): loaded first */
     float wq = 0.0f, wk = 0.0f, rc = 0.0f, rs = 0.0f;
     bool has_key = false;
     if (PREP) {
         const qkv_params &p = a.prep;
-        const int i = threadIdx.x, j0 = (int)blockIdx.y * a.L;
+        const int i = threadIdx.x;
         has_key = j0 <= a.pos0 && a.pos0 < j0 + a.L;
         if (i < a.hd) {
             if (p.qn) wq = cu_load_f(p.qn, p.qn_dt, (size_t)i);
@@ -700,11 +702,9 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
             }
         }
     }
-    if (!a.sel) { /* a selection may come from the previous kernel: read after the wait */
-        const int group = a.n_heads / a.n_kv, h = (int)blockIdx.x % a.n_heads;
-        if (h % group == 0) /* a group's first head (its others read the same rows) */
-            att_l2_prefetch(a, (int)blockIdx.x / a.n_heads, h / group, (int)blockIdx.y * a.L);
-    }
+    /* a selection may come from the previous kernel: read after the wait; a group's first head
+     * only (its others read the same rows) */
+    if (!a.sel && h % group == 0) att_l2_prefetch(a, t, kvh, j0);
     cu_pdl_wait();
     extern __shared__ __align__(16) float smem[];
     V *so = (V *)smem;                          /* [ATT_THREADS] partial outputs */
@@ -713,13 +713,11 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
     float *sh = PREP ? sk + 3 * a.hd : sk;      /* [32] reductions (PREP: [2][32]) */
     float *sc = sh + (PREP ? 64 : 32);          /* [L] scores, then probabilities */
     int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
-    const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
-    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group;
     const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
     const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1;
-    const int j0 = split * a.L, j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
+    const int j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
     const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
     const float *vnew = PREP ? a.prep.v + (size_t)kvh * hd : nullptr;
