@@ -409,6 +409,18 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&c->peek, SL_PEEK_BYTES)) != cudaSuccess)
         goto fail;
+#ifdef CU_PROBE
+    what = "probe buffer";
+    if (getenv("SLUICE_CUDA_PROBE")) {
+        snprintf(c->probe_path, sizeof c->probe_path, "%s", getenv("SLUICE_CUDA_PROBE"));
+        if ((e = cudaMalloc(&c->probe, CU_PROBE_MAX * sizeof(cu_probe_rec))) != cudaSuccess ||
+            (e = cudaMalloc((void **)&c->probe_n, sizeof *c->probe_n)) != cudaSuccess ||
+            (e = cudaMemset(c->probe_n, 0, sizeof *c->probe_n)) != cudaSuccess)
+            goto fail;
+        cu_probe_bind_matmul((cu_probe_rec *)c->probe, c->probe_n);
+        cu_probe_bind_ops((cu_probe_rec *)c->probe, c->probe_n);
+    }
+#endif
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->isa = SL_ISA_SCALAR;
@@ -421,10 +433,39 @@ fail:
                    "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
+#ifdef CU_PROBE
+/* The probe's records to c->probe_path: a count (uint32), then the records (cu_probe_rec). */
+static void probe_write(cu_ctx *c) {
+    unsigned n = 0;
+    CUDA_CHECK(cudaMemcpy(&n, c->probe_n, sizeof n, cudaMemcpyDeviceToHost));
+    n = n < CU_PROBE_MAX ? n : CU_PROBE_MAX;
+    cu_probe_rec *r = (cu_probe_rec *)malloc((size_t)n * sizeof *r + 1);
+    FILE *f = fopen(c->probe_path, "wb");
+    if (r && f) {
+        CUDA_CHECK(cudaMemcpy(r, c->probe, (size_t)n * sizeof *r, cudaMemcpyDeviceToHost));
+        fwrite(&n, sizeof n, 1, f);
+        fwrite(r, sizeof *r, n, f);
+        fprintf(stderr, "probe: %u block records to %s\n", n, c->probe_path);
+    } else {
+        fprintf(stderr, "probe: cannot write %s\n", c->probe_path);
+    }
+    if (f) fclose(f);
+    free(r);
+    const cu_probe_rec *none = NULL;
+    cu_probe_bind_matmul((cu_probe_rec *)none, NULL);
+    cu_probe_bind_ops((cu_probe_rec *)none, NULL);
+    cudaFree(c->probe);
+    cudaFree(c->probe_n);
+}
+#endif
+
 extern "C" void sl_backend_cuda_free(sl_backend *be) {
     cu_ctx *c = be && be->device ? cu_of(be) : NULL;
     if (!c) return;
     cu_wait_all(c);
+#ifdef CU_PROBE
+    if (c->probe) probe_write(c);
+#endif
     cu_ctx_destroy(c);
     be->ctx = NULL;
     be->ops = NULL;

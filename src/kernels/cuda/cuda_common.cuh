@@ -50,6 +50,11 @@ typedef struct cu_ctx {
     int q4x;        /* Q4 decode GEMVs on int8-quantised x (cuda_matmul.cu); SLUICE_CUDA_Q4X=0: off */
     int att_min;    /* fewest keys a decode attention split takes (SLUICE_CUDA_ATT_MIN; 32) */
     cu_prenorm pend; /* the add_rmsnorm_next waiting for it */
+#ifdef CU_PROBE
+    void *probe; /* cu_probe_rec[CU_PROBE_MAX] when SLUICE_CUDA_PROBE names a file */
+    unsigned *probe_n;
+    char probe_path[512];
+#endif
     cudaStream_t stream;
     /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the
      * compute stream's work queued before its first copy (ev_compute), and the compute stream
@@ -339,10 +344,86 @@ __device__ __forceinline__ bool cu_last_block(unsigned *count, unsigned n) {
  * attribute both instructions do nothing. SLUICE_CUDA_PDL=0 in the environment turns it off
  * (for comparisons). Each kernel's bits are the same either way.
  */
+/*
+ * In-kernel probe (built with nvcc -DCU_PROBE, run by tools/probe_cuda.sh; otherwise nothing):
+ * each block of a kernel that opens CU_PROBE_SCOPE(tag) records when it started (globaltimer),
+ * the clock64 cycles until its cu_pdl_wait returned and until its last thread left, and
+ * when that was (globaltimer), into a device buffer that sl_backend_cuda_free writes to the
+ * file SLUICE_CUDA_PROBE names (tools/probe_summary.py reads it). A record a block: what a
+ * kernel does after its wait, the part the chain of kernels waits for, per launch.
+ */
+#ifdef CU_PROBE
+typedef struct cu_probe_rec {
+    uint64_t g0, g1;        /* globaltimer (ns): the block's start, its last thread's exit */
+    uint32_t c_wait, c_end; /* clock64 cycles from the start to the wait's return, to the exit */
+    uint16_t tag, smid;
+    uint32_t blk; /* blockIdx, x + y gridDim.x */
+} cu_probe_rec;
+#define CU_PROBE_MAX (4u << 20) /* records (128 MiB) */
+static __constant__ cu_probe_rec *c_probe; /* NULL: not asked for (no SLUICE_CUDA_PROBE) */
+static __constant__ unsigned *c_probe_n;
+typedef struct cu_probe_blk {
+    unsigned long long c0, cw, cend;
+    uint64_t g0;
+    unsigned left;
+} cu_probe_blk;
+__device__ __forceinline__ cu_probe_blk &cu_probe_state() {
+    __shared__ cu_probe_blk s;
+    return s;
+}
+__device__ __forceinline__ uint64_t cu_globaltimer() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct cu_probe_scope {
+    int tag;
+    __device__ explicit cu_probe_scope(int t) : tag(t) {
+        cu_probe_blk &s = cu_probe_state();
+        if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
+            s.c0 = s.cw = clock64();
+            s.g0 = cu_globaltimer();
+            s.cend = 0, s.left = 0;
+        }
+        __syncthreads(); /* the first statement of the kernel: every thread is here */
+    }
+    __device__ ~cu_probe_scope() { /* at each thread's return */
+        cu_probe_blk &s = cu_probe_state();
+        atomicMax(&s.cend, (unsigned long long)clock64());
+        __threadfence_block();
+        if (atomicAdd(&s.left, 1u) != blockDim.x * blockDim.y * blockDim.z - 1 || !c_probe) return;
+        __threadfence_block();
+        const unsigned i = atomicAdd(c_probe_n, 1u);
+        if (i >= CU_PROBE_MAX) return;
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        cu_probe_rec r;
+        r.g0 = s.g0, r.g1 = cu_globaltimer();
+        r.c_wait = (uint32_t)(s.cw - s.c0), r.c_end = (uint32_t)(s.cend - s.c0);
+        r.tag = (uint16_t)tag, r.smid = (uint16_t)sm, r.blk = blockIdx.x + blockIdx.y * gridDim.x;
+        c_probe[i] = r;
+    }
+};
+#define CU_PROBE_SCOPE(tag) cu_probe_scope cu_probe_scope_(tag)
+/* Each file of kernels binds its own copy of the buffer's address (no -rdc). */
+#define CU_PROBE_BIND(fn)                                                                          \
+    void fn(cu_probe_rec *buf, unsigned *n) {                                                      \
+        CUDA_CHECK(cudaMemcpyToSymbol(c_probe, &buf, sizeof buf));                                 \
+        CUDA_CHECK(cudaMemcpyToSymbol(c_probe_n, &n, sizeof n));                                   \
+    }
+void cu_probe_bind_matmul(cu_probe_rec *buf, unsigned *n);
+void cu_probe_bind_ops(cu_probe_rec *buf, unsigned *n);
+#else
+#define CU_PROBE_SCOPE(tag) ((void)0)
+#endif
+
 __device__ __forceinline__ void cu_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#ifdef CU_PROBE
+    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) cu_probe_state().cw = clock64();
 #endif
 }
 

@@ -571,6 +571,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
               const void *__restrict__ bias, int bias_dt, int N, int K, bool staged,
               cu_prenorm pn) {
+    CU_PROBE_SCOPE(10 + R);
     wpre<DT, R, pre_steps<R>::P> pre;
     gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
     npre np;
@@ -608,6 +609,7 @@ template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, batch_one_wave<R, NT>::on ? 5 : 0)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged,
                     cu_prenorm pn) {
+    CU_PROBE_SCOPE(20 + R);
     int j = (int)blockIdx.y, bx = (int)blockIdx.x; /* the item, its row block */
     if (!items) {
         j = 0;
@@ -1041,6 +1043,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
                 const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
                 cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
+    CU_PROBE_SCOPE(40 + R);
     cu_pdl_wait();
     const int i = blockIdx.y;
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
@@ -1076,6 +1079,7 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
+    CU_PROBE_SCOPE(50 + R);
     __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
@@ -1246,6 +1250,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged, cu_prenorm pn) {
+    CU_PROBE_SCOPE(30);
     const int warp = threadIdx.x / 32;
     wpre<DT, 1, pre_steps<1>::P> pre;
     gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
@@ -1340,6 +1345,7 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
 
 __global__ void embed_kernel(float *__restrict__ y, cu_w w, const int32_t *__restrict__ ids,
                              int n) {
+    CU_PROBE_SCOPE(80);
     cu_pdl_wait();
     const int t = blockIdx.y;
     const int64_t row = ids[t];
@@ -1357,3 +1363,7 @@ void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int3
     cu_launch(embed_kernel, grid, 256, 0, cu_of(be)->stream, y, w, ids, n);
     CUDA_LAUNCHED();
 }
+
+#ifdef CU_PROBE
+CU_PROBE_BIND(cu_probe_bind_matmul)
+#endif

@@ -221,6 +221,7 @@ void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, i
 /* One block per row; y may alias x (each thread reads its elements before writing them). */
 __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int wdt, int32_t n,
                                float eps, float w_offset) {
+    CU_PROBE_SCOPE(71);
     cu_pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * n;
@@ -254,6 +255,7 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
 __global__ void __launch_bounds__(1024)
     add_rmsnorm_kernel(float *__restrict__ y, float *xo, const float *x, const float *__restrict__ d,
                        const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
+    CU_PROBE_SCOPE(70);
     float wv[ADD_NORM_V]; /* the weights come from no earlier kernel: read before the wait */
 #pragma unroll
     for (int j = 0; j < ADD_NORM_V; j++) {
@@ -679,6 +681,7 @@ __device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int 
  * plus a gap each.
  */
 template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+    CU_PROBE_SCOPE(60 + PREP);
     typedef typename att_vec<W>::T V;
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
     const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * a.L;
@@ -1065,3 +1068,7 @@ void cu_qsa_scores(const sl_backend *be, float *scores, const float *q, const fl
         scores, q, keys, n_heads, d, (float)sqrt((double)d));
     CUDA_LAUNCHED();
 }
+
+#ifdef CU_PROBE
+CU_PROBE_BIND(cu_probe_bind_ops)
+#endif
