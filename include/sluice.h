@@ -87,6 +87,9 @@ typedef struct sl_stats {
     int64_t prompt_tokens, gen_tokens;
     double prefill_time, decode_time;
     int64_t expert_requests, expert_hits; /* one request per (layer, expert, chunk) */
+    /* Decode picks (layer, rank) after a first step, and those the previous decode step had
+     * also picked at that layer (what a prefetch of the last step's experts would find) */
+    int64_t decode_picks, decode_repeats;
     int64_t bytes_read;                   /* expert bytes read from disk (stream/resident) */
     int64_t prefill_bytes_read;           /* the part read during prefill */
     double read_time;                     /* waiting for expert reads */

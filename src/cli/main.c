@@ -200,6 +200,9 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     fprintf(f, "expert requests      %lld, hits %lld (%.1f%%)\n", (long long)s.expert_requests,
             (long long)s.expert_hits,
             s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0);
+    if (s.decode_picks)
+        fprintf(f, "  decode repeats     %.1f%% of picks were the previous step's at that layer\n",
+                100.0 * (double)s.decode_repeats / (double)s.decode_picks);
     fprintf(f, "expert bytes read    %.1f MB in %.3f s (%.1f MB/s)\n", (double)s.bytes_read / 1e6,
             s.read_time, rate((double)s.bytes_read / 1e6, s.read_time));
     fprintf(f, "  per prompt token   %.2f MB\n",

@@ -292,6 +292,26 @@ int blk_experts_need_no_host(const sl_model *m) {
     return 1;
 }
 
+/* A decode step's picks at layer l against the last step's there (sl_stats.decode_repeats:
+ * what expert_hint predicts), then kept for the next. */
+static void count_repeats(sl_session *s, int32_t l, const int32_t *ids) {
+    sl_session_buf *b = &s->b;
+    sl_stats *st = &s->model->stats;
+    const int32_t k = s->model->cfg.n_experts_used;
+    int32_t *prev = b->h_prev_ids + (size_t)l * (size_t)k;
+    if (b->prev_set[l]) {
+        st->decode_picks += k;
+        for (int32_t r = 0; r < k; r++)
+            for (int32_t q = 0; q < k; q++)
+                if (ids[r] == prev[q]) {
+                    st->decode_repeats++;
+                    break;
+                }
+    }
+    memcpy(prev, ids, (size_t)k * sizeof *prev);
+    b->prev_set[l] = 1;
+}
+
 /* The shared expert of layer l (when it has one) into sh_out: sigmoid(gate . x) * shared(x).
  * Queued where the routed experts leave the device idle or copying: after the host has read
  * the picks (their copies then overlap it), or after the fused kernels. */
@@ -356,6 +376,7 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
         b->expert_count[b->topk_ids[i]]++;
     }
+    if (T == 1) count_repeats(s, l, b->topk_ids);
     /* Distinct experts in ascending order, and (counting sort) each one's
      * (token*k + rank) rows, contiguous and in token order. */
     int32_t n_used = 0, fill = 0;
@@ -442,6 +463,7 @@ void blk_moe_settle(sl_session *s) {
             m->experts.layers[l].hist[ids[r]]++;
         }
         sl_dev_cache_count(&m->dev, l, ids, k);
+        count_repeats(s, l, ids);
         b->moe_pending[l] = 0;
     }
 }

@@ -360,6 +360,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->route_ids = carve(cv, (size_t)c->n_layers * k, sizeof(int32_t));
     b->h_route_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
     b->moe_pending = carve(hv, (size_t)c->n_layers, 1);
+    b->h_prev_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
+    b->prev_set = carve(hv, (size_t)c->n_layers, 1);
     b->moe_act = carve(cv, k * (size_t)SL_MAX(c->moe_intermediate_size, 1), sizeof(float));
     b->ones = carve(cv, (size_t)SL_MAX(c->idx_ratio, 1), sizeof(float));
     b->h_qsa_scores = carve(hv, nblk, sizeof(float));

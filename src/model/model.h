@@ -138,6 +138,8 @@ typedef struct sl_session_buf {
     int32_t *route_ids;        /* [n_layers, k] */
     int32_t *h_route_ids;      /* host [n_layers, k] */
     uint8_t *moe_pending;      /* host [n_layers] picks not yet counted */
+    int32_t *h_prev_ids;       /* host [n_layers, k]: each layer's picks at the last decode */
+    uint8_t *prev_set;         /* host [n_layers]: step counted (sl_stats.decode_repeats) */
     float *moe_act;            /* [k, I] SwiGLU rows of the fused expert path */
     float *ones;               /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
     float *h_qsa_scores;       /* host [max_ctx / ratio] */

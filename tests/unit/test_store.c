@@ -145,7 +145,8 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
 
 /* The device path with a slot per expert: decode steps take the no-sync path, and the picks
  * they leave on the device are counted after each pass (blk_moe_settle): the same router
- * histogram as the CPU backend's, and every GPU-cache request a hit. */
+ * histogram as the CPU backend's, the same decode repeats (every step's picks after the first,
+ * against the step before), and every GPU-cache request a hit. */
 TEST(test_device_path_bookkeeping) {
     const char *name = "qwen3_gqa_untied";
     char dir[512];
@@ -153,7 +154,7 @@ TEST(test_device_path_bookkeeping) {
     int32_t ids[64];
     const int32_t n = fixture_ids(name, ids, 64), steps = 5;
     CHECK(n > 0);
-    int64_t *hist[2] = {NULL, NULL};
+    int64_t *hist[2] = {NULL, NULL}, repeats[2] = {-1, -2};
     size_t cells = 0;
     for (int dev = 0; dev < 2; dev++) {
         sl_model_params mp = {.n_threads = 2,
@@ -183,9 +184,13 @@ TEST(test_device_path_bookkeeping) {
         }
         CHECKF(total == (int64_t)(n + steps) * k * moe_layers, "%s: %lld picks counted",
                dev ? "device" : "cpu", (long long)total);
+        sl_stats st;
+        sl_model_get_stats(m, &st);
+        CHECKF(st.decode_picks == (int64_t)(steps - 1) * k * moe_layers,
+               "%s: %lld decode picks compared", dev ? "device" : "cpu", (long long)st.decode_picks);
+        CHECK(st.decode_repeats >= 0 && st.decode_repeats <= st.decode_picks);
+        repeats[dev] = st.decode_repeats;
         if (dev) {
-            sl_stats st;
-            sl_model_get_stats(m, &st);
             CHECK(m->dev.all);
             CHECK(st.gpu_expert_requests > 0 && st.gpu_expert_hits == st.gpu_expert_requests);
             CHECK(s && !memchr(s->b.moe_pending, 1, (size_t)L)); /* settled */
@@ -194,6 +199,7 @@ TEST(test_device_path_bookkeeping) {
         sl_model_free(m);
     }
     CHECK(hist[0] && hist[1] && memcmp(hist[0], hist[1], cells * sizeof(int64_t)) == 0);
+    CHECK(repeats[0] == repeats[1]);
     free(hist[0]), free(hist[1]);
 }
 
