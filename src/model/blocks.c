@@ -293,7 +293,7 @@ int blk_experts_need_no_host(const sl_model *m) {
 }
 
 /* A decode step's picks at layer l against the last step's there (sl_stats.decode_repeats:
- * what expert_hint predicts), then kept for the next. */
+ * what a prefetch of the last step's experts would find), then kept for the next. */
 static void count_repeats(sl_session *s, int32_t l, const int32_t *ids) {
     sl_session_buf *b = &s->b;
     sl_stats *st = &s->model->stats;
