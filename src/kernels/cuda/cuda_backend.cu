@@ -438,6 +438,9 @@ fail:
 static void probe_write(cu_ctx *c) {
     unsigned n = 0;
     CUDA_CHECK(cudaMemcpy(&n, c->probe_n, sizeof n, cudaMemcpyDeviceToHost));
+    if (n > CU_PROBE_MAX) /* the summary would cover the run's start alone */
+        fprintf(stderr, "probe: %u block records, the first %u kept (a shorter run keeps all)\n",
+                n, CU_PROBE_MAX);
     n = n < CU_PROBE_MAX ? n : CU_PROBE_MAX;
     cu_probe_rec *r = (cu_probe_rec *)malloc((size_t)n * sizeof *r + 1);
     FILE *f = fopen(c->probe_path, "wb");

@@ -336,15 +336,6 @@ __device__ __forceinline__ bool cu_last_block(unsigned *count, unsigned n) {
 }
 
 /*
- * Programmatic dependent launch (Hopper): cu_launch lets a kernel start launching before the
- * previous kernel of the stream has finished, and every kernel begins with cu_pdl_wait, which
- * waits for that kernel (its writes are then visible, as with plain stream order) and then lets
- * the next kernel start launching. A decode layer is nine dependent kernels of 3-13 us, so each
- * one's launch and block scheduling overlap the previous one's tail. Without the launch
- * attribute both instructions do nothing. SLUICE_CUDA_PDL=0 in the environment turns it off
- * (for comparisons). Each kernel's bits are the same either way.
- */
-/*
  * In-kernel probe (built with nvcc -DCU_PROBE, run by tools/probe_cuda.sh; otherwise nothing):
  * each block of a kernel that opens CU_PROBE_SCOPE(tag) records when it started (globaltimer),
  * the clock64 cycles until its cu_pdl_wait returned and until its last thread left, and
@@ -417,6 +408,15 @@ void cu_probe_bind_ops(cu_probe_rec *buf, unsigned *n);
 #define CU_PROBE_SCOPE(tag) ((void)0)
 #endif
 
+/*
+ * Programmatic dependent launch (Hopper): cu_launch lets a kernel start launching before the
+ * previous kernel of the stream has finished, and every kernel begins with cu_pdl_wait, which
+ * waits for that kernel (its writes are then visible, as with plain stream order) and then lets
+ * the next kernel start launching. A decode layer is nine dependent kernels of 3-13 us, so each
+ * one's launch and block scheduling overlap the previous one's tail. Without the launch
+ * attribute both instructions do nothing. SLUICE_CUDA_PDL=0 in the environment turns it off
+ * (for comparisons). Each kernel's bits are the same either way.
+ */
 __device__ __forceinline__ void cu_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
