@@ -376,7 +376,10 @@ static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
         b->expert_count[b->topk_ids[i]]++;
     }
-    if (T == 1) count_repeats(s, l, b->topk_ids);
+    if (T == 1)
+        count_repeats(s, l, b->topk_ids);
+    else
+        b->prev_set[l] = 0; /* the next decode step's previous step is not a decode step */
     /* Distinct experts in ascending order, and (counting sort) each one's
      * (token*k + rank) rows, contiguous and in token order. */
     int32_t n_used = 0, fill = 0;

@@ -516,6 +516,7 @@ void sl_session_free(sl_session *s) {
 void sl_session_reset(sl_session *s) {
     const sl_backend *be = &s->model->be;
     s->pos = 0;
+    memset(s->b.prev_set, 0, (size_t)s->model->cfg.n_layers); /* no previous decode step */
     if (s->delta_state_n) be->ops->fill(be, s->delta_state, 0.0f, s->delta_state_n);
     if (s->conv_state_n) be->ops->fill(be, s->conv_state, 0.0f, s->conv_state_n);
     const sl_config *c = &s->model->cfg;
@@ -540,6 +541,7 @@ int sl_session_rewind(sl_session *s, int32_t pos) {
     /* Recurrent (linear-attention) state summarises every token: it cannot go back. */
     if (s->model->cfg.n_linear_layers > 0) return 1;
     s->pos = pos;
+    memset(s->b.prev_set, 0, (size_t)s->model->cfg.n_layers); /* no previous decode step */
     return 0;
 }
 

@@ -187,13 +187,24 @@ TEST(test_device_path_bookkeeping) {
         sl_stats st;
         sl_model_get_stats(m, &st);
         CHECKF(st.decode_picks == (int64_t)(steps - 1) * k * moe_layers,
-               "%s: %lld decode picks compared", dev ? "device" : "cpu", (long long)st.decode_picks);
+               "%s: %lld decode picks compared", dev ? "device" : "cpu",
+               (long long)st.decode_picks);
         CHECK(st.decode_repeats >= 0 && st.decode_repeats <= st.decode_picks);
         repeats[dev] = st.decode_repeats;
         if (dev) {
             CHECK(m->dev.all);
             CHECK(st.gpu_expert_requests > 0 && st.gpu_expert_hits == st.gpu_expert_requests);
             CHECK(s && !memchr(s->b.moe_pending, 1, (size_t)L)); /* settled */
+        }
+        /* After a reset the first step has no previous step to compare with; the second has. */
+        sl_session_reset(s);
+        for (int32_t i = 0; s && i < 2; i++) {
+            CHECK(sl_session_forward(s, &ids[i], 1, NULL, 0, &err) == SL_OK);
+            sl_stats st2;
+            sl_model_get_stats(m, &st2);
+            CHECKF(st2.decode_picks == st.decode_picks + (int64_t)i * k * moe_layers,
+                   "%s: %lld decode picks after a reset and %d steps", dev ? "device" : "cpu",
+                   (long long)st2.decode_picks, i + 1);
         }
         sl_session_free(s);
         sl_model_free(m);
