@@ -56,6 +56,11 @@ __host__ __device__ constexpr size_t layer_bytes(int upto = PHASES) {
     return upto == 0 ? 0 : bytes_of(upto - 1) + layer_bytes(upto - 1);
 }
 
+/* The vector phase p reads (phase p - 1 wrote it): two buffers of MAXG blocks' outputs in turn. */
+__host__ __device__ inline float *vec(float *buf, int p) {
+    return buf + (p & 1) * MAXG * OUT;
+}
+
 #define CK(x)                                                                                      \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
@@ -169,8 +174,8 @@ __global__ void __launch_bounds__(TH)
     if (AHEAD_MODE) h.load(w, 0);
     for (int st = 0; st < steps; st++)
         for (int p = 0; p < LAYERS * PHASES; p++) {
-            const float *x = buf + (p & 1) * MAXG * OUT;
-            float *y = buf + ((p + 1) & 1) * MAXG * OUT;
+            const float *x = vec(buf, p);
+            float *y = vec(buf, p + 1);
             const unsigned acc = AHEAD_MODE ? h.fold() : 0;
             for (int b = blockIdx.x; b < grid_of(p % PHASES); b += gridDim.x)
                 phase_body(x, y, b, AHEAD_MODE ? acc : read_w(w, p, b));
@@ -192,8 +197,8 @@ static double now() {
 static cudaError_t step(cudaStream_t s, float *buf, const uint4 *w, bool pdl, int early,
                         int flat = 0) {
     for (int p = 0; p < LAYERS * PHASES; p++) {
-        const float *x = buf + (p & 1) * MAXG * OUT;
-        float *y = buf + ((p + 1) & 1) * MAXG * OUT;
+        const float *x = vec(buf, p);
+        float *y = vec(buf, p + 1);
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(flat ? flat : grid_of(p % PHASES));
         cfg.blockDim = dim3(TH);
