@@ -324,14 +324,16 @@ def greedy_generate(m, ids, N):
     return seq, step_logits
 
 
-def evaluate(m, tap, ids, N, k):
-    """Returns dict of gaps or None if a cheap check already fails."""
+def evaluate(m, tap, ids, N, k, gate=True):
+    """Returns dict of gaps, without 'greedy' if the cheap prompt router check fails (gate=False
+    skips that check: long prompts almost never have every router gap above the threshold, and
+    the best of the tries is taken instead)."""
     T = ids.shape[0]
     tap.clear()
     with torch.no_grad():
         m(input_ids=ids[None, :])
     rg_prompt = tap.min_gap(k)
-    if rg_prompt <= GAP_THRESHOLD:
+    if gate and rg_prompt <= GAP_THRESHOLD:
         return dict(ok=False, score=rg_prompt)
     with torch.no_grad():
         greedy, step_logits = greedy_generate(m, ids, N)

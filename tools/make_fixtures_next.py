@@ -76,6 +76,22 @@ CASES = [
          vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3,
                      patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
                      num_position_embeddings=16)),
+    # A Qwen3.5-MoE config whose text part has partial_rotary_factor both at the top level
+    # (0.25) and inside rope_parameters (0.5), as some saved checkpoints do: transformers uses
+    # rope_parameters' value.  A 140-token prompt crosses the DeltaNet prefill's 64-token chunks.
+    dict(name="qwen3_5_moe_prf", family="qwen3_5_moe_text", seed=7400, T=140, N=10,
+         router_sigma=1.5, budget=60, long=True, prf_conflict=(0.25, 0.5),
+         rope=dict(rope_type="default", rope_theta=5000000.0, partial_rotary_factor=0.5,
+                   mrope_section=[2, 3, 3], mrope_interleaved=True),
+         cfg=dict({k: v for k, v in QN_BASE.items() if k != "intermediate_size"},
+                  num_hidden_layers=4, head_dim=32,
+                  layer_types=["linear_attention", "full_attention", "linear_attention",
+                               "full_attention"],
+                  tie_word_embeddings=False, partial_rotary_factor=0.25)),
+    dict(name="qwen3_5_moe_vlm_prf", family="qwen3_5_moe", from_case="qwen3_5_moe_prf",
+         vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3,
+                     patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
+                     num_position_embeddings=16)),
 ]
 
 BUILT = {}
@@ -251,8 +267,23 @@ def build_case(case, outroot):
     log("=== %s (%s) ===" % (name, case["family"]))
     t0 = time.time()
     config = make_config(case)
+    if "prf_conflict" in case:
+        # Whatever the config's constructor made of the two values, the model is built (and the
+        # config saved) with both present and different; the reload check in save_case then
+        # shows that transformers reads them back the same way.
+        top, inner = case["prf_conflict"]
+        config.partial_rotary_factor = top
+        config.rope_parameters["partial_rotary_factor"] = inner
     m = causal_lm_from_config(config)
     c = m.config
+    if "prf_conflict" in case:
+        rot = [mod for mod in m.modules() if type(mod).__name__.endswith("RotaryEmbedding")]
+        log("  partial_rotary_factor top %r, rope_parameters %r; inv_freq sizes %s" % (
+            getattr(c, "partial_rotary_factor", None), c.rope_parameters.get("partial_rotary_factor"),
+            [tuple(r.inv_freq.shape) for r in rot]))
+        fact("prf conflict: top %r inner %r inv_freq %s" % (
+            getattr(c, "partial_rotary_factor", None), c.rope_parameters.get("partial_rotary_factor"),
+            [tuple(r.inv_freq.shape) for r in rot]))
     log("  class=%s impl=%s layer_types=%s" % (type(m).__name__, mf.impl_names(m), c.layer_types))
     if case["cfg"]["tie_word_embeddings"]:
         if m.lm_head.weight.data_ptr() != m.model.embed_tokens.weight.data_ptr():
@@ -274,25 +305,28 @@ def build_case(case, outroot):
         for pt in range(mf.MAX_PROMPTS_PER_SEED):
             ids = torch.randint(0, V, (T,), generator=gp, dtype=torch.long)
             tries += 1
-            r = mf.evaluate(m, tap, ids, N, k)
+            r = mf.evaluate(m, tap, ids, N, k, gate=not case.get("long"))
             r["wseed"], r["ids"] = wseed, ids.tolist()
             if "greedy" in r and (best is None or r["score"] > best["score"]):
                 best = r
             if r["ok"]:
                 chosen = r
                 break
-            if time.time() - t0 > mf.CASE_TIME_BUDGET_S:
+            if time.time() - t0 > case.get("budget", mf.CASE_TIME_BUDGET_S):
                 break
-        if chosen is not None or time.time() - t0 > mf.CASE_TIME_BUDGET_S:
+        if chosen is not None or time.time() - t0 > case.get("budget", mf.CASE_TIME_BUDGET_S):
             break
     if chosen is None:
         if best is None:
             raise RuntimeError("no prompt passed the prompt router check")
         log("  WARNING: using best (score %.3g)" % best["score"])
         chosen = best
-    if chosen["wseed"] != wseed:
-        kinds = perturb(m, chosen["wseed"], case)
     tap.remove()
+    if chosen["wseed"] != wseed:
+        # perturb() reads a norm's init from its current value, so it runs on a fresh model
+        m = causal_lm_from_config(config)
+        c = m.config
+        kinds = perturb(m, chosen["wseed"], case)
     fact("  perturb kinds: %s" % json.dumps(kinds, indent=0))
     log("  chosen wseed=%d after %d tries: %s" % (chosen["wseed"], tries,
         {kk: chosen[kk] for kk in ("router_gap", "gen_gap", "full_gap", "consistent", "distinct", "step_vs_full")}))

@@ -73,6 +73,23 @@ Q4B = dict(vocab_size=257, hidden_size=48, moe_intermediate_size=24, shared_expe
            indexer_n_heads=3, indexer_kv_heads=1, indexer_head_dim=8, indexer_budget=12,
            indexer_compress_ratio=3, eos_token_id=[7, 9], output_gate_type="sigmoid")
 
+# The layout of a checkpoint that once differed from transformers after its 15th token: five
+# layers with QSA at 1 and 4 (zero-based), PLE on one-indexed layers 1 and 4 split in two
+# shards, three n-gram heads, 3 indexer heads of 12 dims = the rotary dims (partial 0.5 of 24,
+# M-RoPE sections [2, 2, 2]), the silu output gate and an eos list [1, 2]; with a 140-token
+# prompt, QSA chooses among up to 46 blocks and the DeltaNet prefill crosses its 64-token chunks.
+Q4C = dict(vocab_size=280, hidden_size=48, moe_intermediate_size=24, shared_expert_intermediate_size=32,
+           num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+           linear_conv_kernel_dim=4, linear_key_head_dim=12, linear_value_head_dim=8,
+           linear_num_key_heads=2, linear_num_value_heads=4, num_experts=8, num_experts_per_tok=2,
+           norm_topk_prob=True, rms_norm_eps=1e-6, max_position_embeddings=512,
+           layer_types=[L, F, L, L, F], tie_word_embeddings=False,
+           hc_count=3, hc_lowrank=12,
+           ple_layer_ids=[1, 4], ngram_size=3, heads_per_ngram=3, ple_embed_dim=36, ngram_vocab_size_base=97,
+           make_ngram_vocab_size_divisible_by=8, split_ngram_parts=2, ple_conv_kernel_size=4,
+           indexer_n_heads=3, indexer_kv_heads=1, indexer_head_dim=12, indexer_budget=12,
+           indexer_compress_ratio=3, eos_token_id=[1, 2], output_gate_type="silu")
+
 CASES = [
     dict(name="qwen4_exp_a", family="qwen4_exp_text", seed=8100, T=28, N=10, router_sigma=1.5,
          eos_pos=[9, 18], extra_tokens={},
@@ -88,6 +105,23 @@ CASES = [
          cfg=Q4B),
     # same text weights as qwen4_exp_a, saved as Qwen4ExpForConditionalGeneration
     dict(name="qwen4_exp_vlm", family="qwen4_exp", from_case="qwen4_exp_a",
+         vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3,
+                     patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
+                     num_position_embeddings=16)),
+    dict(name="qwen4_exp_c", family="qwen4_exp_text", seed=8300, T=140, N=10, router_sigma=1.5,
+         eos_pos=[30, 90, 91], extra_tokens={6: 2, 64: 2}, budget=60, long=True,
+         rope=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.5,
+                   mrope_section=[2, 2, 2], mrope_interleaved=True),
+         cfg=Q4C),
+    # the same layout, but the prompt chosen so that the indexer's k-th and (k+1)-th block
+    # scores are equal (zero, after relu) at several queries: the blocks torch.topk takes
+    # among equal scores decide the output there.
+    dict(name="qwen4_exp_ties", family="qwen4_exp_text", seed=8400, T=44, N=8, router_sigma=1.5,
+         eos_pos=[20], extra_tokens={6: 2}, budget=60, qsa_ties=3,
+         rope=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.5,
+                   mrope_section=[2, 2, 2], mrope_interleaved=True),
+         cfg=Q4C),
+    dict(name="qwen4_exp_c_vlm", family="qwen4_exp", from_case="qwen4_exp_c",
          vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3,
                      patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
                      num_position_embeddings=16)),
@@ -150,6 +184,7 @@ class TopkTap:
         torch.topk = wrap(self._orig_f)
 
     def reset(self):
+        self.record = None  # a list: [n, sorted chosen blocks] of each selecting call, in order
         self.gaps = []
         self.calls_1d = 0
         self.calls_sel = 0
@@ -163,6 +198,8 @@ class TopkTap:
             self.calls_sel += 1
             s = torch.sort(t.detach().float(), descending=largest).values
             self.gaps.append(abs((s[k - 1] - s[k]).item()))
+            if self.record is not None:
+                self.record.append([n, sorted(self._orig_m(t.detach(), k, largest=largest).indices.tolist())])
 
     def min_gap(self):
         return min(self.gaps) if self.gaps else float("inf")
@@ -401,11 +438,14 @@ def measure(m, ids, N):
                 cap[li] = inp[0].detach().clone()
         hooks.append(mod.ngram_embedding.register_forward_hook(hk))
     QTAP.reset()
+    QTAP.record = []
     QTAP.active = True
     res = {}
     try:
         with torch.no_grad():
             ref_logits = m(input_ids=ids[None, :]).logits[0].float().contiguous()
+        res["qsa_blocks"] = QTAP.record
+        QTAP.record = None
         for h in hooks:
             h.remove()
         hooks = []
@@ -500,7 +540,7 @@ def build_case(case, outroot):
             QTAP.reset()
             QTAP.active = True
             try:
-                r = mf.evaluate(m, rtap, ids, N, k)
+                r = mf.evaluate(m, rtap, ids, N, k, gate=not case.get("long"))
             except Exception:
                 errors += 1
                 log("  evaluate raised (#%d):\n%s" % (errors, traceback.format_exc()))
@@ -520,7 +560,11 @@ def build_case(case, outroot):
                                 ("qsa_nosel", r["qsa_sel"] == 0)):
                     if bad:
                         why[kk] = why.get(kk, 0) + 1
-            if "greedy" in r:
+            if "greedy" in r and case.get("qsa_ties"):
+                r["qsa_ties"] = sum(1 for gp_ in QTAP.gaps if gp_ == 0)
+                r["score"] = min(r["score"], r["qsa_ties"])
+                r["ok"] = bool(r["ok"] and r["qsa_ties"] >= case["qsa_ties"])
+            elif "greedy" in r:
                 r["score"] = min(r["score"], r["qsa_gap"])
                 r["ok"] = bool(r["ok"] and r["qsa_gap"] > GAP and r["qsa_sel"] > 0)
             r["wseed"], r["ids"] = wseed, ids.tolist()
@@ -529,9 +573,9 @@ def build_case(case, outroot):
             if r["ok"]:
                 chosen = r
                 break
-            if time.time() - t0 > CASE_BUDGET_S:
+            if time.time() - t0 > case.get("budget", CASE_BUDGET_S):
                 break
-        if chosen is not None or time.time() - t0 > CASE_BUDGET_S:
+        if chosen is not None or time.time() - t0 > case.get("budget", CASE_BUDGET_S):
             break
     if chosen is None:
         if best is None:
@@ -574,7 +618,7 @@ def build_case(case, outroot):
         "min_qsa_gap": finite(ms["qsa"]["min_gap"]), "qsa_calls_with_selection": ms["qsa"]["calls_sel"],
         "hc_count": c.hc_count, "ple_layer_ids": list(c.ple_layer_ids), "eos_token_id": c.eos_token_id,
         "eos_positions": [i for i, t in enumerate(ids.tolist()) if t == eos],
-        "ple_ngram_ids": ms["ngram_ids"],
+        "ple_ngram_ids": ms["ngram_ids"], "qsa_blocks": ms["qsa_blocks"],
         "ple_buffers": {li: {kk: v for kk, v in b.items() if kk != "module"} for li, b in ple_buffers(m).items()},
     }
     mfn.write_ref(outdir, ref)
@@ -642,7 +686,7 @@ def build_vlm(case, outroot):
                 "tensor_prefix": "model.language_model.", "model_class": type(vm).__name__,
                 "step_vs_full": ms["step_vs_full"], "tokenwise_vs_full": ms["tokenwise_vs_full"],
                 "min_qsa_gap": finite(ms["qsa"]["min_gap"]), "qsa_calls_with_selection": ms["qsa"]["calls_sel"],
-                "ple_ngram_ids": ms["ngram_ids"],
+                "ple_ngram_ids": ms["ngram_ids"], "qsa_blocks": ms["qsa_blocks"],
                 "vlm_vs_text_logits": d_text, "vlm_vs_text_step_logits": d_step,
                 "text_weights_from": case["from_case"], "input": "text-only input_ids"})
     mfn.write_ref(outdir, ref)

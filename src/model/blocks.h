@@ -86,8 +86,9 @@ void sl_ple_rows(const sl_config *c, const sl_ple *P, const int32_t *hist, int64
  * into s->b.qsa_sel / qsa_nsel (called by blk_attention on layers with an indexer). */
 sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err);
 void blk_qsa_select(sl_session *s, int32_t l, int32_t T);
-/* Marks in taken[n] the `top` best of n block scores, ties to the lower block (tests). */
-void sl_qsa_pick(const float *scores, int32_t n, int32_t top, uint8_t *taken);
+/* Marks in taken[n] the `top` best of n block scores, the blocks torch.topk takes on the CPU
+ * (ties included); order[n] is scratch. Exposed for tests. */
+void sl_qsa_pick(const float *scores, int32_t n, int32_t top, int32_t *order, uint8_t *taken);
 
 /* The token embedding of T host ids into y; the LM head over rows x [rows, H] into the
  * caller's host logits (NULL: none wanted). */

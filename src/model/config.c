@@ -1,7 +1,8 @@
 /*
  * config.json parsing with jansson. Keys follow transformers 5.17: RoPE's base
  * may sit at the top level ("rope_theta") or inside "rope_parameters" (the
- * 5.x spelling) or "rope_scaling"; only the default RoPE type is supported.
+ * 5.x spelling) or "rope_scaling", with transformers' precedence (parse_rope);
+ * only the default RoPE type is supported.
  */
 #include "model/config.h"
 
@@ -43,33 +44,46 @@ static sl_status get_num(const json_t *o, const char *key, double dflt, double *
     return SL_OK;
 }
 
-/* RoPE parameters: base frequency and partial rotation; rejects scaled variants. */
+/*
+ * RoPE parameters: base frequency and partial rotation; rejects scaled variants. The
+ * precedence is transformers 5.17's (RotaryEmbeddingConfigMixin): "rope_scaling", when present
+ * and not empty, stands in for "rope_parameters" as a whole; the keys of that one dict win, and
+ * the top-level "rope_theta" and "partial_rotary_factor" only fill what it lacks (a config with
+ * both a top-level partial_rotary_factor of 0.25 and 0.5 in rope_parameters rotates half).
+ */
 static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, sl_error *err) {
-    double theta = NAN, partial = 1.0;
+    double theta = 10000.0, partial = 1.0;
     sl_status st;
-    const char *sub_keys[] = {"rope_parameters", "rope_scaling"};
-    for (int i = 0; i < 2; i++) {
-        json_t *rp = json_object_get(root, sub_keys[i]);
-        if (!rp || json_is_null(rp)) continue;
-        if (!json_is_object(rp))
-            return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not an object", path, sub_keys[i]);
+    const char *name = "rope_scaling";
+    json_t *rp = json_object_get(root, name);
+    if (!json_is_object(rp) || json_object_size(rp) == 0) {
+        if (rp && !json_is_null(rp) && !json_is_object(rp))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not an object", path, name);
+        name = "rope_parameters";
+        rp = json_object_get(root, name);
+        if (rp && !json_is_null(rp) && !json_is_object(rp))
+            return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not an object", path, name);
+    }
+    if (json_is_object(rp)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(rp, key, v) {
+            if (json_is_object(v))
+                return sl_fail(err, SL_ERR_UNSUPPORTED,
+                               "%s: %s.%s: RoPE parameters per layer type are not supported", path,
+                               name, key);
+        }
         json_t *type = json_object_get(rp, "rope_type");
         if (!type) type = json_object_get(rp, "type");
         if (type && !(json_is_string(type) && strcmp(json_string_value(type), "default") == 0))
             return sl_fail(err, SL_ERR_UNSUPPORTED,
-                           "%s: %s.rope_type '%s' is not supported (only "
-                           "'default')",
-                           path, sub_keys[i], json_is_string(type) ? json_string_value(type) : "?");
-        if (json_object_get(rp, "rope_theta") &&
-            (st = get_num(rp, "rope_theta", NAN, &theta, path, err)))
-            return st;
-        if (json_object_get(rp, "partial_rotary_factor") &&
-            (st = get_num(rp, "partial_rotary_factor", 1.0, &partial, path, err)))
-            return st;
+                           "%s: %s.rope_type '%s' is not supported (only 'default')", path, name,
+                           json_is_string(type) ? json_string_value(type) : "?");
     }
-    if (isnan(theta) && (st = get_num(root, "rope_theta", 10000.0, &theta, path, err))) return st;
-    if (json_object_get(root, "partial_rotary_factor") &&
-        (st = get_num(root, "partial_rotary_factor", 1.0, &partial, path, err)))
+    const json_t *theta_from = json_object_get(rp, "rope_theta") ? rp : root;
+    const json_t *partial_from = json_object_get(rp, "partial_rotary_factor") ? rp : root;
+    if ((st = get_num(theta_from, "rope_theta", theta, &theta, path, err)) ||
+        (st = get_num(partial_from, "partial_rotary_factor", partial, &partial, path, err)))
         return st;
     if (!(theta > 0)) return sl_fail(err, SL_ERR_FORMAT, "%s: rope_theta must be > 0", path);
     if (!(partial > 0 && partial <= 1))

@@ -387,6 +387,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->idx_q = carve(cv, ib * (size_t)c->idx_heads * ihd, sizeof(float));
     b->qsa_scores = carve(cv, nblk, sizeof(float));
     b->qsa_taken = carve(hv, nblk, 1);
+    b->qsa_order = carve(hv, nblk, sizeof(int32_t));
     b->qsa_sel = carve(cv, ib * (size_t)(c->idx_budget + c->idx_ratio - 1), sizeof(int32_t));
     b->qsa_nsel = carve(cv, ib, sizeof(int32_t));
     s->idx_kcache = carve(cv, nidx * (size_t)s->max_ctx * ihd, sizeof(float));

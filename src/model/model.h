@@ -195,6 +195,7 @@ typedef struct sl_session_buf {
     float *idx_q;               /* [B, idx_heads * idx_head_dim] */
     float *qsa_scores;          /* [max_ctx / ratio] */
     uint8_t *qsa_taken;         /* host [max_ctx / ratio] */
+    int32_t *qsa_order;         /* host [max_ctx / ratio] the block choice's scratch */
     int32_t *qsa_sel;           /* [B, budget + ratio - 1] attended positions per query */
     int32_t *qsa_nsel;          /* [B] */
 } sl_session_buf;

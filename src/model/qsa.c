@@ -9,9 +9,10 @@
  * never change, so they are cached too. A query at position p scores the
  * complete blocks b < (p + 1) / ratio by
  *   score_b = sum over heads h of relu(q_h . k_b) / sqrt(idx_head_dim)
- * and attends to the idx_budget / ratio best blocks (ties to the lower block)
- * plus the incomplete tail of positions; with no more complete blocks than
- * that, it attends to everything, exactly as dense attention.
+ * and attends to the idx_budget / ratio best blocks (chosen as torch.topk
+ * does, ties included: see sl_qsa_pick) plus the incomplete tail of positions;
+ * with no more complete blocks than that, it attends to everything, exactly as
+ * dense attention.
  */
 #include <math.h>
 
@@ -34,14 +35,154 @@ sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err) {
     return SL_OK;
 }
 
-void sl_qsa_pick(const float *scores, int32_t n, int32_t top, uint8_t *taken) {
-    memset(taken, 0, (size_t)n);
-    for (int32_t k = 0; k < top && k < n; k++) {
-        int32_t best = -1;
-        for (int32_t b = 0; b < n; b++) /* strictly greater: ties go to the lower block */
-            if (!taken[b] && (best < 0 || scores[b] > scores[best])) best = b;
-        taken[best] = 1;
+/*
+ * The block choice must be torch's, ties included: relu makes zero scores common, and when
+ * fewer than `top` blocks score above zero, which zero-score blocks are taken decides the
+ * output. torch.topk on the CPU takes, of (score, index) pairs compared by score alone, the
+ * first k after std::nth_element(pairs, k - 1) (or std::partial_sort when 64 k <= n), whose
+ * result with ties follows libstdc++'s introselect: median-of-three partitions while more than
+ * three elements remain, a heap selection past a depth of 2 floor(log2 n), then an insertion
+ * sort. The functions below follow those steps on an array of block indices.
+ */
+typedef struct pick_ctx {
+    const float *s; /* scores */
+    int32_t *v;     /* the block indices being arranged */
+} pick_ctx;
+
+/* torch's order for `largest`: NaN first, then by descending score; equal scores unordered. */
+static int pick_before(const pick_ctx *c, int32_t a, int32_t b) {
+    const float x = c->s[a], y = c->s[b];
+    return (isnan(x) && !isnan(y)) || x > y;
+}
+
+static void pick_swap(int32_t *v, int64_t i, int64_t j) {
+    const int32_t t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+}
+
+/* Heap steps (libstdc++'s __push_heap and __adjust_heap) on v[first, first + len). */
+static void heap_push(pick_ctx *c, int64_t first, int64_t hole, int64_t top, int32_t val) {
+    int32_t *v = c->v + first;
+    for (int64_t parent = (hole - 1) / 2; hole > top && pick_before(c, v[parent], val);
+         parent = (hole - 1) / 2) {
+        v[hole] = v[parent];
+        hole = parent;
     }
+    v[hole] = val;
+}
+
+static void heap_adjust(pick_ctx *c, int64_t first, int64_t hole, int64_t len, int32_t val) {
+    int32_t *v = c->v + first;
+    const int64_t top = hole;
+    int64_t child = hole;
+    while (child < (len - 1) / 2) {
+        child = 2 * (child + 1);
+        if (pick_before(c, v[child], v[child - 1])) child--;
+        v[hole] = v[child];
+        hole = child;
+    }
+    if ((len & 1) == 0 && child == (len - 2) / 2) {
+        child = 2 * (child + 1);
+        v[hole] = v[child - 1];
+        hole = child - 1;
+    }
+    heap_push(c, first, hole, top, val);
+}
+
+/* The best (mid - first) of [first, last) into [first, mid), as a heap (__heap_select). */
+static void heap_select(pick_ctx *c, int64_t first, int64_t mid, int64_t last) {
+    const int64_t len = mid - first;
+    for (int64_t parent = (len - 2) / 2; len >= 2; parent--) {
+        heap_adjust(c, first, parent, len, c->v[first + parent]);
+        if (parent == 0) break;
+    }
+    for (int64_t i = mid; i < last; i++)
+        if (pick_before(c, c->v[i], c->v[first])) {
+            const int32_t val = c->v[i];
+            c->v[i] = c->v[first];
+            heap_adjust(c, first, 0, len, val);
+        }
+}
+
+/* Moves the median of a, b and m to r (__move_median_to_first). */
+static void median_to_first(pick_ctx *c, int64_t r, int64_t a, int64_t b, int64_t m) {
+    const int32_t *v = c->v;
+    int64_t pick;
+    if (pick_before(c, v[a], v[b]))
+        pick = pick_before(c, v[b], v[m]) ? b : pick_before(c, v[a], v[m]) ? m : a;
+    else
+        pick = pick_before(c, v[a], v[m]) ? a : pick_before(c, v[b], v[m]) ? m : b;
+    pick_swap(c->v, r, pick);
+}
+
+/* Hoare partition of [first, last) around the pivot at p (__unguarded_partition). */
+static int64_t partition_at(pick_ctx *c, int64_t first, int64_t last, int64_t p) {
+    int32_t *v = c->v;
+    for (;;) {
+        while (pick_before(c, v[first], v[p]))
+            first++;
+        last--;
+        while (pick_before(c, v[p], v[last]))
+            last--;
+        if (first >= last) return first;
+        pick_swap(v, first, last);
+        first++;
+    }
+}
+
+static void insertion_sort(pick_ctx *c, int64_t first, int64_t last) {
+    int32_t *v = c->v;
+    for (int64_t i = first + 1; i < last; i++) {
+        const int32_t val = v[i];
+        int64_t j = i;
+        if (pick_before(c, val, v[first])) {
+            memmove(v + first + 1, v + first, (size_t)(i - first) * sizeof *v);
+            j = first;
+        } else {
+            while (pick_before(c, val, v[j - 1])) {
+                v[j] = v[j - 1];
+                j--;
+            }
+        }
+        v[j] = val;
+    }
+}
+
+void sl_qsa_pick(const float *scores, int32_t n, int32_t top, int32_t *order, uint8_t *taken) {
+    memset(taken, 0, (size_t)n);
+    if (top > n) top = n;
+    if (top <= 0) return;
+    pick_ctx c = {scores, order};
+    for (int32_t b = 0; b < n; b++)
+        order[b] = b;
+    if ((int64_t)top * 64 <= n) { /* partial_sort: its heap selection decides the set */
+        heap_select(&c, 0, top, n);
+    } else { /* nth_element(order, top - 1) */
+        int64_t first = 0, last = n;
+        const int64_t nth = top - 1;
+        int depth = 0;
+        for (int32_t x = n; x > 1; x >>= 1)
+            depth += 2;
+        while (last - first > 3) {
+            if (depth-- == 0) {
+                heap_select(&c, first, nth + 1, last);
+                pick_swap(order, first, nth);
+                first = last; /* done */
+                break;
+            }
+            const int64_t mid = first + (last - first) / 2;
+            median_to_first(&c, first, first + 1, mid, last - 1);
+            const int64_t cut = partition_at(&c, first + 1, last, first);
+            if (cut <= nth)
+                first = cut;
+            else
+                last = cut;
+        }
+        if (first < last) insertion_sort(&c, first, last);
+    }
+    for (int32_t k = 0; k < top; k++)
+        taken[order[k]] = 1;
 }
 
 /* Pooled, normed and roped keys of the blocks that complete within this chunk. */
@@ -100,7 +241,7 @@ void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
         const float *sc = b->h_qsa_scores;
         be->ops->qsa_scores(be, b->qsa_scores, b->idx_q + (size_t)t * nq, blocks, ih, nb, ihd);
         be->ops->to_host(be, b->h_qsa_scores, b->qsa_scores, (size_t)nb * sizeof(float));
-        sl_qsa_pick(sc, nb, top, b->qsa_taken);
+        sl_qsa_pick(sc, nb, top, b->qsa_order, b->qsa_taken);
         for (int32_t bk = 0; bk < nb; bk++)
             for (int32_t j = 0; b->qsa_taken[bk] && j < R; j++)
                 sel[n++] = bk * R + j;

@@ -142,6 +142,49 @@ TEST(test_config_parse) {
     }
 }
 
+/* RoPE keys that appear in two places take transformers 5.17's precedence: the dict's value
+ * wins, top-level keys fill in what it lacks, and a non-empty rope_scaling replaces
+ * rope_parameters whole (in text_config too). */
+TEST(test_config_rope_precedence) {
+    static const char head[] = "{\"model_type\":\"qwen3_5_moe\",\"text_config\":{\"vocab_size\":10,"
+                               "\"hidden_size\":8,\"num_hidden_layers\":1,"
+                               "\"num_attention_heads\":2,\"head_dim\":32,";
+    struct {
+        const char *rope;
+        double theta;
+        int32_t rot;
+    } cases[] = {
+        {"\"partial_rotary_factor\":0.25,\"rope_parameters\":{\"rope_type\":\"default\","
+         "\"rope_theta\":1e6,\"partial_rotary_factor\":0.5}",
+         1e6, 16},
+        {"\"partial_rotary_factor\":0.25,\"rope_theta\":500.0,\"rope_parameters\":{}", 500.0, 8},
+        {"\"rope_theta\":500.0,\"rope_parameters\":{\"partial_rotary_factor\":0.5}", 500.0, 16},
+        {"\"rope_parameters\":{\"rope_theta\":7.0}", 7.0, 32},
+        {"\"rope_theta\":3.0,\"rope_scaling\":{\"type\":\"default\",\"partial_rotary_factor\":0.5},"
+         "\"rope_parameters\":{\"rope_theta\":9.0,\"partial_rotary_factor\":0.25}",
+         3.0, 16},
+        {"\"rope_scaling\":{},\"rope_parameters\":{\"rope_theta\":9.0}", 9.0, 32},
+        {"\"partial_rotary_factor\":0.25", 10000.0, 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s}}", head, cases[i].rope);
+        sl_config c;
+        sl_error err = {0};
+        CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_OK, "case %zu: %s", i, err.msg);
+        CHECKF(c.rope_theta == cases[i].theta && c.rot_dim == cases[i].rot,
+               "case %zu: theta %g rot %d", i, c.rope_theta, c.rot_dim);
+        sl_config_free(&c);
+    }
+    sl_config c;
+    sl_error err = {0};
+    char text[512];
+    snprintf(text, sizeof text, "%s%s}}", head,
+             "\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1.0}}");
+    CHECK(sl_config_parse(&c, text, "config.json", &err) == SL_ERR_UNSUPPORTED &&
+          strstr(err.msg, "per layer type"));
+}
+
 /* ---- checkpoint directories broken in one way each, made from a fixture ---- */
 
 static char *slurp(const char *path, size_t *n) {

@@ -162,18 +162,38 @@ TEST(test_qwen4_truncated_ngram_table) {
     sl_model_free(m);
 }
 
-/* QSA block choice: the best scores, ties to the lower block index (all-zero scores, which
- * relu makes common, pick the first blocks). */
+/* QSA block choice: the blocks torch.topk takes, ties included, on the 1,600 cases of
+ * tests/fixtures/qsa_topk.json (tools/make_topk_ties.py: scores with many equal values, on
+ * both of torch's paths, nth_element and partial_sort). */
 TEST(test_qwen4_qsa_pick_ties) {
-    const float sc[8] = {0.5f, 2.0f, 0.5f, 2.0f, 0.0f, 0.5f, 2.0f, 1.0f};
-    uint8_t taken[8];
-    sl_qsa_pick(sc, 8, 2, taken); /* 2.0 at 1, 3, 6: the two lowest */
-    CHECK(taken[1] && taken[3] && !taken[6] &&
-          taken[0] + taken[2] + taken[4] + taken[5] + taken[7] == 0);
-    sl_qsa_pick(sc, 8, 5, taken); /* then 1.0 at 7 and the lowest 0.5 (block 0) */
-    CHECK(taken[1] && taken[3] && taken[6] && taken[7] && taken[0] && !taken[2] && !taken[5] &&
-          !taken[4]);
-    const float zero[5] = {0};
-    sl_qsa_pick(zero, 5, 3, taken);
-    CHECK(taken[0] && taken[1] && taken[2] && !taken[3] && !taken[4]);
+    char path[600];
+    snprintf(path, sizeof path, "%s/qsa_topk.json", test_fixtures);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    CHECKF(root != NULL, "%s: %s", path, je.text);
+    json_t *cases = json_object_get(root, "cases");
+    CHECK(json_array_size(cases) >= 1000);
+    size_t i, bad = 0;
+    json_t *cs;
+    json_array_foreach(cases, i, cs) {
+        const int32_t k = (int32_t)json_integer_value(json_array_get(cs, 0));
+        json_t *jv = json_array_get(cs, 1), *jsel = json_array_get(cs, 2);
+        const int32_t n = (int32_t)json_array_size(jv);
+        float *sc = malloc((size_t)n * sizeof *sc);
+        int32_t *order = malloc((size_t)n * sizeof *order);
+        uint8_t *taken = malloc((size_t)n);
+        for (int32_t j = 0; j < n; j++)
+            sc[j] = (float)json_integer_value(json_array_get(jv, (size_t)j));
+        sl_qsa_pick(sc, n, k, order, taken);
+        int same = 1, count = 0;
+        for (int32_t j = 0; j < n; j++)
+            count += taken[j];
+        for (size_t j = 0; j < json_array_size(jsel); j++)
+            same &= taken[json_integer_value(json_array_get(jsel, j))];
+        if (!same || count != k) bad++;
+        free(sc), free(order), free(taken);
+    }
+    CHECKF(bad == 0, "%zu of %zu block choices differ from torch.topk's", bad,
+           json_array_size(cases));
+    json_decref(root);
 }
