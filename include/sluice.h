@@ -139,7 +139,12 @@ typedef struct sl_model_info {
     int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */
 } sl_model_info;
 
-/* Loads a Hugging Face checkpoint directory (config.json + safetensors). */
+/* Says whether path is a model directory sluice reads: *packed = 1 for a sluice pack
+ * (manifest.json, core.bin), 0 for a Hugging Face checkpoint (config.json). Anything else
+ * (no such path, a file, GGUF, a pack without core.bin) is an error of one line naming
+ * path and saying what to give instead. sl_model_load starts with it. */
+sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err);
+/* Loads a Hugging Face checkpoint directory (config.json + safetensors) or a sluice pack. */
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err);
 void sl_model_free(sl_model *model);
@@ -184,15 +189,18 @@ typedef enum sl_quant {
 typedef struct sl_pack_params {
     sl_quant quant;
     int32_t quant_router; /* quantise the router too (default: keep it BF16) */
+    int32_t force;        /* write into a non-empty out_dir (never SRC, inside it, or around it) */
     sl_progress_fn progress;
     void *progress_user;
 } sl_pack_params;
 
 /* Converts a Hugging Face checkpoint into a packed directory (docs/FORMAT.md),
- * tensor by tensor, so models larger than memory pack fine. */
+ * tensor by tensor, so models larger than memory pack fine. out_dir is created, or
+ * must be empty unless params->force; it may never be src_dir, lie inside it or hold it. */
 sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params *params,
                   sl_error *err);
-/* Checks every file of a packed directory against the manifest's sizes and SHA-256. */
+/* Checks every file of a packed directory against the manifest's sizes and SHA-256; a
+ * directory that is not a pack (a Hugging Face checkpoint, a file) is an error saying so. */
 sl_status sl_verify(const char *dir, sl_progress_fn progress, void *user, sl_error *err);
 
 /* Greedy argmax of one row of logits; ties go to the lower id. */

@@ -208,5 +208,104 @@ for cmd in pack verify inspect run chat tokenize; do
     if "$BIN" $cmd --help >"$TMP/out" 2>&1 && grep -q usage "$TMP/out"; then ok "help '$cmd'"; else bad "help '$cmd'"; fi
 done
 
+# ---- issue 23 (part 4): pack's output directory, what a MODEL path is, inspect's units,
+# detokenize and tokenize --pieces.
+cp -r "$M" "$TMP/ck" # a copy: nothing may ever be written into tests/fixtures
+expect_fail "pack OUT = SRC" "is the checkpoint being packed" "$BIN" pack "$TMP/ck" "$TMP/ck/."
+expect_fail "pack --force OUT = SRC" "is the checkpoint being packed" "$BIN" pack "$TMP/ck" "$TMP/ck" --force
+if [ ! -e "$TMP/ck/core.bin" ] && [ ! -e "$TMP/ck/manifest.json" ]; then ok "pack OUT = SRC writes nothing"; else bad "pack wrote into SRC"; fi
+expect_fail "pack OUT inside SRC" "inside the checkpoint" "$BIN" pack "$TMP/ck" "$TMP/ck/packed" --force
+expect_fail "pack OUT holding SRC" "holds the checkpoint" "$BIN" pack "$TMP/ck" "$TMP" --force
+mkdir -p "$TMP/full" && echo x >"$TMP/full/notes.txt"
+expect_fail "pack into a non-empty OUT" "is not empty.*--force" "$BIN" pack "$TMP/ck" "$TMP/full"
+if "$BIN" pack "$TMP/ck" "$TMP/full" --force 2>/dev/null && "$BIN" verify "$TMP/full" | grep -q OK &&
+    "$BIN" pack "$TMP/ck" "$TMP/full" --force --quant int4 2>/dev/null && "$BIN" verify "$TMP/full" | grep -q OK; then
+    ok "pack --force writes over a non-empty OUT (twice)"
+else
+    bad "pack --force"
+fi
+expect_fail "verify a Hugging Face checkpoint" "is a Hugging Face checkpoint, not a sluice pack: verify checks packs made by 'sluice pack'" \
+    "$BIN" verify "$M"
+cp -r "$TMP/full" "$TMP/nocore" && rm "$TMP/nocore/core.bin"
+expect_fail "verify a pack without core.bin" "nocore: core.bin is missing" "$BIN" verify "$TMP/nocore"
+expect_fail "load a pack without core.bin" "nocore: core.bin is missing" "$BIN" generate "$TMP/nocore" --ids 1
+F="$TMP/ck/config.json"
+W="config.json is a file: MODEL is the directory that holds the model, give $TMP/ck"
+expect_fail "inspect: a file as MODEL names its directory" "$W" "$BIN" inspect "$F"
+expect_fail "verify: a file as MODEL names its directory" "$W" "$BIN" verify "$F"
+expect_fail "generate: a file as MODEL names its directory" "$W" "$BIN" generate "$F" --ids 1
+expect_fail "logits: a file as MODEL names its directory" "$W" "$BIN" logits "$F" --ids 1 --out "$TMP/l.f32"
+expect_fail "pack: a file as SRC names its directory" "$W" "$BIN" pack "$F" "$TMP/pk"
+printf 'GGUF\3\0\0\0' >"$TMP/model-Q4_K_M.gguf"
+expect_fail "inspect a .gguf file" "model-Q4_K_M.gguf is a GGUF file: GGUF is not supported yet; download the model's Hugging Face checkpoint.*sluice pack" \
+    "$BIN" inspect "$TMP/model-Q4_K_M.gguf"
+mkdir -p "$TMP/gguf" && cp "$TMP/model-Q4_K_M.gguf" "$TMP/gguf/"
+expect_fail "generate on a directory of .gguf files" "holds only GGUF files: GGUF is not supported yet" "$BIN" generate "$TMP/gguf" --ids 1
+expect_fail "pack a directory of .gguf files" "holds only GGUF files" "$BIN" pack "$TMP/gguf" "$TMP/pg"
+if "$BIN" inspect models/kjv-moe >"$TMP/out" 2>&1 && ! grep -q " 0\.00 " "$TMP/out" &&
+    grep -q "resident core [0-9.]* MB; one expert [0-9.]* KB; all experts [0-9.]* MB" "$TMP/out" &&
+    grep -q "per token *at most [0-9.]* MB read" "$TMP/out"; then
+    ok "inspect: sizes in a unit that fits (no 0.00 GB)"
+else
+    bad "inspect units: $(cat "$TMP/out")"
+fi
+TOK=tests/tokenizer/qwen3/tokenizer.json
+if [ "$("$BIN" detokenize "$TOK" --ids 9707,11,220,99489)" = "Hello, 世界" ] &&
+    [ "$("$BIN" detokenize tests/tokenizer/qwen3 --ids 9707,11)" = "Hello," ]; then
+    ok "detokenize --ids (a tokenizer.json or a model directory)"
+else
+    bad "detokenize --ids: $("$BIN" detokenize "$TOK" --ids 9707,11,220,99489 2>&1)"
+fi
+# tokenize --jsonl | detokenize --jsonl - gives the corpus back; comma-separated lines too.
+"$BIN" tokenize "$TOK" --jsonl tests/tokenizer/corpus.jsonl >"$TMP/ids" 2>/dev/null
+"$BIN" detokenize "$TOK" --jsonl - <"$TMP/ids" >"$TMP/back" 2>"$TMP/err"
+tr -d '[] ' <"$TMP/ids" | "$BIN" detokenize "$TOK" --jsonl - >"$TMP/back2" 2>>"$TMP/err"
+if python3 - "$TMP/back" tests/tokenizer/corpus.jsonl "$TMP/back2" <<'PY'; then
+import json, sys, unicodedata
+a, b, c = ([json.loads(l) for l in open(f, encoding="utf-8")] for f in sys.argv[1:4])
+b = [unicodedata.normalize("NFC", t) for t in b]  # the Qwen3 tokenizer normalises to NFC
+sys.exit(0 if a == b == c and len(a) > 10 else 1)
+PY
+    ok "detokenize --jsonl: the inverse of tokenize --jsonl (JSON arrays and comma-separated lines)"
+else
+    bad "detokenize round trip $(head -c 300 "$TMP/err")"
+fi
+expect_fail "detokenize an id outside the vocabulary" "--ids: tokenizer: token id 999999 is not in the vocabulary (size 151669)" \
+    "$BIN" detokenize "$TOK" --ids 5,999999
+printf '[1, 2]\n[3, 999999]\n' >"$TMP/bad.jsonl"
+expect_fail "detokenize --jsonl: an id outside the vocabulary, with file and line" "bad.jsonl:2: tokenizer: token id 999999 is not in the vocabulary" \
+    "$BIN" detokenize "$TOK" --jsonl "$TMP/bad.jsonl"
+expect_fail "detokenize --jsonl: not ids" "-:1: expected a JSON array of token ids or comma-separated ids" \
+    sh -c "echo 'hello world' | '$BIN' detokenize '$TOK' --jsonl -"
+expect_fail "detokenize --jsonl: not an id" "-:1: item 2 is not a token id" sh -c "echo '[1, -2]' | '$BIN' detokenize '$TOK' --jsonl -"
+expect_fail "detokenize without ids" "one of --ids 1,2,3 or --jsonl FILE" "$BIN" detokenize "$TOK"
+expect_fail "detokenize bad --ids" "invalid --ids" "$BIN" detokenize "$TOK" --ids 1,x
+# tokenize --pieces: the ids of plain tokenize, and pieces that join into the decoded text
+# (a character split over several ids goes with the last of them).
+"$BIN" tokenize "$TOK" --jsonl tests/tokenizer/corpus.jsonl --pieces >"$TMP/pieces" 2>"$TMP/err"
+if python3 - "$TMP/pieces" "$TMP/ids" "$TMP/back" <<'PY'; then
+import json, sys
+pieces, ids, texts = ([json.loads(l) for l in open(f, encoding="utf-8")] for f in sys.argv[1:4])
+assert len(pieces) == len(ids) == len(texts) > 10
+for p, i, t in zip(pieces, ids, texts):
+    assert [x[0] for x in p] == i and "".join(x[1] for x in p) == t, (p, t)
+assert any(x[1] == "" for p in pieces for x in p)  # the corpus has split characters
+PY
+    ok "tokenize --pieces: [id, piece] pairs that join into the text"
+else
+    bad "tokenize --pieces $(head -c 300 "$TMP/err")"
+fi
+if [ "$("$BIN" tokenize "$TOK" -p $'Hi\t"x"' --pieces)" = '[[13048, "Hi"], [197, "\t"], [65438, "\"x"], [1, "\""]]' ]; then
+    ok "tokenize -p --pieces (JSON escapes)"
+else
+    bad "tokenize -p --pieces: $("$BIN" tokenize "$TOK" -p $'Hi\t"x"' --pieces 2>&1)"
+fi
+if "$BIN" detokenize --help | grep -q "usage: sluice detokenize TOKENIZER --ids" && "$BIN" --help | grep -q "detokenize" &&
+    "$BIN" tokenize --help | grep -q -- "--pieces" && "$BIN" pack --help | grep -q -- "--force"; then
+    ok "help lists detokenize, tokenize --pieces, pack --force"
+else
+    bad "help for the new command and flags"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -19,6 +19,7 @@ int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_detokenize(int argc, char **argv);
 
 /* ---- options every model-running command takes (model_opts.c) ---- */
 

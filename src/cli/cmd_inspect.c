@@ -12,6 +12,21 @@ static const char inspect_help[] =
     "Prints the architecture, sizes, quantisation, chat template and end-of-turn\n"
     "tokens found in MODEL (a Hugging Face directory or a sluice pack).\n";
 
+/* bytes in the unit its size calls for, so a 7 MB model does not print "0.00 GB". Decimal
+ * units, as the statistics lines print MB. buf: 32 bytes; returns buf. */
+static const char *size_str(double bytes, char *buf) {
+    static const char *const units[] = {"KB", "MB", "GB", "TB"};
+    if (bytes < 1e3) {
+        snprintf(buf, 32, "%.0f B", bytes);
+        return buf;
+    }
+    int u = 0;
+    for (bytes /= 1e3; bytes >= 1e3 && u < 3; u++)
+        bytes /= 1e3;
+    snprintf(buf, 32, "%.2f %s", bytes, units[u]);
+    return buf;
+}
+
 int cli_inspect(int argc, char **argv) {
     int r = cli_one_path(argc, argv, inspect_help, "inspect", "one MODEL directory");
     if (r) return r == 2 ? 0 : 1;
@@ -28,7 +43,7 @@ int cli_inspect(int argc, char **argv) {
         sl_model_free(m);
         return cli_error("%s", err.msg);
     }
-    const double gb = 1e9;
+    char s1[32], s2[32], s3[32];
     const double active = (double)i.resident_bytes +
                           (double)i.n_moe_layers * i.n_experts_used * (double)i.expert_bytes;
     printf("model          %s (%s)\n", dir, i.packed ? "sluice pack" : "Hugging Face checkpoint");
@@ -39,19 +54,18 @@ int cli_inspect(int argc, char **argv) {
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
-    printf("weights        experts %s; resident core %.2f GB; one expert %.2f MB; all experts "
-           "%.2f GB\n",
-           i.weights, (double)i.resident_bytes / gb, (double)i.expert_bytes / 1e6,
-           (double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes / gb);
-    printf("per token      at most %.2f GB read (resident core + %d experts x %d layers)\n",
-           active / gb, i.n_experts_used, i.n_moe_layers);
+    printf("weights        experts %s; resident core %s; one expert %s; all experts %s\n",
+           i.weights, size_str((double)i.resident_bytes, s1), size_str((double)i.expert_bytes, s2),
+           size_str((double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes, s3));
+    printf("per token      at most %s read (resident core + %d experts x %d layers)\n",
+           size_str(active, s1), i.n_experts_used, i.n_moe_layers);
     printf("backend        %s", i.backend);
     if (i.gpu_expert_slots) printf(", %d expert slots per layer in GPU memory", i.gpu_expert_slots);
     printf("\n");
     if (i.n_ple_layers)
-        printf("PLE            %d layer(s), n-gram tables %.2f GB on disk, %d rows per token "
+        printf("PLE            %d layer(s), n-gram tables %s on disk, %d rows per token "
                "and layer\n",
-               i.n_ple_layers, (double)i.ple_table_bytes / gb, i.ple_rows_per_token);
+               i.n_ple_layers, size_str((double)i.ple_table_bytes, s1), i.ple_rows_per_token);
     sl_tokenizer *tok = NULL;
     sl_error terr = {0};
     if (sl_tokenizer_load(dir, &tok, &terr) == SL_OK) {

@@ -5,21 +5,24 @@
 #include "cli/cli.h"
 
 static const char pack_help[] =
-    "usage: sluice pack SRC OUT [--quant int8|int4|bf16] [--quant-router]\n"
+    "usage: sluice pack SRC OUT [--quant int8|int4|bf16] [--quant-router] [--force]\n"
     "\n"
     "Converts the Hugging Face checkpoint in SRC into a sluice pack in OUT: a\n"
     "manifest, core.bin with the resident tensors, and one experts-LLL.bin per MoE\n"
     "layer with every routed expert as one 4 KiB-aligned blob (docs/FORMAT.md).\n"
-    "Works tensor by tensor, so models larger than memory pack fine.\n"
+    "Works tensor by tensor, so models larger than memory pack fine. OUT is created,\n"
+    "or must be empty; it can never be SRC, lie inside SRC or contain it.\n"
     "\n"
     "  --quant Q         int8 (default), int4 (group-64 affine, BF16 scale and bias),\n"
     "                    or bf16 (no quantisation)\n"
     "  --quant-router    quantise the router too (default: keep it BF16)\n"
+    "  --force           write into an OUT that is not empty, replacing the pack's files\n"
     "  -h, --help        this help\n";
 
 int cli_pack(int argc, char **argv) {
     static const struct option opts[] = {{"quant", required_argument, 0, 'q'},
                                          {"quant-router", no_argument, 0, 'r'},
+                                         {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     sl_pack_params p = {.quant = SL_QUANT_INT8, .progress = cli_progress};
@@ -30,6 +33,7 @@ int cli_pack(int argc, char **argv) {
         switch (c) {
         case 'h': fputs(pack_help, stdout); return 0;
         case 'r': p.quant_router = 1; break;
+        case 'f': p.force = 1; break;
         case 'q': {
             static const char *const quants[] = {"bf16", "int8", "int4", NULL}; /* sl_quant */
             int q = cli_parse_choice(optarg, "--quant", quants);

@@ -23,6 +23,7 @@ static const char usage[] =
     "  verify DIR                            check a pack's sizes and SHA-256 hashes\n"
     "  inspect MODEL                         architecture, sizes, quantisation, template\n"
     "  tokenize TOKENIZER --jsonl FILE       token ids of JSON-string lines\n"
+    "  detokenize TOKENIZER --ids 1,2,3      the text of token ids\n"
     "\n"
     "MODEL is a Hugging Face checkpoint directory (config.json, *.safetensors)\n"
     "or a directory made by 'sluice pack'.\n"
@@ -257,6 +258,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cli_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cli_detokenize(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'sluice --help')", cmd);
     return 1;
 }

@@ -5,8 +5,11 @@
  */
 #include "model/model.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "format/pack.h"
@@ -136,6 +139,88 @@ static void pin_store(sl_model *m, int pin) {
     }
 }
 
+/* ---- what a MODEL path is (sl_model_check_dir) ---- */
+
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+static int is_file_in(const char *dir, const char *name) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* A GGUF file by name or by its magic (a renamed download still says what it is). */
+static int is_gguf(const char *path) {
+    if (has_suffix(path, ".gguf")) return 1;
+    char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(magic, 1, 4, f);
+    fclose(f);
+    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
+}
+
+/* Every message about a GGUF model ends with what to get instead. */
+#define GGUF_INSTEAD                                                                               \
+    "GGUF is not supported yet; download the model's Hugging Face checkpoint (a directory with "   \
+    "config.json and *.safetensors) and give that directory, or pack it once with 'sluice pack'"
+
+sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) {
+        if (is_gguf(path))
+            return sl_fail(err, SL_ERR_UNSUPPORTED, "%s is a GGUF file: " GGUF_INSTEAD, path);
+        /* A file of a model directory (config.json, a shard, core.bin): name the directory. */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        const char *parent = !slash ? "." : dir[0] ? dir : "/";
+        if (is_file_in(parent, "config.json") || is_file_in(parent, "manifest.json"))
+            return sl_fail(err, SL_ERR_ARG,
+                           "%s is a file: MODEL is the directory that holds the model, give %s",
+                           path, parent);
+        return sl_fail(err, SL_ERR_ARG,
+                       "%s is a file, not a model directory: give a Hugging Face checkpoint "
+                       "directory (config.json, *.safetensors) or a directory made by 'sluice "
+                       "pack'",
+                       path);
+    }
+    if (is_file_in(path, "manifest.json")) {
+        /* sl_pack writes the manifest last, so a pack without core.bin was copied in part. */
+        if (!is_file_in(path, "core.bin"))
+            return sl_fail(err, SL_ERR_IO,
+                           "%s: core.bin is missing from this sluice pack (copied in part?): "
+                           "copy the whole pack again, or pack the checkpoint again with "
+                           "'sluice pack'",
+                           path);
+        *packed = 1;
+        return SL_OK;
+    }
+    int32_t n_safetensors = 0, n_gguf = 0;
+    DIR *d = opendir(path);
+    if (!d) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    for (struct dirent *e; (e = readdir(d));) {
+        n_safetensors += has_suffix(e->d_name, ".safetensors");
+        n_gguf += has_suffix(e->d_name, ".gguf");
+    }
+    closedir(d);
+    if (n_gguf && !n_safetensors)
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s holds only GGUF files: " GGUF_INSTEAD, path);
+    if (!is_file_in(path, "config.json"))
+        return sl_fail(err, SL_ERR_IO,
+                       "%s is not a model directory: it has neither config.json (a Hugging Face "
+                       "checkpoint) nor manifest.json (a directory made by 'sluice pack')",
+                       path);
+    *packed = 0;
+    return SL_OK;
+}
+
 static const sl_family *find_family(const char *arch) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (strcmp(families[i]->arch, arch) == 0) return families[i];
@@ -149,12 +234,12 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m) return SL_ERR_NOMEM;
     const sl_model_params p = params ? *params : (sl_model_params){0};
     char path[4096];
+    sl_status st = sl_model_check_dir(dir, &m->packed, err);
+    if (st) goto fail;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    struct stat sb;
-    m->packed = stat(path, &sb) == 0;
-    sl_status st = m->packed ? load_manifest_config(&m->cfg, path, err)
-                             : (snprintf(path, sizeof path, "%s/config.json", dir),
-                                sl_config_load(&m->cfg, path, err));
+    st = m->packed ? load_manifest_config(&m->cfg, path, err)
+                   : (snprintf(path, sizeof path, "%s/config.json", dir),
+                      sl_config_load(&m->cfg, path, err));
     if (st) goto fail;
     if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
         st = sl_fail(err, SL_ERR_ARG,

@@ -6,11 +6,15 @@
  * row by row and written out at once, so memory use is one tensor's scales
  * plus one expert blob, whatever the model's size.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <omp.h>
 #include <openssl/evp.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/pack.h"
 #include "kernels/quant.h"
@@ -426,20 +430,94 @@ static json_t *file_entry(const char *name, uint64_t size, const char *hex) {
     return json_pack("{s:s, s:I, s:s}", "name", name, "bytes", (json_int_t)size, "sha256", hex);
 }
 
+/* 1 if the directory holds nothing but "." and "..". */
+static int dir_is_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int empty = 1;
+    for (struct dirent *e; empty && (e = readdir(d));)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+/* 1 if the canonical path a lies strictly inside the canonical directory b. */
+static int path_inside(const char *a, const char *b) {
+    size_t n = strlen(b);
+    if (n == 1) return a[1] != '\0'; /* b is "/" */
+    return strncmp(a, b, n) == 0 && a[n] == '/';
+}
+
+/* Makes out_dir ready for a pack of src_dir (which exists): created if absent (*created),
+ * else refused when it is not empty and force is off. Never the source, inside it or around
+ * it, even with force: the pack would overwrite or mix with the checkpoint. Paths are
+ * compared after realpath, so "m/", "./m" and a symbolic link to m are all m. */
+static sl_status prepare_out_dir(const char *src_dir, const char *out_dir, int32_t force,
+                                 int *created, sl_error *err) {
+    char src[PATH_MAX], out[PATH_MAX];
+    struct stat sb;
+    *created = 0;
+    if (stat(out_dir, &sb) != 0) {
+        if (mkdir(out_dir, 0755) != 0)
+            return sl_fail(err, SL_ERR_IO, "%s: %s", out_dir, strerror(errno));
+        *created = 1;
+    } else if (!S_ISDIR(sb.st_mode)) {
+        return sl_fail(err, SL_ERR_ARG, "%s exists and is not a directory: give OUT a new name",
+                       out_dir);
+    }
+    sl_status st = SL_OK;
+    if (!realpath(src_dir, src) || !realpath(out_dir, out))
+        st = sl_fail(err, SL_ERR_IO, "%s: %s", realpath(src_dir, src) ? out_dir : src_dir,
+                     strerror(errno));
+    else if (!strcmp(src, out))
+        st = sl_fail(err, SL_ERR_ARG,
+                     "%s is the checkpoint being packed: give OUT a directory of its own, e.g. "
+                     "%s-pack",
+                     out_dir, src);
+    else if (path_inside(out, src))
+        st = sl_fail(err, SL_ERR_ARG,
+                     "%s is inside the checkpoint %s: give OUT a directory outside it", out_dir,
+                     src_dir);
+    else if (path_inside(src, out))
+        st = sl_fail(err, SL_ERR_ARG,
+                     "%s holds the checkpoint %s: give OUT a directory that does not contain it",
+                     out_dir, src_dir);
+    else if (!*created && !force && !dir_is_empty(out_dir))
+        st = sl_fail(err, SL_ERR_ARG,
+                     "%s is not empty: give OUT a new or empty directory, or --force to write "
+                     "the pack over what is there",
+                     out_dir);
+    if (st && *created) rmdir(out_dir);
+    return st;
+}
+
 sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params *params,
                   sl_error *err) {
     sl_pack_params p = params ? *params : (sl_pack_params){0};
     char path[4096], tmp[4200], hex[65];
-    snprintf(path, sizeof path, "%s/manifest.json", src_dir);
     struct stat sb;
-    if (stat(path, &sb) == 0) return sl_fail(err, SL_ERR_ARG, "%s is already packed", src_dir);
+    int32_t src_packed = 0;
+    int created = 0;
+    sl_status st = sl_model_check_dir(src_dir, &src_packed, err);
+    if (st) return st;
+    if (src_packed)
+        return sl_fail(err, SL_ERR_ARG,
+                       "%s is already packed: pack reads Hugging Face checkpoints; give the "
+                       "checkpoint it was made from",
+                       src_dir);
+    if ((st = prepare_out_dir(src_dir, out_dir, p.force, &created, err))) return st;
     sl_model_params mp = {.n_threads = 1};
     sl_model *m = NULL;
-    sl_status st = sl_model_load(src_dir, &mp, &m, err);
-    if (st) return st;
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+    if ((st = sl_model_load(src_dir, &mp, &m, err))) {
+        if (created) rmdir(out_dir);
+        return st;
+    }
+    /* An old manifest goes first: until the new one is written, OUT is no pack at all
+     * rather than one whose manifest lists files that are being replaced. */
+    snprintf(path, sizeof path, "%s/manifest.json", out_dir);
+    if (unlink(path) != 0 && errno != ENOENT) {
         sl_model_free(m);
-        return sl_fail(err, SL_ERR_IO, "%s: %s", out_dir, strerror(errno));
+        return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
     }
     json_t *files = json_array();
     uint64_t size = 0;
@@ -518,12 +596,19 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
 
 sl_status sl_verify(const char *dir, sl_progress_fn progress, void *user, sl_error *err) {
     char path[4096];
+    int32_t packed = 0;
+    sl_status st = sl_model_check_dir(dir, &packed, err);
+    if (st) return st;
+    if (!packed)
+        return sl_fail(err, SL_ERR_ARG,
+                       "%s is a Hugging Face checkpoint, not a sluice pack: verify checks packs "
+                       "made by 'sluice pack'",
+                       dir);
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     json_error_t je;
     json_t *man = json_load_file(path, 0, &je);
     if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
     json_t *files = json_object_get(man, "files");
-    sl_status st = SL_OK;
     if (!json_is_array(files) || json_array_size(files) == 0)
         st = sl_fail(err, SL_ERR_FORMAT, "%s: no 'files' list", path);
     size_t i, n = json_array_size(files);

@@ -17,6 +17,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -230,6 +231,20 @@ static enum MHD_Result answer_models(srv_req *r, int one) {
     return answer_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m), NULL, NULL);
 }
 
+/* A response id: 64 random bits, so that ids never repeat across restarts (a counter alone
+ * starts over, and the start time repeats within a second), then this server's request
+ * number, so that they never repeat within one run either. */
+static void make_id(srv *s, srv_kind kind, char *out, size_t size) {
+    uint64_t rnd;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        rnd = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ (uint64_t)getpid() << 40;
+    }
+    snprintf(out, size, "%s-%016llx%llx", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)rnd, (unsigned long long)srv_next_number(s));
+}
+
 /* The last call: the whole body is here. */
 static enum MHD_Result answer_generation(srv_req *r) {
     srv *s = r->s;
@@ -254,10 +269,7 @@ static enum MHD_Result answer_generation(srv_req *r) {
                             "try again later",
                             s->cfg.parallel);
     r->submitted = 1;
-    const uint64_t n = srv_next_number(s);
-    snprintf(r->id, sizeof r->id, "%s-%08llx%016llx", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)s->started_wall & 0xffffffffull,
-             (unsigned long long)(n * 0x9E3779B97F4A7C15ull));
+    make_id(s, kind, r->id, sizeof r->id);
     r->created = (int64_t)time(NULL);
 
     if (r->o.stream) {

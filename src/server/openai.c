@@ -166,15 +166,25 @@ static int chat_prompt(srv *s, json_t *req, char **text, json_t **error) {
     return rc;
 }
 
-/* prompt: a string, an array holding one string, or an array of token ids. */
+/* prompt: a string or an array of token ids, or a list holding one of them. The OpenAI API
+ * takes a list of prompts and answers each; one request generates one reply here, so a
+ * longer list is refused rather than answered for its first prompt only. */
 static int completion_prompt(srv *s, json_t *req, srv_job *j, char **text, json_t **error) {
     json_t *p = json_object_get(req, "prompt");
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
-        p = json_array_get(p, 0);
+    json_t *first = json_array_get(p, 0);
+    if (json_is_string(first) || json_is_array(first)) {
+        if (json_array_size(p) > 1)
+            return bad(error, "prompt",
+                       "prompt: a list of %zu prompts is not supported; send one prompt per "
+                       "request",
+                       json_array_size(p));
+        p = first;
+    }
     if (json_is_string(p)) return (*text = strdup(json_string_value(p))) ? 0 : 500;
     if (!json_is_array(p) || json_array_size(p) == 0)
         return bad(error, "prompt",
-                   "'prompt' must be a string, an array of one string, or an array of token ids");
+                   "'prompt' must be a string or an array of token ids (or a list of one of "
+                   "them)");
     size_t i;
     json_t *v;
     json_array_foreach(p, i, v) {

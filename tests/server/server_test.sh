@@ -122,6 +122,40 @@ if curl -s "$URL/metrics" | grep -q '^sluice_http_requests_total{code="400"} [1-
 else
     bad "metrics: $(curl -s "$URL/metrics" | head -c 400)"
 fi
+# A list of prompts: one is a prompt, more are refused naming the field (n=1 per request).
+expect "prompt: a list of one string" 200 '"object":"text_completion"' "${J[@]}" \
+    -d '{"prompt":["The river"],"max_tokens":2}' "$URL/v1/completions"
+expect "prompt: a list of one token-id list" 200 '"prompt_tokens":3,' "${J[@]}" \
+    -d '{"prompt":[[1,2,3]],"max_tokens":2}' "$URL/v1/completions"
+expect "prompt: a list of 3 strings: 400" 400 'a list of 3 prompts is not supported; send one prompt per request.*"param":"prompt"' \
+    "${J[@]}" -d '{"prompt":["a","b","c"],"max_tokens":2}' "$URL/v1/completions"
+expect "prompt: a list of 2 token-id lists: 400" 400 'a list of 2 prompts is not supported.*"param":"prompt"' \
+    "${J[@]}" -d '{"prompt":[[1,2],[3]],"max_tokens":2}' "$URL/v1/completions"
+# Response ids never repeat across restarts: the first ids of two servers started at once.
+# Ids made of the start second and a counter would repeat within a second, and differ only in
+# the second's digits otherwise: so no 8 of the first 16 hex digits (64 random bits) may agree
+# at the same place.
+first_id() {
+    curl -s "${J[@]}" -d '{"prompt":"x","max_tokens":1}' "$1/v1/completions" | grep -o '"id":"[^"]*"'
+}
+ids=()
+for k in 1 2; do
+    "$BIN" serve "$TMP/tq" --chat-template chatml --port 0 -t 1 >/dev/null 2>"$TMP/ids$k.err" &
+    PIDS+=("$!")
+done
+for k in 1 2; do
+    for _ in $(seq 100); do grep -q "listening on" "$TMP/ids$k.err" && break; sleep 0.1; done
+    ids+=("$(first_id "$(grep -o 'http://[0-9.:]*' "$TMP/ids$k.err" | head -n 1)")")
+done
+stop "${PIDS[-1]}"
+stop "${PIDS[-2]}"
+a=${ids[0]#*cmpl-} b=${ids[1]#*cmpl-} same=0
+for i in $(seq 0 8); do [ "${a:i:8}" = "${b:i:8}" ] && same=1; done
+if [[ ${ids[0]} =~ ^\"id\":\"cmpl-[0-9a-f]{17,}\"$ ]] && [ -n "${ids[1]}" ] && [ $same = 0 ]; then
+    ok "response ids differ across restarts (${ids[0]}, ${ids[1]})"
+else
+    bad "response ids across restarts: '${ids[0]}' '${ids[1]}'"
+fi
 
 # ---- a client that goes away cancels its generation
 before=$(metric 'sluice_completions_total{finish_reason="cancelled"}')

@@ -1,5 +1,6 @@
 /* Safetensors, config.json and checkpoint binding: valid files and every way to break them. */
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/pack.h"
 #include "format/safetensors.h"
@@ -277,7 +278,112 @@ TEST(test_checkpoint_errors) {
     expect_load_error(make_case("arch", "\"qwen3_moe\"", "\"llama4_moe\"", 0, NULL, NULL),
                       SL_ERR_UNSUPPORTED, "llama4_moe", "not supported");
     /* No such directory. */
-    expect_load_error("/nonexistent/model", SL_ERR_IO, "/nonexistent/model/config.json", NULL);
+    expect_load_error("/nonexistent/model", SL_ERR_IO, "/nonexistent/model: No such file", NULL);
+}
+
+/* What a MODEL path is: every wrong kind of path fails in one line naming it and saying
+ * what to give instead, for loading and for verify. */
+TEST(test_model_dir_errors) {
+    char fix[600], path[700], dir[700];
+    snprintf(fix, sizeof fix, "%s/qwen3_gqa_untied", test_fixtures);
+    const char *tmp = test_tmpdir();
+    int32_t packed = -1;
+    sl_error err = {0};
+    CHECK(sl_model_check_dir(fix, &packed, &err) == SL_OK && packed == 0);
+    /* A file of a model directory: the directory is named. */
+    snprintf(path, sizeof path, "%s/config.json", fix);
+    snprintf(dir, sizeof dir, "give %s", fix);
+    expect_load_error(path, SL_ERR_ARG, "config.json is a file", dir);
+    err = (sl_error){0};
+    CHECK(sl_verify(path, NULL, NULL, &err) == SL_ERR_ARG && strstr(err.msg, "is a file"));
+    /* A file anywhere else. */
+    snprintf(path, sizeof path, "%s/notes.txt", tmp);
+    test_write_file(path, "x", 1);
+    expect_load_error(path, SL_ERR_ARG, "notes.txt is a file, not a model directory", NULL);
+    /* GGUF: a file by name, one by magic, and a directory of them. */
+    snprintf(path, sizeof path, "%s/model-Q4_K_M.gguf", tmp);
+    test_write_file(path, "GGUF\3\0\0\0", 8);
+    expect_load_error(path, SL_ERR_UNSUPPORTED, "GGUF is not supported yet", "sluice pack");
+    snprintf(path, sizeof path, "%s/renamed.bin", tmp);
+    test_write_file(path, "GGUF\3\0\0\0", 8);
+    expect_load_error(path, SL_ERR_UNSUPPORTED, "renamed.bin is a GGUF file", "safetensors");
+    snprintf(dir, sizeof dir, "%s/gguf-only", tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    test_write_file(path, "GGUF", 4);
+    expect_load_error(dir, SL_ERR_UNSUPPORTED, "holds only GGUF files", "config.json");
+    /* Neither kind of directory. */
+    snprintf(dir, sizeof dir, "%s/empty-dir", tmp);
+    mkdir(dir, 0755);
+    expect_load_error(dir, SL_ERR_IO, "empty-dir is not a model directory", "manifest.json");
+    /* verify on a Hugging Face checkpoint. */
+    err = (sl_error){0};
+    CHECK(sl_verify(fix, NULL, NULL, &err) == SL_ERR_ARG);
+    CHECKF(strstr(err.msg, "is a Hugging Face checkpoint, not a sluice pack"), "%s", err.msg);
+    /* A pack without core.bin: loading and verify say so. */
+    snprintf(dir, sizeof dir, "%s/pack-nocore", tmp);
+    sl_pack_params pp = {.quant = SL_QUANT_INT8};
+    err = (sl_error){0};
+    CHECKF(sl_pack(fix, dir, &pp, &err) == SL_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/core.bin", dir);
+    CHECK(unlink(path) == 0);
+    expect_load_error(dir, SL_ERR_IO, "core.bin is missing", "sluice pack");
+    err = (sl_error){0};
+    CHECK(sl_verify(dir, NULL, NULL, &err) == SL_ERR_IO && strstr(err.msg, "core.bin is missing"));
+}
+
+/* sl_pack's output directory: never the source or around it, not empty unless forced. */
+TEST(test_pack_out_dir) {
+    char src[700], out[800], path[900];
+    const char *tmp = test_tmpdir();
+    /* A copy of the fixture, so nothing can ever be written into tests/fixtures. */
+    snprintf(src, sizeof src, "%s/ck", tmp);
+    snprintf(path, sizeof path, "cp -r '%s/qwen3_gqa_untied' '%s'", test_fixtures, src);
+    CHECK(system(path) == 0);
+    sl_pack_params pp = {.quant = SL_QUANT_INT8};
+    sl_error err = {0};
+    struct stat sb;
+    /* OUT == SRC, also spelled differently: refused, even forced; nothing written. */
+    snprintf(out, sizeof out, "%s/./", src);
+    for (int force = 0; force < 2; force++) {
+        pp.force = force;
+        err = (sl_error){0};
+        CHECK(sl_pack(src, out, &pp, &err) == SL_ERR_ARG);
+        CHECKF(strstr(err.msg, "is the checkpoint being packed"), "%s", err.msg);
+    }
+    snprintf(path, sizeof path, "%s/core.bin", src);
+    CHECK(stat(path, &sb) != 0);
+    /* Inside SRC (new or existing), or holding it. */
+    snprintf(out, sizeof out, "%s/sub", src);
+    err = (sl_error){0};
+    CHECK(sl_pack(src, out, &pp, &err) == SL_ERR_ARG &&
+          strstr(err.msg, "is inside the checkpoint"));
+    CHECK(stat(out, &sb) != 0); /* the directory made for the check is gone */
+    err = (sl_error){0};
+    CHECK(sl_pack(src, tmp, &pp, &err) == SL_ERR_ARG && strstr(err.msg, "holds the checkpoint"));
+    /* Not empty: refused without force, packed with it; an empty one is fine. */
+    pp.force = 0;
+    snprintf(out, sizeof out, "%s/full", tmp);
+    mkdir(out, 0755);
+    snprintf(path, sizeof path, "%s/old.txt", out);
+    test_write_file(path, "x", 1);
+    err = (sl_error){0};
+    CHECK(sl_pack(src, out, &pp, &err) == SL_ERR_ARG);
+    CHECKF(strstr(err.msg, "full is not empty") && strstr(err.msg, "--force"), "%s", err.msg);
+    pp.force = 1;
+    err = (sl_error){0};
+    CHECKF(sl_pack(src, out, &pp, &err) == SL_OK, "%s", err.msg);
+    CHECK(sl_verify(out, NULL, NULL, &err) == SL_OK);
+    snprintf(out, sizeof out, "%s/empty-out", tmp);
+    mkdir(out, 0755);
+    pp.force = 0;
+    err = (sl_error){0};
+    CHECKF(sl_pack(src, out, &pp, &err) == SL_OK, "%s", err.msg);
+    /* OUT a file. */
+    snprintf(out, sizeof out, "%s/old.txt", tmp);
+    test_write_file(out, "x", 1);
+    err = (sl_error){0};
+    CHECK(sl_pack(src, out, &pp, &err) == SL_ERR_ARG && strstr(err.msg, "not a directory"));
 }
 
 /* The fuzz seeds are valid files, so fuzzing starts from the parsers' success paths. */
