@@ -45,8 +45,8 @@ enum {
  * letters, to put in its getopt string. */
 #define CLI_MODEL_SHORTOPTS "t:c:m:v"
 #define CLI_MODEL_LONGOPTS                                                                         \
-    {"threads", required_argument, 0, CLI_OPT_THREADS},                                            \
-        {"model", required_argument, 0, 'm'}, {"ctx", required_argument, 0, CLI_OPT_CTX},          \
+    {"threads", required_argument, 0, CLI_OPT_THREADS}, {"model", required_argument, 0, 'm'},      \
+        {"ctx", required_argument, 0, CLI_OPT_CTX},                                                \
         {"ctx-size", required_argument, 0, CLI_OPT_CTX}, {"verbose", no_argument, 0, 'v'},         \
         {"batch", required_argument, 0, CLI_OPT_BATCH},                                            \
         {"experts", required_argument, 0, CLI_OPT_EXPERTS},                                        \

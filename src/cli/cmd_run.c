@@ -16,7 +16,14 @@ typedef struct run_opts {
     cli_model_opts m;
 } run_opts;
 
-enum { OPT_IDS = CLI_OPT_COMMAND, OPT_OUT, OPT_N_PREDICT, OPT_SEED, OPT_REPEAT_LAST_N, OPT_IGNORE_EOS };
+enum {
+    OPT_IDS = CLI_OPT_COMMAND,
+    OPT_OUT,
+    OPT_N_PREDICT,
+    OPT_SEED,
+    OPT_REPEAT_LAST_N,
+    OPT_IGNORE_EOS
+};
 
 static const struct option long_opts[] = {
     {"ids", required_argument, 0, OPT_IDS},
@@ -148,14 +155,14 @@ static const char generate_help[] =
     "  -n, --n-predict N      new tokens (default 16); the first comes from the prompt's\n"
     "                         logits, each goes through the model (decode N tok)\n"
     "  --ignore-eos           accepted: generate never stops at EOS\n"
-    "  -s, --seed N, --repeat-last-n N   accepted, do nothing (greedy)\n"
+    "  -s, --seed N, --repeat-last-n N   accepted with a warning: greedy has no use for them\n"
     "  (--ctx defaults to the prompt plus N)\n" CLI_MODEL_HELP;
 
 int cli_generate(int argc, char **argv) {
     run_opts o = {.n_new = 16};
     const char *model;
-    int r = parse(argc, argv, generate_help, ":hn:s:" CLI_MODEL_SHORTOPTS, generate_opts, &o,
-                  &model);
+    int r =
+        parse(argc, argv, generate_help, ":hn:s:" CLI_MODEL_SHORTOPTS, generate_opts, &o, &model);
     if (r) return r == 2 ? 0 : 1;
     int32_t *ids, n;
     if (cli_parse_ids(o.ids_str, &ids, &n)) return 1;

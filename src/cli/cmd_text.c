@@ -154,8 +154,7 @@ static int parse(int argc, char **argv, const char *help, int need_prompt, text_
                 (float)parse_float(optarg, "--repeat-penalty", 1e-3, 100, &bad);
             break;
         case OPT_REPEAT_LAST_N:
-            if (cli_parse_int(optarg, "--repeat-last-n", -1, 1 << 24, &o->repeat_last_n))
-                return 1;
+            if (cli_parse_int(optarg, "--repeat-last-n", -1, 1 << 24, &o->repeat_last_n)) return 1;
             break;
         case OPT_PRESENCE:
             o->sp.presence_penalty =
@@ -209,8 +208,8 @@ static void text_free(text_ctx *t) {
 static uint64_t random_seed(void) {
     uint64_t seed;
     if (getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
-        seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^
-               (uint64_t)clock();
+        seed =
+            (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^ (uint64_t)clock();
     return seed & INT64_MAX; /* --seed takes [0, 2^63) */
 }
 
@@ -308,8 +307,7 @@ static const char run_help[] =
     "  --raw                  no chat template: the text is the prompt\n" TEXT_HELP CLI_MODEL_HELP;
 
 int cli_run(int argc, char **argv) {
-    text_opts o = {
-        .think = 1, .max_tokens = 512, .repeat_last_n = 64, .sp = sl_sampler_defaults()};
+    text_opts o = {.think = 1, .max_tokens = 512, .repeat_last_n = 64, .sp = sl_sampler_defaults()};
     const char *model;
     int r = parse(argc, argv, run_help, 1, &o, &model);
     if (r) return r == 2 ? 0 : 1;

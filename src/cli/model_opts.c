@@ -10,24 +10,31 @@
 /* ---------------------------------------------------------------- argv before getopt */
 
 #define HINT_GPU                                                                                   \
-    "sluice has no layer split: --backend cuda puts the whole resident core on the GPU, and "     \
+    "sluice has no layer split: --backend cuda puts the whole resident core on the GPU, and "      \
     "--gpu-experts N sets the expert slots per MoE layer there"
 #define HINT_EXPERTS "--experts MODE and --gpu-experts N say where the routed experts live"
-#define HINT_BATCH "--batch N sets the prompt tokens per prefill chunk"
+#define HINT_BATCH   "--batch N sets the prompt tokens per prefill chunk"
 #define HINT_THREADS "-t/--threads N sets the threads of prompt and decode alike"
-#define HINT_CHAT "'sluice chat MODEL' is the conversation mode"
+#define HINT_CHAT    "'sluice chat MODEL' is the conversation mode"
 
 /* llama.cpp options that sluice spells differently or does without, and what to use. */
 static const struct {
     const char *name, *hint;
 } llama_opts[] = {
-    {"ngl", HINT_GPU},          {"n-gpu-layers", HINT_GPU},
-    {"gpu-layers", HINT_GPU},   {"ot", HINT_EXPERTS},
-    {"override-tensor", HINT_EXPERTS}, {"b", HINT_BATCH},
-    {"batch-size", HINT_BATCH}, {"ub", HINT_BATCH},
-    {"ubatch-size", HINT_BATCH}, {"tb", HINT_THREADS},
-    {"threads-batch", HINT_THREADS}, {"cnv", HINT_CHAT},
-    {"conversation", HINT_CHAT}, {"sys", "--system TEXT sets the system message"},
+    {"ngl", HINT_GPU},
+    {"n-gpu-layers", HINT_GPU},
+    {"gpu-layers", HINT_GPU},
+    {"ot", HINT_EXPERTS},
+    {"override-tensor", HINT_EXPERTS},
+    {"b", HINT_BATCH},
+    {"batch-size", HINT_BATCH},
+    {"ub", HINT_BATCH},
+    {"ubatch-size", HINT_BATCH},
+    {"tb", HINT_THREADS},
+    {"threads-batch", HINT_THREADS},
+    {"cnv", HINT_CHAT},
+    {"conversation", HINT_CHAT},
+    {"sys", "--system TEXT sets the system message"},
     {"system-prompt", "--system TEXT sets the system message"},
     {"np", "'sluice serve --parallel N' admits N requests at once"},
 };
@@ -69,7 +76,7 @@ int cli_getopt_start(int argc, char **argv, const char *shortopts, const struct 
             const struct option *o = long_option(longopts, a + 2, len);
             const char *hint = o ? NULL : llama_hint(a + 2, len);
             if (hint) return cli_error("unknown option '%.*s': %s", (int)len + 2, a, hint);
-            if (!o) return 0; /* getopt says what is wrong */
+            if (!o) return 0; /* not an option of this command: getopt says so */
             if (o->has_arg == required_argument && !a[2 + len]) i++; /* its value */
             continue;
         }
@@ -158,11 +165,8 @@ int cli_model_opts_check(const cli_model_opts *o) {
      * warning. The policy and the readers only change how the stream mode works. */
     if (o->mp.cache_experts || o->mp.cache_mem || o->mp.direct_io)
         return cli_error("--cache-experts, --cache-mem and --direct-io need --experts stream");
-    if (o->policy_set || o->mp.io_threads)
-        cli_warn("%s%s%s do%s nothing without --experts stream", o->policy_set ? "--cache-policy" : "",
-                 o->policy_set && o->mp.io_threads ? " and " : "",
-                 o->mp.io_threads ? "--io-threads" : "",
-                 o->policy_set && o->mp.io_threads ? "" : "es");
+    if (o->policy_set) cli_warn("--cache-policy does nothing without --experts stream");
+    if (o->mp.io_threads) cli_warn("--io-threads does nothing without --experts stream");
     return 0;
 }
 
@@ -173,15 +177,13 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
         cli_warn("a context of %lld tokens is longer than the model's %d positions "
                  "(max_position_embeddings): what comes past them may be poor",
                  (long long)ctx, in.max_position);
-    if (strcmp(in.backend, "cuda") && (o->mp.gpu_experts || o->mp.graphs))
-        cli_warn("%s%s%s do%s nothing on the CPU backend%s",
-                 o->mp.gpu_experts ? "--gpu-experts" : "",
-                 o->mp.gpu_experts && o->mp.graphs ? " and " : "",
-                 o->mp.graphs ? "--cuda-graphs" : "",
-                 o->mp.gpu_experts && o->mp.graphs ? "" : "es",
-                 o->mp.backend == SL_BACKEND_CPU
-                     ? " (--backend cpu)"
-                     : ": this sluice has no CUDA (make CUDA=1) or found no GPU");
+    if (strcmp(in.backend, "cuda") && (o->mp.gpu_experts || o->mp.graphs)) {
+        const char *why = o->mp.backend == SL_BACKEND_CPU
+                              ? " (--backend cpu)"
+                              : ": this sluice has no CUDA (make CUDA=1) or found no GPU";
+        if (o->mp.gpu_experts) cli_warn("--gpu-experts does nothing on the CPU backend%s", why);
+        if (o->mp.graphs) cli_warn("--cuda-graphs does nothing on the CPU backend%s", why);
+    }
     if (!o->verbose) return;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(stderr,

@@ -267,8 +267,8 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
                            "expert cache of %lld slot%s per layer is smaller than the %d "
                            "experts one token uses: --cache-mem must be at least %s (top-k %d "
                            "experts x %d layers x %s)",
-                           (long long)n, n == 1 ? "" : "s", p->min_slots, need, p->min_slots,
-                           n_moe, one);
+                           (long long)n, n == 1 ? "" : "s", p->min_slots, need, p->min_slots, n_moe,
+                           one);
         }
         L->n_slots = (int32_t)SL_MIN(n, E);
         L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)L->n_slots * h->blob_bytes);
