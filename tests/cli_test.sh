@@ -69,6 +69,44 @@ expect_fail "empty id" "invalid --ids" "$BIN" generate "$M" --ids 1,,3
 expect_fail "bad -n" "invalid -n" "$BIN" generate "$M" --ids 1 -n -4
 expect_fail "id out of vocab" "outside the vocabulary" "$BIN" generate "$M" --ids 1,99999999 -n 1
 expect_fail "ctx too small" "context full" "$BIN" generate "$M" --ids 1,2,3 -n 4 --ctx 2
+# llama.cpp habits: options of several letters after one dash are unknown options (with a
+# hint where sluice has another way), not "-n gl"; attached short values still work.
+expect_fail "-ngl: unknown option with a hint" "unknown option '-ngl'.*--gpu-experts" \
+    "$BIN" generate "$M" --ids 1 -ngl 99
+expect_fail "--n-gpu-layers: the same hint" "unknown option '--n-gpu-layers'.*--backend cuda" \
+    "$BIN" run "$M" -p x --n-gpu-layers 99
+expect_fail "-temp: did you mean --temp" "did you mean '--temp'" "$BIN" run "$M" -p x -temp 0.5
+expect_fail "-m and a MODEL operand" "given with -m" "$BIN" generate -m "$M" "$M" --ids 1
+ids=$(json_field "$M/ref.json" ids)
+nids=$(echo "$ids" | tr ',' '\n' | wc -l)
+"$BIN" generate "$M" --ids "$ids" -n 5 >"$TMP/g5" 2>/dev/null
+if "$BIN" generate -m "$M" --ids "$ids" -n5 -c $((nids + 5)) >"$TMP/g5m" 2>/dev/null && cmp -s "$TMP/g5" "$TMP/g5m" &&
+    "$BIN" generate --model "$M" --ids "$ids" --n-predict 5 --ctx-size 512 2>/dev/null | cmp -s - "$TMP/g5"; then
+    ok "generate -m/--model, -n5/--n-predict, -c/--ctx-size"
+else
+    bad "generate llama.cpp-style flags"
+fi
+# A context too short for -n: the ids that fit (prompt + new = ctx + 1, the last one not run
+# through the model) are printed, with a notice, exit 0.
+if "$BIN" generate "$M" --ids "$ids" -n 5 --ctx $((nids + 2)) >"$TMP/gc" 2>"$TMP/err" &&
+    [ "$(tail -n 1 "$TMP/gc")" = "$(tail -n 1 "$TMP/g5" | cut -d, -f1-3)" ] &&
+    grep -q "context of $((nids + 2)) tokens is full: stopped after 3 of 5" "$TMP/err"; then
+    ok "generate past the context prints the ids it made"
+else
+    bad "generate past the context: $(cat "$TMP/gc" "$TMP/err")"
+fi
+if "$BIN" generate "$M" --ids 1 -n 1 --ctx 600 2>&1 >/dev/null | grep -q "longer than the model's 512 positions"; then
+    ok "--ctx past max_position_embeddings warns"
+else
+    bad "--ctx past max_position_embeddings"
+fi
+"$BIN" logits "$M" --ids "$ids" --out "$TMP/lf.f32" 2>/dev/null
+if "$BIN" logits "$M" --ids "$ids" --out - -v >"$TMP/lo.f32" 2>"$TMP/err" && cmp -s "$TMP/lf.f32" "$TMP/lo.f32" &&
+    grep -q "qwen3_moe, 3 layers" "$TMP/err"; then
+    ok "logits --out - writes the logits alone to stdout (-v to stderr)"
+else
+    bad "logits --out -: $(head -c 300 "$TMP/err")"
+fi
 expect_fail "missing out" "missing --out" "$BIN" logits "$M" --ids 1
 expect_fail "no such model" "No such file" "$BIN" generate /nonexistent --ids 1
 expect_fail "not a model" "config.json" "$BIN" generate "$TMP" --ids 1
@@ -109,6 +147,25 @@ expect_fail "pack missing out" "SRC and OUT" "$BIN" pack "$M"
 expect_fail "pack a pack" "already packed" "$BIN" pack "$TMP/p8" "$TMP/x"
 expect_fail "stream on HF dir" "packed model" "$BIN" generate "$M" --ids 1 --experts stream
 expect_fail "cache too small" "smaller than" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-experts 1
+# A budget below top-k experts per layer: the smallest --cache-mem that works, in the units
+# --cache-mem takes, and that value works.
+expect_fail "cache-mem too small: the least that works" "--cache-mem must be at least [0-9.]*[KMG] (top-k 2 experts x [0-9]* layers x" \
+    "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-mem 1K
+least=$(grep -o "at least [0-9.]*[KMG]" "$TMP/err" | cut -d' ' -f3)
+if [ -n "$least" ] && "$BIN" generate "$TMP/p8" --ids 1 -n 2 --experts stream --cache-mem "$least" >/dev/null 2>&1; then
+    ok "--cache-mem $least (the value the error gave) works"
+else
+    bad "--cache-mem '$least' from the error"
+fi
+# Options that do nothing here warn and go on.
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 --cache-policy lru --io-threads 2 --gpu-experts 2 --backend cpu >"$TMP/g1" 2>"$TMP/err" &&
+    cmp -s "$TMP/g1" "$TMP/g2" && grep -q "warning: --cache-policy does nothing without --experts stream" "$TMP/err" &&
+    grep -q "warning: --io-threads does nothing without --experts stream" "$TMP/err" &&
+    grep -q "warning: --gpu-experts does nothing on the CPU backend" "$TMP/err"; then
+    ok "stream-only and CUDA-only options warn without stream / CUDA"
+else
+    bad "options that do nothing: $(cat "$TMP/err")"
+fi
 expect_fail "bad cache size" "invalid --cache-mem" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-mem 12Q
 expect_fail "cache without stream" "need --experts stream" "$BIN" generate "$TMP/p8" --ids 1 --cache-experts 4
 expect_fail "bad experts mode" "invalid --experts" "$BIN" generate "$TMP/p8" --ids 1 --experts disk
@@ -134,6 +191,45 @@ if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/de
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 7 >"$TMP/s2" 2>/dev/null
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 8 >"$TMP/s3" 2>/dev/null
     if cmp -s "$TMP/s1" "$TMP/s2" && ! cmp -s "$TMP/s1" "$TMP/s3"; then ok "run: same seed, same text"; else bad "run seeds"; fi
+    # -n N is N new tokens in run and generate alike (the first from the prompt's logits), and
+    # the statistics line counts them all.
+    if "$BIN" generate "$TMP/tq" --ids 9707,11 -n 12 2>&1 >/dev/null | grep -q "decode 12 tok"; then
+        ok "generate -n 12 and run -n 12 both say decode 12 tok"
+    else
+        bad "generate -n 12 decode count"
+    fi
+    # No --seed: a random seed, which -v and --stats show and which repeats the run.
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 0.8 -v >"$TMP/s4" 2>"$TMP/err"
+    seed=$(grep -o "^seed [0-9]*" "$TMP/err" | cut -d' ' -f2)
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 0.8 -s "$seed" >"$TMP/s5" 2>/dev/null
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 0.8 --stats >"$TMP/s6" 2>"$TMP/err6"
+    if [ -n "$seed" ] && cmp -s "$TMP/s4" "$TMP/s5" && ! cmp -s "$TMP/s4" "$TMP/s6" &&
+        grep -q "^seed [0-9]* (--seed" "$TMP/err6" && grep -q "qwen3_moe, .* layers" "$TMP/err"; then
+        ok "run: random default seed, shown by -v and --stats, repeats the run with -s"
+    else
+        bad "run default seed '$seed' $(cat "$TMP/err")"
+    fi
+    # --repeat-last-n 0: the penalties see nothing (greedy as without them)
+    if "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml --repeat-penalty 5 \
+        --repeat-last-n 0 2>/dev/null | cmp -s - "$TMP/r1" &&
+        "$BIN" run "$TMP/tq" -p "Hello" -n 4 --repeat-penalty 1.3 --repeat-last-n -1 >/dev/null 2>&1; then
+        ok "run --repeat-last-n 0 and -1"
+    else
+        bad "run --repeat-last-n"
+    fi
+    if "$BIN" run "$TMP/tq" --raw -p "Hello" -n 1 --system "Be brief." 2>&1 >/dev/null |
+        grep -q "warning: --system does nothing with a raw prompt"; then
+        ok "run: --system with a raw prompt warns"
+    else
+        bad "run --system with --raw"
+    fi
+    # A reply reaching the end of the context stops there with a notice, exit 0.
+    if "$BIN" run "$TMP/tq" -p "Hello" -n 100 --ctx 24 --ignore-eos --chat-template chatml >"$TMP/r5" 2>"$TMP/err" &&
+        grep -q "reached the end of the context (24 tokens)" "$TMP/err" && [ -s "$TMP/r5" ]; then
+        ok "run: stops at the end of the context with a notice"
+    else
+        bad "run at the end of the context: $(cat "$TMP/err")"
+    fi
     stop=$(head -c 3 "$TMP/r1" | tail -c 2)
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml --stop "$stop" >"$TMP/r3" 2>/dev/null
     if [ "$(wc -c <"$TMP/r3")" -lt "$(wc -c <"$TMP/r1")" ] && ! grep -qF -- "$stop" "$TMP/r3"; then
@@ -151,6 +247,22 @@ if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/de
         ok "chat (piped): /help /stats /reset /exit"
     else
         bad "chat piped $(cat "$TMP/err")"
+    fi
+    # A conversation longer than the context goes on without its oldest turns (said once);
+    # a message that cannot fit even alone is refused and the chat goes on; at the end --stats
+    # and --router-hist as in run.
+    long=$(printf 'river %.0s' $(seq 80))
+    printf 'Hi\nHello there\n%s\nHow are you\nWhat now\n' "$long" |
+        "$BIN" chat "$TMP/tq" --ctx 48 -n 20 --ignore-eos --chat-template chatml --system "Be brief." \
+            --stats --router-hist "$TMP/ch.json" >"$TMP/c4" 2>"$TMP/err"
+    rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c "oldest turns are dropped" "$TMP/err")" -eq 1 ] &&
+        grep -q "not sent" "$TMP/err" && grep -q "decode 80 tok" "$TMP/err" &&
+        grep -q "^--- sluice statistics ---" "$TMP/err" &&
+        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sum(map(sum,(l["counts"] for l in d["layers"]))) > 0' "$TMP/ch.json"; then
+        ok "chat past the context: oldest turns dropped, too long refused, --stats --router-hist"
+    else
+        bad "chat past the context (rc $rc): $(cat "$TMP/err")"
     fi
     # The same through a pseudo-terminal (libedit line editing).
     if command -v script >/dev/null; then
@@ -175,7 +287,8 @@ if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/de
     fi
     expect_fail "run without prompt" "-p TEXT or -f FILE" "$BIN" run "$TMP/tq"
     expect_fail "run bad temp" "invalid --temp" "$BIN" run "$TMP/tq" -p x --temp -1
-    expect_fail "run no tokenizer" "tokenizer" "$BIN" run "$M" -p x
+    expect_fail "run no tokenizer" "no tokenizer.json: pass --tokenizer PATH" "$BIN" run "$M" -p x
+    expect_fail "chat no tokenizer" "no tokenizer.json: pass --tokenizer PATH" "$BIN" chat "$M" </dev/null
     expect_fail "run bad template" "unknown chat template" "$BIN" run "$TMP/tq" -p x --chat-template llama
 else
     bad "could not make the tiny model (python3-numpy missing?)"

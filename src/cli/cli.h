@@ -2,6 +2,7 @@
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -41,10 +42,13 @@ enum {
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
-/* getopt_long entries of the model options, to put in a command's table. */
+/* getopt_long entries of the model options, to put in a command's table, and their short
+ * letters, to put in its getopt string. */
+#define CLI_MODEL_SHORTOPTS "t:c:m:v"
 #define CLI_MODEL_LONGOPTS                                                                         \
-    {"threads", required_argument, 0, CLI_OPT_THREADS},                                            \
+    {"threads", required_argument, 0, CLI_OPT_THREADS}, {"model", required_argument, 0, 'm'},      \
         {"ctx", required_argument, 0, CLI_OPT_CTX},                                                \
+        {"ctx-size", required_argument, 0, CLI_OPT_CTX}, {"verbose", no_argument, 0, 'v'},         \
         {"batch", required_argument, 0, CLI_OPT_BATCH},                                            \
         {"experts", required_argument, 0, CLI_OPT_EXPERTS},                                        \
         {"cache-experts", required_argument, 0, CLI_OPT_CACHE_EXPERTS},                            \
@@ -61,8 +65,9 @@ enum {
     }
 
 #define CLI_MODEL_HELP                                                                             \
+    "  -m, --model MODEL      the model directory (instead of the MODEL operand)\n"                \
     "  -t, --threads N        compute threads (default: all cores)\n"                              \
-    "  --ctx N                KV cache length in tokens\n"                                         \
+    "  -c, --ctx-size N       KV cache length in tokens (also --ctx)\n"                            \
     "  --batch N              prompt tokens per prefill chunk (default 512; 1 = token by\n"        \
     "                         token through the decode path)\n"                                    \
     "  --experts MODE         mapped (default) | resident | stream (packed models)\n"              \
@@ -72,6 +77,7 @@ enum {
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
     "  --stats                print the full statistics table at the end\n"                        \
+    "  -v, --verbose          the load details, the seed and the statistics table\n"               \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
@@ -81,27 +87,40 @@ enum {
 
 typedef struct cli_model_opts {
     sl_model_params mp;
+    const char *model;  /* -m/--model, else NULL (the MODEL operand) */
     int64_t ctx, batch; /* 0 = the command's default */
-    int stats;
+    int stats, verbose;
+    int policy_set; /* --cache-policy given (its default is 0) */
     const char *router_hist;
 } cli_model_opts;
 
-/* Handles option c ('t' or a CLI_OPT_ code): 1 handled, 0 not a model option, -1 error
- * (printed). */
+/* Resets getopt (optind 1, no messages of its own) and checks argv before it reads it: an
+ * option of several letters after one dash (llama.cpp's "-ngl 99", which getopt reads as
+ * "-n gl") is an unknown option, with a hint for llama.cpp options that sluice spells
+ * differently. 0 to go on, 1 when an error was printed. */
+int cli_getopt_start(int argc, char **argv, const char *shortopts, const struct option *longopts);
+/* Handles option c ('t', 'c', 'm', 'v' or a CLI_OPT_ code): 1 handled, 0 not a model option,
+ * -1 error (printed). */
 int cli_model_option(int c, const char *arg, cli_model_opts *o);
-/* Checks combinations once all options are read; 0 when fine (else printed). */
+/* Checks combinations once all options are read; 0 when fine (else printed). Options that do
+ * nothing in this combination are warned about. */
 int cli_model_opts_check(const cli_model_opts *o);
-/* End of a run: the statistics and router histogram asked for; 0 or 1. */
+/* Once the model is loaded and the KV cache has ctx tokens: warns about a context longer than
+ * the model's positions and options the backend ignores; with -v, the load details. */
+void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx);
+/* End of a run: the statistics (--stats, -v) and router histogram asked for; 0 or 1. */
 int cli_model_finish(sl_model *m, const cli_model_opts *o);
 
 /* Prints "sluice: <msg>" to stderr; returns 1 (the exit status for errors). */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "sluice: warning: <msg>" to stderr: something asked for that does nothing here. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Commands taking exactly one path: 0 to go on with argv[1], 1 on error (printed),
  * 2 after printing help. what: "one DIR", "one MODEL directory". */
 int cli_one_path(int argc, char **argv, const char *help, const char *cmd, const char *what);
-/* After getopt: the one MODEL operand at argv[optind], or NULL (error printed) when there is
- * none or more than one. */
-const char *cli_model_operand(int argc, char **argv, int optind);
+/* After getopt: the model, given by -m/--model (opt_model, no operand then) or as the one
+ * MODEL operand at argv[optind]; NULL (error printed) when there is none or more than one. */
+const char *cli_model_operand(int argc, char **argv, int optind, const char *opt_model);
 /* Parses "1,2,3" into a new array; 0 on success. */
 int cli_parse_ids(const char *s, int32_t **ids, int32_t *n);
 /* Parses a decimal integer in [lo, hi]; 0 on success. */

@@ -32,7 +32,6 @@ static const struct option long_opts[] = {
     {"port", required_argument, 0, OPT_PORT},
     {"api-key", required_argument, 0, OPT_API_KEY},
     {"parallel", required_argument, 0, OPT_PARALLEL},
-    {"ctx-size", required_argument, 0, CLI_OPT_CTX},
     {"timeout", required_argument, 0, OPT_TIMEOUT},
     {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},
     {"max-body", required_argument, 0, OPT_MAX_BODY},
@@ -61,8 +60,8 @@ static const char serve_help[] =
     "                         (default: $SLUICE_API_KEY if set, else none)\n"
     "  --parallel N           requests admitted at once, running + queued (default 8);\n"
     "                         more get 503\n"
-    "  --ctx-size N           KV cache length in tokens, same as --ctx (default:\n"
-    "                         min(model's maximum, 8192)); longer prompts get 400\n"
+    "  (-c/--ctx-size N below: default min(model's maximum, 8192); longer prompts get\n"
+    "  400, a reply that reaches the end of the context ends with finish_reason 'length')\n"
     "  --timeout SEC          longest time a request may take, queue included (default\n"
     "                         600); generation then stops with finish_reason 'length'\n"
     "  --idle-timeout SEC     close connections idle this long (default 60)\n"
@@ -95,9 +94,9 @@ int cli_serve(int argc, char **argv) {
     const char *tokenizer = NULL, *template_name = NULL;
     int64_t v;
     int c, r;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":ht:", long_opts, NULL)) != -1) {
+    static const char shortopts[] = ":h" CLI_MODEL_SHORTOPTS;
+    if (cli_getopt_start(argc, argv, shortopts, long_opts)) return 1;
+    while ((c = getopt_long(argc, argv, shortopts, long_opts, NULL)) != -1) {
         if ((r = cli_model_option(c, optarg, &mo))) {
             if (r < 0) return 1;
             continue;
@@ -136,7 +135,7 @@ int cli_serve(int argc, char **argv) {
         default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
         }
     }
-    const char *model = cli_model_operand(argc, argv, optind);
+    const char *model = cli_model_operand(argc, argv, optind, mo.model);
     if (!model || cli_model_opts_check(&mo)) return 1;
     char name[256];
     snprintf(name, sizeof name, "%s", model);

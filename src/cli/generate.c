@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void cli_gen_free(cli_gen *g) {
     free(g->logits), free(g->ctx_ids), free(g->reply);
@@ -15,6 +16,15 @@ void cli_gen_free(cli_gen *g) {
 
 int cli_gen_init(cli_gen *g, const cli_gen_setup *su) {
     sl_error err = {0};
+    /* A model directory without its tokenizer (a pack made without one, a bare checkpoint):
+     * say where else it can come from. A directory that is not there is the loader's error. */
+    struct stat sb;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", su->model);
+    if (!su->tokenizer && !stat(su->model, &sb) && S_ISDIR(sb.st_mode) && stat(path, &sb))
+        return cli_error("%s has no tokenizer.json: pass --tokenizer PATH (a tokenizer.json, or "
+                         "a directory with one)",
+                         su->model);
     sl_status st = sl_tokenizer_load(su->tokenizer ? su->tokenizer : su->model, &g->tok, &err);
     if (!st)
         st = su->template_name ? sl_chat_template_from_name(su->template_name, &g->tpl, &err)
@@ -40,6 +50,7 @@ int cli_gen_init(cli_gen *g, const cli_gen_setup *su) {
     g->ctx_ids = malloc((size_t)ctx * sizeof(int32_t));
     if (!g->logits || !g->ctx_ids) return cli_error("out of memory");
     if (sl_session_create(g->m, &sp, &g->s, &err)) return cli_error("%s", err.msg);
+    cli_model_report(g->m, su->mo, ctx);
     return 0;
 }
 
@@ -154,8 +165,11 @@ sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen
             break;
         }
         if (cancelled) break;
+        if (g->n_ctx >= room) { /* context full: the id stays out of the cache and the history */
+            res->ctx_full = k + 1 < p->max_tokens;
+            break;
+        }
         sl_sampler_accept(g->smp, id);
-        if (g->n_ctx >= room) break; /* context full */
         g->ctx_ids[g->n_ctx++] = id;
         if ((st = sl_session_forward(g->s, &id, 1, g->logits, 0, err))) {
             sl_session_reset(g->s);

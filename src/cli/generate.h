@@ -41,7 +41,8 @@ typedef struct cli_gen_setup {
 } cli_gen_setup;
 
 /* Loads tokenizer, template, generation_config, model and session (not the
- * sampler). 0, or 1 with the error printed; cli_gen_free in both cases. */
+ * sampler), then reports as cli_model_report does. 0, or 1 with the error printed;
+ * cli_gen_free in both cases. */
 int cli_gen_init(cli_gen *g, const cli_gen_setup *setup);
 void cli_gen_free(cli_gen *g);
 
@@ -72,6 +73,7 @@ typedef struct cli_gen_result {
     int32_t cached_tokens;     /* of which reused from the KV cache */
     int32_t completion_tokens; /* tokens sampled into the reply (EOS not counted) */
     cli_finish finish;
+    int ctx_full; /* the reply stopped at the end of the context, before max_tokens */
 } cli_gen_result;
 
 /* Runs the prompt ids after the longest prefix of them already in the KV cache

@@ -29,7 +29,12 @@ static const char usage[] =
     "or a directory made by 'sluice pack'.\n"
     "'sluice <command> --help' describes each command's options.\n";
 
-const char *cli_model_operand(int argc, char **argv, int optind) {
+const char *cli_model_operand(int argc, char **argv, int optind, const char *opt_model) {
+    if (opt_model && optind < argc) {
+        cli_error("unexpected argument '%s' (the model is given with -m/--model)", argv[optind]);
+        return NULL;
+    }
+    if (opt_model) return opt_model;
     if (optind == argc - 1) return argv[optind];
     cli_error(optind >= argc ? "missing MODEL directory (see --help)"
                              : "unexpected argument '%s' (see --help)",
@@ -45,6 +50,15 @@ int cli_error(const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     return 1;
+}
+
+void cli_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sluice: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
 }
 
 int cli_one_path(int argc, char **argv, const char *help, const char *cmd, const char *what) {

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -174,6 +175,23 @@ static void set_views(sl_expert *v, const sl_experts_header *h, const uint8_t *b
     v->down = sl_expert_matrix(h, blob, 2);
 }
 
+/* bytes as the CLI's sizes are written (powers of 1024: "1.2M"), rounded up so that the value
+ * shown is always enough. */
+static void size_up(int64_t bytes, char *out, size_t cap) {
+    static const char units[] = "KMGT";
+    double v = (double)bytes;
+    int u = -1;
+    while (v >= 1024 && u < 3) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0) {
+        snprintf(out, cap, "%lld", (long long)bytes);
+        return;
+    }
+    snprintf(out, cap, "%.1f%c", ceil(v * 10) / 10, units[u]);
+}
+
 static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int64_t H, int64_t I,
                             const sl_store_params *p, int32_t n_moe, sl_error *err) {
     sl_expert_layer *L = &s->layers[l];
@@ -236,13 +254,22 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         int64_t n = p->cache_experts;
         if (n <= 0 && p->cache_mem > 0) n = p->cache_mem / ((int64_t)h->blob_bytes * n_moe);
         if (n <= 0 && p->cache_mem <= 0) n = E;
-        if (n < p->min_slots)
+        if (n < p->min_slots && p->cache_experts > 0)
             return sl_fail(err, SL_ERR_ARG,
-                           "expert cache of %lld slots per layer is smaller than "
-                           "the %d experts one token uses (a budget of at least %lld bytes is "
-                           "needed)",
-                           (long long)n, p->min_slots,
-                           (long long)h->blob_bytes * p->min_slots * n_moe);
+                           "expert cache of %lld slot%s per layer is smaller than the %d "
+                           "experts one token uses: --cache-experts must be at least %d",
+                           (long long)n, n == 1 ? "" : "s", p->min_slots, p->min_slots);
+        if (n < p->min_slots) {
+            char need[32], one[32];
+            size_up((int64_t)h->blob_bytes * p->min_slots * n_moe, need, sizeof need);
+            size_up((int64_t)h->blob_bytes, one, sizeof one);
+            return sl_fail(err, SL_ERR_ARG,
+                           "expert cache of %lld slot%s per layer is smaller than the %d "
+                           "experts one token uses: --cache-mem must be at least %s (top-k %d "
+                           "experts x %d layers x %s)",
+                           (long long)n, n == 1 ? "" : "s", p->min_slots, need, p->min_slots, n_moe,
+                           one);
+        }
         L->n_slots = (int32_t)SL_MIN(n, E);
         L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)L->n_slots * h->blob_bytes);
         L->slot_views = sl_calloc((size_t)L->n_slots, sizeof(sl_expert), err);

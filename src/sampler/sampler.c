@@ -40,9 +40,8 @@ sl_status sl_sampler_create(const sl_sampler_params *p, int32_t vocab, sl_sample
     sl_sampler *s = sl_calloc(1, sizeof *s, err);
     if (!s) return SL_ERR_NOMEM;
     s->p = *p;
-    if (s->p.penalty_last_n == 0) s->p.penalty_last_n = 64;
     s->vocab = vocab;
-    s->history = sl_calloc((size_t)s->p.penalty_last_n, sizeof(int32_t), err);
+    s->history = sl_calloc((size_t)SL_MAX(s->p.penalty_last_n, 1), sizeof(int32_t), err);
     s->count = sl_calloc((size_t)vocab, sizeof(int32_t), err);
     s->cand = sl_calloc((size_t)vocab, sizeof(int32_t), err);
     s->prob = sl_calloc((size_t)vocab, sizeof(float), err);
@@ -68,8 +67,8 @@ void sl_sampler_reset(sl_sampler *s) {
 }
 
 void sl_sampler_accept(sl_sampler *s, int32_t id) {
-    if (id < 0 || id >= s->vocab) return;
     const int32_t n = s->p.penalty_last_n;
+    if (id < 0 || id >= s->vocab || n == 0) return; /* a window of 0: the penalties see nothing */
     if (s->n_history == n)
         s->count[s->history[s->head]]--; /* the oldest leaves the window */
     else

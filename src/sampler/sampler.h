@@ -26,7 +26,7 @@ typedef struct sl_sampler_params {
     float repetition_penalty; /* 1 = off */
     float presence_penalty;   /* 0 = off */
     float frequency_penalty;  /* 0 = off */
-    int32_t penalty_last_n;   /* how much history the penalties see; 0 = 64 */
+    int32_t penalty_last_n;   /* the penalties' window: the last N tokens (default 64); 0 = off */
     uint64_t seed;
 } sl_sampler_params;
 

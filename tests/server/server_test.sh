@@ -212,6 +212,18 @@ else
     bad "SIGTERM: rc $rc, stream end $(tail -c 200 "$TMP/term.sse"), log $(tail -n 3 "$TMP/main.err")"
 fi
 
+# ---- a reply that reaches the end of the context ends with finish_reason "length", having
+# used every position the prompt left (-c: llama.cpp's name for --ctx-size)
+start small -c 48 || exit 1
+expect "reply to the end of the context: finish_reason length" 200 '"finish_reason":"length"' "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"}],"temperature":0,"ignore_eos":true}' "$URL/v1/chat/completions"
+if python3 -c 'import json,sys; u=json.load(open(sys.argv[1]))["usage"]; sys.exit(u["total_tokens"] != 48)' "$TMP/body"; then
+    ok "the reply filled the context (48 tokens in all)"
+else
+    bad "context end usage: $(head -c 400 "$TMP/body")"
+fi
+stop "$PID"
+
 # ---- --api-key, --parallel (503 when full)
 start keyed --api-key s3cret --parallel 1 || exit 1
 expect "no key: 401" 401 'invalid_api_key' "${J[@]}" -d '{"prompt":"x","max_tokens":1}' "$URL/v1/completions"

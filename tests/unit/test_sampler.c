@@ -141,6 +141,34 @@ TEST(test_sampler_penalties) {
     sl_sampler_free(s);
 }
 
+/* The penalties' window (--repeat-last-n): N = the last N accepted ids, however many that is
+ * against the vocabulary; 0 = penalties off whatever was accepted. */
+TEST(test_sampler_penalty_window) {
+    sl_sampler_params p = sl_sampler_defaults();
+    p.frequency_penalty = 0.01f;
+    p.penalty_last_n = 100; /* a window longer than the vocabulary (the context's, with -1) */
+    sl_sampler *s = make(p);
+    for (int i = 0; i < 300; i++) /* 0 x 150 then 1 x 150: the window holds 100 of the 1s */
+        sl_sampler_accept(s, i < 150 ? 0 : 1);
+    float l[V] = {0};
+    sl_sampler_sample(s, l);
+    CHECK(l[0] == 0 && fabsf(l[1] + 1.0f) < 1e-5f && l[2] == 0);
+    sl_sampler_reset(s); /* forgets the history */
+    float m[V] = {0};
+    sl_sampler_sample(s, m);
+    CHECK(m[1] == 0);
+    sl_sampler_free(s);
+    p.repetition_penalty = 2;
+    p.presence_penalty = 1;
+    p.penalty_last_n = 0;
+    s = make(p);
+    sl_sampler_accept(s, 0);
+    sl_sampler_accept(s, 0);
+    float n[V] = {2, 1.5f, 0, 0, 0, 0, 0, 0};
+    CHECK(sl_sampler_sample(s, n) == 0 && n[0] == 2);
+    sl_sampler_free(s);
+}
+
 /* Without top-k the sampler draws from its best 256 candidates when it can; it must pick what
  * a pass over the whole sorted vocabulary picks (here: top-k of all but the least likely id,
  * whose probability is negligible), whether the draw stays among them or falls past them. */
