@@ -355,6 +355,12 @@ expect_fail "inspect a .gguf file" "model-Q4_K_M.gguf is a GGUF file: GGUF is no
 mkdir -p "$TMP/gguf" && cp "$TMP/model-Q4_K_M.gguf" "$TMP/gguf/"
 expect_fail "generate on a directory of .gguf files" "holds only GGUF files: GGUF is not supported yet" "$BIN" generate "$TMP/gguf" --ids 1
 expect_fail "pack a directory of .gguf files" "holds only GGUF files" "$BIN" pack "$TMP/gguf" "$TMP/pg"
+# run, chat and serve read the tokenizer before the model: the same one line first
+expect_fail "run on a .gguf file" "is a GGUF file: GGUF is not supported yet" "$BIN" run "$TMP/model-Q4_K_M.gguf" -p hi
+expect_fail "chat on a directory of .gguf files" "holds only GGUF files" "$BIN" chat "$TMP/gguf" </dev/null
+expect_fail "serve on a model's file" "is a file: MODEL is the directory that holds the model" \
+    "$BIN" serve "$FIX/qwen2_odd/config.json" --port 0
+expect_fail "pack with -ngl" "unknown option '-ngl'" "$BIN" pack a b -ngl 99
 if "$BIN" inspect models/kjv-moe >"$TMP/out" 2>&1 && ! grep -q " 0\.00 " "$TMP/out" &&
     grep -q "resident core [0-9.]* MB; one expert [0-9.]* KB; all experts [0-9.]* MB" "$TMP/out" &&
     grep -q "per token *at most [0-9.]* MB read" "$TMP/out"; then

@@ -26,8 +26,7 @@ int cli_pack(int argc, char **argv) {
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     sl_pack_params p = {.quant = SL_QUANT_INT8, .progress = cli_progress};
-    optind = 1;
-    opterr = 0;
+    if (cli_getopt_start(argc, argv, ":h", opts)) return 1;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {

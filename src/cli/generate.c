@@ -16,12 +16,16 @@ void cli_gen_free(cli_gen *g) {
 
 int cli_gen_init(cli_gen *g, const cli_gen_setup *su) {
     sl_error err = {0};
+    /* What MODEL is comes first (a file, a GGUF, a partial pack: the loader's one clear line),
+     * since the tokenizer is read before the model. */
+    int32_t packed;
+    if (sl_model_check_dir(su->model, &packed, &err)) return cli_error("%s", err.msg);
     /* A model directory without its tokenizer (a pack made without one, a bare checkpoint):
-     * say where else it can come from. A directory that is not there is the loader's error. */
+     * say where else it can come from. */
     struct stat sb;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", su->model);
-    if (!su->tokenizer && !stat(su->model, &sb) && S_ISDIR(sb.st_mode) && stat(path, &sb))
+    if (!su->tokenizer && stat(path, &sb))
         return cli_error("%s has no tokenizer.json: pass --tokenizer PATH (a tokenizer.json, or "
                          "a directory with one)",
                          su->model);
