@@ -331,9 +331,10 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         (st = get_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
                       err)) ||
         (st = get_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
+        /* The top level's, also when text_config has its own: transformers' vision-language
+         * model ties by its own config's key (default false), which text_config's does not
+         * change. */
         (st = get_int(top, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path, err)) ||
-        (st = get_int(root, "tie_word_embeddings", c->tie_word_embeddings, 0, 1,
-                      &c->tie_word_embeddings, path, err)) ||
         (st = get_int(root, "attention_bias", 0, 0, 1, &c->attention_bias, path, err)) ||
         (st = get_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
         (st = get_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position, path,

@@ -184,6 +184,18 @@ TEST(test_config_rope_precedence) {
              "\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1.0}}");
     CHECK(sl_config_parse(&c, text, "config.json", &err) == SL_ERR_UNSUPPORTED &&
           strstr(err.msg, "per layer type"));
+    /* Tying follows the top level of a vision-language config, as its model class does. */
+    static const char *const tie[][2] = {
+        {"\"tie_word_embeddings\":true}}", "0"},
+        {"\"tie_word_embeddings\":true},\"tie_word_embeddings\":false}", "0"},
+        {"\"tie_word_embeddings\":false},\"tie_word_embeddings\":true}", "1"},
+    };
+    for (size_t i = 0; i < sizeof tie / sizeof tie[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", head, tie[i][0]);
+        CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_OK, "tie %zu: %s", i, err.msg);
+        CHECKF(c.tie_word_embeddings == atoi(tie[i][1]), "tie %zu", i);
+        sl_config_free(&c);
+    }
 }
 
 /* ---- checkpoint directories broken in one way each, made from a fixture ---- */
