@@ -2,6 +2,7 @@
  * `tokenize`: ids of JSON-string lines, one JSON array per line (the tokenizer's test contract),
  * optionally with each id's text piece; `detokenize`: the way back, ids to text.
  */
+#include <getopt.h>
 #include <jansson.h>
 #include <string.h>
 
@@ -77,55 +78,81 @@ static int print_ids(const sl_tokenizer *tok, const char *text, size_t len, int 
     return 0;
 }
 
+/* Calls fn on every line of file ('-': standard input) until it returns non-zero; 0, or the
+ * first non-zero return (errors printed). */
+static int each_line(const char *file, int (*fn)(void *user, const char *line, long lineno),
+                     void *user) {
+    FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
+    if (!f) return cli_error("%s: cannot open", file);
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    int rc = 0;
+    while (!rc && getline(&line, &cap, f) >= 0)
+        rc = fn(user, line, ++lineno);
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
+/* The operand TOKENIZER after getopt, and exactly one of the two inputs; 0 or 1 (printed). */
+static int tok_operands(int argc, char **argv, const char *in0, const char *in1, const char *usage,
+                        const char **path) {
+    if (optind >= argc || !in0 == !in1) return cli_error("%s (see --help)", usage);
+    if (optind < argc - 1)
+        return cli_error("unexpected argument '%s' (see --help)", argv[optind + 1]);
+    *path = argv[optind];
+    return 0;
+}
+
+typedef struct tok_job {
+    const sl_tokenizer *tok;
+    const char *file;
+    int pieces;
+    sl_token_ids ids;
+} tok_job;
+
+static int tokenize_line(void *user, const char *line, long lineno) {
+    tok_job *j = user;
+    json_error_t je;
+    json_t *s = json_loads(line, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    int rc = json_is_string(s) ? print_ids(j->tok, json_string_value(s), json_string_length(s),
+                                           j->pieces, &j->ids)
+                               : cli_error("%s:%ld: not a JSON string", j->file, lineno);
+    json_decref(s);
+    return rc;
+}
+
 int cli_tokenize(int argc, char **argv) {
-    const char *path = NULL, *jsonl = NULL, *text = NULL;
-    int pieces = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(tokenize_help, stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--pieces")) {
-            pieces = 1;
-        } else if ((!strcmp(argv[i], "--jsonl") || !strcmp(argv[i], "-p")) && i + 1 < argc) {
-            *(argv[i][1] == 'p' ? &text : &jsonl) = argv[i + 1];
-            i++;
-        } else if (argv[i][0] == '-') {
-            return cli_error("unknown option or missing value '%s' (see --help)", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return cli_error("unexpected argument '%s' (see --help)", argv[i]);
+    static const struct option opts[] = {{"jsonl", required_argument, 0, 'j'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"pieces", no_argument, 0, 'P'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *path = NULL, *text = NULL;
+    tok_job j = {0};
+    if (cli_getopt_start(argc, argv, ":hp:", opts)) return 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hp:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(tokenize_help, stdout); return 0;
+        case 'j': j.file = optarg; break;
+        case 'p': text = optarg; break;
+        case 'P': j.pieces = 1; break;
+        case ':': return cli_error("option '%s' needs a value (see --help)", argv[optind - 1]);
+        default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
         }
     }
-    if (!path || !jsonl == !text)
-        return cli_error("tokenize needs TOKENIZER and one of --jsonl FILE or -p TEXT");
+    if (tok_operands(argc, argv, j.file, text,
+                     "tokenize needs TOKENIZER and one of --jsonl FILE or -p TEXT", &path))
+        return 1;
     sl_error err = {0};
     sl_tokenizer *tok = NULL;
     if (sl_tokenizer_load(path, &tok, &err)) return cli_error("%s", err.msg);
-    sl_token_ids ids = {0};
-    int rc = 0;
-    if (text) {
-        rc = print_ids(tok, text, strlen(text), pieces, &ids);
-    } else {
-        FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "r") : stdin;
-        if (!f) rc = cli_error("%s: cannot open", jsonl);
-        char *line = NULL;
-        size_t cap = 0;
-        long lineno = 0;
-        while (!rc && f && getline(&line, &cap, f) >= 0) {
-            lineno++;
-            json_error_t je;
-            json_t *s = json_loads(line, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-            if (!json_is_string(s))
-                rc = cli_error("%s:%ld: not a JSON string", jsonl, lineno);
-            else
-                rc = print_ids(tok, json_string_value(s), json_string_length(s), pieces, &ids);
-            json_decref(s);
-        }
-        free(line);
-        if (f && f != stdin) fclose(f);
-    }
-    sl_token_ids_free(&ids);
+    j.tok = tok;
+    int rc = text ? print_ids(tok, text, strlen(text), j.pieces, &j.ids)
+                  : each_line(j.file, tokenize_line, &j);
+    sl_token_ids_free(&j.ids);
     sl_tokenizer_free(tok);
     return rc;
 }
@@ -185,40 +212,63 @@ static int parse_id_line(const char *line, const char *file, long lineno, sl_tok
     return rc;
 }
 
-int cli_detokenize(int argc, char **argv) {
-    const char *path = NULL, *jsonl = NULL, *id_list = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(detokenize_help, stdout);
-            return 0;
-        } else if ((!strcmp(argv[i], "--jsonl") || !strcmp(argv[i], "--ids")) && i + 1 < argc) {
-            *(argv[i][2] == 'i' ? &id_list : &jsonl) = argv[i + 1];
-            i++;
-        } else if (argv[i][0] == '-') {
-            return cli_error("unknown option or missing value '%s' (see --help)", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return cli_error("unexpected argument '%s' (see --help)", argv[i]);
-        }
-    }
-    if (!path || !jsonl == !id_list)
-        return cli_error("detokenize needs TOKENIZER and one of --ids 1,2,3 or --jsonl FILE");
-    sl_token_ids ids = {0};
-    int32_t n = 0;
-    if (id_list && cli_parse_ids(id_list, &ids.ids, &n)) return 1;
-    ids.n = ids.cap = (size_t)n;
+typedef struct detok_job {
+    const sl_tokenizer *tok;
+    const char *file;
+    sl_token_ids ids;
+} detok_job;
+
+static int detokenize_line(void *user, const char *line, long lineno) {
+    detok_job *j = user;
     sl_error err = {0};
-    sl_tokenizer *tok = NULL;
-    if (sl_tokenizer_load(path, &tok, &err)) {
-        free(ids.ids);
-        return cli_error("%s", err.msg);
-    }
-    int rc = 0;
     char *text = NULL;
     size_t len = 0;
-    if (id_list) {
-        if (sl_tokenizer_decode(tok, ids.ids, ids.n, 0, &text, &len, &err)) {
+    if (parse_id_line(line, j->file, lineno, &j->ids)) return 1;
+    if (sl_tokenizer_decode(j->tok, j->ids.ids, j->ids.n, 0, &text, &len, &err))
+        return cli_error("%s:%ld: %s", j->file, lineno, err.msg);
+    /* decode gives valid UTF-8 (U+FFFD for bytes that are not), as JSON needs */
+    json_t *s = json_stringn(text, len);
+    char *out = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+    int rc = out ? (puts(out), 0) : cli_error("out of memory");
+    free(out);
+    json_decref(s);
+    free(text);
+    return rc;
+}
+
+int cli_detokenize(int argc, char **argv) {
+    static const struct option opts[] = {{"jsonl", required_argument, 0, 'j'},
+                                         {"ids", required_argument, 0, 'i'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *path = NULL, *id_list = NULL;
+    detok_job j = {0};
+    if (cli_getopt_start(argc, argv, ":h", opts)) return 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': fputs(detokenize_help, stdout); return 0;
+        case 'j': j.file = optarg; break;
+        case 'i': id_list = optarg; break;
+        case ':': return cli_error("option '%s' needs a value (see --help)", argv[optind - 1]);
+        default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (tok_operands(argc, argv, j.file, id_list,
+                     "detokenize needs TOKENIZER and one of --ids 1,2,3 or --jsonl FILE", &path))
+        return 1;
+    int32_t n = 0;
+    if (id_list && cli_parse_ids(id_list, &j.ids.ids, &n)) return 1;
+    j.ids.n = j.ids.cap = (size_t)n;
+    sl_error err = {0};
+    sl_tokenizer *tok = NULL;
+    int rc = 0;
+    if (sl_tokenizer_load(path, &tok, &err)) {
+        rc = cli_error("%s", err.msg);
+    } else if (id_list) {
+        char *text = NULL;
+        size_t len = 0;
+        if (sl_tokenizer_decode(tok, j.ids.ids, j.ids.n, 0, &text, &len, &err)) {
             rc = cli_error("--ids: %s", err.msg);
         } else {
             fwrite(text, 1, len, stdout);
@@ -226,33 +276,10 @@ int cli_detokenize(int argc, char **argv) {
         }
         free(text);
     } else {
-        FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "r") : stdin;
-        if (!f) rc = cli_error("%s: cannot open", jsonl);
-        char *line = NULL;
-        size_t cap = 0;
-        long lineno = 0;
-        while (!rc && f && getline(&line, &cap, f) >= 0) {
-            lineno++;
-            if ((rc = parse_id_line(line, jsonl, lineno, &ids))) break;
-            if (sl_tokenizer_decode(tok, ids.ids, ids.n, 0, &text, &len, &err)) {
-                rc = cli_error("%s:%ld: %s", jsonl, lineno, err.msg);
-                break;
-            }
-            /* decode gives valid UTF-8 (U+FFFD for bytes that are not), as JSON needs */
-            json_t *s = json_stringn(text, len);
-            char *out = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
-            if (out)
-                puts(out);
-            else
-                rc = cli_error("out of memory");
-            free(out);
-            json_decref(s);
-            free(text);
-        }
-        free(line);
-        if (f && f != stdin) fclose(f);
+        j.tok = tok;
+        rc = each_line(j.file, detokenize_line, &j);
     }
-    sl_token_ids_free(&ids);
+    sl_token_ids_free(&j.ids);
     sl_tokenizer_free(tok);
     return rc;
 }
