@@ -53,7 +53,7 @@ check_build() { # $1: deps (a complete .deps will do) or system
         printf '#define PCRE2_CODE_UNIT_WIDTH 8\n#include <stdio.h>\n#include <%s>\n' "$h" |
             cc -E -x c - -o /dev/null 2>/dev/null || need "$p" "$h: $why"
     done <<<"$HEADERS"
-    [ "$1" = deps ] && nodeps=1
+    [ "$1" = deps ] && nodeps=$d
     return 0
 }
 
@@ -141,11 +141,16 @@ packages() {
 cannot_install() {
     local pk
     pk=$(packages | tr '\n' ' ')
-    say "cannot install them: $1. Run this as root, then make again:"
+    if [ "$(id -u)" = 0 ]; then
+        say "cannot install them: $1 (above). The command, then make again:"
+    else
+        say "cannot install them: $1. Run this as root, then make again:"
+    fi
     echo "    apt-get update && apt-get install -y --no-install-recommends ${pk% }"
     if [ -n "${nodeps:-}" ]; then
+        [ -d "$nodeps/include" ] && say "($nodeps lacks some of the headers: made by an older tools/cuda_deps.sh?)"
         say "or, on a machine without a package mirror (the GPU machine): run tools/cuda_deps.sh on"
-        say "a machine with the packages and carry .deps here; make then builds against it."
+        say "a machine with the packages and carry $nodeps here; make then builds against it."
     fi
     exit 1
 }
