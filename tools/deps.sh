@@ -57,15 +57,15 @@ check_build() { # $1: deps (a complete .deps will do) or system
     return 0
 }
 
-# The clang runtime package that matches the clang installed (or the one apt would install).
+# The clang runtimes for the clang installed; with clang itself, the default version's.
 rt_package() {
-    local v
     if command -v clang >/dev/null; then
+        local v
         v=$(clang -dumpversion)
+        echo "libclang-rt-${v%%.*}-dev"
     else
-        v=$(apt-cache depends clang 2>/dev/null | sed -n 's/.*Depends: clang-\([0-9]*\)$/\1/p' | head -n 1)
+        echo libclang-rt-dev
     fi
-    echo "libclang-rt-${v%%.*}-dev"
 }
 has_libfuzzer() {
     local f p
