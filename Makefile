@@ -6,16 +6,54 @@
 #   make run        builds and runs the default job
 #   make format     clang-format every source file
 #   make fuzz       longer libFuzzer runs (clang)
+#   make CUDA=1     build-cuda/sluice with the CUDA backend too (nvcc)
+#
+# Each of them first installs what it lacks (tools/deps.sh: the Debian packages, with
+# apt-get as root or through sudo), or stops with the one command to run. A machine
+# without the -dev packages and without a mirror (the GPU machine) builds against
+# .deps, copies of them made by tools/cuda_deps.sh elsewhere, picked when it is there.
+
+# Dependencies first, before anything below tests what is installed (the fuzz targets'
+# libFuzzer): what the goals need is found or installed, once per command line. DEPS
+# comes back set where the system lacks the headers and .deps has them.
+TEST_GOALS := test unit cli-test server-test san fuzz-smoke fuzz fuzz-run-%
+ifeq ($(MAKELEVEL),0)
+ifneq ($(filter-out clean format,$(or $(MAKECMDGOALS),all)),)
+DEPS_NEEDS := build $(if $(filter $(TEST_GOALS),$(MAKECMDGOALS)),test) $(if $(filter 1,$(CUDA)),cuda) \
+              $(if $(filter test-cuda,$(MAKECMDGOALS)),cuda python)
+DEPS_FOUND := $(shell DEPS=$(DEPS) tools/deps.sh $(DEPS_NEEDS))
+ifneq ($(.SHELLSTATUS),0)
+$(error missing build dependencies: see above)
+endif
+DEPS := $(or $(DEPS),$(DEPS_FOUND))
+export DEPS
+endif
+endif
+# The python3 that runs tools/make_synth.py, in the test scripts too (exported): one that
+# has numpy (python3 on the PATH may be another one, a pyenv's, without it).
+ifneq ($(filter $(TEST_GOALS) test-cuda,$(MAKECMDGOALS)),)
+ifndef PYTHON
+PYTHON := $(shell tools/deps.sh pick-python)
+endif
+export PYTHON
+endif
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
 LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm
+# The command-line tool alone links libedit (line editing for `chat`) and libmicrohttpd (the
+# HTTP server of `serve`, src/server/).
+CLI_LIBS := -ledit -lmicrohttpd -lpthread
 # A machine without the -dev packages (the GPU machine) builds against copies of their headers
-# and static libraries: make DEPS=.deps (include/ and lib/ under it).
+# and libraries (tools/cuda_deps.sh): static ones, and libmicrohttpd with its GnuTLS chain as
+# shared ones (no static GnuTLS chain exists) found at run time through the binary's RPATH
+# (an RPATH, not a RUNPATH: it also serves the libraries' own dependencies).
 ifdef DEPS
 CFLAGS  += -I$(DEPS)/include
 LDLIBS  += -L$(DEPS)/lib -ldl -lpthread
+CLI_LIBS := -ledit -ltinfo -lbsd -lmd -lmicrohttpd -lpthread \
+            -Wl,-rpath,$(abspath $(DEPS))/lib -Wl,--disable-new-dtags
 endif
 LDFLAGS += -fopenmp
 BUILD   := build
@@ -56,7 +94,7 @@ SAN_UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/san/%.o)
 .PHONY: all test unit parity cli-test server-test san fuzz-smoke fuzz run format clean
 
 all: $(BUILD)/sluice
-	@echo "sluice built: $(BUILD)/sluice ($(BACKENDS); SIMD chosen at run time)"
+	@echo "sluice built: $(BUILD)/sluice ($(BACKENDS); SIMD chosen at run time$(if $(DEPS),; libraries from $(DEPS)))"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -74,10 +112,8 @@ $(BUILD)/libsluice.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-# The command-line tool alone links libedit (line editing for `chat`) and
-# libmicrohttpd (the HTTP server of `serve`, src/server/).
 $(BUILD)/sluice: $(CLI_OBJ) $(BUILD)/libsluice.a
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -ledit -lmicrohttpd -lpthread -o $@
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) $(CLI_LIBS) -o $@
 
 $(BUILD)/test_unit: $(UNIT_OBJ) $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -184,5 +220,5 @@ $(BUILD)/bench_cuda: $(BUILD)/tests/cuda/bench_cuda.o $(BUILD)/libsluice.a
 test-cuda:
 	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model
 	build-cuda/test_cuda tests/fixtures
-	python3 tools/make_synth.py /tmp/sluice-synth-k64 --preset tiny-k64 >/dev/null
+	$(PYTHON) tools/make_synth.py /tmp/sluice-synth-k64 --preset tiny-k64 >/dev/null
 	build-cuda/test_cuda_model tests/fixtures /tmp/sluice-synth-k64

@@ -178,7 +178,7 @@ expect_fail "inspect no model" "config.json" "$BIN" inspect "$TMP"
 if "$BIN" inspect "$FIX/qwen4_exp_b" >"$TMP/out" 2>&1 && grep -q "PLE *2 layer" "$TMP/out" &&
     grep -q "end of turn *7, 9" "$TMP/out"; then ok "inspect qwen4_exp"; else bad "inspect qwen4_exp $(cat "$TMP/out")"; fi
 # The text commands on a tiny random model with the real Qwen3 tokenizer.
-if /usr/bin/python3 tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; then
+if "${PYTHON:-python3}" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; then
     cp tests/tokenizer/qwen3/tokenizer.json "$TMP/tq/"
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml >"$TMP/r1" 2>"$TMP/err"
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml >"$TMP/r2" 2>/dev/null

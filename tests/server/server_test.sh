@@ -25,7 +25,7 @@ if [ ! -f "$HERE/node_modules/openai/package.json" ]; then
     (cd "$HERE" && npm install --no-audit --no-fund --loglevel=error) >"$TMP/npm.log" 2>&1 ||
         { cat "$TMP/npm.log"; echo "FAIL npm install openai"; exit 1; }
 fi
-/usr/bin/python3 "$HERE/../../tools/make_synth.py" "$TMP/tq" --preset tiny-qwen-vocab >/dev/null 2>&1 &&
+"${PYTHON:-python3}" "$HERE/../../tools/make_synth.py" "$TMP/tq" --preset tiny-qwen-vocab >/dev/null 2>&1 &&
     cp "$HERE/../tokenizer/qwen3/tokenizer.json" "$TMP/tq/" || { echo "FAIL tiny model"; exit 1; }
 
 # start NAME [options]: starts a server on a free port (--port 0), sets PID, URL.
