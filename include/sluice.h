@@ -29,6 +29,7 @@ typedef enum sl_status {
     SL_ERR_SHAPE = -4,       /* a tensor is missing or has the wrong shape */
     SL_ERR_ARG = -5,         /* bad argument from the caller */
     SL_ERR_NOMEM = -6,
+    SL_ERR_NUMERIC = -7, /* the model computed Inf or NaN (corrupt weights or config): no output */
 } sl_status;
 
 /* One error message, filled by the first failing call. */
@@ -171,6 +172,11 @@ int sl_session_rewind(sl_session *session, int32_t pos);
  * KV cache. logits (may be NULL) receives float32 rows of vocab_size: every
  * position's row when all_logits != 0 (n_tokens x vocab), else only the last.
  * n_tokens may exceed max_batch: the call then runs in chunks of max_batch.
+ * Non-finite values are never returned as scores: a row of logits holding Inf or NaN (or, in a
+ * chunk that returns none, the final hidden state of its last position) fails the call with
+ * SL_ERR_NUMERIC, naming the position. On any error, sl_session_pos counts only the chunks
+ * that completed; a model with linear-attention layers has advanced its recurrent state
+ * through the failed chunk too, so reset such a session before using it again.
  */
 sl_status sl_session_forward(sl_session *session, const int32_t *ids, int32_t n_tokens,
                              float *logits, int all_logits, sl_error *err);

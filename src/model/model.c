@@ -524,6 +524,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->expert_start = carve(hv, E, sizeof(int32_t));
     b->fetched = carve(hv, E, sizeof(sl_expert *));
     b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
+    b->h_hidden = carve(hv, H, sizeof(float));
 }
 
 /* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
@@ -655,6 +656,57 @@ static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_
     return s->model->family->forward(s, id, 1, logits, 0, err);
 }
 
+/*
+ * Non-finite values are an error, never output. Nothing downstream can tell a NaN logit from a
+ * score (argmax takes the first id, a sampler some id, a logits file keeps it), so the check
+ * sits where logits leave the library, in the code both backends share: one pass over the rows
+ * returned (they are host memory by now), or, for a chunk that returns none, over the final
+ * hidden state of its last position (a NaN in an earlier position reaches it through
+ * attention). Only the error path looks further, to say which side of the head it came from.
+ */
+static const char *const overflow_hint =
+    "the layers' outputs overflowed, so the weights or config.json may be corrupt";
+
+static const char *nonfinite_name(float x) {
+    return isnan(x) ? "NaN" : x > 0 ? "Inf" : "-Inf";
+}
+
+/* Row r of the chunk's final hidden state, copied to the host. */
+static const float *hidden_row(sl_session *s, int32_t r) {
+    const sl_backend *be = &s->model->be;
+    const size_t H = (size_t)s->model->cfg.hidden_size;
+    be->ops->to_host(be, s->b.h_hidden, s->b.head_x + (size_t)r * H, H * sizeof(float));
+    return s->b.h_hidden;
+}
+
+/* The check of one chunk of T tokens at s->pos whose logits (when not NULL) went to logits. */
+static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int all_logits,
+                              sl_error *err) {
+    const size_t V = (size_t)s->model->cfg.vocab_size, H = (size_t)s->model->cfg.hidden_size;
+    const sl_isa isa = sl_cpu_best_isa();
+    if (logits) {
+        const size_t n = (all_logits ? (size_t)T : 1) * V, i = sl_first_nonfinite(isa, logits, n);
+        if (i == n) return SL_OK;
+        const int32_t r = (int32_t)(i / V), pos = s->pos + (all_logits ? r : T - 1);
+        if (s->b.head_x && sl_first_nonfinite(isa, hidden_row(s, all_logits ? r : 0), H) == H)
+            return sl_fail(err, SL_ERR_NUMERIC,
+                           "non-finite logits at position %d (logit %zu is %s) from a finite "
+                           "hidden state: the LM head's weights may be corrupt",
+                           pos, i % V, nonfinite_name(logits[i]));
+        return sl_fail(err, SL_ERR_NUMERIC,
+                       "non-finite logits at position %d (logit %zu is %s, and the hidden state "
+                       "too): %s",
+                       pos, i % V, nonfinite_name(logits[i]), overflow_hint);
+    }
+    if (!s->b.head_x) return SL_OK; /* a forward without the shared head: nothing to check */
+    const float *h = hidden_row(s, s->b.head_rows - 1);
+    const size_t i = sl_first_nonfinite(isa, h, H);
+    if (i == H) return SL_OK;
+    return sl_fail(err, SL_ERR_NUMERIC,
+                   "non-finite hidden state at position %d (element %zu is %s): %s", s->pos + T - 1,
+                   i, nonfinite_name(h[i]), overflow_hint);
+}
+
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
                              int all_logits, sl_error *err) {
     const sl_config *c = &s->model->cfg;
@@ -682,11 +734,13 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         else if (logits && last_chunk)
             dst = logits;
         const sl_backend *be = &s->model->be;
+        s->b.head_x = NULL;
         sl_status st = T == 1 && s->model->graphs
                            ? graph_step(s, ids + done, dst, err)
                            : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
         if (!st && be->ops->status) st = be->ops->status(be, err);
         if (!st) blk_moe_settle(s);
+        if (!st) st = check_finite(s, dst, T, all_logits, err);
         if (st) return st;
         s->pos += T;
         done += T;
