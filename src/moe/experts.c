@@ -121,7 +121,9 @@ static int read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset, uint32
             got = (uint64_t)r > skip ? SL_MIN((uint64_t)r - skip, len) : 0;
             memcpy(dst, bounce + skip, (size_t)got);
         }
-        if (got == 0) {
+        if (got == 0) { /* only bytes before offset came back: the end of the file, or a stall */
+            struct stat sb;
+            if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size <= offset) return SL_READ_SHORT;
             if (++stuck >= SL_READ_MAX_STUCK) return EIO;
             continue;
         }
