@@ -158,7 +158,8 @@ san: $(BUILD)/san/test_unit
 # Fuzz targets: libFuzzer under clang when available; otherwise the same
 # targets replay their seed corpus through a plain driver.
 FUZZ_TARGETS := safetensors config pack tokenizer tokjson
-FUZZ_LIB_SRC := src/core/common.c src/format/tensor.c src/format/safetensors.c src/format/pack.c \
+FUZZ_LIB_SRC := src/core/common.c src/core/crc32c.c src/format/tensor.c src/format/safetensors.c \
+                src/format/pack.c \
                 src/model/config.c src/tokenizer/tokenizer.c
 FUZZ_LIBS    := -ljansson -lpcre2-8 -lutf8proc -lm
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
