@@ -29,6 +29,8 @@ typedef enum sl_status {
     SL_ERR_SHAPE = -4,       /* a tensor is missing or has the wrong shape */
     SL_ERR_ARG = -5,         /* bad argument from the caller */
     SL_ERR_NOMEM = -6,
+    SL_ERR_TIMEOUT = -7, /* a read did not finish within the I/O timeout (the disk may recover:
+                          * a server answers 503) */
 } sl_status;
 
 /* One error message, filled by the first failing call. */

@@ -416,7 +416,8 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
             const sl_read_job *j = &b->ple_jobs[i];
             char why[256];
             if (j->err)
-                return sl_fail(err, SL_ERR_IO, "%s: layer %d, n-gram row %lld: %s", tb->path, l,
+                return sl_fail(err, sl_experts_read_status(j->err),
+                               "%s: layer %d, n-gram row %lld: %s", tb->path, l,
                                (long long)b->ple_rows[i],
                                sl_experts_read_error(&m->experts, j, why, sizeof why));
             if (!sl_ngram_row_ok(&tb->hdr, j->dst))

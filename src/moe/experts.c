@@ -267,7 +267,7 @@ static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans
 static void pool_free(sl_reader_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    __atomic_store_n(&p->quit, 1, __ATOMIC_RELAXED); /* read_full polls it unlocked */
     pthread_cond_broadcast(&p->work);
     if (p->in_flight > 0 && p->alive > 0) {
         p->orphaned = 1;
@@ -357,6 +357,12 @@ void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n) {
         if (!j->err && j->check && sl_crc32c(0, j->dst, (size_t)j->len) != j->crc)
             j->err = SL_READ_CRC;
     }
+}
+
+sl_status sl_experts_read_status(int err) {
+    return err == SL_READ_CRC                                 ? SL_ERR_FORMAT
+           : err == SL_READ_TIMEOUT || err == SL_READ_STALLED ? SL_ERR_TIMEOUT
+                                                              : SL_ERR_IO;
 }
 
 const char *sl_experts_read_error(const sl_expert_store *s, const sl_read_job *j, char *buf,
@@ -693,7 +699,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
     if (any_miss && pool_stalled(s->pool)) {
         char why[256];
         const sl_read_job j = {.err = SL_READ_STALLED};
-        return sl_fail(err, SL_ERR_IO, "%s: layer %d: %s", L->path, layer,
+        return sl_fail(err, SL_ERR_TIMEOUT, "%s: layer %d: %s", L->path, layer,
                        sl_experts_read_error(s, &j, why, sizeof why));
     }
     s->requests += n;
@@ -752,7 +758,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         L->slot_expert[slot] = -1;
         if (!st) {
             char why[256];
-            st = sl_fail(err, job->err == SL_READ_CRC ? SL_ERR_FORMAT : SL_ERR_IO,
+            st = sl_fail(err, sl_experts_read_status(job->err),
                          "%s: layer %d, expert %d (%llu bytes at %llu): %s", L->path, layer, e,
                          (unsigned long long)job->len, (unsigned long long)job->offset,
                          sl_experts_read_error(s, job, why, sizeof why));

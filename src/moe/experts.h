@@ -149,6 +149,8 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
  * in parallel in stream mode, one after another otherwise; waits for all of them, at most the
  * I/O timeout. Errors land in each job's err. */
 void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n);
+/* The status a failed job's err makes: SL_ERR_FORMAT (checksum), SL_ERR_TIMEOUT, or SL_ERR_IO. */
+sl_status sl_experts_read_status(int err);
 /* What a failed job's err means, in words, into buf (returned). */
 const char *sl_experts_read_error(const sl_expert_store *s, const sl_read_job *j, char *buf,
                                   size_t cap);

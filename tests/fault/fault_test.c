@@ -122,7 +122,7 @@ static int cmd_stall(const char *pack, const char *ids, const char *ref, int32_t
     double t0 = now();
     sl_status st = forward(&r, &err);
     double dt = now() - t0;
-    if (st != SL_ERR_IO || !strstr(err.msg, name) || !strstr(err.msg, "I/O timeout") ||
+    if (st != SL_ERR_TIMEOUT || !strstr(err.msg, name) || !strstr(err.msg, "I/O timeout") ||
         dt > ms / 1000.0 + 1.0)
         bad = fail("stalled read: '%s'%s", err.msg, "");
     else
@@ -130,7 +130,7 @@ static int cmd_stall(const char *pack, const char *ids, const char *ref, int32_t
     t0 = now();
     st = forward(&r, &err);
     dt = now() - t0;
-    if (!bad && (st != SL_ERR_IO || !strstr(err.msg, "still stalled") || dt > 0.5))
+    if (!bad && (st != SL_ERR_TIMEOUT || !strstr(err.msg, "still stalled") || dt > 0.5))
         bad = fail("while the read is out: '%s'%s", err.msg, "");
     else if (!bad)
         printf("while it is out, at once: %s\n", err.msg);
@@ -148,7 +148,7 @@ static int cmd_stuck_free(const char *pack, const char *ids, int32_t ms, const c
     if (open_run(&r, pack, ids, ms)) return 1;
     sl_error err;
     sl_status st = forward(&r, &err);
-    if (st != SL_ERR_IO || !strstr(err.msg, name) || !strstr(err.msg, "I/O timeout")) {
+    if (st != SL_ERR_TIMEOUT || !strstr(err.msg, name) || !strstr(err.msg, "I/O timeout")) {
         close_run(&r);
         return fail("stalled read: '%s'%s", err.msg, "");
     }
