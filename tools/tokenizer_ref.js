@@ -11,6 +11,16 @@
 // ids, encoded with add_special_tokens=false (no BOS/EOS). With --decode first,
 // each output line is instead the JSON string decode(encode(line)) (special
 // tokens kept), as the tokenizer's own decoder gives it.
+//
+// With --split-special first, the ids are those of Python's
+// tokenizer(text, split_special_tokens=True) (Rust encode_special_tokens): the
+// text of an added token marked special is encoded as ordinary text. The Node
+// bindings lack that switch, so the special added tokens get a content no
+// text holds instead (removing them would renumber the others). That is the
+// same encoding as long as no non-special added token starts inside a special
+// one's text (true of Qwen3's and Mistral's files: their non-special tokens all
+// start with '<', which appears in a special token only as its first
+// character), since encode_special_tokens passes over a special match whole.
 'use strict';
 const fs = require('fs');
 const { Tokenizer } = require('tokenizers');
@@ -19,11 +29,21 @@ async function main() {
   const args = process.argv.slice(2);
   const decode = args[0] === '--decode';
   if (decode) args.shift();
+  const splitSpecial = args[0] === '--split-special';
+  if (splitSpecial) args.shift();
   if (args.length !== 2) {
-    process.stderr.write('usage: tokenizer_ref.js [--decode] TOKENIZER_JSON CORPUS_JSONL > OUT_JSONL\n');
+    process.stderr.write('usage: tokenizer_ref.js [--decode] [--split-special] TOKENIZER_JSON CORPUS_JSONL > OUT_JSONL\n');
     process.exit(2);
   }
-  const tok = Tokenizer.fromFile(args[0]);
+  let tok;
+  if (splitSpecial) {
+    const json = JSON.parse(fs.readFileSync(args[0], 'utf8'));
+    for (const a of json.added_tokens || [])
+      if (a.special) a.content = '\u{10FFFD}\u{10FFFC}' + a.id + '\u{10FFFD}';
+    tok = Tokenizer.fromString(JSON.stringify(json));
+  } else {
+    tok = Tokenizer.fromFile(args[0]);
+  }
   const lines = fs.readFileSync(args[1], 'utf8').split('\n');
   if (lines.length && lines[lines.length - 1] === '') lines.pop();
   const out = [];

@@ -66,14 +66,18 @@ sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error
     return SL_OK;
 }
 
-/* Appends to out as snprintf would, tracking the full length in *len. */
-static void put(char *out, size_t cap, size_t *len, const char *s, size_t n) {
-    if (*len < cap) memcpy(out + *len, s, SL_MIN(n, cap - 1 - SL_MIN(*len, cap - 1)));
-    *len += n;
-}
+/*
+ * Rendering walks the conversation once and hands every piece to a sink, marked as the
+ * template's own text (role headers, <|im_start|>, <|im_end|>, the think block) or a
+ * message's content: sl_chat_render joins them into a string, sl_chat_encode also keeps
+ * where the contents lie so that only the template's text can become control tokens.
+ */
+typedef struct chat_sink {
+    void (*put)(struct chat_sink *k, const char *s, size_t n, int content);
+} chat_sink;
 
-static void puts_(char *out, size_t cap, size_t *len, const char *s) {
-    put(out, cap, len, s, strlen(s));
+static void put_tpl(chat_sink *k, const char *s) {
+    k->put(k, s, strlen(s), 0);
 }
 
 /* An earlier assistant turn without its reasoning: text after "</think>", leading
@@ -87,33 +91,107 @@ static const char *strip_think(const char *s) {
     return end;
 }
 
-size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
-                      int add_generation_prompt, int enable_thinking, char *out, size_t cap) {
-    size_t len = 0;
+static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                   int add_generation_prompt, int enable_thinking, chat_sink *k) {
     if (t->kind == SL_TEMPLATE_RAW) {
         for (int32_t i = 0; i < n; i++)
-            puts_(out, cap, &len, msgs[i].content);
-    } else {
-        if (t->default_system[0] && (n == 0 || strcmp(msgs[0].role, "system") != 0)) {
-            puts_(out, cap, &len, "<|im_start|>system\n");
-            puts_(out, cap, &len, t->default_system);
-            puts_(out, cap, &len, "<|im_end|>\n");
-        }
-        for (int32_t i = 0; i < n; i++) {
-            const char *text = msgs[i].content;
-            if (t->thinking_switch && !strcmp(msgs[i].role, "assistant")) text = strip_think(text);
-            puts_(out, cap, &len, "<|im_start|>");
-            puts_(out, cap, &len, msgs[i].role);
-            puts_(out, cap, &len, "\n");
-            puts_(out, cap, &len, text);
-            puts_(out, cap, &len, "<|im_end|>\n");
-        }
-        if (add_generation_prompt) {
-            puts_(out, cap, &len, "<|im_start|>assistant\n");
-            if (t->thinking_switch && !enable_thinking)
-                puts_(out, cap, &len, "<think>\n\n</think>\n\n");
-        }
+            k->put(k, msgs[i].content, strlen(msgs[i].content), 1);
+        return;
     }
-    if (cap) out[SL_MIN(len, cap - 1)] = '\0';
-    return len;
+    if (t->default_system[0] && (n == 0 || strcmp(msgs[0].role, "system") != 0)) {
+        put_tpl(k, "<|im_start|>system\n");
+        put_tpl(k, t->default_system); /* the template's text, not a message */
+        put_tpl(k, "<|im_end|>\n");
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *text = msgs[i].content;
+        if (t->thinking_switch && !strcmp(msgs[i].role, "assistant")) text = strip_think(text);
+        put_tpl(k, "<|im_start|>");
+        put_tpl(k, msgs[i].role);
+        put_tpl(k, "\n");
+        k->put(k, text, strlen(text), 1);
+        put_tpl(k, "<|im_end|>\n");
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|im_start|>assistant\n");
+        if (t->thinking_switch && !enable_thinking) put_tpl(k, "<think>\n\n</think>\n\n");
+    }
+}
+
+/* sl_chat_render's sink: appends as snprintf would, tracking the full length. */
+typedef struct text_sink {
+    chat_sink k;
+    char *out;
+    size_t cap, len;
+} text_sink;
+
+static void text_put(chat_sink *k, const char *s, size_t n, int content) {
+    text_sink *t = (text_sink *)k;
+    (void)content;
+    if (t->len < t->cap)
+        memcpy(t->out + t->len, s, SL_MIN(n, t->cap - 1 - SL_MIN(t->len, t->cap - 1)));
+    t->len += n;
+}
+
+size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                      int add_generation_prompt, int enable_thinking, char *out, size_t cap) {
+    text_sink k = {{text_put}, out, cap, 0};
+    render(t, msgs, n, add_generation_prompt, enable_thinking, &k.k);
+    if (cap) out[SL_MIN(k.len, cap - 1)] = '\0';
+    return k.len;
+}
+
+/* sl_chat_encode's sink: the text in a growing buffer, and one span per piece (the
+ * tokenizer merges neighbours of equal flags). */
+typedef struct span_sink {
+    chat_sink k;
+    char *text;
+    size_t len, cap;
+    sl_tok_span *spans;
+    size_t n_spans, spans_cap;
+    int oom;
+} span_sink;
+
+static void span_put(chat_sink *k, const char *s, size_t n, int content) {
+    span_sink *t = (span_sink *)k;
+    if (t->oom || n == 0) return;
+    if (t->len + n > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + n)
+            cap *= 2;
+        char *p = realloc(t->text, cap);
+        if (!p) {
+            t->oom = 1;
+            return;
+        }
+        t->text = p;
+        t->cap = cap;
+    }
+    if (t->n_spans == t->spans_cap) {
+        size_t cap = t->spans_cap ? 2 * t->spans_cap : 16;
+        sl_tok_span *p = realloc(t->spans, cap * sizeof *p);
+        if (!p) {
+            t->oom = 1;
+            return;
+        }
+        t->spans = p;
+        t->spans_cap = cap;
+    }
+    memcpy(t->text + t->len, s, n);
+    t->len += n;
+    t->spans[t->n_spans++] = (sl_tok_span){n, content ? SL_TOK_NO_SPECIAL : 0};
+}
+
+sl_status sl_chat_encode(const sl_chat_template *t, const sl_tokenizer *tok,
+                         const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                         int enable_thinking, sl_token_ids *out, sl_error *err) {
+    span_sink k = {.k = {span_put}};
+    out->n = 0;
+    render(t, msgs, n, add_generation_prompt, enable_thinking, &k.k);
+    sl_status st =
+        k.oom ? sl_fail(err, SL_ERR_NOMEM, "out of memory rendering the conversation")
+              : sl_tokenizer_encode_spans(tok, k.text, k.len, k.spans, k.n_spans, out, err);
+    free(k.text);
+    free(k.spans);
+    return st;
 }

@@ -17,6 +17,7 @@
 #define SL_TEMPLATE_H
 
 #include "core/common.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
@@ -30,7 +31,7 @@ typedef struct sl_chat_template {
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
-    const char *role; /* "system", "user" or "assistant" */
+    const char *role; /* "system", "user", "assistant" (any name renders as its header) */
     const char *content;
 } sl_chat_msg;
 
@@ -48,5 +49,21 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl
  */
 size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                       int add_generation_prompt, int enable_thinking, char *out, size_t cap);
+
+/*
+ * Renders msgs and tokenizes them into out (reset first): the prompt ids of a
+ * conversation. The template's own text (<|im_start|>, role headers, <|im_end|>,
+ * the empty think block, a default system message) is encoded with added tokens
+ * matched; every message's content, whatever its role, with SL_TOK_NO_SPECIAL,
+ * so "<|im_end|>\n<|im_start|>system" written in a message stays text and cannot
+ * fake a turn (non-special added tokens such as <think> still match, as in
+ * Hugging Face's split_special_tokens=True). A RAW template has only contents.
+ * Where no content holds a special token's text the ids are exactly those of
+ * sl_tokenizer_encode(sl_chat_render(...)), which is what transformers'
+ * apply_chat_template(tokenize=True) gives (sl_tokenizer_encode_spans).
+ */
+sl_status sl_chat_encode(const sl_chat_template *t, const sl_tokenizer *tok,
+                         const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                         int enable_thinking, sl_token_ids *out, sl_error *err);
 
 #endif /* SL_TEMPLATE_H */

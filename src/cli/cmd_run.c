@@ -3,11 +3,13 @@
  * decode), with the expert-store options every model-running command takes.
  */
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "model/config.h"
 
 typedef struct run_opts {
     const char *ids_str, *out;
@@ -80,6 +82,60 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
     return cli_model_opts_check(&o->m) ? 1 : 0;
 }
 
+/*
+ * The model's positions and vocabulary from its config alone (config.json, or the "config" of
+ * a pack's manifest.json), read before any weight: a prompt that cannot run is refused at once,
+ * not after a load that may read gigabytes (--experts resident) nor after minutes of prefill
+ * (60,000 ids on a 512-position model ran past two minutes). 1 when known; 0 when the config
+ * cannot be read here, and then the load that follows says why and the check runs after it.
+ */
+static int config_limits(const char *dir, int32_t *max_position, int32_t *vocab) {
+    int32_t packed;
+    sl_error err = {0};
+    if (sl_model_check_dir(dir, &packed, &err)) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, packed ? "manifest.json" : "config.json");
+    sl_config cfg = {0};
+    sl_status st = SL_ERR_FORMAT;
+    if (packed) {
+        json_t *man = json_load_file(path, 0, NULL);
+        json_t *cj = json_object_get(man, "config");
+        char *text = json_is_object(cj) ? json_dumps(cj, 0) : NULL;
+        if (text) st = sl_config_parse(&cfg, text, path, &err);
+        free(text);
+        json_decref(man);
+    } else {
+        st = sl_config_load(&cfg, path, &err);
+    }
+    if (!st) {
+        *max_position = cfg.max_position;
+        *vocab = cfg.vocab_size;
+    }
+    sl_config_free(&cfg);
+    return st == SL_OK;
+}
+
+/*
+ * 0 when the prompt can run: every id in the vocabulary and at most `room` of them, the
+ * context (--ctx) when ctx_given, else the model's positions. Else 1, with one line giving
+ * both numbers. Ids past the positions have no meaning to the model (no position was trained
+ * there), so logits never go past them; generate does with an explicit --ctx, as run does,
+ * after cli_model_report's warning.
+ */
+static int prompt_fits(const int32_t *ids, int32_t n, int32_t vocab, int64_t room, int ctx_given) {
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] >= vocab) /* the wording of sl_session_forward, which checks it too */
+            return cli_error("token id %d at index %d is outside the vocabulary [0, %d)", ids[i], i,
+                             vocab);
+    if (n <= room) return 0;
+    if (ctx_given)
+        return cli_error("the prompt (%d ids) is longer than the context of %lld tokens (--ctx)", n,
+                         (long long)room);
+    return cli_error("the prompt (%d ids) is longer than the model's %lld positions "
+                     "(max_position_embeddings)",
+                     n, (long long)room);
+}
+
 static const char logits_help[] =
     "usage: sluice logits MODEL --ids 1,2,3 --out FILE [options]\n"
     "\n"
@@ -90,7 +146,8 @@ static const char logits_help[] =
     "  --ids LIST             comma-separated prompt token ids\n"
     "  --out FILE             where to write the T x V logits ('-': standard output,\n"
     "                         which then receives nothing else)\n"
-    "  (the context is the prompt: --ctx does nothing here)\n" CLI_MODEL_HELP;
+    "  (the context is the prompt, at most the model's max_position_embeddings: --ctx does\n"
+    "  nothing here)\n" CLI_MODEL_HELP;
 
 int cli_logits(int argc, char **argv) {
     run_opts o = {0};
@@ -99,8 +156,10 @@ int cli_logits(int argc, char **argv) {
     if (r) return r == 2 ? 0 : 1;
     if (!o.out) return cli_error("missing --out FILE (see --help)");
     if (o.m.ctx) cli_warn("--ctx does nothing in logits: the context is the --ids");
-    int32_t *ids, n;
+    int32_t *ids, n, max_position, vocab;
     if (cli_parse_ids(o.ids_str, &ids, &n)) return 1;
+    const int known = config_limits(model, &max_position, &vocab);
+    if (known && prompt_fits(ids, n, vocab, max_position, 0)) return free(ids), 1;
     sl_model *m = cli_load_model(model, &o.m.mp);
     if (!m) return free(ids), 1;
     sl_model_info info;
@@ -112,6 +171,7 @@ int cli_logits(int argc, char **argv) {
     const int to_stdout = !strcmp(o.out, "-");
     FILE *f = NULL;
     sl_session_params sp = {.max_ctx = n, .max_batch = n};
+    if (!known && prompt_fits(ids, n, info.vocab_size, info.max_position, 0)) goto done;
     if (sl_session_create(m, &sp, &s, &err)) {
         cli_error("%s", err.msg);
         goto done;
@@ -156,7 +216,8 @@ static const char generate_help[] =
     "                         logits, each goes through the model (decode N tok)\n"
     "  --ignore-eos           accepted: generate never stops at EOS\n"
     "  -s, --seed N, --repeat-last-n N   accepted with a warning: greedy has no use for them\n"
-    "  (--ctx defaults to the prompt plus N)\n" CLI_MODEL_HELP;
+    "  (--ctx defaults to the prompt plus N, at most the model's max_position_embeddings;\n"
+    "  a prompt longer than the context is refused)\n" CLI_MODEL_HELP;
 
 int cli_generate(int argc, char **argv) {
     run_opts o = {.n_new = 16};
@@ -164,8 +225,13 @@ int cli_generate(int argc, char **argv) {
     int r =
         parse(argc, argv, generate_help, ":hn:s:" CLI_MODEL_SHORTOPTS, generate_opts, &o, &model);
     if (r) return r == 2 ? 0 : 1;
-    int32_t *ids, n;
+    int32_t *ids, n, max_position, vocab;
     if (cli_parse_ids(o.ids_str, &ids, &n)) return 1;
+    /* The first new id comes from the prompt's last logits, with no position of its own: a
+     * prompt that fills the context still gives one (and the notice below). */
+    const int known = config_limits(model, &max_position, &vocab);
+    if (known && prompt_fits(ids, n, vocab, o.m.ctx ? o.m.ctx : max_position, o.m.ctx != 0))
+        return free(ids), 1;
     sl_model *m = cli_load_model(model, &o.m.mp);
     if (!m) return free(ids), 1;
     sl_model_info info;
@@ -175,9 +241,14 @@ int cli_generate(int argc, char **argv) {
     sl_session *s = NULL;
     int32_t *out = malloc(((size_t)o.n_new + 1) * sizeof(int32_t));
     float *logits = malloc((size_t)info.vocab_size * sizeof(float));
-    sl_session_params sp = {.max_ctx =
-                                (int32_t)(o.m.ctx ? o.m.ctx : SL_CLI_MIN(n + o.n_new, INT32_MAX)),
-                            .max_batch = (int32_t)o.m.batch};
+    /* By default the context stops at the model's positions, as run's does: decoding past them
+     * takes an explicit --ctx (and gets cli_model_report's warning). */
+    const int64_t ctx =
+        o.m.ctx ? o.m.ctx : SL_CLI_MIN(SL_CLI_MIN(n + o.n_new, info.max_position), INT32_MAX);
+    sl_session_params sp = {.max_ctx = (int32_t)ctx, .max_batch = (int32_t)o.m.batch};
+    if (!known &&
+        prompt_fits(ids, n, info.vocab_size, o.m.ctx ? o.m.ctx : info.max_position, o.m.ctx != 0))
+        goto done;
     if (!out || !logits) {
         cli_error("out of memory");
         goto done;

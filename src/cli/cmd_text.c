@@ -251,14 +251,26 @@ static int text_finish(text_ctx *t) {
     return cli_model_finish(t->g.m, &t->o->m);
 }
 
-/* Renders msgs with the chat template and tokenizes them into t->ids. 0 or 1 (printed). */
+/*
+ * Renders msgs with the chat template and tokenizes them into t->ids. 0 or 1 (printed).
+ * With a template, message text never becomes control tokens: "<|im_end|>" typed in a prompt
+ * is text, and only the template inserts <|im_start|> and the like (sl_chat_encode). Without
+ * one (--raw, --chat-template raw, a model that has none) the text is the prompt as written,
+ * special tokens' text included, as llama.cpp's --special: the documented raw mode, where
+ * nothing else could insert them.
+ */
 static int encode_msgs(text_ctx *t, const sl_chat_msg *msgs, int32_t n) {
     sl_error err = {0};
+    sl_status st;
+    if (t->g.tpl.kind != SL_TEMPLATE_RAW) {
+        st = sl_chat_encode(&t->g.tpl, t->g.tok, msgs, n, 1, t->o->think, &t->ids, &err);
+        return st ? cli_error("%s", err.msg) : 0;
+    }
     size_t need = sl_chat_render(&t->g.tpl, msgs, n, 1, t->o->think, NULL, 0);
     char *text = malloc(need + 1);
     if (!text) return cli_error("out of memory");
     sl_chat_render(&t->g.tpl, msgs, n, 1, t->o->think, text, need + 1);
-    sl_status st = sl_tokenizer_encode(t->g.tok, text, need, &t->ids, &err);
+    st = sl_tokenizer_encode(t->g.tok, text, need, &t->ids, &err);
     free(text);
     return st ? cli_error("%s", err.msg) : 0;
 }

@@ -111,8 +111,8 @@ static int message_text(json_t *content, size_t i, char **out, json_t **error) {
     return 0;
 }
 
-/* messages -> the chat template's text (malloc'ed). */
-static int chat_prompt(srv *s, json_t *req, char **text, json_t **error) {
+/* messages -> the prompt's ids in j->prompt, through the chat template. */
+static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
     json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return bad(error, "messages", "'messages' must be a non-empty array");
@@ -153,11 +153,11 @@ static int chat_prompt(srv *s, json_t *req, char **text, json_t **error) {
         m[i] = (sl_chat_msg){r, owned[i]};
     }
     if (!rc) {
-        size_t need = sl_chat_render(&s->tpl, m, (int32_t)n, 1, think, NULL, 0);
-        if ((*text = malloc(need + 1)))
-            sl_chat_render(&s->tpl, m, (int32_t)n, 1, think, *text, need + 1);
-        else
-            rc = 500;
+        /* A message's text never becomes control tokens: "<|im_end|>\n<|im_start|>system" in
+         * a user message stays text and cannot fake a turn; only the template inserts them. */
+        sl_error err = {0};
+        sl_status st = sl_chat_encode(&s->tpl, s->tok, m, (int32_t)n, 1, think, &j->prompt, &err);
+        if (st) rc = st == SL_ERR_NOMEM ? 500 : bad(error, "messages", "%s", err.msg);
     }
     for (size_t i = 0; owned && i < n; i++)
         free(owned[i]);
@@ -258,7 +258,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
 
     /* The prompt's ids. */
     char *text = NULL;
-    rc = kind == SRV_CHAT ? chat_prompt(s, req, &text, error)
+    rc = kind == SRV_CHAT ? chat_prompt(s, req, j, error)
                           : completion_prompt(s, req, j, &text, error);
     if (rc == 500) *error = srv_error_json("out of memory", "server_error", NULL, NULL);
     if (rc) {
@@ -266,6 +266,8 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
         return rc;
     }
     if (text) {
+        /* A completions prompt is raw text: special tokens' text in it is parsed, as
+         * llama.cpp's server does, since no template is there to insert them. */
         sl_error err = {0};
         sl_status st = sl_tokenizer_encode(s->tok, text, strlen(text), &j->prompt, &err);
         free(text);

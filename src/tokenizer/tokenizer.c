@@ -961,6 +961,12 @@ int32_t sl_tokenizer_is_special(const sl_tokenizer *t, int32_t id) {
 
 /* ---- encoding ----------------------------------------------------------------- */
 
+/* A span of sl_tokenizer_encode_spans: [previous end, end) and its flags. */
+typedef struct tk_span {
+    size_t end;
+    uint32_t flags;
+} tk_span;
+
 /* Per-call scratch: the tokenizer itself stays read-only. */
 typedef struct sl_symbol {
     int32_t id, prev, next, alive;
@@ -981,6 +987,14 @@ typedef struct sl_enc {
     pcre2_match_data *md;
     tk_buf tmp;           /* ignore_merges: the word in the byte-level alphabet */
     int32_t raw_at0, at0; /* the segment / piece starts at offset 0 of the text */
+    /* Added-token matching per span (sl_tokenizer_encode_spans; one span otherwise): the
+     * spans with equal-flag neighbours merged, as end offsets into the text. span_k is the
+     * span of the raw pass's scan position, seg_k the first span of the segment handed on
+     * (both only move forward); seg_flags the flags of that segment, all its spans ORed,
+     * for the pass after normalization, whose offsets no longer match the text's. */
+    const tk_span *spans;
+    size_t n_spans, span_k, seg_k;
+    uint32_t seg_flags;
     sl_error *err;
 } sl_enc;
 
@@ -1163,8 +1177,30 @@ static sl_status pretok(sl_enc *e, int32_t k, const uint8_t *s, size_t n) {
     return SL_OK;
 }
 
-/* Splits s[0..n) on added tokens with the given `normalized` flag (leftmost,
- * longest first); calls next() on the text in between. */
+/* The raw pass hands s[a..b) on to normalization, with the ORed flags of the spans that
+ * segment covers. */
+static sl_status raw_segment(sl_enc *e, const uint8_t *s, size_t a, size_t b,
+                             sl_status (*next)(sl_enc *, const uint8_t *, size_t)) {
+    while (e->seg_k + 1 < e->n_spans && e->spans[e->seg_k].end <= a)
+        e->seg_k++;
+    uint32_t flags = 0;
+    for (size_t k = e->seg_k; k < e->n_spans; k++) {
+        flags |= e->spans[k].flags;
+        if (e->spans[k].end >= b) break;
+    }
+    e->seg_flags = flags;
+    return next(e, s + a, b - a);
+}
+
+/*
+ * Splits s[0..n) on added tokens with the given `normalized` flag (leftmost,
+ * longest first); calls next() on the text in between. The raw pass
+ * (normalized 0) runs over the whole text, so its offsets are the spans'; the
+ * normalized pass runs over one normalized segment, under that segment's flags.
+ * A special token met where SL_TOK_NO_SPECIAL holds is passed over whole and
+ * stays text: Hugging Face's encode_special_tokens skips the leftmost-longest
+ * match the same way, so no shorter token is looked for inside it either.
+ */
 static sl_status split_added(sl_enc *e, const uint8_t *s, size_t n, int32_t normalized,
                              sl_status (*next)(sl_enc *, const uint8_t *, size_t)) {
     const sl_tokenizer *t = e->tok;
@@ -1173,15 +1209,31 @@ static sl_status split_added(sl_enc *e, const uint8_t *s, size_t n, int32_t norm
     sl_status st;
     for (size_t i = 0; any && i < n; i++) {
         if (!t->added_first[s[i]]) continue;
+        size_t end = n; /* a token must end inside the span holding i */
+        uint32_t flags = e->seg_flags;
+        if (!normalized) {
+            while (e->span_k + 1 < e->n_spans && e->spans[e->span_k].end <= i)
+                e->span_k++;
+            end = e->spans[e->span_k].end;
+            flags = e->spans[e->span_k].flags;
+        }
         for (int32_t j = 0; j < t->n_added; j++) {
             const sl_added_token *a = &t->added[j];
-            if (a->normalized != normalized || a->len > n - i || memcmp(s + i, a->content, a->len))
+            if (a->normalized != normalized || a->len > end - i ||
+                memcmp(s + i, a->content, a->len))
                 continue;
+            if (a->special && (flags & SL_TOK_NO_SPECIAL)) {
+                i += a->len - 1;
+                break;
+            }
             if (normalized)
                 e->at0 = e->raw_at0 && last == 0;
             else
                 e->raw_at0 = last == 0;
-            if (i > last && (st = next(e, s + last, i - last))) return st;
+            if (i > last) {
+                st = normalized ? next(e, s + last, i - last) : raw_segment(e, s, last, i, next);
+                if (st) return st;
+            }
             if (ids_push(e->out, a->id)) return oom(e);
             i += a->len - 1;
             last = i + 1;
@@ -1192,7 +1244,8 @@ static sl_status split_added(sl_enc *e, const uint8_t *s, size_t n, int32_t norm
         e->at0 = e->raw_at0 && last == 0;
     else
         e->raw_at0 = last == 0;
-    if (n > last) return next(e, s + last, n - last);
+    if (n > last)
+        return normalized ? next(e, s + last, n - last) : raw_segment(e, s, last, n, next);
     return SL_OK;
 }
 
@@ -1333,12 +1386,10 @@ static sl_status normalize_segment(sl_enc *e, const uint8_t *s, size_t n) {
     return st;
 }
 
-sl_status sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len,
-                              sl_token_ids *out, sl_error *err) {
-    out->n = 0;
-    if (!text && len) return sl_fail(err, SL_ERR_ARG, "tokenizer: NULL text");
-    if (len == 0) return SL_OK;
-    sl_enc e = {.tok = t, .out = out, .err = err};
+/* Encodes text under spans (merged, non-empty, the last ending at len). */
+static sl_status encode(const sl_tokenizer *t, const char *text, size_t len, const tk_span *spans,
+                        size_t n_spans, sl_token_ids *out, sl_error *err) {
+    sl_enc e = {.tok = t, .out = out, .err = err, .spans = spans, .n_spans = n_spans};
     e.md = pcre2_match_data_create(4, NULL);
     if (!e.md) return sl_fail(err, SL_ERR_NOMEM, "tokenizer: out of memory");
     sl_status st = split_added(&e, (const uint8_t *)text, len, 0, normalize_segment);
@@ -1346,6 +1397,52 @@ sl_status sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t le
     free(e.sym);
     free(e.heap);
     free(e.tmp.data);
+    return st;
+}
+
+sl_status sl_tokenizer_encode_ex(const sl_tokenizer *t, const char *text, size_t len,
+                                 uint32_t flags, sl_token_ids *out, sl_error *err) {
+    out->n = 0;
+    if (!text && len) return sl_fail(err, SL_ERR_ARG, "tokenizer: NULL text");
+    if (len == 0) return SL_OK;
+    const tk_span one = {len, flags};
+    return encode(t, text, len, &one, 1, out, err);
+}
+
+sl_status sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len,
+                              sl_token_ids *out, sl_error *err) {
+    return sl_tokenizer_encode_ex(t, text, len, 0, out, err);
+}
+
+sl_status sl_tokenizer_encode_spans(const sl_tokenizer *t, const char *text, size_t len,
+                                    const sl_tok_span *spans, size_t n_spans, sl_token_ids *out,
+                                    sl_error *err) {
+    out->n = 0;
+    if (!text && len) return sl_fail(err, SL_ERR_ARG, "tokenizer: NULL text");
+    size_t total = 0;
+    for (size_t k = 0; k < n_spans; k++) {
+        if (spans[k].len > len - total)
+            return sl_fail(err, SL_ERR_ARG, "tokenizer: spans cover more than the %zu bytes", len);
+        total += spans[k].len;
+    }
+    if (total != len)
+        return sl_fail(err, SL_ERR_ARG, "tokenizer: spans cover %zu of the %zu bytes", total, len);
+    if (len == 0) return SL_OK;
+    /* Empty spans dropped, equal-flag neighbours merged: where spans split a text changes
+     * nothing but the flags. */
+    tk_span *m = malloc(n_spans * sizeof *m);
+    if (!m) return sl_fail(err, SL_ERR_NOMEM, "tokenizer: out of memory");
+    size_t nm = 0, end = 0;
+    for (size_t k = 0; k < n_spans; k++) {
+        if (!spans[k].len) continue;
+        end += spans[k].len;
+        if (nm && m[nm - 1].flags == spans[k].flags)
+            m[nm - 1].end = end;
+        else
+            m[nm++] = (tk_span){end, spans[k].flags};
+    }
+    sl_status st = encode(t, text, len, m, nm, out, err);
+    free(m);
     return st;
 }
 

@@ -10,7 +10,8 @@
  *
  * Encoding follows the Rust `tokenizers` pipeline step by step:
  *
- *   raw text --split on added tokens (normalized=false)--> segments
+ *   raw text --split on added tokens (normalized=false; special ones skipped
+ *              under SL_TOK_NO_SPECIAL)--> segments
  *   segment  --normalizer (NFC via utf8proc, Prepend, Replace with a String
  *              pattern, in file order)--> --split on added tokens (normalized=true)-->
  *   piece    --pre-tokenizer (Split regex, PCRE2, "Isolated"; ByteLevel)--> words
@@ -51,9 +52,55 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
 void sl_tokenizer_free(sl_tokenizer *tok);
 
 /* Encodes len bytes of text (no BOS/EOS added). out->n is reset to 0, then ids
- * are appended; out grows as needed. */
+ * are appended; out grows as needed. Added tokens are matched anywhere in the
+ * text: "<|im_end|>" written in it becomes the control token. */
 sl_status sl_tokenizer_encode(const sl_tokenizer *tok, const char *text, size_t len,
                               sl_token_ids *out, sl_error *err);
+
+/*
+ * Encoding flags.
+ *
+ * SL_TOK_NO_SPECIAL: added tokens marked "special": true in tokenizer.json
+ * (<|im_start|>, <|im_end|>, <|endoftext|>, <s>, ...) are not matched: their
+ * text is encoded as ordinary text, exactly as Hugging Face's
+ * tokenizer(text, split_special_tokens=True) (the Rust encode_special_tokens)
+ * does. Added tokens marked "special": false (Qwen3's <think>, <tool_call>)
+ * are still matched, as there: they are vocabulary, not control. This is how
+ * text that did not come from a template (a user's message) is kept from
+ * faking a turn: only the template inserts control tokens.
+ */
+#define SL_TOK_NO_SPECIAL 1u
+
+sl_status sl_tokenizer_encode_ex(const sl_tokenizer *tok, const char *text, size_t len,
+                                 uint32_t flags, sl_token_ids *out, sl_error *err);
+
+/* A run of the text given to sl_tokenizer_encode_spans and its SL_TOK_* flags. */
+typedef struct sl_tok_span {
+    size_t len;     /* bytes */
+    uint32_t flags; /* SL_TOK_* */
+} sl_tok_span;
+
+/*
+ * Encodes text as one text whose consecutive spans (their lengths add up to
+ * len) carry their own flags: a chat template's own text (flags 0) and message
+ * contents (SL_TOK_NO_SPECIAL). Only added-token matching differs per span; the
+ * normalizer, pre-tokenizer and BPE see the whole text, so where no special
+ * token's text lies in a NO_SPECIAL span the ids are exactly those of
+ * sl_tokenizer_encode over the whole text (a pre-tokenizer piece may cross a
+ * span boundary: "user\n" + "\nHi" gives "\n\n" as one token, as it does
+ * there). The rules:
+ *  - an added token matches only inside one span (neighbouring spans with the
+ *    same flags count as one);
+ *  - in a NO_SPECIAL span, special ones are skipped as SL_TOK_NO_SPECIAL says;
+ *  - tokens matched after normalization ("normalized": true; none in the Qwen
+ *    families) are matched in a segment between raw added tokens; a special one
+ *    only where that whole segment is free of NO_SPECIAL bytes (normalization
+ *    moves offsets, so a mixed segment is treated as NO_SPECIAL).
+ * A span table that does not cover len exactly is SL_ERR_ARG.
+ */
+sl_status sl_tokenizer_encode_spans(const sl_tokenizer *tok, const char *text, size_t len,
+                                    const sl_tok_span *spans, size_t n_spans, sl_token_ids *out,
+                                    sl_error *err);
 
 /* Decodes ids to a malloc'ed NUL-terminated string (*out, *out_len bytes without
  * the NUL; the caller frees it). Byte-level: bytes that do not form valid UTF-8
