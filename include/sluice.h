@@ -30,6 +30,8 @@ typedef enum sl_status {
     SL_ERR_ARG = -5,         /* bad argument from the caller */
     SL_ERR_NOMEM = -6,
     SL_ERR_NUMERIC = -7, /* the model computed Inf or NaN (corrupt weights or config): no output */
+    SL_ERR_TIMEOUT = -8, /* a read did not finish within the I/O timeout (the disk may recover:
+                          * a server answers 503) */
 } sl_status;
 
 /* One error message, filled by the first failing call. */
@@ -77,6 +79,10 @@ typedef struct sl_model_params {
     sl_cache_policy cache_policy;
     int32_t direct_io;  /* stream: read with O_DIRECT, bypassing the page cache */
     int32_t io_threads; /* stream: parallel readers (0 = 8) */
+    int32_t io_timeout_ms; /* stream: reads (experts, n-gram rows) not done after this long fail
+                            * the forward, naming the file (0 = 30000; < 0 = wait forever). A
+                            * read stuck in the kernel is abandoned, never waited for, even by
+                            * sl_model_free */
     int32_t graphs;     /* CUDA: record each decode step as one CUDA graph (measured slower on an
                          * H200, where the GPU, not the launches, bounds decode) */
     sl_progress_fn progress; /* optional */
@@ -138,6 +144,8 @@ typedef struct sl_model_info {
     const char *backend;        /* "cpu" or "cuda" */
     int32_t gpu_expert_slots;   /* CUDA: expert slots per MoE layer in GPU memory */
     int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */
+    int32_t pack_version;       /* packed: the format version (1: no checksums, nothing read is
+                                 * verified; 'sluice verify --upgrade' adds them) */
 } sl_model_info;
 
 /* Says whether path is a model directory sluice reads: *packed = 1 for a sluice pack
@@ -205,9 +213,20 @@ typedef struct sl_pack_params {
  * must be empty unless params->force; it may never be src_dir, lie inside it or hold it. */
 sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params *params,
                   sl_error *err);
-/* Checks every file of a packed directory against the manifest's sizes and SHA-256; a
- * directory that is not a pack (a Hugging Face checkpoint, a file) is an error saying so. */
+/* Checks every file a packed directory needs (derived from its config: core.bin, an experts
+ * file per MoE layer, an n-gram table per PLE layer; then the others its manifest lists)
+ * against the manifest's sizes and SHA-256, and, from format version 2, every header,
+ * tensor, expert and row against its own CRC32C; the first problem is an error naming the
+ * file (and layer and expert). A directory that is not a pack (a Hugging Face checkpoint, a
+ * file) is an error saying so. */
 sl_status sl_verify(const char *dir, sl_progress_fn progress, void *user, sl_error *err);
+/* The format version of the pack in dir (its manifest's), or 0 when there is none. */
+int32_t sl_pack_version(const char *dir);
+/* Brings a pack of an older format version to the current one in place (version 1 -> 2: the
+ * checksums added). The pack must pass sl_verify first, so that no corrupt byte gets a
+ * checksum of its own; each file is written to NAME.tmp and renamed, the manifest last.
+ * Nothing to do for a pack of the current version. */
+sl_status sl_pack_upgrade(const char *dir, sl_progress_fn progress, void *user, sl_error *err);
 
 /* Greedy argmax of one row of logits; ties go to the lower id. */
 int32_t sl_argmax(const float *logits, int32_t n);

@@ -181,6 +181,12 @@ sl_model *cli_load_model(const char *dir, sl_model_params *mp) {
         cli_error("%s", err.msg);
         return NULL;
     }
+    sl_model_info info;
+    sl_model_get_info(m, &info);
+    if (info.packed && info.pack_version < 2)
+        cli_warn("%s: pack format %d has no checksums, so nothing read from it is verified; "
+                 "'sluice verify --upgrade %s' adds them",
+                 dir, info.pack_version, dir);
     return m;
 }
 

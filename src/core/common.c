@@ -2,9 +2,12 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 sl_status sl_fail(sl_error *err, sl_status code, const char *fmt, ...) {
     if (err && err->code == SL_OK) {
@@ -92,32 +95,76 @@ double sl_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err) {
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        const int e = errno;
+        sl_fail(err, SL_ERR_IO, "%s: %s%s", path, strerror(e),
+                e == EINVAL && (flags & O_DIRECT)
+                    ? " (O_DIRECT unsupported on this filesystem? drop --direct-io)"
+                    : "");
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        const int e = errno;
+        close(fd);
+        sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(e));
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        sl_fail(err, SL_ERR_IO, "%s: not a regular file (%s): a model file must be a plain file",
+                path,
+                S_ISFIFO(sb.st_mode)  ? "a FIFO"
+                : S_ISDIR(sb.st_mode) ? "a directory"
+                : S_ISSOCK(sb.st_mode)
+                    ? "a socket"
+                    : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : "not a file");
+        return -1;
+    }
+    /* Regular files ignore O_NONBLOCK today; cleared all the same so reads keep their plain
+     * blocking meaning. */
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        const int e = errno;
+        close(fd);
+        sl_fail(err, SL_ERR_IO, "%s: fcntl: %s", path, strerror(e));
+        return -1;
+    }
+    if (size) *size = (uint64_t)sb.st_size;
+    return fd;
+}
+
 sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
+    uint64_t size = 0;
+    int fd = sl_open_regular(path, O_RDONLY, &size, err);
+    if (fd < 0) return SL_ERR_IO;
+    /* The size is a hint (the file may grow meanwhile): read until end of file. */
+    size_t cap = (size_t)SL_MIN(size, (uint64_t)1 << 30) + 4096, n = 0;
+    char *buf = malloc(cap);
     for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory reading file", path);
-            }
+        if (buf && n + 1 >= cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
             buf = nb;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        if (!buf) {
+            close(fd);
+            return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory reading file", path);
+        }
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            const int e = errno;
+            free(buf);
+            close(fd);
+            return sl_fail(err, SL_ERR_IO, "%s: read error: %s", path, strerror(e));
+        }
         if (got == 0) break;
+        n += (size_t)got;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return sl_fail(err, SL_ERR_IO, "%s: read error", path);
-    }
+    close(fd);
     buf[n] = '\0';
     *out = buf;
     if (len) *len = n;

@@ -59,7 +59,15 @@ uint16_t sl_f32_to_f16(float f);
 /* Seconds on a monotonic clock. */
 double sl_now(void);
 
-/* Reads a whole file into a NUL-terminated heap buffer. */
+/* Opens a model file for reading (flags: O_RDONLY, maybe O_DIRECT), refusing anything but a
+ * regular file with one line naming it. Opening a FIFO for reading blocks until a writer
+ * appears (forever, for a model file replaced by one), so the open is non-blocking, fstat
+ * decides, and O_NONBLOCK is then cleared. O_CLOEXEC is added. Returns the descriptor, or -1
+ * with err filled; *size (if not NULL) receives the file's size. Every model-file open goes
+ * through here (config.json, safetensors, core.bin, experts and n-gram files, manifests). */
+int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err);
+
+/* Reads a whole file (a regular one: sl_open_regular) into a NUL-terminated heap buffer. */
 sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err);
 
 #endif /* SL_COMMON_H */

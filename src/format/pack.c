@@ -1,6 +1,8 @@
 /* Packed format: reading and validating core.bin and experts-LLL.bin headers (see pack.h). */
 #include "format/pack.h"
 
+#include "core/crc32c.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -37,6 +39,17 @@ uint8_t sl_pack_dtype_code(sl_dtype t) {
 
 sl_dtype sl_pack_dtype_from_code(uint8_t c) {
     return c < N_CODES ? code_table[c] : SL_DTYPE_NONE;
+}
+
+uint32_t sl_pack_header_crc(const uint8_t *bytes, size_t n, size_t crc_at) {
+    static const uint8_t zero[4];
+    uint32_t c = sl_crc32c(0, bytes, crc_at);
+    c = sl_crc32c(c, zero, 4);
+    return sl_crc32c(c, bytes + crc_at + 4, n - crc_at - 4);
+}
+
+static int version_ok(uint32_t v) {
+    return v >= SL_PACK_VERSION_MIN && v <= SL_PACK_VERSION;
 }
 
 /* [off, off + len) lies inside [lo, size): overflow-safe. */
@@ -112,15 +125,21 @@ sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size
         return sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice core file (bad magic)", path);
     uint32_t version = rd32(p + 8), n = rd32(p + 12);
     uint64_t data_off = rd64(p + 16), fsize = rd64(p + 24);
-    if (version != SL_PACK_VERSION)
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d)",
-                       path, version, SL_PACK_VERSION);
+    if (!version_ok(version))
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d to %d)",
+                       path, version, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     if (fsize != size)
         return sl_fail(err, SL_ERR_FORMAT, "%s: %zu bytes, header says %llu (truncated?)", path,
                        size, (unsigned long long)fsize);
     if (n > (1u << 24) || data_off > size ||
         data_off < SL_CORE_HEADER + (uint64_t)n * SL_CORE_RECORD)
         return sl_fail(err, SL_ERR_FORMAT, "%s: index of %u tensors does not fit", path, n);
+    /* Before any record is believed: a flipped byte in the index is named as such. */
+    if (version >= 2 &&
+        sl_pack_header_crc(p, (size_t)data_off, SL_CORE_HEADER_CRC) != rd32(p + SL_CORE_HEADER_CRC))
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: header checksum mismatch (the index is corrupt): verify the pack", path);
+    f->version = version;
     f->tensors = calloc(n ? n : 1, sizeof(sl_tensor));
     if (!f->tensors) return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", path);
     for (uint32_t i = 0; i < n; i++) {
@@ -140,25 +159,62 @@ sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size
     return SL_OK;
 }
 
+uint32_t sl_core_record_crc(const uint8_t *image, const uint8_t *r) {
+    uint32_t c = sl_crc32c(0, image + rd64(r + 200), (size_t)rd64(r + 208));
+    if (sl_dtype_is_quant(sl_pack_dtype_from_code(r[160]))) {
+        const size_t sb =
+            (size_t)((uint64_t)rd64(r + 168) * (uint64_t)sl_qgroups((int64_t)rd64(r + 176)) * 2);
+        c = sl_crc32c(c, image + rd64(r + 216), sb);
+        c = sl_crc32c(c, image + rd64(r + 224), sb);
+    }
+    return c;
+}
+
+/* Version 2 records carry CRC32C(data || scales || biases). Offsets were checked by parse. */
+sl_status sl_core_verify(const char *path, const void *bytes, size_t size, sl_error *err) {
+    const uint8_t *p = bytes;
+    (void)size;
+    if (rd32(p + 8) < 2) return SL_OK;
+    const uint32_t n = rd32(p + 12);
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *r = p + SL_CORE_HEADER + (size_t)i * SL_CORE_RECORD;
+        const uint32_t c = sl_core_record_crc(p, r);
+        if (c != rd32(r + SL_CORE_RECORD_CRC))
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: tensor '%s': checksum mismatch (CRC32C %08x, expected %08x): the "
+                           "file is corrupt",
+                           path, (const char *)r, c, rd32(r + SL_CORE_RECORD_CRC));
+    }
+    return SL_OK;
+}
+
 sl_status sl_core_open(sl_st_file *f, const char *path, sl_error *err) {
     memset(f, 0, sizeof *f);
+    f->fd = -1;
     if (!(f->path = strdup(path))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < (off_t)SL_CORE_HEADER) {
+    uint64_t size = 0;
+    int fd = sl_open_regular(path, O_RDONLY, &size, err);
+    if (fd < 0) return SL_ERR_IO;
+    if (size < SL_CORE_HEADER) {
         close(fd);
         return sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice core file (too short)", path);
     }
-    f->size = (size_t)sb.st_size;
+    f->size = (size_t)size;
     f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
     if (f->map == MAP_FAILED) {
+        const int e = errno;
+        close(fd);
         f->map = NULL;
         return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(e));
     }
-    return sl_core_parse(f, path, f->map, f->size, err);
+    f->fd = fd;
+    sl_status st = sl_core_parse(f, path, f->map, f->size, err);
+    /* Once, at load: the core is read from the mapping at every step after. */
+#ifdef SL_NO_VERIFY /* a build for measuring what the checks cost (docs/BENCHMARKS.md 7) */
+    return st;
+#else
+    return st ? st : sl_core_verify(path, f->map, f->size, err);
+#endif
 }
 
 /* ------------------------------------------------------------ experts */
@@ -183,7 +239,11 @@ void sl_experts_layout(sl_experts_header *h) {
         off = q ? align_up(off + sb, SL_PACK_ALIGN) : off;
     }
     h->blob_bytes = align_up(off, SL_PACK_PAGE);
-    h->data_offset = SL_EXPERTS_HEADER;
+    /* Version 2's CRC table fills the first page up to 960 experts; more push the blobs on. */
+    h->data_offset =
+        h->version >= 2
+            ? align_up(SL_EXPERTS_CRC + 4 * (uint64_t)h->n_experts, SL_PACK_PAGE)
+            : SL_EXPERTS_HEADER;
     h->file_size = h->data_offset + (uint64_t)h->n_experts * h->blob_bytes;
 }
 
@@ -199,9 +259,9 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
     h->dtype = sl_pack_dtype_from_code((uint8_t)rd32(p + 20));
     h->hidden = rd32(p + 24);
     h->inter = rd32(p + 28);
-    if (h->version != SL_PACK_VERSION)
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d)",
-                       path, h->version, SL_PACK_VERSION);
+    if (!version_ok(h->version))
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d to %d)",
+                       path, h->version, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     if (h->n_experts == 0 || h->n_experts > (1u << 16) || h->hidden == 0 || h->inter == 0 ||
         h->hidden > (1u << 20) || h->inter > (1u << 20) ||
         !(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32 ||
@@ -229,8 +289,24 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
     return SL_OK;
 }
 
-void sl_experts_header_write(const sl_experts_header *h, uint8_t *buf) {
-    memset(buf, 0, SL_EXPERTS_HEADER);
+sl_status sl_experts_checksums(const sl_experts_header *h, const char *path, const void *bytes,
+                               size_t n, uint32_t *crc, sl_error *err) {
+    const uint8_t *p = bytes;
+    if (h->version < 2) return SL_OK;
+    SL_ASSERT(n >= h->data_offset);
+    const uint32_t want = rd32(p + SL_EXPERTS_HEADER_CRC);
+    if (sl_pack_header_crc(p, (size_t)h->data_offset, SL_EXPERTS_HEADER_CRC) != want)
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: layer %u: header checksum mismatch (the header or its table of "
+                       "expert checksums is corrupt): verify the pack",
+                       path, h->layer);
+    for (uint32_t e = 0; e < h->n_experts; e++)
+        crc[e] = rd32(p + SL_EXPERTS_CRC + 4 * (size_t)e);
+    return SL_OK;
+}
+
+void sl_experts_header_write(const sl_experts_header *h, const uint32_t *crc, uint8_t *buf) {
+    memset(buf, 0, (size_t)h->data_offset);
     memcpy(buf, experts_magic, 8);
     wr32(buf + 8, h->version);
     wr32(buf + 12, h->layer);
@@ -243,6 +319,11 @@ void sl_experts_header_write(const sl_experts_header *h, uint8_t *buf) {
     wr64(buf + 48, h->file_size);
     for (int i = 0; i < SL_EX_PARTS; i++)
         wr64(buf + 64 + 8 * i, h->part[i]);
+    if (h->version < 2) return;
+    for (uint32_t e = 0; e < h->n_experts; e++)
+        wr32(buf + SL_EXPERTS_CRC + 4 * (size_t)e, crc[e]);
+    wr32(buf + SL_EXPERTS_HEADER_CRC,
+         sl_pack_header_crc(buf, (size_t)h->data_offset, SL_EXPERTS_HEADER_CRC));
 }
 
 sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int which) {
@@ -270,10 +351,12 @@ size_t sl_ngram_codes_bytes(sl_dtype dt, uint32_t dim) {
 }
 
 void sl_ngram_layout(sl_ngram_header *h) {
-    /* quantised rows carry their own groups' scales and biases: one row is one read */
+    /* quantised rows carry their own groups' scales and biases, and from version 2 on every
+     * row its CRC32C: one row is one read, checked on its own */
     h->row_bytes = sl_dtype_is_quant(h->dtype)
                        ? sl_ngram_codes_bytes(h->dtype, h->dim) + 4 * (uint64_t)sl_qgroups(h->dim)
                        : (uint64_t)h->dim * sl_dtype_size(h->dtype);
+    if (h->version >= 2) h->row_bytes += 4;
     h->data_offset = SL_PACK_PAGE;
     h->file_size = h->data_offset + h->rows * h->row_bytes;
 }
@@ -289,9 +372,13 @@ sl_status sl_ngram_header_parse(sl_ngram_header *h, const char *path, const void
     h->dtype = sl_pack_dtype_from_code(p[16]);
     h->dim = rd32(p + 20);
     h->rows = rd64(p + 24);
-    if (h->version != SL_PACK_VERSION)
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d)",
-                       path, h->version, SL_PACK_VERSION);
+    if (!version_ok(h->version))
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d to %d)",
+                       path, h->version, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+    if (h->version >= 2 &&
+        (n < SL_PACK_PAGE ||
+         sl_pack_header_crc(p, SL_PACK_PAGE, SL_NGRAM_HEADER_CRC) != rd32(p + SL_NGRAM_HEADER_CRC)))
+        return sl_fail(err, SL_ERR_FORMAT, "%s: header checksum mismatch: verify the pack", path);
     if (!(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32 ||
           sl_dtype_is_quant(h->dtype)) ||
         h->dim == 0 || h->dim > (1u << 16) || h->rows == 0 || h->rows > (1ull << 40))
@@ -319,4 +406,16 @@ void sl_ngram_header_write(const sl_ngram_header *h, uint8_t *buf) {
     wr64(buf + 24, h->rows);
     wr64(buf + 32, h->data_offset);
     wr64(buf + 40, h->file_size);
+    if (h->version >= 2)
+        wr32(buf + SL_NGRAM_HEADER_CRC, sl_pack_header_crc(buf, SL_PACK_PAGE, SL_NGRAM_HEADER_CRC));
+}
+
+int sl_ngram_row_ok(const sl_ngram_header *h, const uint8_t *row) {
+    const size_t n = (size_t)h->row_bytes - 4;
+    return h->version < 2 || sl_crc32c(0, row, n) == rd32(row + n);
+}
+
+void sl_ngram_row_seal(const sl_ngram_header *h, uint8_t *row) {
+    const size_t n = (size_t)h->row_bytes - 4;
+    if (h->version >= 2) wr32(row + n, sl_crc32c(0, row, n));
 }

@@ -46,9 +46,13 @@ static sl_status parse_entry(sl_tensor *t, const char *path, const char *name, j
         t->shape[i] = (int64_t)dim;
     }
     json_t *jb = json_array_get(jo, 0), *je = json_array_get(jo, 1);
-    if (!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0 ||
-        json_integer_value(je) < json_integer_value(jb))
+    if (!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0)
         return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", path, name);
+    if (json_integer_value(je) < json_integer_value(jb))
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%lld, %lld] end before they begin (swapped?)",
+                       path, name, (long long)json_integer_value(jb),
+                       (long long)json_integer_value(je));
     uint64_t b = (uint64_t)json_integer_value(jb), e = (uint64_t)json_integer_value(je);
     if (e > data_size)
         return sl_fail(err, SL_ERR_FORMAT,
@@ -69,6 +73,46 @@ static sl_status parse_entry(sl_tensor *t, const char *path, const char *name, j
 
 static int cmp_tensor_name(const void *a, const void *b) {
     return strcmp(((const sl_tensor *)a)->name, ((const sl_tensor *)b)->name);
+}
+
+/* Where a tensor's bytes begin and end, from the start of the data section. */
+static uint64_t data_begin(const sl_tensor *t, const uint8_t *data) {
+    return (uint64_t)((const uint8_t *)t->data - data);
+}
+
+/* Data order: by begin, then by end (a tensor of 0 bytes may sit where another begins). */
+static int cmp_tensor_data(const void *a, const void *b) {
+    const sl_tensor *x = *(const sl_tensor *const *)a, *y = *(const sl_tensor *const *)b;
+    const uint8_t *xb = x->data, *yb = y->data;
+    if (xb != yb) return xb < yb ? -1 : 1;
+    return x->nbytes != y->nbytes ? (x->nbytes < y->nbytes ? -1 : 1) : 0;
+}
+
+/* Two tensors sharing bytes mean a corrupt index, and a change to one would change the
+ * other: safetensors itself refuses overlaps, and so do we. Sorted by begin, each tensor must
+ * begin at or after the end of the one before. */
+static sl_status check_overlaps(const sl_st_file *f, const char *path, const uint8_t *data,
+                                sl_error *err) {
+    if (f->n_tensors < 2) return SL_OK;
+    const sl_tensor **order = malloc((size_t)f->n_tensors * sizeof *order);
+    if (!order) return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", path);
+    for (int32_t i = 0; i < f->n_tensors; i++)
+        order[i] = &f->tensors[i];
+    qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_tensor_data);
+    sl_status st = SL_OK;
+    for (int32_t i = 1; i < f->n_tensors && !st; i++) {
+        const sl_tensor *a = order[i - 1], *b = order[i];
+        const uint64_t ab = data_begin(a, data), bb = data_begin(b, data);
+        if (bb < ab + a->nbytes)
+            st = sl_fail(err, SL_ERR_FORMAT,
+                         "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap in the data "
+                         "section: the header is corrupt",
+                         path, a->name, (unsigned long long)ab,
+                         (unsigned long long)(ab + a->nbytes), b->name, (unsigned long long)bb,
+                         (unsigned long long)(bb + b->nbytes));
+    }
+    free(order);
+    return st;
 }
 
 sl_status sl_st_parse(sl_st_file *f, const char *path, const void *bytes, size_t size,
@@ -117,6 +161,7 @@ sl_status sl_st_parse(sl_st_file *f, const char *path, const void *bytes, size_t
         st = parse_entry(t, path, key, val, data, data_size, err);
         if (st) goto done;
     }
+    if ((st = check_overlaps(f, path, data, err))) goto done;
     qsort(f->tensors, (size_t)f->n_tensors, sizeof(sl_tensor), cmp_tensor_name);
 done:
     json_decref(root);
@@ -126,27 +171,39 @@ done:
 sl_status sl_st_open(sl_st_file *f, const char *path, sl_error *err) {
     memset(f, 0, sizeof *f);
     f->map = MAP_FAILED;
+    f->fd = -1;
     f->path = strdup(path);
     if (!f->path) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return sl_fail(err, SL_ERR_IO, "%s: not a regular file", path);
-    }
-    f->size = (size_t)sb.st_size;
+    uint64_t size = 0;
+    int fd = sl_open_regular(path, O_RDONLY, &size, err);
+    if (fd < 0) return SL_ERR_IO;
+    f->size = (size_t)size;
     if (f->size < 8) {
         close(fd);
         return sl_fail(err, SL_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path,
                        f->size);
     }
     f->map = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
-    int mmap_errno = errno;
-    close(fd);
-    if (f->map == MAP_FAILED)
-        return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(mmap_errno));
+    if (f->map == MAP_FAILED) {
+        const int e = errno;
+        close(fd);
+        return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(e));
+    }
+    f->fd = fd;
     return sl_st_parse(f, path, f->map, f->size, err);
+}
+
+sl_status sl_st_check_size(const sl_st_file *f, sl_error *err) {
+    struct stat sb;
+    if (!f->map || f->map == MAP_FAILED || f->fd < 0) return SL_OK;
+    if (fstat(f->fd, &sb) != 0)
+        return sl_fail(err, SL_ERR_IO, "%s: fstat: %s", f->path, strerror(errno));
+    if ((uint64_t)sb.st_size < (uint64_t)f->size)
+        return sl_fail(err, SL_ERR_IO,
+                       "%s: the file shrank from %zu to %lld bytes while in use (truncated or "
+                       "rewritten in place): load the model again",
+                       f->path, f->size, (long long)sb.st_size);
+    return SL_OK;
 }
 
 void sl_st_close(sl_st_file *f) {
@@ -154,7 +211,10 @@ void sl_st_close(sl_st_file *f) {
     for (int32_t i = 0; i < f->n_tensors; i++)
         free((void *)f->tensors[i].name);
     free(f->tensors);
-    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->size);
+    if (f->map && f->map != MAP_FAILED) {
+        munmap(f->map, f->size);
+        if (f->fd >= 0) close(f->fd);
+    }
     free(f->path);
     memset(f, 0, sizeof *f);
 }

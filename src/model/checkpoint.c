@@ -25,7 +25,11 @@ static int cmp_entry(const void *a, const void *b) {
 static sl_status shards_from_index(const char *index_path, char ***names, int32_t *n,
                                    sl_error *err) {
     json_error_t jerr;
-    json_t *root = json_load_file(index_path, 0, &jerr);
+    char *text = NULL;
+    size_t len = 0;
+    if (sl_read_file(index_path, &text, &len, err)) return SL_ERR_IO;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    free(text);
     if (!root)
         return sl_fail(err, SL_ERR_FORMAT, "%s: invalid JSON (%s, line %d)", index_path, jerr.text,
                        jerr.line);
@@ -166,6 +170,14 @@ void sl_ckpt_close(sl_ckpt *ck) {
     free(ck->entries);
     free(ck->dir);
     memset(ck, 0, sizeof *ck);
+}
+
+sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err) {
+    for (int32_t i = 0; i < ck->n_files; i++) {
+        sl_status st = sl_st_check_size(&ck->files[i], err);
+        if (st) return st;
+    }
+    return SL_OK;
 }
 
 static const sl_ckpt_entry *find_full(const sl_ckpt *ck, const char *full) {

@@ -30,6 +30,9 @@ typedef struct sl_ckpt {
 
 sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err);
 void sl_ckpt_close(sl_ckpt *ck);
+/* Every mapped file still as long as its mapping (sl_st_check_size): a cheap fstat each, so
+ * a file truncated under a running model fails a request instead of raising SIGBUS. */
+sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err);
 
 /* Looks a tensor up by (unprefixed) name; NULL when absent. */
 const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name);

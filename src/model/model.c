@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <fcntl.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/pack.h"
 #include "model/blocks.h"
@@ -23,20 +25,27 @@ static const sl_family *const families[] = {
     &sl_family_qwen4_exp_text,
 };
 
-/* A packed model's config is the "config" object of its manifest. */
-static sl_status load_manifest_config(sl_config *cfg, const char *path, sl_error *err) {
+/* A packed model's config is the "config" object of its manifest; *version its format. */
+static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
+                                      sl_error *err) {
     json_error_t je;
-    json_t *man = json_load_file(path, 0, &je);
+    char *file = NULL;
+    size_t len = 0;
+    if (sl_read_file(path, &file, &len, err)) return SL_ERR_IO;
+    json_t *man = json_loadb(file, len, 0, &je);
+    free(file);
     if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
     sl_status st;
     json_t *fmt = json_object_get(man, "format"), *ver = json_object_get(man, "version");
     json_t *cj = json_object_get(man, "config");
     char *text = NULL;
+    const json_int_t v = json_integer_value(ver);
+    *version = (int32_t)v;
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "sluice") != 0)
         st = sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice manifest", path);
-    else if (json_integer_value(ver) != SL_PACK_VERSION)
-        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %lld (this sluice reads %d)",
-                     path, (long long)json_integer_value(ver), SL_PACK_VERSION);
+    else if (v < SL_PACK_VERSION_MIN || v > SL_PACK_VERSION)
+        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %lld (this sluice reads %d to %d)",
+                     path, (long long)v, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     else if (!json_is_object(cj) || !(text = json_dumps(cj, 0)))
         st = sl_fail(err, SL_ERR_FORMAT, "%s: missing 'config' object", path);
     else
@@ -153,14 +162,26 @@ static int is_file_in(const char *dir, const char *name) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* name is in dir but no regular file (a FIFO, which would block whoever opens it): err says
+ * so, naming it. */
+static int is_other_in(const char *dir, const char *name, sl_error *err) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return 0;
+    const int fd = sl_open_regular(path, O_RDONLY, NULL, err); /* fails, with the message */
+    if (fd >= 0) close(fd);
+    return fd < 0;
+}
+
 /* A GGUF file by name or by its magic (a renamed download still says what it is). */
 static int is_gguf(const char *path) {
     if (has_suffix(path, ".gguf")) return 1;
     char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(magic, 1, 4, f);
-    fclose(f);
+    int fd = sl_open_regular(path, O_RDONLY, NULL, NULL); /* a FIFO would block fopen */
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, magic, 4);
+    close(fd);
     return n == 4 && memcmp(magic, "GGUF", 4) == 0;
 }
 
@@ -191,6 +212,9 @@ sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err) {
                        "pack'",
                        path);
     }
+    if (is_other_in(path, "manifest.json", err) || is_other_in(path, "core.bin", err) ||
+        is_other_in(path, "config.json", err))
+        return SL_ERR_IO;
     if (is_file_in(path, "manifest.json")) {
         /* sl_pack writes the manifest last, so a pack without core.bin was copied in part. */
         if (!is_file_in(path, "core.bin"))
@@ -237,7 +261,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     sl_status st = sl_model_check_dir(dir, &m->packed, err);
     if (st) goto fail;
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    st = m->packed ? load_manifest_config(&m->cfg, path, err)
+    st = m->packed ? load_manifest_config(&m->cfg, path, &m->pack_version, err)
                    : (snprintf(path, sizeof path, "%s/config.json", dir),
                       sl_config_load(&m->cfg, path, err));
     if (st) goto fail;
@@ -265,6 +289,12 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
+    if (m->packed && m->ck.files[0].version != (uint32_t)m->pack_version) {
+        st = sl_fail(err, SL_ERR_FORMAT,
+                     "%s: format version %u, but the manifest says %d (a file of another pack?)",
+                     m->ck.files[0].path, m->ck.files[0].version, m->pack_version);
+        goto fail;
+    }
     m->layers = sl_calloc((size_t)m->cfg.n_layers, sizeof(sl_layer), err);
     if (!m->layers) {
         st = SL_ERR_NOMEM;
@@ -279,7 +309,9 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                                     .cache_mem = p.cache_mem,
                                     .direct_io = p.direct_io,
                                     .io_threads = p.io_threads,
+                                    .io_timeout_ms = p.io_timeout_ms,
                                     .min_slots = c->n_experts_used,
+                                    .pack_version = (uint32_t)m->pack_version,
                                     .progress = p.progress,
                                     .progress_user = p.progress_user};
         st = sl_experts_open_packed(&m->experts, dir, c->n_layers, c->layer_is_moe, c->n_experts,
@@ -375,6 +407,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .moe_intermediate_size = c->moe_intermediate_size,
         .shared_expert = shared,
         .packed = m->packed,
+        .pack_version = m->packed ? m->pack_version : 0,
         .weights = weights,
         .resident_bytes = resident,
         .expert_bytes = expert_bytes,
@@ -722,6 +755,9 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
                            "token id %d at index %d is outside the vocabulary "
                            "[0, %d)",
                            ids[i], i, c->vocab_size);
+    /* A mapped file cut short under the model fails this call instead of raising SIGBUS. */
+    sl_status cst = sl_ckpt_check(&s->model->ck, err);
+    if (cst) return cst;
     const size_t V = (size_t)c->vocab_size;
     const double t0 = sl_now();
     const int64_t bytes0 = s->model->experts.bytes_read;

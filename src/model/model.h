@@ -41,6 +41,10 @@ typedef struct sl_ngram_table {
     size_t row_bytes;
     void *map; /* the pack file's mapping (owned), or NULL */
     size_t map_len;
+    /* packed tables */
+    char *path;          /* ngram-LLL.bin, for messages */
+    sl_ngram_header hdr; /* from version 2, each row ends in its CRC32C (sl_ngram_row_ok) */
+    int map_fd;          /* mapped: kept open to notice the file shrinking (fstat), or -1 */
 } sl_ngram_table;
 
 #define SL_NGRAM_MAX 8
@@ -110,6 +114,7 @@ struct sl_model {
     int32_t n_uploads;
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t packed;    /* loaded from a sluice pack (else a Hugging Face directory) */
+    int32_t pack_version; /* its format version (1: no checksums) */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
 };

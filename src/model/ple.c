@@ -120,6 +120,7 @@ sl_status blk_bind_ple(sl_model *m, int32_t l, sl_error *err) {
     m->layers[l].ple = P;
     P->index = c->layer_ple[l];
     P->table.fd = -1;
+    P->table.map_fd = -1;
     const int32_t G = sl_ngram_heads(c);
     P->vocab = sl_calloc((size_t)G, sizeof(int64_t), err);
     P->offset = sl_calloc((size_t)G, sizeof(int64_t), err);
@@ -210,25 +211,38 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
     sl_ngram_table *tb = &P->table;
     char path[4096];
     snprintf(path, sizeof path, "%s/ngram-%03d.bin", dir, l);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
+    if (!(tb->path = strdup(path))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    uint64_t size = 0;
+    int fd = sl_open_regular(path, O_RDONLY, &size, err);
+    if (fd < 0) return SL_ERR_IO;
     uint8_t hdr[SL_PACK_PAGE];
     sl_ngram_header h;
     sl_status st = SL_OK;
-    ssize_t got = fstat(fd, &sb) == 0 ? pread(fd, hdr, sizeof hdr, 0) : -1;
-    if (got < 0)
-        st = sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    const int r = sl_read_full(fd, hdr, SL_MIN(size, (uint64_t)sizeof hdr), 0, 0, NULL, 0);
+    if (r)
+        st = sl_fail(err, SL_ERR_IO, "%s: %s", path,
+                     r == SL_READ_SHORT ? "short read" : strerror(r));
     else
-        st = sl_ngram_header_parse(&h, path, hdr, (size_t)got, (uint64_t)sb.st_size, err);
+        st = sl_ngram_header_parse(&h, path, hdr, (size_t)SL_MIN(size, (uint64_t)sizeof hdr),
+                                   size, err);
+    if (!st && h.version != (uint32_t)m->pack_version)
+        st = sl_fail(err, SL_ERR_FORMAT,
+                     "%s: format version %u, but the manifest says %d (a file of another pack?)",
+                     path, h.version, m->pack_version);
     if (!st && (h.layer != (uint32_t)l ||
                 h.dim != (uint32_t)(m->cfg.ple_embed_dim / sl_ngram_heads(&m->cfg))))
         st = sl_fail(err, SL_ERR_FORMAT, "%s: layer %u / row size %u do not match the model", path,
                      h.layer, h.dim);
+    /* A session's row buffer holds dim x 4 bytes a row (sl_session_create): F32 rows with a
+     * checksum would not fit, and pack never writes F32 rows. */
+    if (!st && h.row_bytes > (uint64_t)h.dim * 4)
+        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: rows of %llu bytes (F32 rows are not read)",
+                     path, (unsigned long long)h.row_bytes);
     if (st) {
         close(fd);
         return st;
     }
+    tb->hdr = h;
     tb->rows = (int64_t)h.rows;
     tb->dim = (int32_t)h.dim;
     tb->dtype = h.dtype;
@@ -242,12 +256,13 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
     }
     tb->map_len = (size_t)h.file_size;
     tb->map = mmap(NULL, tb->map_len, PROT_READ, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
     if (tb->map == MAP_FAILED) {
+        const int e = errno;
+        close(fd);
         tb->map = NULL;
         return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(e));
     }
+    tb->map_fd = fd; /* kept: blk_ple checks the size before reading the mapping */
     madvise(tb->map, tb->map_len, MADV_RANDOM);
     tb->parts = sl_calloc(1, sizeof(sl_tensor), err);
     if (!tb->parts) return SL_ERR_NOMEM;
@@ -285,7 +300,9 @@ void sl_ple_free(sl_model *m) {
         free(P->offset);
         free(P->table.parts);
         if (P->table.fd >= 0) close(P->table.fd);
+        if (P->table.map_fd >= 0) close(P->table.map_fd);
         if (P->table.map) munmap(P->table.map, P->table.map_len);
+        free(P->table.path);
     }
     free(m->ples);
     m->ples = NULL;
@@ -308,16 +325,30 @@ static void decode_row(const sl_ngram_table *tb, const uint8_t *p, float *out) {
     sl_dequantize_row(&t, 0, out);
 }
 
-/* Row r of a mapped table (a pack's file or a checkpoint's shards) into out[dim]. */
-static void table_row(const sl_ngram_table *tb, int64_t r, float *out) {
+/* A packed row that does not match its checksum, named with its file and layer. */
+static sl_status row_mismatch(const sl_ngram_table *tb, int32_t l, int64_t r, sl_error *err) {
+    return sl_fail(err, SL_ERR_FORMAT,
+                   "%s: layer %d, n-gram row %lld: checksum mismatch: the file is corrupt or the "
+                   "read returned bad data; 'sluice verify' checks the whole pack",
+                   tb->path, l, (long long)r);
+}
+
+/* Row r of a mapped table (a pack's file or a checkpoint's shards) into out[dim]. A packed row
+ * is checked on every use: it is a few hundred bytes, next to the work of decoding it, and the
+ * table is too large for a bit per row to pay. */
+static sl_status table_row(const sl_ngram_table *tb, int32_t l, int64_t r, float *out,
+                           sl_error *err) {
     if (tb->map) {
-        decode_row(tb, (const uint8_t *)tb->map + tb->data_off + (uint64_t)r * tb->row_bytes, out);
-        return;
+        const uint8_t *p = (const uint8_t *)tb->map + tb->data_off + (uint64_t)r * tb->row_bytes;
+        if (!sl_ngram_row_ok(&tb->hdr, p)) return row_mismatch(tb, l, r, err);
+        decode_row(tb, p, out);
+        return SL_OK;
     }
     int32_t i = 0;
     while (r >= tb->parts[i].shape[0])
         r -= tb->parts[i++].shape[0];
     sl_to_f32(out, tb->parts[i].data, tb->dtype, (size_t)r * (size_t)tb->dim, (size_t)tb->dim);
+    return SL_OK;
 }
 
 /* ------------------------------------------------------------- compute */
@@ -377,19 +408,37 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                 (sl_read_job){.fd = tb->fd,
                               .offset = tb->data_off + (uint64_t)b->ple_rows[i] * tb->row_bytes,
                               .len = tb->row_bytes,
-                              .dst = b->ple_rowbuf + (size_t)i * tb->row_bytes};
+                              .dst = b->ple_rowbuf + (size_t)i * tb->row_bytes,
+                              .bounce = 1, /* the session's buffer: see sl_read_job */
+                              .path = tb->path};
         sl_experts_read(&m->experts, b->ple_jobs, n);
-        for (int32_t i = 0; i < n; i++)
-            if (b->ple_jobs[i].err)
-                return sl_fail(err, SL_ERR_IO, "n-gram table of layer %d: read failed at row %lld",
-                               l, (long long)b->ple_rows[i]);
+        for (int32_t i = 0; i < n; i++) {
+            const sl_read_job *j = &b->ple_jobs[i];
+            char why[256];
+            if (j->err)
+                return sl_fail(err, sl_experts_read_status(j->err),
+                               "%s: layer %d, n-gram row %lld: %s", tb->path, l,
+                               (long long)b->ple_rows[i],
+                               sl_experts_read_error(&m->experts, j, why, sizeof why));
+            if (!sl_ngram_row_ok(&tb->hdr, j->dst))
+                return row_mismatch(tb, l, b->ple_rows[i], err);
+        }
+    } else if (tb->map_fd >= 0) { /* mapped: a file cut short would raise SIGBUS */
+        struct stat sb;
+        if (fstat(tb->map_fd, &sb) != 0 || (uint64_t)sb.st_size < tb->map_len)
+            return sl_fail(err, SL_ERR_IO,
+                           "%s: layer %d: the file shrank below %zu bytes while mapped "
+                           "(truncated, or rewritten in place): load the model again",
+                           tb->path, l, tb->map_len);
     }
     for (int32_t i = 0; i < n; i++) { /* row i = (token i / G, head i % G) */
         float *out = b->h_ple_emb + (size_t)i * (size_t)dim;
-        if (tb->fd >= 0)
+        if (tb->fd >= 0) {
             decode_row(tb, b->ple_rowbuf + (size_t)i * tb->row_bytes, out);
-        else
-            table_row(tb, b->ple_rows[i], out);
+        } else {
+            sl_status st = table_row(tb, l, b->ple_rows[i], out, err);
+            if (st) return st;
+        }
     }
     be->ops->to_dev(be, b->ple_emb, b->h_ple_emb, (size_t)T * (size_t)D * sizeof(float));
     m->stats.ple_rows += (int64_t)T * G;

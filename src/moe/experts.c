@@ -2,6 +2,9 @@
 #include "moe/experts.h"
 
 #include <errno.h>
+#include <time.h>
+
+#include "core/crc32c.h"
 #include <fcntl.h>
 #include <math.h>
 #include <sys/mman.h>
@@ -80,91 +83,316 @@ sl_status sl_experts_bind_hf(sl_expert_store *s, const sl_ckpt *ck, int32_t n_la
 
 /* ------------------------------------------------------------ reading */
 
-/* Reads exactly len bytes at offset; 0, an errno, or -1 for a short read. */
-static int read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset) {
+/* Each reader thread's aligned buffer: O_DIRECT retries and bounced jobs go through it. */
+#define SL_BOUNCE ((size_t)64 << 10)
+/* Reads that return no new byte this many times in a row give up rather than spin. */
+#define SL_READ_MAX_STUCK 8
+
+static uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
+
+/* sl_read_full with a flag that stops it between reads (a pool being torn down). */
+static int read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset, uint32_t align,
+                     uint8_t *bounce, size_t bounce_cap, const int *quit) {
+    int stuck = 0;
     while (len > 0) {
-        ssize_t r = pread(fd, dst, (size_t)SL_MIN(len, (uint64_t)1 << 30), (off_t)offset);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return errno ? errno : EIO;
-        if (r == 0) return -1;
-        dst += r;
-        len -= (uint64_t)r;
-        offset += (uint64_t)r;
+        if (quit && __atomic_load_n(quit, __ATOMIC_RELAXED)) return ECANCELED;
+        ssize_t r;
+        uint64_t got;
+        if (!align || ((uintptr_t)dst % align == 0 && offset % align == 0 && len % align == 0)) {
+            r = pread(fd, dst, (size_t)SL_MIN(len, (uint64_t)1 << 30), (off_t)offset);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return errno ? errno : EIO;
+            if (r == 0) return SL_READ_SHORT;
+            got = (uint64_t)r;
+        } else {
+            /* O_DIRECT after a short read (or given unaligned work): the aligned block around
+             * the missing bytes into the bounce buffer, then the part wanted. Its end is
+             * aligned, so the read after it can go straight to dst again. */
+            SL_ASSERT(bounce && bounce_cap >= align && (uintptr_t)bounce % align == 0);
+            const uint64_t base = offset / align * align, skip = offset - base;
+            const size_t want = (size_t)SL_MIN((uint64_t)bounce_cap / align * align,
+                                               align_up(skip + len, align));
+            r = pread(fd, bounce, want, (off_t)base);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return errno ? errno : EIO;
+            if (r == 0) return SL_READ_SHORT;
+            got = (uint64_t)r > skip ? SL_MIN((uint64_t)r - skip, len) : 0;
+            memcpy(dst, bounce + skip, (size_t)got);
+        }
+        if (got == 0) { /* only bytes before offset came back: the end of the file, or a stall */
+            struct stat sb;
+            if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size <= offset) return SL_READ_SHORT;
+            if (++stuck >= SL_READ_MAX_STUCK) return EIO;
+            continue;
+        }
+        stuck = 0;
+        dst += got;
+        len -= got;
+        offset += got;
     }
     return 0;
 }
 
+int sl_read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset, uint32_t align,
+                 uint8_t *bounce, size_t bounce_cap) {
+    return read_full(fd, dst, len, offset, align, bounce, bounce_cap, NULL);
+}
+
+/*
+ * The reader pool: a few threads blocked in pread keep several reads in flight (NVMe wants
+ * that). The caller hands over a batch and waits for it, at most the I/O timeout. A read still
+ * out at the deadline cannot be taken back (a pread stuck in the kernel ignores signals and
+ * cancellation), so it is abandoned: its job reports SL_READ_TIMEOUT, its thread's result is
+ * dropped when it comes, and the pool refuses new batches (SL_READ_STALLED) until it has come:
+ * the read may still write into the slot it was given, so that slot must not be refilled
+ * meanwhile. Reads into the caller's memory (bounce jobs) go through the thread's own buffer,
+ * copied out under the lock only while their batch is still waited on.
+ *
+ * Freeing a pool whose read is stuck cannot join that thread: every thread is detached, and
+ * the last one out frees the pool and the memory handed over with it (the slots reads may
+ * still land in). Freeing thus never waits for the disk; a read that never returns keeps a
+ * thread and that memory until the process exits.
+ */
+struct sl_reader_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    int32_t n_threads, started, alive;
+    pthread_t *threads;
+    uint8_t *bounce; /* n_threads x SL_BOUNCE, page-aligned */
+    sl_read_job *jobs;
+    int32_t n_jobs, next, finished;
+    int32_t in_flight;   /* reads taken and not back: the batch's, or abandoned ones */
+    uint64_t batch;      /* the batch being waited on; a result of another one is stale */
+    const char *stalled; /* the file of an abandoned read still out, for messages */
+    int quit, orphaned;
+    void **orphans; /* freed by the last thread out */
+    int32_t n_orphans, cap_orphans;
+};
+
+static void pool_destroy(sl_reader_pool *p) {
+    for (int32_t i = 0; i < p->n_orphans; i++)
+        free(p->orphans[i]);
+    free(p->orphans), free(p->threads), free(p->bounce);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    free(p);
+}
+
+/* One job on a reader thread (the pool unlocked). */
+static int run_job(sl_reader_pool *p, const sl_read_job *j, uint8_t *bounce, uint64_t batch) {
+    if (!j->bounce) {
+        int r = read_full(j->fd, j->dst, j->len, j->offset, j->align, bounce, SL_BOUNCE, &p->quit);
+        if (!r && j->check && sl_crc32c(0, j->dst, (size_t)j->len) != j->crc) r = SL_READ_CRC;
+        return r;
+    }
+    SL_ASSERT(!j->align); /* the bounce buffer is the destination here */
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < j->len;) {
+        const size_t n = (size_t)SL_MIN(j->len - done, (uint64_t)SL_BOUNCE);
+        int r = read_full(j->fd, bounce, n, j->offset + done, 0, NULL, 0, &p->quit);
+        if (r) return r;
+        if (j->check) crc = sl_crc32c(crc, bounce, n);
+        pthread_mutex_lock(&p->mu);
+        const int live = batch == p->batch;
+        if (live) memcpy(j->dst + done, bounce, n);
+        pthread_mutex_unlock(&p->mu);
+        if (!live) return ECANCELED;
+        done += n;
+    }
+    return j->check && crc != j->crc ? SL_READ_CRC : 0;
+}
+
 static void *reader_main(void *arg) {
     sl_reader_pool *p = arg;
-    uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
+    uint8_t *bounce = p->bounce + (size_t)p->started++ * SL_BOUNCE;
     for (;;) {
-        while (!p->quit && (p->generation == seen || p->next >= p->n_jobs))
+        while (!p->quit && p->next >= p->n_jobs)
             pthread_cond_wait(&p->work, &p->mu);
         if (p->quit) break;
-        seen = p->generation;
-        while (p->next < p->n_jobs) {
-            sl_read_job *j = &p->jobs[p->next++];
-            pthread_mutex_unlock(&p->mu);
-            j->err = read_full(j->fd, j->dst, j->len, j->offset);
-            pthread_mutex_lock(&p->mu);
+        const int32_t i = p->next++;
+        const sl_read_job j = p->jobs[i];
+        const uint64_t batch = p->batch;
+        p->in_flight++;
+        pthread_mutex_unlock(&p->mu);
+        const int r = run_job(p, &j, bounce, batch);
+        pthread_mutex_lock(&p->mu);
+        p->in_flight--;
+        if (batch == p->batch) {
+            p->jobs[i].err = r;
             if (++p->finished == p->n_jobs) pthread_cond_signal(&p->done);
+        } else if (p->in_flight == 0) {
+            p->stalled = NULL; /* the last abandoned read is back: batches may run again */
         }
     }
+    const int last = --p->alive == 0 && p->orphaned;
     pthread_mutex_unlock(&p->mu);
+    if (last) pool_destroy(p);
     return NULL;
 }
 
-static sl_status pool_start(sl_reader_pool *p, int32_t n, sl_error *err) {
-    memset(p, 0, sizeof *p);
+static void pool_free(sl_reader_pool *p);
+
+static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans, sl_error *err) {
+    sl_reader_pool *p = sl_calloc(1, sizeof *p, err);
+    if (!p) return SL_ERR_NOMEM;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the timeout ignores wall-clock jumps */
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
-    pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->done, &ca);
+    pthread_condattr_destroy(&ca);
     p->threads = sl_calloc((size_t)n, sizeof(pthread_t), err);
-    if (!p->threads) return SL_ERR_NOMEM;
+    p->bounce = aligned_alloc(SL_PACK_PAGE, (size_t)n * SL_BOUNCE);
+    p->orphans = sl_calloc((size_t)SL_MAX(max_orphans, 1), sizeof(void *), err);
+    p->cap_orphans = max_orphans;
+    *out = p;
+    if (!p->threads || !p->bounce || !p->orphans)
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory for the reader pool");
     for (int32_t i = 0; i < n; i++) {
-        if (pthread_create(&p->threads[i], NULL, reader_main, p) != 0)
-            return sl_fail(err, SL_ERR_NOMEM, "cannot start reader threads");
-        p->n_threads++;
+        pthread_mutex_lock(&p->mu);
+        const int rc = pthread_create(&p->threads[i], NULL, reader_main, p);
+        if (rc == 0) p->n_threads++, p->alive++;
+        pthread_mutex_unlock(&p->mu);
+        if (rc != 0) return sl_fail(err, SL_ERR_NOMEM, "cannot start reader threads: %s", strerror(rc));
     }
     return SL_OK;
 }
 
-static void pool_stop(sl_reader_pool *p) {
+/* Stops the threads, or (a read stuck) leaves the pool and its orphans to them. */
+static void pool_free(sl_reader_pool *p) {
+    if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    __atomic_store_n(&p->quit, 1, __ATOMIC_RELAXED); /* read_full polls it unlocked */
     pthread_cond_broadcast(&p->work);
+    if (p->in_flight > 0 && p->alive > 0) {
+        p->orphaned = 1;
+        for (int32_t i = 0; i < p->n_threads; i++)
+            pthread_detach(p->threads[i]); /* under the lock: no thread can finish first */
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
     pthread_mutex_unlock(&p->mu);
     for (int32_t i = 0; i < p->n_threads; i++)
         pthread_join(p->threads[i], NULL);
-    free(p->threads);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->work);
-    pthread_cond_destroy(&p->done);
+    pool_destroy(p);
 }
 
-/* Runs n reads in parallel and waits for all of them. */
-static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n) {
-    if (n == 1 || p->n_threads == 0) {
+/* Memory a stuck read may still write into: freed with the pool, whenever that is. */
+static void pool_adopt(sl_reader_pool *p, void *mem) {
+    if (!mem) return;
+    SL_ASSERT(p->n_orphans < p->cap_orphans);
+    p->orphans[p->n_orphans++] = mem;
+}
+
+static int pool_stalled(sl_reader_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    const int stalled = p->in_flight > 0;
+    pthread_mutex_unlock(&p->mu);
+    return stalled;
+}
+
+/* The file of the abandoned read still out, or NULL. */
+static const char *pool_stalled_file(sl_reader_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    const char *path = p->in_flight > 0 ? p->stalled : NULL;
+    pthread_mutex_unlock(&p->mu);
+    return path;
+}
+
+/* Runs n reads and waits for them, at most timeout_ms (< 0: no limit). See sl_reader_pool. */
+static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n, int32_t timeout_ms) {
+    for (int32_t i = 0; i < n; i++)
+        jobs[i].err = SL_READ_PENDING;
+    pthread_mutex_lock(&p->mu);
+    if (p->in_flight > 0) {
         for (int32_t i = 0; i < n; i++)
-            jobs[i].err = read_full(jobs[i].fd, jobs[i].dst, jobs[i].len, jobs[i].offset);
+            jobs[i].err = SL_READ_STALLED;
+        pthread_mutex_unlock(&p->mu);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->jobs = jobs;
     p->n_jobs = n;
     p->next = 0;
     p->finished = 0;
-    p->generation++;
+    p->batch++;
     pthread_cond_broadcast(&p->work);
-    while (p->finished < n)
-        pthread_cond_wait(&p->done, &p->mu);
-    p->n_jobs = 0;
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    while (p->finished < n) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&p->done, &p->mu);
+        else if (pthread_cond_timedwait(&p->done, &p->mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    if (p->finished < n) { /* abandon what is out; what never started fails with it */
+        for (int32_t i = 0; i < n; i++) {
+            if (jobs[i].err != SL_READ_PENDING) continue;
+            if (i < p->next && !p->stalled) p->stalled = jobs[i].path;
+            jobs[i].err = SL_READ_TIMEOUT;
+        }
+        p->batch++;
+    }
+    p->jobs = NULL;
+    p->n_jobs = p->next = 0;
     pthread_mutex_unlock(&p->mu);
 }
 
 void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n) {
-    pool_run(&s->pool, jobs, n); /* serial when the pool is not started */
+    if (s->pool && (n > 1 || s->io_timeout_ms >= 0)) {
+        pool_run(s->pool, jobs, n, s->io_timeout_ms);
+        return;
+    }
+    /* No pool (nothing is streamed), or one read with no time limit: on this thread. */
+    for (int32_t i = 0; i < n; i++) {
+        sl_read_job *j = &jobs[i];
+        j->err = read_full(j->fd, j->dst, j->len, j->offset, j->align, s->bounce, SL_BOUNCE, NULL);
+        if (!j->err && j->check && sl_crc32c(0, j->dst, (size_t)j->len) != j->crc)
+            j->err = SL_READ_CRC;
+    }
+}
+
+sl_status sl_experts_read_status(int err) {
+    return err == SL_READ_CRC                                 ? SL_ERR_FORMAT
+           : err == SL_READ_TIMEOUT || err == SL_READ_STALLED ? SL_ERR_TIMEOUT
+                                                              : SL_ERR_IO;
+}
+
+const char *sl_experts_read_error(const sl_expert_store *s, const sl_read_job *j, char *buf,
+                                  size_t cap) {
+    switch (j->err) {
+    case 0: snprintf(buf, cap, "no error"); break;
+    case SL_READ_SHORT: snprintf(buf, cap, "short read (file truncated?)"); break;
+    case SL_READ_CRC:
+        snprintf(buf, cap,
+                 "checksum mismatch (CRC32C of the bytes read is not %08x): the file is corrupt or "
+                 "the read returned bad data",
+                 j->crc);
+        break;
+    case SL_READ_TIMEOUT:
+        snprintf(buf, cap,
+                 "no answer within the I/O timeout of %d ms (a stalled disk or network "
+                 "filesystem?)",
+                 s->io_timeout_ms);
+        break;
+    case SL_READ_STALLED: {
+        const char *file = s->pool ? pool_stalled_file(s->pool) : NULL;
+        snprintf(buf, cap,
+                 "not read: an earlier read of %s is still stalled past the I/O timeout of %d ms "
+                 "(no new reads until it returns)",
+                 file ? file : "this model", s->io_timeout_ms);
+        break;
+    }
+    default: snprintf(buf, cap, "%s", strerror(j->err)); break;
+    }
+    return buf;
 }
 
 /* ------------------------------------------------------- packed layers */
@@ -192,39 +420,81 @@ static void size_up(int64_t bytes, char *out, size_t cap) {
     snprintf(out, cap, "%.1f%c", ceil(v * 10) / 10, units[u]);
 }
 
+/* The header (the first page, then the rest when a version-2 CRC table runs past it): parsed,
+ * checked against the model and the manifest's version, its checksum table kept in L->crc. */
+static sl_status read_header(sl_expert_store *s, sl_expert_layer *L, int32_t l, uint64_t size,
+                             int64_t H, int64_t I, const sl_store_params *p, sl_error *err) {
+    const char *path = L->path;
+    uint8_t *hb = aligned_alloc(SL_PACK_PAGE, SL_EXPERTS_HEADER);
+    if (!hb) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    int r = read_full(L->fd, hb, SL_EXPERTS_HEADER, 0, L->align, s->bounce, SL_BOUNCE, NULL);
+    sl_status st = SL_OK;
+    if (r)
+        st = sl_fail(err, r == SL_READ_SHORT ? SL_ERR_FORMAT : SL_ERR_IO,
+                     "%s: cannot read the header%s%s", path,
+                     r == SL_READ_SHORT ? " (file truncated)" : ": ",
+                     r == SL_READ_SHORT ? "" : strerror(r));
+    else
+        st = sl_experts_header_parse(&L->hdr, path, hb, SL_EXPERTS_HEADER, size, err);
+    const sl_experts_header *h = &L->hdr;
+    if (!st && p->pack_version && h->version != p->pack_version)
+        st = sl_fail(err, SL_ERR_FORMAT,
+                     "%s: format version %u, but the manifest says %u (a file of another pack?)",
+                     path, h->version, p->pack_version);
+    if (!st && ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts ||
+                h->hidden != H || h->inter != I))
+        st = sl_fail(err, SL_ERR_SHAPE,
+                     "%s: holds layer %u with %u experts of [%u, %u], "
+                     "expected layer %d with %d of [%lld, %lld]",
+                     path, h->layer, h->n_experts, h->inter, h->hidden, l, s->n_experts,
+                     (long long)I, (long long)H);
+    if (!st && h->version >= 2) {
+        if (h->data_offset > SL_EXPERTS_HEADER) { /* more than 960 experts */
+            uint8_t *all = aligned_alloc(SL_PACK_PAGE, (size_t)h->data_offset);
+            if (!all) st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
+            r = all ? read_full(L->fd, all, h->data_offset, 0, L->align, s->bounce, SL_BOUNCE, NULL)
+                    : 0;
+            if (!st && r)
+                st = sl_fail(err, SL_ERR_IO, "%s: cannot read the header: %s", path,
+                             r == SL_READ_SHORT ? "short read" : strerror(r));
+            free(hb);
+            hb = all;
+        }
+        L->crc = st ? NULL : sl_calloc((size_t)h->n_experts, sizeof(uint32_t), err);
+        if (!st && !L->crc) st = SL_ERR_NOMEM;
+        if (!st) st = sl_experts_checksums(h, path, hb, (size_t)h->data_offset, L->crc, err);
+#ifdef SL_NO_VERIFY /* a build for measuring what the checks cost (docs/BENCHMARKS.md 7) */
+        free(L->crc);
+        L->crc = NULL;
+#endif
+    }
+    free(hb);
+    return st;
+}
+
+/* A blob that does not match its checksum, as the error every mode gives. */
+static sl_status blob_mismatch(const sl_expert_layer *L, int32_t l, int32_t e, const char *when,
+                               sl_error *err) {
+    return sl_fail(err, SL_ERR_FORMAT,
+                   "%s: layer %d, expert %d: checksum mismatch %s (CRC32C is not %08x): the file "
+                   "is corrupt; 'sluice verify' checks the whole pack",
+                   L->path, l, e, when, L->crc[e]);
+}
+
 static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int64_t H, int64_t I,
                             const sl_store_params *p, int32_t n_moe, sl_error *err) {
     sl_expert_layer *L = &s->layers[l];
     char path[4096];
     snprintf(path, sizeof path, "%s/experts-%03d.bin", dir, l);
     if (!(L->path = strdup(path))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    int flags = O_RDONLY | O_CLOEXEC;
-    if (p->mode == SL_EXPERTS_STREAM && p->direct_io) flags |= O_DIRECT;
-    L->fd = open(path, flags);
-    if (L->fd < 0)
-        return sl_fail(err, SL_ERR_IO, "%s: %s%s", path, strerror(errno),
-                       errno == EINVAL ? " (O_DIRECT unsupported on this filesystem?)" : "");
-    struct stat sb;
-    uint8_t *hb = aligned_alloc(SL_PACK_PAGE, SL_EXPERTS_HEADER);
-    if (!hb) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    int rerr = fstat(L->fd, &sb) != 0 ? errno : read_full(L->fd, hb, SL_EXPERTS_HEADER, 0);
-    sl_status st = SL_OK;
-    if (rerr)
-        st = sl_fail(err, rerr == -1 ? SL_ERR_FORMAT : SL_ERR_IO, "%s: cannot read the header%s",
-                     path, rerr == -1 ? " (file truncated)" : "");
-    else
-        st = sl_experts_header_parse(&L->hdr, path, hb, SL_EXPERTS_HEADER, (uint64_t)sb.st_size,
-                                     err);
-    free(hb);
+    const int direct = p->mode == SL_EXPERTS_STREAM && p->direct_io;
+    L->align = direct ? SL_PACK_PAGE : 0;
+    uint64_t size = 0;
+    L->fd = sl_open_regular(path, O_RDONLY | (direct ? O_DIRECT : 0), &size, err);
+    if (L->fd < 0) return SL_ERR_IO;
+    sl_status st = read_header(s, L, l, size, H, I, p, err);
     if (st) return st;
     const sl_experts_header *h = &L->hdr;
-    if ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts || h->hidden != H ||
-        h->inter != I)
-        return sl_fail(err, SL_ERR_SHAPE,
-                       "%s: holds layer %u with %u experts of [%u, %u], "
-                       "expected layer %d with %d of [%lld, %lld]",
-                       path, h->layer, h->n_experts, h->inter, h->hidden, l, s->n_experts,
-                       (long long)I, (long long)H);
     if ((st = layer_init(L, s->n_experts, err))) return st;
     const int32_t E = s->n_experts;
     if (p->mode == SL_EXPERTS_MAPPED) {
@@ -237,17 +507,22 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         for (int32_t e = 0; e < E; e++)
             set_views(&L->views[e], h,
                       (uint8_t *)L->map + h->data_offset + (uint64_t)e * h->blob_bytes);
+        /* checked on first fetch: loading stays instant, and unused experts are never read */
+        if (L->crc && !(L->verified = sl_calloc((size_t)E, 1, err))) return SL_ERR_NOMEM;
+        return SL_OK; /* the descriptor stays open: fetch checks the size with fstat */
     } else if (p->mode == SL_EXPERTS_RESIDENT) {
         L->resident = aligned_alloc(SL_PACK_PAGE, (size_t)E * h->blob_bytes);
         if (!L->resident)
             return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", path);
         for (int32_t e = 0; e < E; e++) {
             uint8_t *blob = L->resident + (uint64_t)e * h->blob_bytes;
-            int r =
-                read_full(L->fd, blob, h->blob_bytes, h->data_offset + (uint64_t)e * h->blob_bytes);
+            int r = read_full(L->fd, blob, h->blob_bytes,
+                              h->data_offset + (uint64_t)e * h->blob_bytes, 0, NULL, 0, NULL);
             if (r)
-                return sl_fail(err, SL_ERR_IO, "%s: reading expert %d: %s", path, e,
-                               r == -1 ? "short read" : strerror(r));
+                return sl_fail(err, SL_ERR_IO, "%s: layer %d, reading expert %d: %s", path, l, e,
+                               r == SL_READ_SHORT ? "short read (file truncated?)" : strerror(r));
+            if (L->crc && sl_crc32c(0, blob, (size_t)h->blob_bytes) != L->crc[e])
+                return blob_mismatch(L, l, e, "at load", err);
             set_views(&L->views[e], h, blob);
         }
     } else {
@@ -288,11 +563,10 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         }
         for (int32_t e = 0; e < E; e++)
             L->expert_slot[e] = -1;
+        return SL_OK;
     }
-    if (p->mode != SL_EXPERTS_STREAM) {
-        close(L->fd);
-        L->fd = -1;
-    }
+    close(L->fd);
+    L->fd = -1;
     return SL_OK;
 }
 
@@ -303,6 +577,10 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
     if (st) return st;
     s->mode = p->mode;
     s->policy = p->policy;
+    s->io_timeout_ms = p->io_timeout_ms ? p->io_timeout_ms : SL_IO_TIMEOUT_MS;
+    if (s->io_timeout_ms < 0) s->io_timeout_ms = -1;
+    if (!(s->bounce = aligned_alloc(SL_PACK_PAGE, SL_BOUNCE)))
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     int32_t n_moe = 0;
     for (int32_t l = 0; l < n_layers; l++)
         n_moe += layer_is_moe[l] && n_experts > 0;
@@ -311,25 +589,33 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
         st = open_layer(s, l, dir, hidden, inter, p, n_moe, err);
         if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
     }
-    if (!st && p->mode == SL_EXPERTS_STREAM) {
-        st = pool_start(&s->pool, p->io_threads > 0 ? p->io_threads : 8, err);
-        s->pool_started = 1;
-    }
+    if (!st && p->mode == SL_EXPERTS_STREAM)
+        st = pool_start(&s->pool, p->io_threads > 0 ? p->io_threads : 8, n_layers, err);
     return st;
 }
 
 void sl_experts_free(sl_expert_store *s) {
     if (!s) return;
-    if (s->pool_started) pool_stop(&s->pool);
+    /* A read stuck past its timeout may still land in a layer's slots: they go with the pool,
+     * freed when that read comes back (sl_reader_pool). */
+    const int stuck = s->pool && pool_stalled(s->pool);
+    for (int32_t l = 0; s->layers && l < s->n_layers; l++) {
+        sl_expert_layer *L = &s->layers[l];
+        if (stuck) {
+            pool_adopt(s->pool, L->slot_mem);
+            L->slot_mem = NULL;
+        }
+    }
+    pool_free(s->pool);
     for (int32_t l = 0; s->layers && l < s->n_layers; l++) {
         sl_expert_layer *L = &s->layers[l];
         if (L->fd >= 0) close(L->fd);
         if (L->map) munmap(L->map, L->map_size);
-        free(L->resident), free(L->views), free(L->hist), free(L->slot_mem);
-        free(L->slot_views), free(L->slot_expert), free(L->slot_uses), free(L->slot_last);
-        free(L->slot_pin), free(L->expert_slot), free(L->path);
+        free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
+        free(L->verified), free(L->slot_views), free(L->slot_expert), free(L->slot_uses);
+        free(L->slot_last), free(L->slot_pin), free(L->expert_slot), free(L->path);
     }
-    free(s->layers), free(s->jobs), free(s->miss_slot);
+    free(s->layers), free(s->jobs), free(s->miss_slot), free(s->bounce);
     memset(s, 0, sizeof *s);
 }
 
@@ -366,18 +652,57 @@ static int32_t pick_victim(const sl_expert_layer *L, sl_cache_policy policy, int
     return best;
 }
 
+/* Mapped: the file must still cover the mapping (a page past a shrunk end raises SIGBUS: a
+ * truncation between this fstat and the reads can still, a window of one step), and each blob
+ * must match its checksum the first time it is fetched. */
+static sl_status check_mapped(sl_expert_layer *L, int32_t layer, const int32_t *ids, int32_t n,
+                              sl_error *err) {
+    struct stat sb;
+    if (fstat(L->fd, &sb) != 0)
+        return sl_fail(err, SL_ERR_IO, "%s: fstat: %s", L->path, strerror(errno));
+    if ((uint64_t)sb.st_size < L->map_size)
+        return sl_fail(err, SL_ERR_IO,
+                       "%s: layer %d: the file shrank from %zu to %lld bytes while mapped "
+                       "(truncated, or rewritten in place rather than renamed): load the model "
+                       "again",
+                       L->path, layer, L->map_size, (long long)sb.st_size);
+    for (int32_t i = 0; L->crc && i < n; i++) {
+        const int32_t e = ids[i];
+        if (__atomic_load_n(&L->verified[e], __ATOMIC_ACQUIRE)) continue;
+        const uint8_t *blob = (const uint8_t *)L->map + L->hdr.data_offset +
+                              (uint64_t)e * L->hdr.blob_bytes;
+        if (sl_crc32c(0, blob, (size_t)L->hdr.blob_bytes) != L->crc[e])
+            return blob_mismatch(L, layer, e, "on first use", err);
+        __atomic_store_n(&L->verified[e], 1, __ATOMIC_RELEASE);
+    }
+    return SL_OK;
+}
+
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                            const sl_expert **out, sl_error *err) {
     SL_ASSERT(layer >= 0 && layer < s->n_layers);
     sl_expert_layer *L = &s->layers[layer];
     SL_ASSERT(L->n_experts > 0 && n <= sl_experts_capacity(s, layer));
-    s->requests += n;
     if (!L->n_slots) {
+        sl_status st = L->map ? check_mapped(L, layer, ids, n, err) : SL_OK;
+        if (st) return st;
+        s->requests += n;
         s->hits += n;
         for (int32_t i = 0; i < n; i++)
             out[i] = &L->views[ids[i]];
         return SL_OK;
     }
+    /* Reads stalled past the timeout: fail before touching the cache, naming the file. */
+    int any_miss = 0;
+    for (int32_t i = 0; i < n && !any_miss; i++)
+        any_miss = L->expert_slot[ids[i]] < 0;
+    if (any_miss && pool_stalled(s->pool)) {
+        char why[256];
+        const sl_read_job j = {.err = SL_READ_STALLED};
+        return sl_fail(err, SL_ERR_TIMEOUT, "%s: layer %d: %s", L->path, layer,
+                       sl_experts_read_error(s, &j, why, sizeof why));
+    }
+    s->requests += n;
     const int64_t tick = ++s->tick;
     int32_t n_miss = 0;
     /* Pin every slot already holding a requested expert, then place the misses. */
@@ -405,6 +730,10 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
                 .offset = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes,
                 .len = L->hdr.blob_bytes,
                 .dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes,
+                .align = L->align,
+                .check = L->crc != NULL,
+                .crc = L->crc ? L->crc[e] : 0,
+                .path = L->path,
             };
         }
         L->slot_last[slot] = tick;
@@ -412,24 +741,28 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
     }
     if (!n_miss) return SL_OK;
     double t0 = sl_now();
-    pool_run(&s->pool, s->jobs, n_miss);
+    sl_experts_read(s, s->jobs, n_miss);
     s->read_time += sl_now() - t0;
     sl_status st = SL_OK;
     for (int32_t j = 0; j < n_miss; j++) {
-        if (!s->jobs[j].err) {
-            s->bytes_read += (int64_t)s->jobs[j].len;
+        const sl_read_job *job = &s->jobs[j];
+        if (!job->err) {
+            s->bytes_read += (int64_t)job->len;
             continue;
         }
-        /* A failed slot is emptied so nothing ever computes on its bytes. */
+        /* A failed slot is emptied so nothing ever computes on its bytes, and the next fetch
+         * of the expert reads it again. */
         const int32_t slot = s->miss_slot[j];
         const int32_t e = L->slot_expert[slot];
         L->expert_slot[e] = -1;
         L->slot_expert[slot] = -1;
-        if (!st)
-            st = sl_fail(
-                err, SL_ERR_IO, "%s: reading expert %d (%llu bytes at %llu): %s", L->path, e,
-                (unsigned long long)s->jobs[j].len, (unsigned long long)s->jobs[j].offset,
-                s->jobs[j].err == -1 ? "short read (file truncated?)" : strerror(s->jobs[j].err));
+        if (!st) {
+            char why[256];
+            st = sl_fail(err, sl_experts_read_status(job->err),
+                         "%s: layer %d, expert %d (%llu bytes at %llu): %s", L->path, layer, e,
+                         (unsigned long long)job->len, (unsigned long long)job->offset,
+                         sl_experts_read_error(s, job, why, sizeof why));
+        }
     }
     return st;
 }

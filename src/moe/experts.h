@@ -35,12 +35,15 @@ typedef struct sl_expert_layer {
     int32_t n_experts;
     char *path;            /* packed models: the experts file, for messages */
     sl_experts_header hdr; /* packed models */
-    int fd;                /* stream: the experts file (-1 when closed) */
+    int fd;                /* stream: reads; mapped: fstat, to notice the file shrinking; else -1 */
+    uint32_t align;        /* stream with O_DIRECT: what offsets, lengths and buffers align to */
     void *map;             /* mapped: the whole file */
     size_t map_size;
     uint8_t *resident; /* resident: n_experts blobs */
     sl_expert *views;  /* [n_experts] (HF, mapped, resident) */
     int64_t *hist;     /* [n_experts] router selections */
+    uint32_t *crc;     /* [n_experts] each blob's CRC32C (pack format 2), or NULL: no checks */
+    uint8_t *verified; /* mapped: [n_experts] 1 once the blob matched its CRC (atomic access) */
     /* stream cache */
     int32_t n_slots;
     uint8_t *slot_mem;     /* n_slots x blob_bytes, page-aligned */
@@ -52,32 +55,45 @@ typedef struct sl_expert_layer {
     int32_t *expert_slot;  /* [n_experts] slot holding the expert, -1 when none */
 } sl_expert_layer;
 
+/* What a read came to, besides 0 (done) and an errno. */
+enum {
+    SL_READ_SHORT = -1,   /* end of file before len bytes: truncated */
+    SL_READ_CRC = -2,     /* read, but the bytes do not match their checksum */
+    SL_READ_TIMEOUT = -3, /* not done within the I/O timeout (abandoned: its result is dropped) */
+    SL_READ_STALLED = -4, /* not started: a read abandoned earlier has not come back yet */
+    SL_READ_PENDING = -5, /* (in flight) */
+};
+
 /* One read of the pool. */
 typedef struct sl_read_job {
     int fd;
     uint64_t offset, len;
     uint8_t *dst;
-    int err; /* errno, or -1 for a short read */
+    uint32_t align;   /* O_DIRECT: offsets, lengths and dst must be multiples of this (0: none) */
+    uint8_t check;    /* compare the bytes' CRC32C with crc once read (before anyone sees them) */
+    uint8_t bounce;   /* dst is the caller's (a session's), not the store's: read into the pool's
+                       * buffer and copy out only while the caller still waits, so that a read
+                       * outliving its timeout never writes there */
+    uint32_t crc;
+    const char *path; /* the file, for messages */
+    int err;          /* 0, an errno, or an SL_READ_ code */
 } sl_read_job;
 
-typedef struct sl_reader_pool {
-    int32_t n_threads;
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    sl_read_job *jobs;
-    int32_t n_jobs, next, finished;
-    uint64_t generation;
-    int quit;
-} sl_reader_pool;
+/* The reader threads (experts.c). Heap-allocated: when a read hangs in the kernel past its
+ * timeout, freeing the store leaves the pool to its threads, the last of which frees it. */
+typedef struct sl_reader_pool sl_reader_pool;
+
+/* The default I/O timeout: a batch of reads not done after this long fails the forward. */
+#define SL_IO_TIMEOUT_MS 30000
 
 typedef struct sl_expert_store {
     int32_t n_layers, n_experts;
     sl_experts_mode mode;
     sl_cache_policy policy;
     sl_expert_layer *layers; /* [n_layers] */
-    sl_reader_pool pool;
-    int pool_started;
+    sl_reader_pool *pool;    /* stream mode */
+    int32_t io_timeout_ms;   /* the longest wait for a batch of reads; < 0: no limit */
+    uint8_t *bounce;         /* the loading thread's aligned buffer (O_DIRECT retries) */
     int64_t tick;
     sl_read_job *jobs;  /* [n_experts] scratch for one fetch */
     int32_t *miss_slot; /* [n_experts] */
@@ -98,7 +114,9 @@ typedef struct sl_store_params {
     int64_t cache_mem;
     int32_t direct_io;
     int32_t io_threads;
-    int32_t min_slots; /* top-k: fewer slots cannot serve one token */
+    int32_t io_timeout_ms; /* 0: SL_IO_TIMEOUT_MS; < 0: no limit */
+    int32_t min_slots;     /* top-k: fewer slots cannot serve one token */
+    uint32_t pack_version; /* the manifest's: every experts file must say the same (0: any) */
     sl_progress_fn progress;
     void *progress_user;
 } sl_store_params;
@@ -118,14 +136,30 @@ int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);
 /*
  * Makes experts ids[0..n) (distinct, n <= capacity) of a layer available;
  * out[i] points at expert ids[i] and stays valid until the next fetch of the
- * same layer. Read errors and short reads are returned, never computed on.
+ * same layer. Read errors, short reads, timeouts and checksum mismatches are
+ * returned (naming file, layer and expert), never computed on: a slot whose
+ * read failed is left empty, so the next fetch of that expert reads again.
+ * Mapped: the file's size is checked first (a file that shrank would raise
+ * SIGBUS) and each blob's checksum on its first fetch.
  */
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                            const sl_expert **out, sl_error *err);
 
 /* Runs n reads (other files than experts too: PLE n-gram rows) with the store's reader pool,
- * in parallel in stream mode, one after another otherwise; waits for all. Errors land in
- * each job's err. */
+ * in parallel in stream mode, one after another otherwise; waits for all of them, at most the
+ * I/O timeout. Errors land in each job's err. */
 void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n);
+/* The status a failed job's err makes: SL_ERR_FORMAT (checksum), SL_ERR_TIMEOUT, or SL_ERR_IO. */
+sl_status sl_experts_read_status(int err);
+/* What a failed job's err means, in words, into buf (returned). */
+const char *sl_experts_read_error(const sl_expert_store *s, const sl_read_job *j, char *buf,
+                                  size_t cap);
+
+/* Reads exactly len bytes at offset (0, an errno, or SL_READ_SHORT), retrying short reads.
+ * align > 0 (O_DIRECT): a retry whose offset, length or buffer is no longer aligned reads the
+ * aligned block around the missing bytes into bounce (bounce_cap bytes, a multiple of align,
+ * aligned) and copies out what is needed. Exposed for tests. */
+int sl_read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset, uint32_t align,
+                 uint8_t *bounce, size_t bounce_cap);
 
 #endif /* SL_EXPERTS_H */

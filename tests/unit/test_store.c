@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
+#include "model/packer.h"
 #include "test.h"
 
 static const char *const cases[] = {"qwen3_gqa_untied",     "qwen3_mha_tied_fused",
@@ -354,11 +355,20 @@ TEST(test_corrupt_packs) {
     CHECK(truncate(path, 3000) == 0);
     expect_fail(bad, SL_EXPERTS_MAPPED, "core.bin");
 
-    /* Corrupt core index: a tensor offset pointing past the end. */
+    /* Corrupt core index: a tensor offset pointing past the end. The header checksum names
+     * it first (format 2); a format-1 pack gets as far as the offset check. */
     CHECK(copy_pack(dir, bad) == 0);
     f = fopen(path, "r+b");
     fseek(f, 64 + 200, SEEK_SET); /* record 0, data offset */
     const uint8_t far[8] = {0, 0, 0, 0, 0, 0, 0, 0x10};
+    fwrite(far, 1, 8, f);
+    fclose(f);
+    expect_fail(bad, SL_EXPERTS_MAPPED, "core.bin: header checksum mismatch");
+    CHECK(copy_pack(dir, bad) == 0);
+    err = (sl_error){0};
+    CHECKF(sl_pack_convert(bad, 1, NULL, NULL, &err) == SL_OK, "%s", err.msg);
+    f = fopen(path, "r+b");
+    fseek(f, 64 + 200, SEEK_SET);
     fwrite(far, 1, 8, f);
     fclose(f);
     expect_fail(bad, SL_EXPERTS_MAPPED, "outside the file");
