@@ -153,6 +153,10 @@ typedef struct sl_model_info {
  * (no such path, a file, GGUF, a pack without core.bin) is an error of one line naming
  * path and saying what to give instead. sl_model_load starts with it. */
 sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err);
+/* The model's positions (max_position_embeddings) and vocabulary size from its config alone,
+ * without reading a weight: a caller can refuse a prompt that cannot run before a load. */
+sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size,
+                        sl_error *err);
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors) or a sluice pack. */
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err);

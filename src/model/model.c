@@ -251,6 +251,30 @@ static const sl_family *find_family(const char *arch) {
     return NULL;
 }
 
+/* The config of the model in dir (config.json, or a pack's manifest), its path into path. */
+static sl_status read_config(const char *dir, sl_config *cfg, int32_t *packed,
+                             int32_t *pack_version, char *path, size_t path_size, sl_error *err) {
+    sl_status st = sl_model_check_dir(dir, packed, err);
+    if (st) return st;
+    snprintf(path, path_size, "%s/%s", dir, *packed ? "manifest.json" : "config.json");
+    return *packed ? load_manifest_config(cfg, path, pack_version, err)
+                   : sl_config_load(cfg, path, err);
+}
+
+sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size,
+                        sl_error *err) {
+    sl_config cfg = {0};
+    int32_t packed, version;
+    char path[4096];
+    sl_status st = read_config(dir, &cfg, &packed, &version, path, sizeof path, err);
+    if (!st) {
+        *max_position = cfg.max_position;
+        *vocab_size = cfg.vocab_size;
+    }
+    sl_config_free(&cfg);
+    return st;
+}
+
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -258,12 +282,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m) return SL_ERR_NOMEM;
     const sl_model_params p = params ? *params : (sl_model_params){0};
     char path[4096];
-    sl_status st = sl_model_check_dir(dir, &m->packed, err);
-    if (st) goto fail;
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    st = m->packed ? load_manifest_config(&m->cfg, path, &m->pack_version, err)
-                   : (snprintf(path, sizeof path, "%s/config.json", dir),
-                      sl_config_load(&m->cfg, path, err));
+    sl_status st = read_config(dir, &m->cfg, &m->packed, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
     if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
         st = sl_fail(err, SL_ERR_ARG,
