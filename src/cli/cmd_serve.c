@@ -204,7 +204,8 @@ int cli_serve(int argc, char **argv) {
             key_file = optarg;
             break;
         case OPT_CORS:
-            if (!*optarg) return cli_error("--cors needs an origin (e.g. http://localhost:3000) or '*'");
+            if (!*optarg)
+                return cli_error("--cors needs an origin (e.g. http://localhost:3000) or '*'");
             if (n_cors == (int32_t)(sizeof cors / sizeof cors[0]))
                 return cli_error("--cors: at most %zu origins", sizeof cors / sizeof cors[0]);
             cors[n_cors++] = optarg;
@@ -226,8 +227,7 @@ int cli_serve(int argc, char **argv) {
             if (parse_count(optarg, "--max-connections", 1, &cfg.max_conns)) return 1;
             break;
         case OPT_MAX_CONNS_PER_IP:
-            if (parse_count(optarg, "--max-connections-per-ip", 1, &cfg.max_conns_per_ip))
-                return 1;
+            if (parse_count(optarg, "--max-connections-per-ip", 1, &cfg.max_conns_per_ip)) return 1;
             break;
         case OPT_SHUTDOWN_TIMEOUT:
             if (parse_seconds(optarg, "--shutdown-timeout", &cfg.shutdown_timeout_s)) return 1;
@@ -301,8 +301,8 @@ int cli_serve(int argc, char **argv) {
                 "sluice serve: %s (%s), context %d tokens, %d requests at once and %d waiting%s\n"
                 "sluice serve: listening on http://%s%s%s:%d\n",
                 cfg.model_id, g.info.arch, sl_session_max_ctx(g.s), cfg.parallel, cfg.queue,
-                cfg.api_key ? ", API key required" : "", strchr(cfg.host, ':') ? "[" : "",
-                cfg.host, strchr(cfg.host, ':') ? "]" : "", srv_port(s));
+                cfg.api_key ? ", API key required" : "", strchr(cfg.host, ':') ? "[" : "", cfg.host,
+                strchr(cfg.host, ':') ? "]" : "", srv_port(s));
         int sig = 0;
         sigwait(&stop, &sig);
         /* A second signal ends the process at once (their default action). */

@@ -51,14 +51,14 @@ typedef enum route {
 #define SRV_HEARTBEAT_S 2.0
 /* After --shutdown-timeout, how long the HTTP threads get to answer their cancelled
  * requests, and then the worker to come back from its forward. */
-#define SRV_GRACE_HTTP_S 1.0
+#define SRV_GRACE_HTTP_S   1.0
 #define SRV_GRACE_WORKER_S 2.0
 
 /* One HTTP request (libmicrohttpd's per-request pointer). */
 typedef struct srv_req {
     srv *s;
     struct MHD_Connection *c;
-    srv_conn *conn; /* NULL when untracked */
+    srv_conn *conn;           /* NULL when untracked */
     const char *allow_origin; /* Access-Control-Allow-Origin to send, or NULL */
     char origin[256];         /* the request's Origin when it is allowed */
     double last_out;          /* sl_now() of the last bytes handed to a stream */
@@ -88,8 +88,7 @@ typedef struct srv_req {
 static void add_common_headers(const srv_req *r, struct MHD_Response *resp, const char *ctype) {
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (r->allow_origin) {
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN,
-                                r->allow_origin);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, r->allow_origin);
         if (strcmp(r->allow_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
     }
 }
@@ -478,8 +477,8 @@ static enum MHD_Result answer_preflight(srv_req *r) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     add_common_headers(r, resp, NULL);
-    const char *want = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND,
-                                                   "Access-Control-Request-Headers");
+    const char *want =
+        MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                      "0123456789-_, ";
     const int plain = want && *want && strlen(want) < 1024 && !want[strspn(want, name_chars)];
@@ -526,8 +525,7 @@ static enum MHD_Result first_call(srv_req *r, const char *url, const char *metho
         pthread_mutex_unlock(&s->mu);
         return answer_json(r, 200,
                            json_pack("{s:s, s:s, s:i, s:i}", "status", stopping ? "stopping" : "ok",
-                                     "model", s->cfg.model_id, "queue", queued, "waiting",
-                                     waiting),
+                                     "model", s->cfg.model_id, "queue", queued, "waiting", waiting),
                            NULL, NULL);
     }
     case ROUTE_METRICS:
@@ -572,8 +570,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         if (!host_allowed(s, host)) {
             const char *h = s->cfg.host;
-            const int usual = !strcmp(h, "127.0.0.1") || !strcmp(h, "::1") ||
-                              !strcasecmp(h, "localhost");
+            const int usual =
+                !strcmp(h, "127.0.0.1") || !strcmp(h, "::1") || !strcasecmp(h, "localhost");
             ok = answer_error(r, 403, "invalid_request_error", NULL, "host_not_allowed",
                               "Host '%.100s' is not allowed: this server listens on %s and "
                               "answers requests to localhost, 127.0.0.1 or [::1]%s%s only "
@@ -611,7 +609,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    conn_deadline(s, r->conn, 0); /* the request has arrived whole */
+    conn_deadline(s, r->conn, 0);  /* the request has arrived whole */
     if (r->status) return MHD_YES; /* answered early */
     return answer_generation(r);
 }
@@ -919,8 +917,8 @@ int srv_shutdown(srv *s) {
             left = wait_requests(s, SRV_GRACE_HTTP_S);
         }
         if (left > 0) { /* MHD_stop_daemon would join their threads: do not wait on them */
-            fprintf(stderr, "sluice serve: %d request%s did not end; exiting without them\n",
-                    left, left > 1 ? "s" : "");
+            fprintf(stderr, "sluice serve: %d request%s did not end; exiting without them\n", left,
+                    left > 1 ? "s" : "");
             s->stuck = 1;
             return 1;
         }

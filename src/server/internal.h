@@ -74,8 +74,8 @@ typedef struct srv_waiter {
  * a time never reaches.
  */
 typedef struct srv_conn {
-    int fd; /* a dup of the socket: shutdown() on it cuts the connection, and the
-               number cannot be reused by another connection while we hold it */
+    int fd;          /* a dup of the socket: shutdown() on it cuts the connection, and the
+                        number cannot be reused by another connection while we hold it */
     double deadline; /* sl_now() seconds; 0: none (the request is being answered) */
     int32_t n_done;  /* requests completed on this connection */
     int32_t cut;     /* shut down by the watchdog */
@@ -84,7 +84,7 @@ typedef struct srv_conn {
 
 struct srv {
     srv_config cfg;
-    int loopback; /* listening on a loopback address: the Host header is checked */
+    int loopback;            /* listening on a loopback address: the Host header is checked */
     cli_gen *g;              /* the worker's alone once started */
     const sl_tokenizer *tok; /* read-only: HTTP threads tokenize */
     sl_chat_template tpl;
@@ -101,20 +101,20 @@ struct srv {
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* queue changes, job done, requests finished */
     srv_job *head, *tail;
-    srv_job *running;           /* the job generating, or NULL */
+    srv_job *running; /* the job generating, or NULL */
     srv_waiter *wait_head, *wait_tail;
     int32_t n_queued, n_running, n_waiting;
     int32_t n_requests; /* HTTP requests in progress (shutdown waits for 0) */
     int32_t stopping;   /* refuse new requests */
     int32_t worker_exit, worker_done;
     atomic_int abandon; /* the shutdown timeout passed: HTTP threads stop waiting for jobs */
-    uint64_t n_ids; /* response ids and default seeds */
+    uint64_t n_ids;     /* response ids and default seeds */
     srv_metrics metrics;
 
     pthread_mutex_t conn_mu; /* the connections and the watchdog */
     pthread_cond_t conn_cv;
     srv_conn *conns;
-    int64_t conns_cut; /* connections cut by the watchdog, for /metrics */
+    int64_t conns_cut;     /* connections cut by the watchdog, for /metrics */
     int64_t limit_refused; /* connections refused at --max-connections-per-ip */
     double limit_said;     /* sl_now() when that was last logged */
     pthread_t watchdog;
@@ -131,10 +131,10 @@ void srv_job_release(srv_job *j);
 /* How srv_submit ended. */
 typedef enum srv_admit {
     SRV_ADMITTED = 0,
-    SRV_FULL = -1,          /* `parallel` admitted and `queue` waiting already */
-    SRV_STOPPING = -2,      /* the server is shutting down */
-    SRV_WAIT_TIMEOUT = -3,  /* no place within queue_timeout_s (or the request's deadline) */
-    SRV_CLIENT_GONE = -4,   /* gone(user) said so while waiting */
+    SRV_FULL = -1,         /* `parallel` admitted and `queue` waiting already */
+    SRV_STOPPING = -2,     /* the server is shutting down */
+    SRV_WAIT_TIMEOUT = -3, /* no place within queue_timeout_s (or the request's deadline) */
+    SRV_CLIENT_GONE = -4,  /* gone(user) said so while waiting */
 } srv_admit;
 /* Queues j for the worker (taking a second reference for it). When the `parallel` places
  * are taken, waits for one in FIFO order, polling gone(user) (may be NULL) ten times a

@@ -17,25 +17,25 @@
 #include "cli/generate.h"
 
 typedef struct srv_config {
-    const char *host;          /* default 127.0.0.1 */
-    int32_t port;              /* 0: any free port (srv_port tells which) */
-    const char *api_key;       /* NULL: no authentication; never "" */
-    const char *const *cors;   /* [n_cors] origins whose pages may read responses ("*": any) */
-    int32_t n_cors;            /* 0: no CORS headers, OPTIONS is a 405 */
-    const char *model_id;      /* the name /v1/models lists and responses carry */
-    int32_t parallel;          /* requests admitted at once (running + queued) */
-    int32_t queue;             /* requests that may wait for one of those places */
-    int32_t queue_timeout_s;   /* ... for this long, then 503 */
-    int64_t max_body;          /* request body limit in bytes (413 above) */
-    int32_t timeout_s;         /* whole request, queue wait included */
-    int32_t idle_timeout_s;    /* an idle connection is closed after this */
-    int32_t header_timeout_s;  /* a request (headers and body) must arrive within this */
-    int32_t max_conns;         /* open connections at once (more wait in the backlog) */
-    int32_t max_conns_per_ip;  /* open connections from one address (more are refused) */
+    const char *host;           /* default 127.0.0.1 */
+    int32_t port;               /* 0: any free port (srv_port tells which) */
+    const char *api_key;        /* NULL: no authentication; never "" */
+    const char *const *cors;    /* [n_cors] origins whose pages may read responses ("*": any) */
+    int32_t n_cors;             /* 0: no CORS headers, OPTIONS is a 405 */
+    const char *model_id;       /* the name /v1/models lists and responses carry */
+    int32_t parallel;           /* requests admitted at once (running + queued) */
+    int32_t queue;              /* requests that may wait for one of those places */
+    int32_t queue_timeout_s;    /* ... for this long, then 503 */
+    int64_t max_body;           /* request body limit in bytes (413 above) */
+    int32_t timeout_s;          /* whole request, queue wait included */
+    int32_t idle_timeout_s;     /* an idle connection is closed after this */
+    int32_t header_timeout_s;   /* a request (headers and body) must arrive within this */
+    int32_t max_conns;          /* open connections at once (more wait in the backlog) */
+    int32_t max_conns_per_ip;   /* open connections from one address (more are refused) */
     int32_t shutdown_timeout_s; /* srv_shutdown waits this long for requests in flight */
-    int32_t think;             /* default of chat_template_kwargs.enable_thinking */
-    sl_sampler_params sp;      /* defaults when a request does not say */
-    int32_t log;               /* one line per request on stderr */
+    int32_t think;              /* default of chat_template_kwargs.enable_thinking */
+    sl_sampler_params sp;       /* defaults when a request does not say */
+    int32_t log;                /* one line per request on stderr */
 } srv_config;
 
 typedef struct srv srv;

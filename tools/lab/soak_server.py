@@ -276,7 +276,14 @@ def do_drop_stream(t, st, rng):
     try:
         data = json.dumps(b).encode()
         s.sendall(t.head("POST", "/v1/chat/completions", len(data)) + data)
-        got = s.recv(rng.randint(1, 4096))
+        got = b""
+        while len(got) < 12:  # the status line's start, then some more or not
+            d = s.recv(12 - len(got))
+            if not d:
+                break
+            got += d
+        if rng.random() < 0.5:
+            got += s.recv(rng.randint(1, 4096))
         good, why = got.startswith(b"HTTP/1.1 200"), got[:100]
     except Exception as e:
         good, why = False, f"{type(e).__name__}: {e}"
@@ -629,6 +636,8 @@ def main():
         warm = next((x[1] for x in samples if x[0] >= min(30, elapsed / 4)), rss[0])
         print(f"  server RSS (kB): start {rss[0]}, after warm-up {warm}, end {rss[-1]}, max {max(rss)} "
               f"({len(samples)} samples every {a.sample_every:g} s)")
+        step = max(1, len(samples) // 10)  # the trend: a leak climbs, arenas level off
+        print("  RSS trend (s: kB): " + ", ".join(f"{x[0]:.0f}: {x[1]}" for x in samples[::step]))
         print(f"  server threads: start {samples[0][2]}, end {samples[-1][2]}, max {max(x[2] for x in samples)}; "
               f"open descriptors: start {samples[0][3]}, end {samples[-1][3]}, max {max(x[3] for x in samples)}")
     if open_conns is not None:
