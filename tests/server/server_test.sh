@@ -253,6 +253,25 @@ fi
 node "$HERE/client.mjs" load "$URL/v1" 64 32 >"$TMP/load32.log" 2>&1
 grep -q '^ok' "$TMP/load32.log" && ok "32 clients at once, default options: $(cut -c6- "$TMP/load32.log")" ||
     bad "32 at once: $(head -c 400 "$TMP/load32.log")"
+# A stream waiting behind a long request gets ': keep-alive' comments (so that a client that
+# closed is noticed while queued); curl shows them, the official client reads past them.
+curl -sN "${J[@]}" -d '{"prompt":"x","max_tokens":100000,"temperature":1,"ignore_eos":true,"stream":true}' \
+    "$URL/v1/completions" >/dev/null &
+LONG=$!
+sleep 0.2
+curl -sN "${J[@]}" -d '{"prompt":"x","max_tokens":2,"stream":true}' "$URL/v1/completions" >"$TMP/hb.sse" &
+HB=$!
+node "$HERE/client.mjs" stream "$URL/v1" >"$TMP/hb.log" 2>&1 &
+NODE=$!
+for _ in $(seq 100); do grep -q '^: keep-alive$' "$TMP/hb.sse" && break; sleep 0.1; done
+kill "$LONG" # its stream is cancelled at the next token: the queued ones run
+wait "$HB" "$NODE"
+if grep -q '^: keep-alive$' "$TMP/hb.sse" && [ "$(tail -n 2 "$TMP/hb.sse" | head -n 1)" = "data: [DONE]" ] &&
+    grep -q '^ok' "$TMP/hb.log"; then
+    ok "queued streams get ': keep-alive' comments, and the openai client reads past them"
+else
+    bad "keep-alive comments: $(head -c 300 "$TMP/hb.sse") / $(cat "$TMP/hb.log")"
+fi
 expect "still healthy after all that" 200 '"status":"ok"' "$URL/health"
 
 # ---- SIGTERM: the request in flight finishes, new connections are refused, exit 0
