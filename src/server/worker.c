@@ -210,10 +210,11 @@ static void job_finish(srv *s, srv_job *j, const cli_gen_result *res, int status
     pthread_mutex_unlock(&j->mu);
 }
 
-/* The HTTP status of a generation the library failed: 503 (worth retrying) for running out
- * of memory, 500 for the rest (a failed or corrupt read, a numeric fault). */
+/* The HTTP status of a generation the library failed: 503 (with Retry-After: worth trying
+ * again) for a read past the I/O timeout (the disk may recover) or running out of memory,
+ * 500 for the rest (a failed, short or corrupt read, non-finite logits). */
 static int error_status(sl_status st) {
-    return st == SL_ERR_NOMEM ? 503 : 500;
+    return st == SL_ERR_TIMEOUT || st == SL_ERR_NOMEM ? 503 : 500;
 }
 
 static void run_job(srv *s, srv_job *j) {

@@ -397,6 +397,29 @@ else
     bad "SIGTERM with a stuck forward: rc $rc in $ms ms, answer $(head -c 200 "$TMP/huge.out"), log $(tail -n 3 "$TMP/fault.err")"
 fi
 
+# The issue's case: one corrupt read (a byte flipped in the copy read, the file intact; caught
+# by the pack's checksums) under a server, through the fault shim of tests/fault: a 500, and
+# the same request right after gets the reference text, nothing reused from the bad read.
+if cc -std=c11 -O2 -fPIC -shared "$HERE/../fault/shim.c" -o "$TMP/shim.so" -ldl 2>"$TMP/shim.err"; then
+    LD_PRELOAD="$TMP/shim.so" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=flip SLUICE_FAULT_AFTER=1 \
+        SLUICE_FAULT_COUNT=1 MODEL_DIR=$TMP/tqp start flip --experts stream --cache-experts 2 || exit 1
+    expect "a corrupt read (checksum): 500" 500 '"type":"server_error"' "${J[@]}" -d "$R" "$URL/v1/completions"
+    curl -s "${J[@]}" -d "$R" "$URL/v1/completions" >"$TMP/after.json"
+    if $PY - "$TMP/ref.json" "$TMP/after.json" <<'PY'; then
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+sys.exit(not (a["choices"][0]["text"] == b["choices"][0]["text"]
+              and b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0))
+PY
+        ok "after a corrupt read the same request gets the reference text, nothing cached"
+    else
+        bad "after a corrupt read: $(head -c 300 "$TMP/after.json")"
+    fi
+    stop "$PID"
+else
+    bad "building tests/fault/shim.c: $(cat "$TMP/shim.err")"
+fi
+
 # ---- --api-key-file, --cors, --parallel and --queue (503 when both are full)
 printf 's3cret\r\n' >"$TMP/key"
 start keyed --api-key-file "$TMP/key" --parallel 1 --queue 1 --queue-timeout 1 \
