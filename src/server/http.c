@@ -134,8 +134,13 @@ static enum MHD_Result answer_error(srv_req *r, int status, const char *type, co
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return answer_json(r, status, srv_error_json(msg, type, param, code),
-                       status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
+    json_t *body = srv_error_json(msg, type, param, code);
+    if (!body) { /* the message quotes the request (a Host, a URL) in bytes that are not UTF-8 */
+        for (char *p = msg; *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+        body = srv_error_json(msg, type, param, code);
+    }
+    return answer_json(r, status, body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -412,7 +417,7 @@ static int key_ok(const char *header, const char *key) {
 }
 
 /* The name of a Host header ("name", "name:port", "[v6]", "[v6]:port") into out, without
- * brackets or port; 0 when malformed. */
+ * brackets or port; 0 when malformed (a port must be a number up to 65535). */
 static int host_name(const char *host, char *out, size_t size) {
     const char *name = host, *end, *rest;
     if (host[0] == '[') {
@@ -426,7 +431,7 @@ static int host_name(const char *host, char *out, size_t size) {
     if (*rest == ':') {
         rest++;
         const size_t digits = strspn(rest, "0123456789");
-        if (digits == 0 || digits > 5 || rest[digits]) return 0;
+        if (digits == 0 || digits > 5 || rest[digits] || atoi(rest) > 65535) return 0;
     } else if (*rest) {
         return 0;
     }
@@ -561,6 +566,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->conn = conn_of(c);
         r->t0 = sl_now();
         snprintf(r->what, sizeof r->what, "%s %s", method, url);
+        for (char *p = r->what; *p; p++) /* the log line: no terminal controls from a client */
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
         *con_cls = r;
         pthread_mutex_lock(&s->mu);
         s->n_requests++;

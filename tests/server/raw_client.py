@@ -6,6 +6,7 @@ Loopback only; every socket operation has a timeout. Prints "ok NAME" / "FAIL NA
   raw_client.py halfclose PORT stream|plain   request, shutdown(SHUT_WR), read the whole answer
   raw_client.py reset PORT SECONDS            long non-streaming request, reset after SECONDS
   raw_client.py perip PORT LIMIT              LIMIT idle connections, then one more: refused
+  raw_client.py bytes PORT                    bytes that are not UTF-8 in the Host and the URL
 """
 import json
 import socket
@@ -109,12 +110,34 @@ def perip(port, limit):
     ok(name)
 
 
+def raw_status(port, request):
+    s = socket.create_connection((HOST, port), timeout=10)
+    s.sendall(request)
+    data = read_all(s, 10)
+    s.close()
+    return data.split(b"\r\n", 1)[0], data.rpartition(b"\r\n\r\n")[2]
+
+
+def bytes_(port):
+    """Bytes that are not UTF-8 in the Host and the URL: the error is still the right one."""
+    for name, req, want in [
+        ("Host", b"GET /health HTTP/1.1\r\nHost: ev\xffil\r\nConnection: close\r\n\r\n", b" 403 "),
+        ("URL", b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", b" 404 "),
+    ]:
+        status, body = raw_status(port, req)
+        if want not in status or b'"error"' not in body:
+            fail(f"not UTF-8 in the {name}", f"{status!r} {body[:200]!r}")
+    ok("bytes that are not UTF-8 in the Host or the URL: 403, 404 (an error object, not a 500)")
+
+
 def main():
     mode, port = sys.argv[1], int(sys.argv[2])
     if mode == "halfclose":
         halfclose(port, sys.argv[3])
     elif mode == "reset":
         reset(port, float(sys.argv[3]))
+    elif mode == "bytes":
+        bytes_(port)
     elif mode == "perip":
         perip(port, int(sys.argv[3]))
     else:

@@ -51,6 +51,12 @@ stop() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 metric() { curl -s "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
+# raw MODE ARGS...: one check of tests/server/raw_client.py (socket-level clients), counted.
+raw() {
+    local out
+    if out=$($PY "$HERE/raw_client.py" "$@" 2>&1); then ok "${out#ok   }"; else bad "${out#FAIL }"; fi
+}
+
 # expect NAME STATUS PATTERN CURL-ARGS...: the HTTP status and a body matching PATTERN.
 expect() {
     local name=$1 want=$2 pat=$3
@@ -128,6 +134,7 @@ expect "GET /v1/models" 200 '"object":"list"' "$URL/v1/models"
 # DNS rebinding: a page whose name points at 127.0.0.1 sends its own name as Host.
 expect "foreign Host: 403" 403 '"code":"host_not_allowed"' -H "Host: evil.example:$port" "$URL/v1/models"
 expect "foreign Host on /health too: 403" 403 'host_not_allowed' -H "Host: 127.0.0.1.evil.example" "$URL/health"
+raw bytes "$port"
 expect "Host localhost:PORT" 200 '"object":"list"' -H "Host: localhost:$port" "$URL/v1/models"
 expect "Host [::1]:PORT" 200 '"object":"list"' -H "Host: [::1]:$port" "$URL/v1/models"
 # No --cors: no CORS header, and a preflight is a wrong method.
@@ -225,8 +232,8 @@ else
 fi
 # ... but a client that half-closes its socket after the request (shutdown(SHUT_WR)) has not
 # gone: it reads the whole answer.
-$PY "$HERE/raw_client.py" halfclose "$port" plain && ok "half-close (not streaming)" || bad "half-close (not streaming)"
-$PY "$HERE/raw_client.py" halfclose "$port" stream && ok "half-close (streaming)" || bad "half-close (streaming)"
+raw halfclose "$port" plain
+raw halfclose "$port" stream
 
 # ---- load: 200 requests, 8 at a time, no failures, no memory growth
 node "$HERE/client.mjs" load "$URL/v1" 60 8 >"$TMP/warm.log" 2>&1 || bad "warm-up: $(cat "$TMP/warm.log")"
@@ -314,7 +321,7 @@ stop "$PID"
 # hold more than --max-connections-per-ip (64)
 start slow --header-timeout 2 --max-body 1M --shutdown-timeout 1 || exit 1
 port=${URL##*:}
-$PY "$HERE/raw_client.py" perip "$port" 64 && ok "per-address connection limit" || bad "per-address connection limit"
+raw perip "$port" 64
 # The soak (tools/lab/soak_server.py): valid requests of every kind with bursts of 24, dropped
 # streams, resets, malformed and oversized bodies, foreign Hosts, and 8 connections at a time
 # trickling headers or silent. No valid request may fail, no hostile one be answered wrongly.

@@ -372,8 +372,9 @@ def do_oversized(t, st, rng):
 def do_bad_host(t, st, rng):
     s = t.connect()
     try:
-        host = rng.choice(["evil.example", "evil.example:8080", "127.0.0.1.nip.io", "[::2]:80"])
-        s.sendall(f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        host = rng.choice([b"evil.example", b"evil.example:8080", b"127.0.0.1.nip.io", b"[::2]:80",
+                           b"ev\xffil", b"localhost:99999", b"[::1"])
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
         status, _, data = parse_response(read_until_close(s))
         good, why = status == 403, f"Host {host}: {status} {data[:100]!r}"
     except Exception as e:
