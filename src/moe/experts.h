@@ -8,7 +8,8 @@
  *                           fused tensors); always "mapped"
  *   packed, mapped          views into mmaps of the experts-LLL.bin files
  *   packed, resident        every blob read into memory at load
- *   packed, stream          per-layer cache of slots, one aligned read per miss
+ *   packed, stream          per-layer cache of slots, a miss read as one aligned range
+ *                           (in parts of about 1 MiB, by several reader threads)
  *
  * The MoE block asks for all experts a layer needs at once
  * (sl_experts_fetch, at most sl_experts_capacity of them), so every miss of
