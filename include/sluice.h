@@ -29,7 +29,8 @@ typedef enum sl_status {
     SL_ERR_SHAPE = -4,       /* a tensor is missing or has the wrong shape */
     SL_ERR_ARG = -5,         /* bad argument from the caller */
     SL_ERR_NOMEM = -6,
-    SL_ERR_TIMEOUT = -7, /* a read did not finish within the I/O timeout (the disk may recover:
+    SL_ERR_NUMERIC = -7, /* the model computed Inf or NaN (corrupt weights or config): no output */
+    SL_ERR_TIMEOUT = -8, /* a read did not finish within the I/O timeout (the disk may recover:
                           * a server answers 503) */
 } sl_status;
 
@@ -152,6 +153,10 @@ typedef struct sl_model_info {
  * (no such path, a file, GGUF, a pack without core.bin) is an error of one line naming
  * path and saying what to give instead. sl_model_load starts with it. */
 sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err);
+/* The model's positions (max_position_embeddings) and vocabulary size from its config alone,
+ * without reading a weight: a caller can refuse a prompt that cannot run before a load. */
+sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size,
+                        sl_error *err);
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors) or a sluice pack. */
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err);
@@ -179,6 +184,11 @@ int sl_session_rewind(sl_session *session, int32_t pos);
  * KV cache. logits (may be NULL) receives float32 rows of vocab_size: every
  * position's row when all_logits != 0 (n_tokens x vocab), else only the last.
  * n_tokens may exceed max_batch: the call then runs in chunks of max_batch.
+ * Non-finite values are never returned as scores: a row of logits holding Inf or NaN (or, in a
+ * chunk that returns none, the final hidden state of its last position) fails the call with
+ * SL_ERR_NUMERIC, naming the position. On any error, sl_session_pos counts only the chunks
+ * that completed; a model with linear-attention layers has advanced its recurrent state
+ * through the failed chunk too, so reset such a session before using it again.
  */
 sl_status sl_session_forward(sl_session *session, const int32_t *ids, int32_t n_tokens,
                              float *logits, int all_logits, sl_error *err);

@@ -476,5 +476,30 @@ else
     bad "generate context at max_position: $(cat "$TMP/err")"
 fi
 
+# issue 24: non-finite. A checkpoint whose weights overflow (a norm at the largest bf16; the
+# config is valid) gives NaN logits: every command fails with one line naming the position,
+# and prints no ids, writes no logits file.
+cp -r "$FIX/demo_kjv" "$TMP/nf"
+python3 - "$TMP/nf/model.safetensors" model.layers.0.post_attention_layernorm.weight <<'PY'
+import json, struct, sys
+path, name = sys.argv[1], sys.argv[2]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    a, b = json.loads(f.read(n))[name]["data_offsets"]
+    f.seek(8 + n + a)
+    f.write(b"\x7f\x7f" * ((b - a) // 2))  # BF16 3.39e38
+PY
+NF="non-finite logits at position"
+expect_fail "non-finite: generate prints no ids" "$NF 2 (logit 0 is NaN, and the hidden state too): the layers' outputs overflowed, so the weights or config.json may be corrupt" \
+    "$BIN" generate "$TMP/nf" --ids 1,2,3 -n 4
+if [ -s "$TMP/out" ]; then bad "non-finite: generate stdout: $(head -c 200 "$TMP/out")"; fi
+expect_fail "non-finite: logits" "$NF 0 (logit 0 is NaN" "$BIN" logits "$TMP/nf" --ids 1,2,3 --out "$TMP/nf.f32"
+if [ -e "$TMP/nf.f32" ]; then bad "non-finite: logits wrote $TMP/nf.f32"; fi
+expect_fail "non-finite: run" "$NF 0 (logit 0 is NaN" "$BIN" run "$TMP/nf" -p "And" -n 4 --raw
+# A config.json number that makes the math undefined is refused at load, naming key and range.
+cp -r "$M" "$TMP/eps" && sed -i 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/' "$TMP/eps/config.json"
+expect_fail "non-finite: rms_norm_eps -1 refused" "config.json: 'rms_norm_eps' = -1 is out of range \[1.4013e-45, 3.40282e+38\]" \
+    "$BIN" generate "$TMP/eps" --ids 1,2,3 -n 4
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -3,13 +3,11 @@
  * decode), with the expert-store options every model-running command takes.
  */
 #include <getopt.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "model/config.h"
 
 typedef struct run_opts {
     const char *ids_str, *out;
@@ -90,29 +88,8 @@ static int parse(int argc, char **argv, const char *help, const char *shortopts,
  * cannot be read here, and then the load that follows says why and the check runs after it.
  */
 static int config_limits(const char *dir, int32_t *max_position, int32_t *vocab) {
-    int32_t packed;
     sl_error err = {0};
-    if (sl_model_check_dir(dir, &packed, &err)) return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, packed ? "manifest.json" : "config.json");
-    sl_config cfg = {0};
-    sl_status st = SL_ERR_FORMAT;
-    if (packed) {
-        json_t *man = json_load_file(path, 0, NULL);
-        json_t *cj = json_object_get(man, "config");
-        char *text = json_is_object(cj) ? json_dumps(cj, 0) : NULL;
-        if (text) st = sl_config_parse(&cfg, text, path, &err);
-        free(text);
-        json_decref(man);
-    } else {
-        st = sl_config_load(&cfg, path, &err);
-    }
-    if (!st) {
-        *max_position = cfg.max_position;
-        *vocab = cfg.vocab_size;
-    }
-    sl_config_free(&cfg);
-    return st == SL_OK;
+    return sl_model_peek(dir, max_position, vocab, &err) == SL_OK;
 }
 
 /*

@@ -3,6 +3,7 @@
  * file reads the options, loads the model, and waits for SIGTERM or SIGINT to
  * stop gracefully.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
@@ -15,9 +16,17 @@ enum {
     OPT_HOST = CLI_OPT_COMMAND,
     OPT_PORT,
     OPT_API_KEY,
+    OPT_API_KEY_FILE,
+    OPT_CORS,
     OPT_PARALLEL,
+    OPT_QUEUE,
+    OPT_QUEUE_TIMEOUT,
     OPT_TIMEOUT,
     OPT_IDLE_TIMEOUT,
+    OPT_HEADER_TIMEOUT,
+    OPT_MAX_CONNS,
+    OPT_MAX_CONNS_PER_IP,
+    OPT_SHUTDOWN_TIMEOUT,
     OPT_MAX_BODY,
     OPT_MODEL_NAME,
     OPT_TOKENIZER,
@@ -31,9 +40,17 @@ static const struct option long_opts[] = {
     {"host", required_argument, 0, OPT_HOST},
     {"port", required_argument, 0, OPT_PORT},
     {"api-key", required_argument, 0, OPT_API_KEY},
+    {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
+    {"cors", required_argument, 0, OPT_CORS},
     {"parallel", required_argument, 0, OPT_PARALLEL},
+    {"queue", required_argument, 0, OPT_QUEUE},
+    {"queue-timeout", required_argument, 0, OPT_QUEUE_TIMEOUT},
     {"timeout", required_argument, 0, OPT_TIMEOUT},
     {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},
+    {"header-timeout", required_argument, 0, OPT_HEADER_TIMEOUT},
+    {"max-connections", required_argument, 0, OPT_MAX_CONNS},
+    {"max-connections-per-ip", required_argument, 0, OPT_MAX_CONNS_PER_IP},
+    {"shutdown-timeout", required_argument, 0, OPT_SHUTDOWN_TIMEOUT},
     {"max-body", required_argument, 0, OPT_MAX_BODY},
     {"model-name", required_argument, 0, OPT_MODEL_NAME},
     {"tokenizer", required_argument, 0, OPT_TOKENIZER},
@@ -52,20 +69,52 @@ static const char serve_help[] =
     "  POST /v1/chat/completions, POST /v1/completions (streaming or not),\n"
     "  GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
     "One request generates at a time; the others wait in a FIFO queue. SIGTERM or\n"
-    "SIGINT stops accepting requests and finishes those already admitted.\n"
+    "SIGINT stops accepting requests and finishes those in flight (see\n"
+    "--shutdown-timeout); a second signal ends the process at once.\n"
     "\n"
-    "  --host ADDR            address to listen on (default 127.0.0.1)\n"
+    "Access:\n"
+    "  --host ADDR            address to listen on (default 127.0.0.1). On a loopback\n"
+    "                         address only requests to localhost, 127.0.0.1, [::1] or\n"
+    "                         ADDR are answered (403 otherwise: DNS rebinding); any\n"
+    "                         other ADDR opens the server to every name, and warns\n"
+    "                         when no API key is set\n"
     "  --port N               port (default 8080; 0 = any free port, printed at start)\n"
-    "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/ routes\n"
-    "                         (default: $SLUICE_API_KEY if set, else none)\n"
-    "  --parallel N           requests admitted at once, running + queued (default 8);\n"
-    "                         more get 503\n"
+    "  --api-key-file FILE    require 'Authorization: Bearer KEY' on /v1/ routes, KEY\n"
+    "                         being FILE's first line (an empty one is refused)\n"
+    "  --api-key KEY          the same with KEY itself (other users can see it in ps:\n"
+    "                         prefer --api-key-file or $SLUICE_API_KEY)\n"
+    "                         (default: $SLUICE_API_KEY if set, else none; set but\n"
+    "                         empty is refused)\n"
+    "  --cors ORIGIN          let web pages of ORIGIN (e.g. http://localhost:3000) read\n"
+    "                         responses and send preflights; repeatable; '*' = any\n"
+    "                         origin (default: none, no CORS headers, OPTIONS is a 405)\n"
+    "\n"
+    "Load and time limits:\n"
+    "  --parallel N           requests admitted at once, running + queued (default 8)\n"
+    "  --queue N              more requests that wait for one of those places (default\n"
+    "                         64); past that a request gets 503 at once\n"
+    "  --queue-timeout SEC    a waiting request that gets no place this long: 503\n"
+    "                         (default 120)\n"
     "  (-c/--ctx-size N below: default min(model's maximum, 8192); longer prompts get\n"
     "  400, a reply that reaches the end of the context ends with finish_reason 'length')\n"
     "  --timeout SEC          longest time a request may take, queue included (default\n"
     "                         600); generation then stops with finish_reason 'length'\n"
+    "  --header-timeout SEC   a request (headers, then body) must arrive within SEC of\n"
+    "                         its connection's opening or its first line (default 10);\n"
+    "                         slower connections are closed\n"
     "  --idle-timeout SEC     close connections idle this long (default 60)\n"
+    "  --max-connections N    open connections at once, more wait to be accepted\n"
+    "                         (default: parallel + queue + 64)\n"
+    "  --max-connections-per-ip N\n"
+    "                         open connections from one address, more are refused\n"
+    "                         (default 64)\n"
+    "  --shutdown-timeout SEC on SIGTERM/SIGINT, how long requests in flight get to\n"
+    "                         finish before they are cancelled (default 10); the\n"
+    "                         process exits at most 3 s later, even with the model\n"
+    "                         stuck in a read\n"
     "  --max-body SIZE        largest request body (default 8M); larger gets 413\n"
+    "\n"
+    "Model and output:\n"
     "  --model-name NAME      the model id in /v1/models and responses (default: the\n"
     "                         MODEL directory's name)\n"
     "  --tokenizer PATH       tokenizer.json (default: the one in MODEL)\n"
@@ -80,18 +129,50 @@ static int parse_seconds(const char *s, const char *what, int32_t *out) {
     return 0;
 }
 
+static int parse_count(const char *s, const char *what, int64_t lo, int32_t *out) {
+    int64_t v;
+    if (cli_parse_int(s, what, lo, 65536, &v)) return 1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* The first line of path, without its line end and trailing blanks, into *key (malloc'ed).
+ * 0, or 1 with the error printed: unreadable, or an empty first line (which would otherwise
+ * turn on authentication that any empty bearer passes). */
+static int read_key_file(const char *path, char **key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return cli_error("--api-key-file %s: %s", path, strerror(errno));
+    char line[4096];
+    const int got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(line, "\r\n") : 0;
+    while (n > 0 && (line[n - 1] == ' ' || line[n - 1] == '\t'))
+        n--;
+    line[n] = '\0';
+    if (!n) return cli_error("--api-key-file %s: the first line is empty (no key)", path);
+    if (!(*key = strdup(line))) return cli_error("out of memory");
+    return 0;
+}
+
 int cli_serve(int argc, char **argv) {
     srv_config cfg = {.host = "127.0.0.1",
                       .port = 8080,
-                      .api_key = getenv("SLUICE_API_KEY"),
                       .parallel = 8,
+                      .queue = 64,
+                      .queue_timeout_s = 120,
                       .max_body = 8 << 20,
                       .timeout_s = 600,
                       .idle_timeout_s = 60,
+                      .header_timeout_s = 10,
+                      .max_conns_per_ip = 64,
+                      .shutdown_timeout_s = 10,
                       .think = 1,
                       .log = 1};
     cli_model_opts mo = {0};
-    const char *tokenizer = NULL, *template_name = NULL;
+    const char *tokenizer = NULL, *template_name = NULL, *key_file = NULL;
+    char *key = NULL; /* --api-key's copy (its argv bytes are blanked) or --api-key-file's */
+    const char *cors[16];
+    int32_t n_cors = 0;
     int64_t v;
     int c, r;
     static const char shortopts[] = ":h" CLI_MODEL_SHORTOPTS;
@@ -110,11 +191,46 @@ int cli_serve(int argc, char **argv) {
             break;
         case OPT_API_KEY:
             if (!*optarg) return cli_error("--api-key needs a non-empty key");
-            cfg.api_key = optarg;
+            free(key);
+            if (!(key = strdup(optarg))) return cli_error("out of memory");
+            /* Out of /proc/PID/cmdline (ps) from now on; it was visible until here, hence
+             * --api-key-file. */
+            memset(optarg, 'x', strlen(optarg));
+            key_file = NULL;
+            break;
+        case OPT_API_KEY_FILE:
+            free(key);
+            key = NULL;
+            key_file = optarg;
+            break;
+        case OPT_CORS:
+            if (!*optarg)
+                return cli_error("--cors needs an origin (e.g. http://localhost:3000) or '*'");
+            if (n_cors == (int32_t)(sizeof cors / sizeof cors[0]))
+                return cli_error("--cors: at most %zu origins", sizeof cors / sizeof cors[0]);
+            cors[n_cors++] = optarg;
             break;
         case OPT_PARALLEL:
             if (cli_parse_int(optarg, "--parallel", 1, 4096, &v)) return 1;
             cfg.parallel = (int32_t)v;
+            break;
+        case OPT_QUEUE:
+            if (parse_count(optarg, "--queue", 0, &cfg.queue)) return 1;
+            break;
+        case OPT_QUEUE_TIMEOUT:
+            if (parse_seconds(optarg, "--queue-timeout", &cfg.queue_timeout_s)) return 1;
+            break;
+        case OPT_HEADER_TIMEOUT:
+            if (parse_seconds(optarg, "--header-timeout", &cfg.header_timeout_s)) return 1;
+            break;
+        case OPT_MAX_CONNS:
+            if (parse_count(optarg, "--max-connections", 1, &cfg.max_conns)) return 1;
+            break;
+        case OPT_MAX_CONNS_PER_IP:
+            if (parse_count(optarg, "--max-connections-per-ip", 1, &cfg.max_conns_per_ip)) return 1;
+            break;
+        case OPT_SHUTDOWN_TIMEOUT:
+            if (parse_seconds(optarg, "--shutdown-timeout", &cfg.shutdown_timeout_s)) return 1;
             break;
         case OPT_TIMEOUT:
             if (parse_seconds(optarg, "--timeout", &cfg.timeout_s)) return 1;
@@ -136,7 +252,18 @@ int cli_serve(int argc, char **argv) {
         }
     }
     const char *model = cli_model_operand(argc, argv, optind, mo.model);
-    if (!model || cli_model_opts_check(&mo)) return 1;
+    if (!model || cli_model_opts_check(&mo)) return free(key), 1;
+    /* The key: --api-key or --api-key-file, else the environment. An empty key would turn
+     * on authentication that an empty bearer passes: refused rather than guessed at. */
+    if (key_file && read_key_file(key_file, &key)) return 1;
+    const char *env_key = getenv("SLUICE_API_KEY");
+    if (!key && env_key && !*env_key)
+        return cli_error("SLUICE_API_KEY is set but empty: set a key, or unset it to serve "
+                         "without one");
+    cfg.api_key = key ? key : env_key;
+    cfg.cors = cors;
+    cfg.n_cors = n_cors;
+    if (!cfg.max_conns) cfg.max_conns = cfg.parallel + cfg.queue + 64;
     char name[256];
     snprintf(name, sizeof name, "%s", model);
     size_t n = strlen(name);
@@ -149,6 +276,7 @@ int cli_serve(int argc, char **argv) {
         .model = model, .tokenizer = tokenizer, .template_name = template_name, .mo = &mo};
     if (cli_gen_init(&g, &su)) {
         cli_gen_free(&g);
+        free(key);
         return 1;
     }
     /* Sampling defaults: generation_config.json, else the OpenAI API's (temperature 1). */
@@ -170,20 +298,29 @@ int cli_serve(int argc, char **argv) {
     int rc = srv_start(&s, &g, &cfg);
     if (!rc) {
         fprintf(stderr,
-                "sluice serve: %s (%s), context %d tokens, %d requests at once%s\n"
-                "sluice serve: listening on http://%s:%d\n",
-                cfg.model_id, g.info.arch, sl_session_max_ctx(g.s), cfg.parallel,
-                cfg.api_key ? ", API key required" : "", cfg.host, srv_port(s));
+                "sluice serve: %s (%s), context %d tokens, %d requests at once and %d waiting%s\n"
+                "sluice serve: listening on http://%s%s%s:%d\n",
+                cfg.model_id, g.info.arch, sl_session_max_ctx(g.s), cfg.parallel, cfg.queue,
+                cfg.api_key ? ", API key required" : "", strchr(cfg.host, ':') ? "[" : "", cfg.host,
+                strchr(cfg.host, ':') ? "]" : "", srv_port(s));
         int sig = 0;
         sigwait(&stop, &sig);
+        /* A second signal ends the process at once (their default action). */
+        pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
         fprintf(stderr, "sluice serve: %s, finishing the requests in flight\n",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT");
-        srv_shutdown(s);
+        if (srv_shutdown(s)) {
+            /* The worker (or a request's thread) still runs and uses g and s: free nothing,
+             * and let the process end take them. */
+            fprintf(stderr, "sluice serve: stopped (forced)\n");
+            return 1;
+        }
         cli_print_summary(g.m, stderr);
         rc = cli_model_finish(g.m, &mo);
         fprintf(stderr, "sluice serve: stopped\n");
     }
     srv_free(s);
     cli_gen_free(&g);
+    free(key);
     return rc;
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "kernels/simd.h"
 #include "moe/router.h"
 
 static void *cpu_alloc(const sl_backend *be, size_t bytes) {
@@ -524,4 +525,60 @@ void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa) {
     be->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
     sl_isa best = sl_cpu_best_isa();
     be->isa = isa > best ? best : isa;
+}
+
+/* ------------------------------------------------------- finite check */
+
+/*
+ * A float is Inf or NaN exactly when its 8 exponent bits are all set, so the test works on the
+ * bits (integer ops: no float compare for -ffast-math to fold away, no denormal stalls). The
+ * SIMD paths only find the first block of 64 that holds one; the scalar loop, the reference,
+ * finds the element from there. Whatever the ISA, the answer is the same.
+ */
+#define NF_EXP   0x7f800000u
+#define NF_BLOCK 64
+
+SL_AVX2_ATTR static size_t nonfinite_block_avx2(const float *x, size_t n) {
+    const __m256i e = _mm256_set1_epi32((int)NF_EXP);
+    size_t i = 0;
+    for (; i + NF_BLOCK <= n; i += NF_BLOCK) {
+        __m256i a[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) { /* 4 chains, so the loads are not waiting on one OR */
+            const __m256i u = _mm256_loadu_si256((const __m256i *)(x + i + 8 * j));
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x + i + 8 * j + 32));
+            a[j] = _mm256_or_si256(_mm256_cmpeq_epi32(_mm256_and_si256(u, e), e),
+                                   _mm256_cmpeq_epi32(_mm256_and_si256(v, e), e));
+        }
+        const __m256i any =
+            _mm256_or_si256(_mm256_or_si256(a[0], a[1]), _mm256_or_si256(a[2], a[3]));
+        if (!_mm256_testz_si256(any, any)) break;
+    }
+    return i;
+}
+
+SL_AVX512_ATTR static size_t nonfinite_block_avx512(const float *x, size_t n) {
+    const __m512i e = _mm512_set1_epi32((int)NF_EXP);
+    size_t i = 0;
+    for (; i + NF_BLOCK <= n; i += NF_BLOCK) {
+        __mmask16 k = 0;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            k |= _mm512_cmpeq_epi32_mask(
+                _mm512_and_si512(_mm512_loadu_si512((const void *)(x + i + 16 * j)), e), e);
+        if (k) break;
+    }
+    return i;
+}
+
+size_t sl_first_nonfinite(sl_isa isa, const float *x, size_t n) {
+    size_t i = isa >= SL_ISA_AVX512 ? nonfinite_block_avx512(x, n)
+               : isa == SL_ISA_AVX2 ? nonfinite_block_avx2(x, n)
+                                    : 0;
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        if ((u & NF_EXP) == NF_EXP) return i;
+    }
+    return n;
 }

@@ -675,6 +675,18 @@ VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t
             const __m512 v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
             const __m512 v2 = _mm512_loadu_ps(xg + 32), v3 = _mm512_loadu_ps(xg + 48);
             const float X = sl_hsum512(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
+            if (!isfinite(X)) {
+                /* An Inf or NaN in the group (X is then not finite; nor is it when finite
+                 * values overflow the sum, and their outputs would be Inf anyway). Its codes
+                 * would be the int32 "indefinite" INT_MIN, whose sum below overflows: zero
+                 * codes and d = NaN instead make every output of the token NaN, defined and
+                 * still non-finite for the check on the logits (sl_session_forward). */
+                memset(E + 32 * gi, 0, 32);
+                memset(O + 32 * gi, 0, 32);
+                xd[l] = xr[l] = NAN;
+                xs[l] = X;
+                continue;
+            }
             const float m = _mm512_reduce_max_ps(
                 _mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)),
                               _mm512_max_ps(_mm512_abs_ps(v2), _mm512_abs_ps(v3))));

@@ -272,5 +272,9 @@ void sl_matmul_batch_cpu(const sl_backend *be, float *const *y, const float *con
 float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x);
 /* Widens n elements of a F32/F16/BF16 array starting at element i0. */
 void sl_to_f32(float *dst, const void *src, sl_dtype dtype, size_t i0, size_t n);
+/* Index of the first element of host array x[0..n) that is Inf or NaN, n when all are finite:
+ * the check sl_session_forward makes of every row of logits it returns (one pass, SIMD up to
+ * isa; the same answer on every ISA). */
+size_t sl_first_nonfinite(sl_isa isa, const float *x, size_t n);
 
 #endif /* SL_OPS_H */

@@ -43,10 +43,12 @@ void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const s
  * with X_g the float sum of x over the group. Only the rounding of x to xq
  * is new error: |y - exact| <= sum_g scale_g * e_g * sum_k |q_k - 8| plus
  * float rounding, where e_g = d_g / 2 (to 1e-4 relative), or m itself for a
- * group so small (m < 127 / FLT_MAX, ~4e-37) that its xq are all zero. Per-token bits still depend
- * only on K (never on T, the tile or the thread). Q8 always takes FLOAT (its error budget is
- * tight); INT8 where unavailable also takes FLOAT. AUTO (what sl_matmul_quant_cpu does) is INT8
- * whenever it is available.
+ * group so small (m < 127 / FLT_MAX, ~4e-37) that its xq are all zero. A group whose X is not
+ * finite (an Inf or NaN in x, or finite values whose sum overflows) gets xq = 0 and d = NaN, so
+ * every output of that token is NaN: never undefined behaviour, never a finite value made up
+ * from non-finite input. Per-token bits still depend only on K (never on T, the tile or the
+ * thread). Q8 always takes FLOAT (its error budget is tight); INT8 where unavailable also takes
+ * FLOAT. AUTO (what sl_matmul_quant_cpu does) is INT8 whenever it is available.
  */
 typedef enum sl_qpath {
     SL_QPATH_AUTO = 0,

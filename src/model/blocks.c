@@ -487,6 +487,8 @@ void blk_embed(sl_session *s, float *y, const int32_t *ids, int32_t T) {
 void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
+    s->b.head_x = x; /* for the finite check of sl_session_forward, logits or not */
+    s->b.head_rows = rows;
     if (!logits) return;
     /* Straight into the caller's buffer when backend memory is host memory. */
     float *dst = be->device ? s->b.logits : logits;

@@ -6,6 +6,7 @@
  */
 #include "model/config.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 
@@ -29,8 +30,11 @@ static sl_status get_int(const json_t *o, const char *key, int64_t dflt, int64_t
     return SL_OK;
 }
 
-static sl_status get_num(const json_t *o, const char *key, double dflt, double *out,
-                         const char *path, sl_error *err) {
+/* Reads a number key in [lo, hi] (lo excluded when lo_open). A missing key takes dflt, unless
+ * dflt is NaN (required). The message names the key, its value and the range, so a typo such
+ * as "rms_norm_eps": -1 is refused at load rather than turning every logit into NaN. */
+static sl_status get_num(const json_t *o, const char *key, double dflt, double lo, int lo_open,
+                         double hi, double *out, const char *path, sl_error *err) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (isnan(dflt)) return sl_fail(err, SL_ERR_FORMAT, "%s: missing '%s'", path, key);
@@ -39,8 +43,12 @@ static sl_status get_num(const json_t *o, const char *key, double dflt, double *
     }
     if (!json_is_number(v))
         return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not a number", path, key);
-    *out = json_number_value(v);
-    if (!isfinite(*out)) return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not finite", path, key);
+    const double x = json_number_value(v);
+    if (!isfinite(x)) return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' is not finite", path, key);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
+        return sl_fail(err, SL_ERR_FORMAT, "%s: '%s' = %g is out of range %c%g, %g]", path, key, x,
+                       lo_open ? '(' : '[', lo, hi);
+    *out = x;
     return SL_OK;
 }
 
@@ -82,16 +90,21 @@ static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, 
     }
     const json_t *theta_from = json_object_get(rp, "rope_theta") ? rp : root;
     const json_t *partial_from = json_object_get(rp, "partial_rotary_factor") ? rp : root;
-    if ((st = get_num(theta_from, "rope_theta", theta, &theta, path, err)) ||
-        (st = get_num(partial_from, "partial_rotary_factor", partial, &partial, path, err)))
+    /* The inverse frequencies are theta^(-2i/rot) in float32: a base below 1 makes them grow
+     * past FLT_MAX (Inf, then 0 * Inf = NaN angles at position 0), and no RoPE model has
+     * one. */
+    if ((st = get_num(theta_from, "rope_theta", theta, 1.0, 0, FLT_MAX, &theta, path, err)) ||
+        (st = get_num(partial_from, "partial_rotary_factor", partial, 0.0, 1, 1.0, &partial, path,
+                      err)))
         return st;
-    if (!(theta > 0)) return sl_fail(err, SL_ERR_FORMAT, "%s: rope_theta must be > 0", path);
-    if (!(partial > 0 && partial <= 1))
-        return sl_fail(err, SL_ERR_FORMAT, "%s: partial_rotary_factor must be in (0, 1]", path);
     c->rope_theta = theta;
     c->rot_dim = (int32_t)(c->head_dim * partial);
     c->rot_dim -= c->rot_dim % 2;
-    if (c->rot_dim < 2) return sl_fail(err, SL_ERR_FORMAT, "%s: rotary dimension < 2", path);
+    if (c->rot_dim < 2)
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: head_dim %d x partial_rotary_factor %g rotates %d dims (at least 2 "
+                       "are needed)",
+                       path, c->head_dim, partial, c->rot_dim);
     return SL_OK;
 }
 
@@ -339,7 +352,9 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         (st = get_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
         (st = get_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position, path,
                       err)) ||
-        (st = get_num(root, "rms_norm_eps", 1e-6, &eps, path, err)))
+        /* eps keeps a zero row's norm finite (0 * rsqrt(eps)): it must stay a positive
+         * float32, neither 0 nor Inf once rounded. */
+        (st = get_num(root, "rms_norm_eps", 1e-6, FLT_TRUE_MIN, 0, FLT_MAX, &eps, path, err)))
         goto done;
     c->rms_norm_eps = (float)eps;
     if (c->n_heads % c->n_kv_heads != 0) {

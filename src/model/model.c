@@ -252,6 +252,30 @@ static const sl_family *find_family(const char *arch) {
     return NULL;
 }
 
+/* The config of the model in dir (config.json, or a pack's manifest), its path into path. */
+static sl_status read_config(const char *dir, sl_config *cfg, int32_t *packed,
+                             int32_t *pack_version, char *path, size_t path_size, sl_error *err) {
+    sl_status st = sl_model_check_dir(dir, packed, err);
+    if (st) return st;
+    snprintf(path, path_size, "%s/%s", dir, *packed ? "manifest.json" : "config.json");
+    return *packed ? load_manifest_config(cfg, path, pack_version, err)
+                   : sl_config_load(cfg, path, err);
+}
+
+sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size,
+                        sl_error *err) {
+    sl_config cfg = {0};
+    int32_t packed, version;
+    char path[4096];
+    sl_status st = read_config(dir, &cfg, &packed, &version, path, sizeof path, err);
+    if (!st) {
+        *max_position = cfg.max_position;
+        *vocab_size = cfg.vocab_size;
+    }
+    sl_config_free(&cfg);
+    return st;
+}
+
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -259,12 +283,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m) return SL_ERR_NOMEM;
     const sl_model_params p = params ? *params : (sl_model_params){0};
     char path[4096];
-    sl_status st = sl_model_check_dir(dir, &m->packed, err);
-    if (st) goto fail;
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    st = m->packed ? load_manifest_config(&m->cfg, path, &m->pack_version, err)
-                   : (snprintf(path, sizeof path, "%s/config.json", dir),
-                      sl_config_load(&m->cfg, path, err));
+    sl_status st = read_config(dir, &m->cfg, &m->packed, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
     if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
         st = sl_fail(err, SL_ERR_ARG,
@@ -558,6 +577,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->expert_start = carve(hv, E, sizeof(int32_t));
     b->fetched = carve(hv, E, sizeof(sl_expert *));
     b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
+    b->h_hidden = carve(hv, H, sizeof(float));
 }
 
 /* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
@@ -689,6 +709,57 @@ static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_
     return s->model->family->forward(s, id, 1, logits, 0, err);
 }
 
+/*
+ * Non-finite values are an error, never output. Nothing downstream can tell a NaN logit from a
+ * score (argmax takes the first id, a sampler some id, a logits file keeps it), so the check
+ * sits where logits leave the library, in the code both backends share: one pass over the rows
+ * returned (they are host memory by now), or, for a chunk that returns none, over the final
+ * hidden state of its last position (a NaN in an earlier position reaches it through
+ * attention). Only the error path looks further, to say which side of the head it came from.
+ */
+static const char *const overflow_hint =
+    "the layers' outputs overflowed, so the weights or config.json may be corrupt";
+
+static const char *nonfinite_name(float x) {
+    return isnan(x) ? "NaN" : x > 0 ? "Inf" : "-Inf";
+}
+
+/* Row r of the chunk's final hidden state, copied to the host. */
+static const float *hidden_row(sl_session *s, int32_t r) {
+    const sl_backend *be = &s->model->be;
+    const size_t H = (size_t)s->model->cfg.hidden_size;
+    be->ops->to_host(be, s->b.h_hidden, s->b.head_x + (size_t)r * H, H * sizeof(float));
+    return s->b.h_hidden;
+}
+
+/* The check of one chunk of T tokens at s->pos whose logits (when not NULL) went to logits. */
+static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int all_logits,
+                              sl_error *err) {
+    const size_t V = (size_t)s->model->cfg.vocab_size, H = (size_t)s->model->cfg.hidden_size;
+    const sl_isa isa = sl_cpu_best_isa();
+    if (logits) {
+        const size_t n = (all_logits ? (size_t)T : 1) * V, i = sl_first_nonfinite(isa, logits, n);
+        if (i == n) return SL_OK;
+        const int32_t r = (int32_t)(i / V), pos = s->pos + (all_logits ? r : T - 1);
+        if (s->b.head_x && sl_first_nonfinite(isa, hidden_row(s, all_logits ? r : 0), H) == H)
+            return sl_fail(err, SL_ERR_NUMERIC,
+                           "non-finite logits at position %d (logit %zu is %s) from a finite "
+                           "hidden state: the LM head's weights may be corrupt",
+                           pos, i % V, nonfinite_name(logits[i]));
+        return sl_fail(err, SL_ERR_NUMERIC,
+                       "non-finite logits at position %d (logit %zu is %s, and the hidden state "
+                       "too): %s",
+                       pos, i % V, nonfinite_name(logits[i]), overflow_hint);
+    }
+    if (!s->b.head_x) return SL_OK; /* a forward without the shared head: nothing to check */
+    const float *h = hidden_row(s, s->b.head_rows - 1);
+    const size_t i = sl_first_nonfinite(isa, h, H);
+    if (i == H) return SL_OK;
+    return sl_fail(err, SL_ERR_NUMERIC,
+                   "non-finite hidden state at position %d (element %zu is %s): %s", s->pos + T - 1,
+                   i, nonfinite_name(h[i]), overflow_hint);
+}
+
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
                              int all_logits, sl_error *err) {
     const sl_config *c = &s->model->cfg;
@@ -719,11 +790,13 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         else if (logits && last_chunk)
             dst = logits;
         const sl_backend *be = &s->model->be;
+        s->b.head_x = NULL;
         sl_status st = T == 1 && s->model->graphs
                            ? graph_step(s, ids + done, dst, err)
                            : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
         if (!st && be->ops->status) st = be->ops->status(be, err);
         if (!st) blk_moe_settle(s);
+        if (!st) st = check_finite(s, dst, T, all_logits, err);
         if (st) return st;
         s->pos += T;
         done += T;

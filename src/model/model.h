@@ -204,6 +204,11 @@ typedef struct sl_session_buf {
     int32_t *qsa_order;         /* host [max_ctx / ratio] the block choice's scratch */
     int32_t *qsa_sel;           /* [B, budget + ratio - 1] attended positions per query */
     int32_t *qsa_nsel;          /* [B] */
+    /* The final hidden state as the LM head takes it (blk_head, each chunk; NULL before), and
+     * a host row of it: what sl_session_forward checks when a chunk returns no logits. */
+    const float *head_x; /* [head_rows, H], backend memory */
+    int32_t head_rows;
+    float *h_hidden; /* host [H] */
 } sl_session_buf;
 
 struct sl_session {

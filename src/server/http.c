@@ -1,23 +1,32 @@
 /*
  * The HTTP side, on libmicrohttpd with one thread per connection: routing,
- * authentication, body limits, waiting for a job (non-streaming) or streaming
- * its text as server-sent events, noticing clients that go away, and the
- * graceful stop.
+ * the Host check, CORS, authentication, body limits, waiting for a job
+ * (non-streaming) or streaming its text as server-sent events, noticing
+ * clients that go away, deadlines for slow clients, and the bounded stop.
  *
- * A request's life, through libmicrohttpd's access handler:
- *   call 1 (headers)      route, method, key, Content-Length: answer GETs and
- *                         early errors (404, 405, 401, 413) at once
- *   calls 2.. (body)      append to the body, up to max_body
- *   last call (no data)   parse -> job -> queue (503 when full), then either
- *                         wait and answer, or answer with an SSE stream read
- *                         from the job as the worker appends to it
- *   completed callback    cancel the job if still running, release it
+ * A connection's life:
+ *   notify STARTED        tracked (srv_conn) with a deadline for its first request
+ *   URI callback          a later request's first line: a new deadline for it
+ *   access handler:
+ *     call 1 (headers)    Host, route, method, key, Content-Length: answer GETs,
+ *                         preflights and early errors (403, 404, 405, 401, 413) at once
+ *     calls 2.. (body)    append to the body, up to max_body
+ *     last call           no more deadline; parse -> job -> wait for a place (503 when
+ *                         none comes) -> queue, then either wait and answer, or answer
+ *                         with an SSE stream read from the job as the worker appends to it
+ *   completed callback    cancel the job if still running, release it; the connection
+ *                         gets idle_timeout for its next request
+ *   notify CLOSED         untracked
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,10 +45,23 @@ typedef enum route {
     ROUTE_COMPLETIONS,
 } route;
 
+/* While a stream waits for text (queued, or a long prefill), a comment line this often:
+ * clients ignore it, and a client that closed its socket answers the write with a reset,
+ * which is how it is noticed (a half-closed one keeps reading). */
+#define SRV_HEARTBEAT_S 2.0
+/* After --shutdown-timeout, how long the HTTP threads get to answer their cancelled
+ * requests, and then the worker to come back from its forward. */
+#define SRV_GRACE_HTTP_S   1.0
+#define SRV_GRACE_WORKER_S 2.0
+
 /* One HTTP request (libmicrohttpd's per-request pointer). */
 typedef struct srv_req {
     srv *s;
     struct MHD_Connection *c;
+    srv_conn *conn;           /* NULL when untracked */
+    const char *allow_origin; /* Access-Control-Allow-Origin to send, or NULL */
+    char origin[256];         /* the request's Origin when it is allowed */
+    double last_out;          /* sl_now() of the last bytes handed to a stream */
     route route;
     char what[80]; /* "POST /v1/chat/completions", for the log */
     double t0;
@@ -61,9 +83,14 @@ typedef struct srv_req {
 
 /* ---------------------------------------------------------------- answers */
 
-static void add_common_headers(struct MHD_Response *resp, const char *ctype) {
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
+/* Content-Type, and the CORS header when --cors allows the request's Origin (none
+ * otherwise: without it a web page the user opens could read the answers). */
+static void add_common_headers(const srv_req *r, struct MHD_Response *resp, const char *ctype) {
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (r->allow_origin) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, r->allow_origin);
+        if (strcmp(r->allow_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    }
 }
 
 /* Queues a text answer; returns libmicrohttpd's verdict. */
@@ -75,7 +102,7 @@ static enum MHD_Result answer_text(srv_req *r, int status, const char *ctype, ch
         free(text);
         return MHD_NO;
     }
-    add_common_headers(resp, ctype);
+    add_common_headers(r, resp, ctype);
     if (extra_header) MHD_add_response_header(resp, extra_header, extra_value);
     enum MHD_Result ok = MHD_queue_response(r->c, (unsigned)status, resp);
     MHD_destroy_response(resp);
@@ -107,19 +134,45 @@ static enum MHD_Result answer_error(srv_req *r, int status, const char *type, co
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return answer_json(r, status, srv_error_json(msg, type, param, code),
-                       status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
+    json_t *body = srv_error_json(msg, type, param, code);
+    if (!body) { /* the message quotes the request (a Host, a URL) in bytes that are not UTF-8 */
+        for (char *p = msg; *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+        body = srv_error_json(msg, type, param, code);
+    }
+    return answer_json(r, status, body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
 }
 
 /* ---------------------------------------------------------------- helpers */
 
-/* 1 when the client has closed its end (or the socket failed): poll without waiting. */
+/* 1 when the connection has failed: the client reset it, or answered a write after its
+ * close with a reset. Poll without waiting. An end of input (POLLRDHUP, a read of 0) is
+ * not a disconnect: scripts send their request and then shutdown(SHUT_WR) while still
+ * reading the answer, and a half-close cannot be told from a close without writing. */
 static int client_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 0;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    struct pollfd p = {.fd = ci->connect_fd, .events = 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+static int conn_gone(void *c) {
+    return client_gone(c);
+}
+
+/* This connection's tracking record (NULL when untracked). */
+static srv_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void conn_deadline(srv *s, srv_conn *k, double deadline) {
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    k->deadline = deadline;
+    pthread_mutex_unlock(&s->conn_mu);
 }
 
 /* The end of the longest prefix of text[from, end) made of whole UTF-8 characters. */
@@ -159,10 +212,20 @@ static int out_event(srv_req *r, json_t *v) {
 
 /* ---------------------------------------------------------------- streaming */
 
+/* Ends a stream with an error event and [DONE]. */
+static int sse_end_error(srv_req *r, const char *message, const char *code) {
+    r->ended = 1;
+    return out_event(r, srv_error_json(message, "server_error", NULL, code)) ||
+                   out_put(r, "data: [DONE]\n\n", 14)
+               ? -1
+               : 0;
+}
+
 /* Formats the next events into r->out: waits for new text of the job, or its end.
  * -1 when the client went away (the job is cancelled) or memory ran out. */
 static int sse_fill(srv_req *r) {
     srv *s = r->s;
+    r->last_out = sl_now();
     if (!r->started) { /* the role chunk first: the client sees the stream open at once */
         r->started = 1;
         return r->o.kind == SRV_CHAT
@@ -172,10 +235,20 @@ static int sse_fill(srv_req *r) {
     srv_job *j = r->job;
     pthread_mutex_lock(&j->mu);
     while (j->text_len == r->seen && j->state != SRV_JOB_DONE) {
-        if (srv_cond_wait_ms(&j->cv, &j->mu, 100) == ETIMEDOUT && client_gone(r->c)) {
+        if (atomic_load(&s->abandon)) {
+            pthread_mutex_unlock(&j->mu);
+            return sse_end_error(r, "the server is shutting down: the request was cancelled",
+                                 "shutting_down");
+        }
+        if (srv_cond_wait_ms(&j->cv, &j->mu, 100) != ETIMEDOUT) continue;
+        if (client_gone(r->c)) {
             atomic_store(&j->cancel, 1);
             pthread_mutex_unlock(&j->mu);
             return -1;
+        }
+        if (sl_now() - r->last_out >= SRV_HEARTBEAT_S) {
+            pthread_mutex_unlock(&j->mu);
+            return out_put(r, ": keep-alive\n\n", 14);
         }
     }
     const int done = j->state == SRV_JOB_DONE;
@@ -189,18 +262,17 @@ static int sse_fill(srv_req *r) {
     if (chunk && out_event(r, chunk)) return -1;
     if (!done) return 0;
     /* The end: finish_reason, usage if asked, [DONE]. The job is done: no lock needed. */
-    int rc = 0;
-    if (j->failed) {
-        rc = out_event(r, srv_error_json(j->error, "server_error", NULL, NULL));
-    } else {
-        rc = out_event(
-            r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, srv_finish_reason(j), 0));
-        if (!rc && r->o.include_usage) {
-            json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0);
-            json_object_set_new(u, "choices", json_array());
-            json_object_set_new(u, "usage", srv_usage_json(j));
-            rc = out_event(r, u);
-        }
+    if (j->failed) return sse_end_error(r, j->error, NULL);
+    if (j->res.finish == CLI_FINISH_CANCELLED) /* with the client still here: the shutdown */
+        return sse_end_error(r, "the server is shutting down: the request was cancelled",
+                             "shutting_down");
+    int rc =
+        out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, srv_finish_reason(j), 0));
+    if (!rc && r->o.include_usage) {
+        json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0);
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", srv_usage_json(j));
+        rc = out_event(r, u);
     }
     if (!rc) rc = out_put(r, "data: [DONE]\n\n", 14);
     r->ended = 1;
@@ -259,15 +331,25 @@ static enum MHD_Result answer_generation(srv_req *r) {
     int status = srv_parse_request(s, kind, r->body ? r->body : "", r->body_len, j, &r->o, &error);
     if (status) return answer_json(r, status, error, NULL, NULL);
     j->deadline = sl_now() + s->cfg.timeout_s;
-    const int admitted = srv_submit(s, j);
-    if (admitted == -2)
+    const double t_wait = sl_now();
+    switch (srv_submit(s, j, conn_gone, r->c)) {
+    case SRV_ADMITTED: break;
+    case SRV_STOPPING:
         return answer_error(r, 503, "server_error", NULL, "shutting_down",
                             "the server is shutting down");
-    if (admitted)
+    case SRV_FULL:
         return answer_error(r, 503, "server_error", NULL, "overloaded",
-                            "the server is busy: %d requests are already admitted (--parallel); "
-                            "try again later",
-                            s->cfg.parallel);
+                            "the server is busy: %d requests are admitted (--parallel) and %d "
+                            "more are waiting (--queue); try again later",
+                            s->cfg.parallel, s->cfg.queue);
+    case SRV_WAIT_TIMEOUT:
+        srv_count_queue_timeout(s);
+        return answer_error(r, 503, "server_error", NULL, "overloaded",
+                            "the server is busy: no place came free in %.0f s of waiting "
+                            "(--queue-timeout %d); try again later",
+                            sl_now() - t_wait, s->cfg.queue_timeout_s);
+    case SRV_CLIENT_GONE: return MHD_NO; /* closes the connection */
+    }
     r->submitted = 1;
     make_id(s, kind, r->id, sizeof r->id);
     r->created = (int64_t)time(NULL);
@@ -276,7 +358,8 @@ static enum MHD_Result answer_generation(srv_req *r) {
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, NULL);
         if (!resp) return MHD_NO;
-        add_common_headers(resp, "text/event-stream");
+        r->last_out = sl_now();
+        add_common_headers(r, resp, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         enum MHD_Result ok = MHD_queue_response(r->c, 200, resp);
         MHD_destroy_response(resp);
@@ -289,6 +372,11 @@ static enum MHD_Result answer_generation(srv_req *r) {
     double next_look = sl_now() + 0.1; /* the job wakes us at every token: look at most 10/s */
     while (j->state != SRV_JOB_DONE) {
         srv_cond_wait_ms(&j->cv, &j->mu, 100);
+        if (atomic_load(&s->abandon)) {
+            pthread_mutex_unlock(&j->mu);
+            return answer_error(r, 503, "server_error", NULL, "shutting_down",
+                                "the server is shutting down: the request was cancelled");
+        }
         if (sl_now() < next_look) continue;
         next_look = sl_now() + 0.1;
         if (client_gone(r->c)) {
@@ -299,6 +387,9 @@ static enum MHD_Result answer_generation(srv_req *r) {
     }
     pthread_mutex_unlock(&j->mu);
     if (j->failed) return answer_error(r, j->failed, "server_error", NULL, NULL, "%s", j->error);
+    if (j->res.finish == CLI_FINISH_CANCELLED) /* with the client still here: the shutdown */
+        return answer_error(r, 503, "server_error", NULL, "shutting_down",
+                            "the server is shutting down: the request was cancelled");
     return answer_json(r, 200, srv_response_json(s, j, &r->o, r->id, r->created), NULL, NULL);
 }
 
@@ -312,7 +403,8 @@ static route find_route(const char *url) {
     return ROUTE_NONE;
 }
 
-/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+/* Constant-time comparison of the Authorization header with "Bearer KEY": the time taken
+ * depends on the key's length only, never on how much of it a guess got right. */
 static int key_ok(const char *header, const char *key) {
     static const char prefix[] = "Bearer ";
     if (!header || strncmp(header, prefix, sizeof prefix - 1)) return 0;
@@ -324,6 +416,88 @@ static int key_ok(const char *header, const char *key) {
     return diff == 0;
 }
 
+/* The name of a Host header ("name", "name:port", "[v6]", "[v6]:port") into out, without
+ * brackets or port; 0 when malformed (a port must be a number up to 65535). */
+static int host_name(const char *host, char *out, size_t size) {
+    const char *name = host, *end, *rest;
+    if (host[0] == '[') {
+        name = host + 1;
+        if (!(end = strchr(name, ']'))) return 0;
+        rest = end + 1;
+    } else {
+        end = host + strcspn(host, ":");
+        rest = end;
+    }
+    if (*rest == ':') {
+        rest++;
+        const size_t digits = strspn(rest, "0123456789");
+        if (digits == 0 || digits > 5 || rest[digits] || atoi(rest) > 65535) return 0;
+    } else if (*rest) {
+        return 0;
+    }
+    const size_t n = (size_t)(end - name);
+    if (n == 0 || n >= size) return 0;
+    memcpy(out, name, n);
+    out[n] = '\0';
+    return 1;
+}
+
+/*
+ * DNS rebinding: a web page the user opens can point its own name at 127.0.0.1 and then
+ * talk to this server as to its own origin, with the page's name in the Host header. A
+ * server listening on a loopback address therefore answers only the names that mean this
+ * machine. Listening on another address (--host) is a choice to be reached by any name.
+ * No Host at all (HTTP/1.0) is not a browser, which always sends one.
+ */
+static int host_allowed(const srv *s, const char *host) {
+    if (!s->loopback || !host) return 1;
+    char name[256];
+    if (!host_name(host, name, sizeof name)) return 0;
+    return !strcasecmp(name, "localhost") || !strcmp(name, "127.0.0.1") || !strcmp(name, "::1") ||
+           !strcasecmp(name, s->cfg.host);
+}
+
+/* Sets r->allow_origin when --cors lists the request's Origin (or is "*"). */
+static void cors_match(srv_req *r) {
+    const srv *s = r->s;
+    const char *origin = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Origin");
+    if (!origin || !s->cfg.n_cors || strlen(origin) >= sizeof r->origin) return;
+    for (int32_t i = 0; i < s->cfg.n_cors; i++) {
+        if (!strcmp(s->cfg.cors[i], "*")) {
+            r->allow_origin = "*";
+            return;
+        }
+        if (!strcasecmp(s->cfg.cors[i], origin)) {
+            snprintf(r->origin, sizeof r->origin, "%s", origin);
+            r->allow_origin = r->origin;
+            return;
+        }
+    }
+}
+
+/* A CORS preflight (OPTIONS) from an allowed origin: 204 with what may follow. The headers
+ * asked for are allowed as asked (the official clients send their own X-Stainless-* ones),
+ * when they are a plain list of header names. */
+static enum MHD_Result answer_preflight(srv_req *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_common_headers(r, resp, NULL);
+    const char *want =
+        MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789-_, ";
+    const int plain = want && *want && strlen(want) < 1024 && !want[strspn(want, name_chars)];
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            plain ? want : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ok = MHD_queue_response(r->c, 204, resp);
+    MHD_destroy_response(resp);
+    r->status = 204;
+    srv_count_status(r->s, 204);
+    return ok;
+}
+
 /* The first call, with the headers: answers at once unless a body is to come. */
 static enum MHD_Result first_call(srv_req *r, const char *url, const char *method) {
     srv *s = r->s;
@@ -333,17 +507,11 @@ static enum MHD_Result first_call(srv_req *r, const char *url, const char *metho
     if (r->route == ROUTE_NONE)
         return answer_error(r, 404, "invalid_request_error", NULL, "unknown_url",
                             "Invalid URL (%s %s)", method, url);
-    if (!strcmp(method, "OPTIONS")) { /* CORS preflight of browser clients */
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                "Authorization, Content-Type");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        enum MHD_Result ok = MHD_queue_response(r->c, 204, resp);
-        MHD_destroy_response(resp);
-        r->status = 204;
-        return ok;
+    if (!strcmp(method, "OPTIONS") && s->cfg.n_cors) { /* preflight of a browser client */
+        if (!r->allow_origin)
+            return answer_error(r, 403, "invalid_request_error", NULL, "origin_not_allowed",
+                                "this origin may not call the server (see --cors)");
+        return answer_preflight(r);
     }
     const int wants_post = r->route == ROUTE_CHAT || r->route == ROUTE_COMPLETIONS;
     if (wants_post ? !post : !get)
@@ -358,11 +526,11 @@ static enum MHD_Result first_call(srv_req *r, const char *url, const char *metho
     switch (r->route) {
     case ROUTE_HEALTH: {
         pthread_mutex_lock(&s->mu);
-        const int32_t stopping = s->stopping, queued = s->n_queued;
+        const int32_t stopping = s->stopping, queued = s->n_queued, waiting = s->n_waiting;
         pthread_mutex_unlock(&s->mu);
         return answer_json(r, 200,
-                           json_pack("{s:s, s:s, s:i}", "status", stopping ? "stopping" : "ok",
-                                     "model", s->cfg.model_id, "queue", queued),
+                           json_pack("{s:s, s:s, s:i, s:i}", "status", stopping ? "stopping" : "ok",
+                                     "model", s->cfg.model_id, "queue", queued, "waiting", waiting),
                            NULL, NULL);
     }
     case ROUTE_METRICS:
@@ -395,17 +563,37 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         r->s = s;
         r->c = c;
+        r->conn = conn_of(c);
         r->t0 = sl_now();
         snprintf(r->what, sizeof r->what, "%s %s", method, url);
+        for (char *p = r->what; *p; p++) /* the log line: no terminal controls from a client */
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
         *con_cls = r;
         pthread_mutex_lock(&s->mu);
         s->n_requests++;
         const int stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
-        if (stopping && find_route(url) != ROUTE_HEALTH)
-            return answer_error(r, 503, "server_error", NULL, "shutting_down",
-                                "the server is shutting down");
-        return first_call(r, url, method);
+        enum MHD_Result ok;
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (!host_allowed(s, host)) {
+            const char *h = s->cfg.host;
+            const int usual =
+                !strcmp(h, "127.0.0.1") || !strcmp(h, "::1") || !strcasecmp(h, "localhost");
+            ok = answer_error(r, 403, "invalid_request_error", NULL, "host_not_allowed",
+                              "Host '%.100s' is not allowed: this server listens on %s and "
+                              "answers requests to localhost, 127.0.0.1 or [::1]%s%s only "
+                              "(start it with --host ADDR to be reached by other names)",
+                              host, h, usual ? "" : " or ", usual ? "" : h);
+        } else {
+            cors_match(r);
+            if (stopping && find_route(url) != ROUTE_HEALTH)
+                ok = answer_error(r, 503, "server_error", NULL, "shutting_down",
+                                  "the server is shutting down");
+            else
+                ok = first_call(r, url, method);
+        }
+        if (r->status) conn_deadline(s, r->conn, 0); /* answered: no body will be read */
+        return ok;
     }
     if (*upload_size) { /* a piece of the body */
         if (!r->status && !r->too_big) {
@@ -428,14 +616,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    conn_deadline(s, r->conn, 0);  /* the request has arrived whole */
     if (r->status) return MHD_YES; /* answered early */
     return answer_generation(r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)c;
     srv *s = cls;
+    srv_conn *k = conn_of(c);
+    if (k) { /* keep-alive: the next request's first line must come within the idle timeout */
+        pthread_mutex_lock(&s->conn_mu);
+        k->n_done++;
+        k->deadline = sl_now() + s->cfg.idle_timeout_s;
+        pthread_mutex_unlock(&s->conn_mu);
+    }
     srv_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
@@ -451,8 +646,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                     r->status, gone ? " (client gone)" : "", res.prompt_tokens,
                     res.completion_tokens, res.cached_tokens, sl_now() - r->t0);
         else if (s->cfg.log && r->submitted)
-            fprintf(stderr, "sluice serve: %s (client gone: cancelled), %.3f s\n", r->what,
-                    sl_now() - r->t0);
+            fprintf(stderr, "sluice serve: %s (%scancelled), %.3f s\n", r->what,
+                    gone ? "client gone: " : "", sl_now() - r->t0);
         srv_job_release(r->job);
     }
     if (s->cfg.log && !r->submitted)
@@ -468,15 +663,127 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    srv *s = cls;
+    /* Said each time the access handler returns MHD_NO, which it does on purpose to drop
+     * the connection of a client that went away (already logged as such). */
+    if (!strncmp(fmt, "Application reported internal error", 35)) return;
+    /* Said for every connection refused at --max-connections-per-ip: a client hammering the
+     * server would flood the log, so once per 10 s with the count. */
+    if (!strncmp(fmt, "Server reached connection limit", 31)) {
+        pthread_mutex_lock(&s->conn_mu);
+        const double now = sl_now();
+        const int64_t n = ++s->limit_refused;
+        const int say = now - s->limit_said >= 10;
+        if (say) s->limit_said = now;
+        pthread_mutex_unlock(&s->conn_mu);
+        if (say)
+            fprintf(stderr,
+                    "sluice serve: refusing connections: %d from one address already "
+                    "(--max-connections-per-ip); %lld refused so far\n",
+                    s->cfg.max_conns_per_ip, (long long)n);
+        return;
+    }
     fputs("sluice serve: libmicrohttpd: ", stderr);
     vfprintf(stderr, fmt, ap);
 }
 
+/* ---------------------------------------------------------------- slow clients */
+
+/* Connection start and close: the tracking records the watchdog walks. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    srv *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        srv_conn *k = ci ? calloc(1, sizeof *k) : NULL;
+        if (!k) return; /* untracked: only libmicrohttpd's idle timeout applies */
+        if ((k->fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            free(k);
+            return;
+        }
+        pthread_mutex_lock(&s->conn_mu);
+        k->deadline = sl_now() + s->cfg.header_timeout_s;
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->conn_mu);
+        *socket_context = k;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        srv_conn *k = *socket_context;
+        if (!k) return;
+        *socket_context = NULL;
+        pthread_mutex_lock(&s->conn_mu);
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->conn_mu);
+        close(k->fd);
+        free(k);
+    }
+}
+
+/* A request's first line has arrived. The first request of a connection keeps the deadline
+ * counted from the connection's start; a later one (keep-alive) gets its own. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    srv *s = cls;
+    srv_conn *k = conn_of(c);
+    if (k) {
+        pthread_mutex_lock(&s->conn_mu);
+        if (k->n_done > 0) k->deadline = sl_now() + s->cfg.header_timeout_s;
+        pthread_mutex_unlock(&s->conn_mu);
+    }
+    return NULL; /* the access handler's first call still sees *con_cls == NULL */
+}
+
+/* Cuts the connections whose request has not arrived by its deadline. shutdown() on our dup
+ * of the socket ends the connection for libmicrohttpd's thread too, which sees the end of
+ * input and closes it. */
+static void *watchdog_main(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->watchdog_exit) {
+        srv_cond_wait_ms(&s->conn_cv, &s->conn_mu, 250);
+        const double now = sl_now();
+        int32_t cut = 0;
+        for (srv_conn *k = s->conns; k; k = k->next) {
+            if (k->cut || k->deadline <= 0 || now <= k->deadline) continue;
+            shutdown(k->fd, SHUT_RDWR);
+            k->cut = 1;
+            cut++;
+        }
+        s->conns_cut += cut;
+        if (cut && s->cfg.log)
+            fprintf(stderr,
+                    "sluice serve: closed %d connection%s whose request did not arrive in time "
+                    "(--header-timeout %d, --idle-timeout %d)\n",
+                    cut, cut > 1 ? "s" : "", s->cfg.header_timeout_s, s->cfg.idle_timeout_s);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
-/* A listening socket of our own, so that errors name their cause (port in use ...). */
-static int listen_on(const char *host, int32_t port, int *family, int32_t *bound) {
+/* 1 for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. */
+static int is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+/* A listening socket of our own, so that errors name their cause (port in use ...). Warns
+ * before binding to an address other machines reach when no key guards it. */
+static int listen_on(srv *s, int *family) {
+    const char *host = s->cfg.host;
+    const int32_t port = s->cfg.port;
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -485,6 +792,11 @@ static int listen_on(const char *host, int32_t port, int *family, int32_t *bound
     snprintf(ps, sizeof ps, "%d", port);
     int e = getaddrinfo(host, ps, &hints, &ai);
     if (e) return cli_error("cannot listen on %s:%d: %s", host, port, gai_strerror(e)), -1;
+    s->loopback = is_loopback(ai->ai_addr);
+    if (!s->loopback && !s->cfg.api_key)
+        cli_warn("listening on %s without an API key: anyone who can reach this machine's port "
+                 "%d can use the model (set one with --api-key-file FILE or $SLUICE_API_KEY)",
+                 host, port);
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
@@ -499,9 +811,24 @@ static int listen_on(const char *host, int32_t port, int *family, int32_t *bound
     struct sockaddr_storage sa;
     socklen_t len = sizeof sa;
     getsockname(fd, (struct sockaddr *)&sa, &len);
-    *bound = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
-                                            : ((struct sockaddr_in *)&sa)->sin_port);
+    s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                             : ((struct sockaddr_in *)&sa)->sin_port);
     return fd;
+}
+
+/* Each connection holds two descriptors (libmicrohttpd's socket and the watchdog's dup):
+ * raise the soft limit toward what max_conns needs, or say how far it falls short. */
+static void fd_limit(const srv_config *cfg) {
+    const rlim_t need = 2 * (rlim_t)cfg->max_conns + 256; /* + model files, reader threads */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < need)
+        cli_warn("--max-connections %d needs about %llu file descriptors, the limit is %llu "
+                 "(ulimit -n): connections past it will fail",
+                 cfg->max_conns, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
 }
 
 int srv_start(srv **out, cli_gen *g, const srv_config *cfg) {
@@ -518,21 +845,31 @@ int srv_start(srv **out, cli_gen *g, const srv_config *cfg) {
     s->listen_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     srv_cond_init(&s->cv);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    srv_cond_init(&s->conn_cv);
+    atomic_init(&s->abandon, 0);
     sl_model_get_stats(g->m, &s->metrics.stats);
     *out = s;
     int family = AF_INET;
-    if ((s->listen_fd = listen_on(cfg->host, cfg->port, &family, &s->port)) < 0) return 1;
+    if ((s->listen_fd = listen_on(s, &family)) < 0) return 1;
+    fd_limit(cfg);
     if (pthread_create(&s->worker, NULL, srv_worker_main, s))
         return cli_error("cannot start the model worker thread");
     s->worker_started = 1;
-    const unsigned limit = (unsigned)SL_CLI_MAX(64, 4 * cfg->parallel);
+    if (pthread_create(&s->watchdog, NULL, watchdog_main, s))
+        return cli_error("cannot start the connection watchdog thread");
+    s->watchdog_started = 1;
+    /* At max_conns libmicrohttpd stops accepting (newcomers wait in the listen backlog); past
+     * max_conns_per_ip it accepts and closes at once. */
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
             MHD_USE_ITC | MHD_USE_ERROR_LOG | (family == AF_INET6 ? MHD_USE_IPv6 : 0),
         0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
         MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        limit, MHD_OPTION_END);
+        (unsigned)cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)cfg->max_conns_per_ip, MHD_OPTION_END);
     if (!s->daemon) return cli_error("cannot start the HTTP server (libmicrohttpd)");
     return 0;
 }
@@ -541,38 +878,95 @@ int32_t srv_port(const srv *s) {
     return s->port;
 }
 
-void srv_shutdown(srv *s) {
+int srv_loopback(const srv *s) {
+    return s->loopback;
+}
+
+/* Waits up to `seconds` for the HTTP requests in progress to end; the number left. */
+static int32_t wait_requests(srv *s, double seconds) {
+    const double until = sl_now() + seconds;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_requests > 0 && sl_now() < until)
+        srv_cond_wait_ms(&s->cv, &s->mu, 100);
+    const int32_t left = s->n_requests;
+    pthread_mutex_unlock(&s->mu);
+    return left;
+}
+
+/*
+ * The stop, bounded in time whatever the clients or the model do:
+ *   1. no new connections; waiting requests get 503 at once
+ *   2. requests in flight get shutdown_timeout_s to finish
+ *   3. then they are cancelled: the worker stops at its next token, streams end with an
+ *      error event, waiting clients get 503 (SRV_GRACE_HTTP_S for the HTTP threads)
+ *   4. the worker gets SRV_GRACE_WORKER_S to come back from its forward; a worker stuck in
+ *      one (a read that never returns) is left behind, and so are HTTP threads stuck
+ *      beside it: the caller exits without freeing what they use.
+ */
+int srv_shutdown(srv *s) {
+    if (s->stuck) return 1;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->daemon) {
-        /* No new connections; requests already received run to their end. */
         MHD_socket fd = MHD_quiesce_daemon(s->daemon);
         if (fd != MHD_INVALID_SOCKET) close(fd);
         s->listen_fd = -1;
-        const double until = sl_now() + s->cfg.timeout_s;
-        pthread_mutex_lock(&s->mu);
-        while (s->n_requests > 0 && sl_now() < until)
-            srv_cond_wait_ms(&s->cv, &s->mu, 100);
-        pthread_mutex_unlock(&s->mu);
+        int32_t left = wait_requests(s, s->cfg.shutdown_timeout_s);
+        if (left > 0) {
+            fprintf(stderr,
+                    "sluice serve: %d request%s still in flight after %d s "
+                    "(--shutdown-timeout): cancelling\n",
+                    left, left > 1 ? "s" : "", s->cfg.shutdown_timeout_s);
+            atomic_store(&s->abandon, 1);
+            srv_cancel_all(s);
+            left = wait_requests(s, SRV_GRACE_HTTP_S);
+        }
+        if (left > 0) { /* MHD_stop_daemon would join their threads: do not wait on them */
+            fprintf(stderr, "sluice serve: %d request%s did not end; exiting without them\n", left,
+                    left > 1 ? "s" : "");
+            s->stuck = 1;
+            return 1;
+        }
         MHD_stop_daemon(s->daemon);
         s->daemon = NULL;
     }
+    if (s->watchdog_started) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->watchdog_exit = 1;
+        pthread_cond_broadcast(&s->conn_cv);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->watchdog, NULL);
+        s->watchdog_started = 0;
+    }
     if (s->worker_started) {
+        const double until = sl_now() + SRV_GRACE_WORKER_S;
         pthread_mutex_lock(&s->mu);
         s->worker_exit = 1;
         pthread_cond_broadcast(&s->cv);
+        while (!s->worker_done && sl_now() < until)
+            srv_cond_wait_ms(&s->cv, &s->mu, 100);
+        const int done = s->worker_done;
         pthread_mutex_unlock(&s->mu);
+        if (!done) {
+            fprintf(stderr, "sluice serve: the model worker did not come back from its forward "
+                            "(a hung read?); exiting without it\n");
+            s->stuck = 1;
+            return 1;
+        }
         pthread_join(s->worker, NULL);
         s->worker_started = 0;
     }
+    return 0;
 }
 
 void srv_free(srv *s) {
-    if (!s) return;
-    srv_shutdown(s);
+    if (!s || srv_shutdown(s)) return; /* stuck threads may still use s: leave it */
     if (s->listen_fd >= 0) close(s->listen_fd);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_cond_destroy(&s->conn_cv);
     free(s);
 }

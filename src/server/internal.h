@@ -46,20 +46,45 @@ typedef struct srv_job {
     struct srv_job *next;
 } srv_job;
 
+/* The status codes counted, in srv_metrics.http order. */
+#define SRV_CODES                                                                                  \
+    { 200, 204, 400, 401, 403, 404, 405, 413, 500, 503 }
+#define SRV_N_CODES 10
+
 /* Counters for /metrics, under srv.mu. */
 typedef struct srv_metrics {
-    int64_t http[8]; /* responses by status, SRV_CODES order */
+    int64_t http[SRV_N_CODES]; /* responses by status, SRV_CODES order */
     int64_t finish[3], timeouts;
+    int64_t queue_timeouts; /* 503s after waiting --queue-timeout for a place */
+    int64_t errors;         /* generations that failed (the library returned an error) */
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     sl_stats stats; /* the model's counters after the last job */
 } srv_metrics;
 
-/* The status codes counted, in srv_metrics.http order. */
-#define SRV_CODES                                                                                  \
-    { 200, 400, 401, 404, 405, 413, 500, 503 }
+/* A request waiting for one of the `parallel` places (on its HTTP thread's stack). */
+typedef struct srv_waiter {
+    struct srv_waiter *prev, *next;
+} srv_waiter;
+
+/*
+ * One TCP connection, from libmicrohttpd's connection-start notice to its close.
+ * Its deadline is the time by which the request being read must have arrived
+ * whole; the watchdog thread shuts down connections past theirs, since
+ * libmicrohttpd's own timeout is an idle one that a client trickling a byte at
+ * a time never reaches.
+ */
+typedef struct srv_conn {
+    int fd;          /* a dup of the socket: shutdown() on it cuts the connection, and the
+                        number cannot be reused by another connection while we hold it */
+    double deadline; /* sl_now() seconds; 0: none (the request is being answered) */
+    int32_t n_done;  /* requests completed on this connection */
+    int32_t cut;     /* shut down by the watchdog */
+    struct srv_conn *prev, *next;
+} srv_conn;
 
 struct srv {
     srv_config cfg;
+    int loopback;            /* listening on a loopback address: the Host header is checked */
     cli_gen *g;              /* the worker's alone once started */
     const sl_tokenizer *tok; /* read-only: HTTP threads tokenize */
     sl_chat_template tpl;
@@ -71,16 +96,29 @@ struct srv {
     int listen_fd;
     pthread_t worker;
     int worker_started;
+    int stuck; /* srv_shutdown gave up on the worker: nothing may be freed */
 
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* queue changes, job done, requests finished */
     srv_job *head, *tail;
-    int32_t n_queued, n_running;
+    srv_job *running; /* the job generating, or NULL */
+    srv_waiter *wait_head, *wait_tail;
+    int32_t n_queued, n_running, n_waiting;
     int32_t n_requests; /* HTTP requests in progress (shutdown waits for 0) */
     int32_t stopping;   /* refuse new requests */
-    int32_t worker_exit;
-    uint64_t n_ids; /* response ids and default seeds */
+    int32_t worker_exit, worker_done;
+    atomic_int abandon; /* the shutdown timeout passed: HTTP threads stop waiting for jobs */
+    uint64_t n_ids;     /* response ids and default seeds */
     srv_metrics metrics;
+
+    pthread_mutex_t conn_mu; /* the connections and the watchdog */
+    pthread_cond_t conn_cv;
+    srv_conn *conns;
+    int64_t conns_cut;     /* connections cut by the watchdog, for /metrics */
+    int64_t limit_refused; /* connections refused at --max-connections-per-ip */
+    double limit_said;     /* sl_now() when that was last logged */
+    pthread_t watchdog;
+    int watchdog_started, watchdog_exit;
 };
 
 /* ---- worker.c ---- */
@@ -90,9 +128,20 @@ int srv_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int32_t ms);
 /* A new job (one reference, the caller's); NULL when out of memory. */
 srv_job *srv_job_new(void);
 void srv_job_release(srv_job *j);
-/* Queues j (taking a second reference for the worker): 0, or -1 when `parallel`
- * requests are already admitted, -2 when the server is stopping (both 503). */
-int srv_submit(srv *s, srv_job *j);
+/* How srv_submit ended. */
+typedef enum srv_admit {
+    SRV_ADMITTED = 0,
+    SRV_FULL = -1,         /* `parallel` admitted and `queue` waiting already */
+    SRV_STOPPING = -2,     /* the server is shutting down */
+    SRV_WAIT_TIMEOUT = -3, /* no place within queue_timeout_s (or the request's deadline) */
+    SRV_CLIENT_GONE = -4,  /* gone(user) said so while waiting */
+} srv_admit;
+/* Queues j for the worker (taking a second reference for it). When the `parallel` places
+ * are taken, waits for one in FIFO order, polling gone(user) (may be NULL) ten times a
+ * second. */
+srv_admit srv_submit(srv *s, srv_job *j, int (*gone)(void *), void *user);
+/* Sets the cancel flag of every job queued or running (the shutdown timeout). */
+void srv_cancel_all(srv *s);
 void *srv_worker_main(void *arg);
 /* 1, 2, 3, ...: response ids and default seeds. */
 uint64_t srv_next_number(srv *s);
@@ -129,5 +178,7 @@ json_t *srv_usage_json(const srv_job *j);
 char *srv_metrics_text(srv *s);
 /* Counts a response of the given status. */
 void srv_count_status(srv *s, int status);
+/* Counts a 503 after waiting --queue-timeout. */
+void srv_count_queue_timeout(srv *s);
 
 #endif /* SL_SERVER_INTERNAL_H */

@@ -11,6 +11,12 @@ void srv_count_status(srv *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void srv_count_queue_timeout(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    s->metrics.queue_timeouts++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* A growable text buffer; on allocation failure it stays NULL. */
 typedef struct buf {
     char *p;
@@ -47,8 +53,14 @@ char *srv_metrics_text(srv *s) {
     static const char *const finish[] = {"stop", "length", "cancelled"}; /* cli_finish */
     pthread_mutex_lock(&s->mu);
     const srv_metrics m = s->metrics;
-    const int32_t queued = s->n_queued, running = s->n_running;
+    const int32_t queued = s->n_queued, running = s->n_running, waiting = s->n_waiting;
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->conn_mu);
+    const int64_t cut = s->conns_cut;
+    int32_t open = 0;
+    for (const srv_conn *k = s->conns; k; k = k->next)
+        open++;
+    pthread_mutex_unlock(&s->conn_mu);
     const sl_stats *st = &m.stats;
 
     buf b = {0};
@@ -63,6 +75,16 @@ char *srv_metrics_text(srv *s) {
             (long long)m.finish[i]);
     metric(&b, "sluice_request_timeouts_total", "counter",
            "Generations stopped by the request timeout.", (double)m.timeouts);
+    metric(&b, "sluice_queue_timeouts_total", "counter",
+           "Requests refused (503) after waiting --queue-timeout for a place.",
+           (double)m.queue_timeouts);
+    metric(&b, "sluice_generation_errors_total", "counter",
+           "Generations the model failed (a read, a checksum, a numeric fault): answered 500.",
+           (double)m.errors);
+    metric(&b, "sluice_connections_cut_total", "counter",
+           "Connections closed because their request did not arrive in time (--header-timeout).",
+           (double)cut);
+    metric(&b, "sluice_connections_open", "gauge", "Open HTTP connections.", open);
     metric(&b, "sluice_prompt_tokens_total", "counter", "Prompt tokens of the requests run.",
            (double)m.prompt_tokens);
     metric(&b, "sluice_prompt_tokens_cached_total", "counter",
@@ -84,7 +106,10 @@ char *srv_metrics_text(srv *s) {
            st->expert_requests ? (double)st->expert_hits / (double)st->expert_requests : 1.0);
     metric(&b, "sluice_expert_bytes_read_total", "counter", "Expert bytes read from disk.",
            (double)st->bytes_read);
-    metric(&b, "sluice_queue_length", "gauge", "Requests waiting for the model.", queued);
+    metric(&b, "sluice_queue_length", "gauge", "Requests admitted and waiting for the model.",
+           queued);
+    metric(&b, "sluice_queue_waiting", "gauge",
+           "Requests waiting for a place among the --parallel admitted ones.", waiting);
     metric(&b, "sluice_requests_running", "gauge", "Requests generating now (0 or 1).", running);
     metric(&b, "sluice_uptime_seconds", "gauge", "Seconds since the server started.",
            sl_now() - s->started);

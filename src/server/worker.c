@@ -52,12 +52,71 @@ void srv_job_release(srv_job *j) {
     free(j);
 }
 
-int srv_submit(srv *s, srv_job *j) {
+/* Room for one more admitted request (under s->mu). */
+static int has_place(const srv *s) {
+    return s->n_queued + s->n_running < s->cfg.parallel;
+}
+
+/*
+ * Admission in two steps, so that a burst of clients waits instead of failing:
+ *
+ *   [ waiting: up to `queue` ] --place free, first in line--> [ admitted: up to `parallel` ]
+ *     HTTP threads blocked here,                                queued FIFO to the worker,
+ *     each for queue_timeout_s at most                          one of them generating
+ *
+ * Waiters are a FIFO list of their own (each on its HTTP thread's stack), so that places go
+ * in order of arrival and a waiter that gives up (timeout, client gone) simply unlinks.
+ */
+srv_admit srv_submit(srv *s, srv_job *j, int (*gone)(void *), void *user) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->n_queued + s->n_running >= s->cfg.parallel) {
-        const int stopping = s->stopping;
+    if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        return stopping ? -2 : -1;
+        return SRV_STOPPING;
+    }
+    if (!has_place(s) || s->wait_head) {
+        if (s->n_waiting >= s->cfg.queue) {
+            pthread_mutex_unlock(&s->mu);
+            return SRV_FULL;
+        }
+        srv_waiter w = {.prev = s->wait_tail};
+        if (s->wait_tail)
+            s->wait_tail->next = &w;
+        else
+            s->wait_head = &w;
+        s->wait_tail = &w;
+        s->n_waiting++;
+        const double until = SL_CLI_MIN(sl_now() + s->cfg.queue_timeout_s, j->deadline);
+        srv_admit rc = SRV_ADMITTED;
+        for (;;) {
+            if (s->stopping) {
+                rc = SRV_STOPPING;
+                break;
+            }
+            if (s->wait_head == &w && has_place(s)) break;
+            if (sl_now() >= until) {
+                rc = SRV_WAIT_TIMEOUT;
+                break;
+            }
+            srv_cond_wait_ms(&s->cv, &s->mu, 100);
+            if (gone && gone(user)) { /* a poll that does not wait: fine under the lock */
+                rc = SRV_CLIENT_GONE;
+                break;
+            }
+        }
+        if (w.prev)
+            w.prev->next = w.next;
+        else
+            s->wait_head = w.next;
+        if (w.next)
+            w.next->prev = w.prev;
+        else
+            s->wait_tail = w.prev;
+        s->n_waiting--;
+        pthread_cond_broadcast(&s->cv); /* the next in line may be first now */
+        if (rc != SRV_ADMITTED) {
+            pthread_mutex_unlock(&s->mu);
+            return rc;
+        }
     }
     pthread_mutex_lock(&j->mu);
     j->refs++;
@@ -71,7 +130,16 @@ int srv_submit(srv *s, srv_job *j) {
     s->n_queued++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    return 0;
+    return SRV_ADMITTED;
+}
+
+void srv_cancel_all(srv *s) {
+    pthread_mutex_lock(&s->mu);
+    for (srv_job *j = s->head; j; j = j->next)
+        atomic_store(&j->cancel, 1);
+    if (s->running) atomic_store(&s->running->cancel, 1);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 uint64_t srv_next_number(srv *s) {
@@ -120,6 +188,7 @@ static void job_finish(srv *s, srv_job *j, const cli_gen_result *res, int status
                        const char *error) {
     pthread_mutex_lock(&s->mu);
     s->n_running--;
+    s->running = NULL;
     srv_metrics *m = &s->metrics;
     m->finish[res->finish]++;
     m->timeouts += j->timed_out;
@@ -139,6 +208,13 @@ static void job_finish(srv *s, srv_job *j, const cli_gen_result *res, int status
     j->state = SRV_JOB_DONE;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* The HTTP status of a generation the library failed: 503 (with Retry-After: worth trying
+ * again) for a read past the I/O timeout (the disk may recover) or running out of memory,
+ * 500 for the rest (a failed, short or corrupt read, non-finite logits). */
+static int error_status(sl_status st) {
+    return st == SL_ERR_TIMEOUT || st == SL_ERR_NOMEM ? 503 : 500;
 }
 
 static void run_job(srv *s, srv_job *j) {
@@ -165,10 +241,26 @@ static void run_job(srv *s, srv_job *j) {
                         .cancelled = job_cancelled,
                         .user = j};
     sl_status st = cli_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
-    if (!st && res.finish == CLI_FINISH_CANCELLED && !j->timed_out && !atomic_load(&j->cancel))
-        st = sl_fail(&err, SL_ERR_NOMEM, "out of memory"); /* job_emit failed */
-    if (j->timed_out) res.finish = CLI_FINISH_LENGTH;      /* what was generated is returned */
-    job_finish(s, j, &res, 500, st ? err.msg : NULL);
+    if (st) {
+        /* Whatever failed (a read, a checksum, non-finite logits), the KV cache may now hold
+         * positions computed from bad data while ctx_ids still claims them: the next request
+         * sharing the prefix would reuse them and answer nonsense (or ""). Start from empty. */
+        sl_session_reset(g->s);
+        g->n_ctx = 0;
+        const char *msg = err.msg[0] ? err.msg : "the model failed to generate";
+        if (s->cfg.log) fprintf(stderr, "sluice serve: generation failed: %s\n", msg);
+        pthread_mutex_lock(&s->mu);
+        s->metrics.errors++;
+        pthread_mutex_unlock(&s->mu);
+        job_finish(s, j, &res, error_status(st), msg);
+        return;
+    }
+    if (res.finish == CLI_FINISH_CANCELLED && !j->timed_out && !atomic_load(&j->cancel)) {
+        job_finish(s, j, &res, 500, "out of memory"); /* job_emit failed */
+        return;
+    }
+    if (j->timed_out) res.finish = CLI_FINISH_LENGTH; /* what was generated is returned */
+    job_finish(s, j, &res, 0, NULL);
 }
 
 void *srv_worker_main(void *arg) {
@@ -179,6 +271,8 @@ void *srv_worker_main(void *arg) {
             pthread_cond_wait(&s->cv, &s->mu);
         srv_job *j = s->head;
         if (!j) {
+            s->worker_done = 1;
+            pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
             return NULL;
         }
@@ -186,6 +280,7 @@ void *srv_worker_main(void *arg) {
         if (!s->head) s->tail = NULL;
         s->n_queued--;
         s->n_running++;
+        s->running = j;
         pthread_mutex_unlock(&s->mu);
 
         pthread_mutex_lock(&j->mu);

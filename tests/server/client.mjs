@@ -4,6 +4,8 @@
 //                                         completions, streaming and not, stop, seeds, errors
 //   node client.mjs load BASE_URL N C     N chat requests, C at a time, half of them streamed
 //   node client.mjs abort BASE_URL        opens a long stream and drops it after 3 chunks
+//   node client.mjs stream BASE_URL       one short stream, read to its end (the test queues
+//                                         it behind a long request: ': keep-alive' comments)
 //
 // Prints "ok NAME" / "FAIL NAME ..." lines; exits non-zero on any failure.
 import OpenAI from "openai";
@@ -145,8 +147,14 @@ async function abort() {
   check("abort a stream after 3 chunks", chunks >= 3, `${chunks} chunks`);
 }
 
+async function stream() {
+  const s = await collect(await client.chat.completions.create({ model: "m", messages, max_tokens: 4, temperature: 0, stream: true }));
+  check("a stream that waited in the queue (keep-alive comments) reads to its end", s.finish && s.role === "assistant", JSON.stringify(s));
+}
+
 try {
   if (mode === "api") await api();
+  else if (mode === "stream") await stream();
   else if (mode === "load") await load(Number(rest[0]), Number(rest[1]));
   else if (mode === "abort") await abort();
   else throw new Error(`unknown mode ${mode}`);

@@ -141,6 +141,55 @@ TEST(test_config_parse) {
                    strstr(err.msg, bad[i].needle),
                "case %zu: %s", i, err.msg);
     }
+
+    /* Issue 24: numbers that make the math undefined (all-NaN logits from "rms_norm_eps": -1)
+     * are refused at load, naming the key, the value and the valid range. Each is a key added
+     * to an otherwise valid config (a qwen4_exp one, whose keys are read too). */
+    static const char base[] =
+        "{\"model_type\":\"qwen4_exp\",\"vocab_size\":10,\"hidden_size\":8,"
+        "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"head_dim\":16,"
+        "\"linear_num_value_heads\":2,\"linear_num_key_heads\":1,\"linear_key_head_dim\":4,"
+        "\"linear_value_head_dim\":4,\"full_attention_interval\":2%s}";
+    struct {
+        const char *keys, *needle;
+    } num[] = {
+        {",\"rms_norm_eps\":-1", "'rms_norm_eps' = -1 is out of range [1.4013e-45, 3.40282e+38]"},
+        {",\"rms_norm_eps\":0", "'rms_norm_eps' = 0 is out of range"},
+        {",\"rms_norm_eps\":1e-50", "'rms_norm_eps' = 1e-50 is out of range"}, /* 0 in float */
+        {",\"rms_norm_eps\":1e39", "'rms_norm_eps' = 1e+39 is out of range"},  /* Inf in float */
+        {",\"rms_norm_eps\":\"1e-6\"", "'rms_norm_eps' is not a number"},
+        {",\"rope_theta\":0", "'rope_theta' = 0 is out of range [1, 3.40282e+38]"},
+        {",\"rope_theta\":-10000.0", "'rope_theta' = -10000 is out of range"},
+        {",\"rope_theta\":0.5", "'rope_theta' = 0.5 is out of range"},
+        {",\"rope_parameters\":{\"rope_theta\":1e39}", "'rope_theta' = 1e+39 is out of range"},
+        {",\"partial_rotary_factor\":0", "'partial_rotary_factor' = 0 is out of range (0, 1]"},
+        {",\"partial_rotary_factor\":1.5", "'partial_rotary_factor' = 1.5 is out of range"},
+        {",\"rope_parameters\":{\"partial_rotary_factor\":-0.5}",
+         "'partial_rotary_factor' = -0.5 is out of range"},
+        {",\"partial_rotary_factor\":0.1", "head_dim 16 x partial_rotary_factor 0.1 rotates 0"},
+        {",\"max_position_embeddings\":0", "'max_position_embeddings' = 0 is out of range [1,"},
+        {",\"hc_count\":1", "'hc_count' = 1 is out of range [2, 64]"},
+        {",\"ngram_size\":1", "'ngram_size' = 1 is out of range [2, 8]"},
+        {",\"heads_per_ngram\":0", "'heads_per_ngram' = 0 is out of range"},
+        {",\"ngram_vocab_size_base\":1", "'ngram_vocab_size_base' = 1 is out of range"},
+        {",\"make_ngram_vocab_size_divisible_by\":0", "divisible_by' = 0 is out of range"},
+        {",\"linear_conv_kernel_dim\":0", "'linear_conv_kernel_dim' = 0 is out of range"},
+        {",\"ple_conv_kernel_size\":0", "'ple_conv_kernel_size' = 0 is out of range"},
+        {",\"indexer_n_heads\":2,\"indexer_head_dim\":16,\"indexer_kv_heads\":1,"
+         "\"indexer_budget\":8,\"indexer_compress_ratio\":0",
+         "indexer_budget a multiple of indexer_compress_ratio"},
+    };
+    char text[1024];
+    snprintf(text, sizeof text, base, "");
+    CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_OK, "base: %s", err.msg);
+    sl_config_free(&c);
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        snprintf(text, sizeof text, base, num[i].keys);
+        sl_error_clear(&err);
+        CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_ERR_FORMAT &&
+                   strstr(err.msg, "config.json: ") && strstr(err.msg, num[i].needle),
+               "%s: %s", num[i].keys, err.msg);
+    }
 }
 
 /* RoPE keys that appear in two places take transformers 5.17's precedence: the dict's value
@@ -286,6 +335,10 @@ TEST(test_checkpoint_errors) {
     /* Wrong shape: the config says a bigger vocabulary than the embedding holds. */
     expect_load_error(make_case("shape", "\"vocab_size\": ", "\"vocab_size\": 1", 0, NULL, NULL),
                       SL_ERR_SHAPE, "expected shape", "embed_tokens");
+    /* Issue 24: an rms_norm_eps that made every logit NaN is refused at load. */
+    expect_load_error(
+        make_case("eps", "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": -1", 0, NULL, NULL),
+        SL_ERR_FORMAT, "config.json: 'rms_norm_eps' = -1 is out of range", NULL);
     /* Unknown architecture. */
     expect_load_error(make_case("arch", "\"qwen3_moe\"", "\"llama4_moe\"", 0, NULL, NULL),
                       SL_ERR_UNSUPPORTED, "llama4_moe", "not supported");

@@ -7,7 +7,8 @@
  * VNNI) is checked against the same arithmetic in double on the activations
  * quantised as quant.h specifies (float rounding only), and against the exact
  * product within the bound that activation rounding allows, with its typical
- * error compared to the rounding-noise prediction.
+ * error compared to the rounding-noise prediction. Rows of x holding Inf or NaN run through
+ * every path without undefined behaviour and give non-finite outputs (issue 24).
  */
 #include <float.h>
 
@@ -573,4 +574,69 @@ TEST(test_quant_matmul_long_rows) {
         }
         free(w), free(x), free(ref), free(y), free(yf);
     }
+}
+
+/* Issue 24: rows of x holding Inf or NaN (an overflowed layer) go through every ISA and both
+ * paths without undefined behaviour (the sanitizer build runs this: the int8 path once summed
+ * the int32 codes of NaN, INT_MIN each, and overflowed), and come out non-finite in every
+ * output of that token, so the check on the logits sees them; the finite tokens of the batch
+ * keep the bits they have alone. */
+TEST(test_quant_nonfinite_activations) {
+    const sl_dtype dts[] = {SL_DTYPE_Q8, SL_DTYPE_Q4};
+    const int64_t Ks[] = {75, 131, 64 * 40 + 3};
+    enum { N = 21, T = 8 };
+    const int best = (int)sl_cpu_best_isa();
+    for (size_t d = 0; d < 2; d++)
+        for (size_t ik = 0; ik < sizeof Ks / sizeof Ks[0]; ik++) {
+            const int64_t K = Ks[ik], G = sl_qgroups(K);
+            float *w = malloc(sizeof(float) * (size_t)(N * K));
+            float *x = malloc(sizeof(float) * (size_t)(T * K));
+            float *y = malloc(sizeof(float) * (size_t)(T * N)), y1[N];
+            for (int64_t i = 0; i < N * K; i++)
+                w[i] = frand() * 0.2f + 0.01f;
+            for (int64_t i = 0; i < T * K; i++)
+                x[i] = frand();
+            float *r;
+            r = x + 1 * K, r[7] = INFINITY; /* one +Inf */
+            r = x + 2 * K, r[K / 2] = NAN;  /* one NaN */
+            r = x + 3 * K;                  /* a whole group of NaN */
+            for (int64_t k = 0; k < SL_MIN(K, 64); k++)
+                r[k] = NAN;
+            r = x + 4 * K, r[1] = INFINITY, r[2] = -INFINITY; /* Inf - Inf in one group */
+            r = x + 5 * K, r[K - 1] = -INFINITY;              /* in the short last group */
+            r = x + 6 * K;                                    /* all of it non-finite */
+            for (int64_t k = 0; k < K; k++)
+                r[k] = k % 3 ? NAN : (k & 1 ? INFINITY : -INFINITY);
+            r = x + 7 * K; /* finite, but the group's sum overflows */
+            for (int64_t k = 0; k < SL_MIN(K, 64); k++)
+                r[k] = 3e38f;
+            qmat m;
+            qmat_init(&m, dts[d], N, K);
+            qmat_quantize(&m, w);
+            for (int isa = SL_ISA_SCALAR; isa <= best; isa++)
+                for (int p = SL_QPATH_FLOAT; p <= SL_QPATH_INT8; p++) {
+                    sl_backend be;
+                    sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+                    const char *what =
+                        p == SL_QPATH_INT8 && dts[d] == SL_DTYPE_Q4 && sl_quant_int8_available(&be)
+                            ? "int8"
+                            : "float";
+                    for (int64_t i = 0; i < T * N; i++)
+                        y[i] = POISON;
+                    sl_matmul_quant_cpu_path(&be, y, x, &m.t, T, (sl_qpath)p);
+                    for (int t = 1; t < T; t++)
+                        for (int n = 0; n < N; n++)
+                            CHECKF(!isfinite(y[t * N + n]),
+                                   "isa %s %s %s K=%lld (%lld groups): token %d row %d is %g",
+                                   sl_isa_name(be.isa), sl_dtype_name(dts[d]), what, (long long)K,
+                                   (long long)G, t, n, y[t * N + n]);
+                    sl_matmul_quant_cpu_path(&be, y1, x, &m.t, 1, (sl_qpath)p);
+                    CHECKF(memcmp(y1, y, sizeof y1) == 0, "isa %s %s %s K=%lld: finite token",
+                           sl_isa_name(be.isa), sl_dtype_name(dts[d]), what, (long long)K);
+                    for (int n = 0; n < N; n++)
+                        CHECK(isfinite(y1[n]));
+                }
+            qmat_free(&m);
+            free(w), free(x), free(y);
+        }
 }
