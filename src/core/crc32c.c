@@ -131,15 +131,14 @@ int sl_crc32c_hw_available(void) {
     return __builtin_cpu_supports("sse4.2");
 }
 
-__attribute__((target("sse4.2"))) static uint32_t hw_crc(uint32_t crc, const uint8_t *p,
-                                                         size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t hw_crc(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = ~crc;
     for (; n && ((uintptr_t)p & 7); n--)
         c0 = _mm_crc32_u8((uint32_t)c0, *p++);
-    /* Three streams of `block` bytes; then the first is shifted over the second and
-     * joined, and that over the third. */
+        /* Three streams of `block` bytes; then the first is shifted over the second and
+         * joined, and that over the third. */
 #define STREAMS(block, table)                                                                      \
-    for (; n >= 3 * (size_t)(block); n -= 3 * (size_t)(block), p += 2 * (block)) {                \
+    for (; n >= 3 * (size_t)(block); n -= 3 * (size_t)(block), p += 2 * (block)) {                 \
         uint64_t c1 = 0, c2 = 0;                                                                   \
         for (const uint8_t *end = p + (block); p < end; p += 8) {                                  \
             c0 = _mm_crc32_u64(c0, load64(p));                                                     \

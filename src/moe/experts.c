@@ -112,8 +112,8 @@ static int read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset, uint32
              * aligned, so the read after it can go straight to dst again. */
             SL_ASSERT(bounce && bounce_cap >= align && (uintptr_t)bounce % align == 0);
             const uint64_t base = offset / align * align, skip = offset - base;
-            const size_t want = (size_t)SL_MIN((uint64_t)bounce_cap / align * align,
-                                               align_up(skip + len, align));
+            const size_t want =
+                (size_t)SL_MIN((uint64_t)bounce_cap / align * align, align_up(skip + len, align));
             r = pread(fd, bounce, want, (off_t)base);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return errno ? errno : EIO;
@@ -260,7 +260,8 @@ static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans
         const int rc = pthread_create(&p->threads[i], NULL, reader_main, p);
         if (rc == 0) p->n_threads++, p->alive++;
         pthread_mutex_unlock(&p->mu);
-        if (rc != 0) return sl_fail(err, SL_ERR_NOMEM, "cannot start reader threads: %s", strerror(rc));
+        if (rc != 0)
+            return sl_fail(err, SL_ERR_NOMEM, "cannot start reader threads: %s", strerror(rc));
     }
     return SL_OK;
 }
@@ -372,10 +373,11 @@ const char *sl_experts_read_error(const sl_expert_store *s, const sl_read_job *j
     case 0: snprintf(buf, cap, "no error"); break;
     case SL_READ_SHORT: snprintf(buf, cap, "short read (file truncated?)"); break;
     case SL_READ_CRC:
-        snprintf(buf, cap,
-                 "checksum mismatch (CRC32C %08x of the bytes read): the file is corrupt or the read "
-                 "returned bad data; the expert was not cached",
-                 j->crc);
+        snprintf(
+            buf, cap,
+            "checksum mismatch (CRC32C %08x of the bytes read): the file is corrupt or the read "
+            "returned bad data; the expert was not cached",
+            j->crc);
         break;
     case SL_READ_TIMEOUT:
         snprintf(buf, cap,
@@ -442,8 +444,8 @@ static sl_status read_header(sl_expert_store *s, sl_expert_layer *L, int32_t l, 
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: format version %u, but the manifest says %u (a file of another pack?)",
                      path, h->version, p->pack_version);
-    if (!st && ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts ||
-                h->hidden != H || h->inter != I))
+    if (!st && ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts || h->hidden != H ||
+                h->inter != I))
         st = sl_fail(err, SL_ERR_SHAPE,
                      "%s: holds layer %u with %u experts of [%u, %u], "
                      "expected layer %d with %d of [%lld, %lld]",
@@ -680,8 +682,8 @@ static sl_status check_mapped(sl_expert_layer *L, int32_t layer, const int32_t *
     for (int32_t i = 0; L->crc && i < n; i++) {
         const int32_t e = ids[i];
         if (__atomic_load_n(&L->verified[e], __ATOMIC_ACQUIRE)) continue;
-        const uint8_t *blob = (const uint8_t *)L->map + L->hdr.data_offset +
-                              (uint64_t)e * L->hdr.blob_bytes;
+        const uint8_t *blob =
+            (const uint8_t *)L->map + L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
         if (sl_crc32c(0, blob, (size_t)L->hdr.blob_bytes) != L->crc[e])
             return blob_mismatch(L, layer, e, "on first use", err);
         __atomic_store_n(&L->verified[e], 1, __ATOMIC_RELEASE);

@@ -51,7 +51,8 @@ TEST(test_crc32c_vectors_and_paths) {
     for (size_t n = 0; n <= N && bad < 5; n += n < 1100 ? 1 : 997) {
         const size_t o = n % 8;
         const uint32_t r = sl_crc32c_ref(0x12345678u, buf + o, n);
-        if (sl_crc32c_sw(0x12345678u, buf + o, n) != r || sl_crc32c_hw(0x12345678u, buf + o, n) != r)
+        if (sl_crc32c_sw(0x12345678u, buf + o, n) != r ||
+            sl_crc32c_hw(0x12345678u, buf + o, n) != r)
             CHECKF(++bad == 0, "length %zu at offset %zu", n, o);
         const size_t cut = n / 3;
         if (sl_crc32c(sl_crc32c(0x12345678u, buf + o, cut), buf + o + cut, n - cut) != r)
@@ -103,19 +104,19 @@ TEST(test_safetensors_overlapping_offsets) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sl_status st = st_bytes(bad[i], 16, &err);
-        CHECKF(st == SL_ERR_FORMAT && strstr(err.msg, "overlap") && strstr(err.msg, "o.safetensors"),
+        CHECKF(st == SL_ERR_FORMAT && strstr(err.msg, "overlap") &&
+                   strstr(err.msg, "o.safetensors"),
                "case %zu: %s", i, err.msg);
     }
     CHECK(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 16, &err) ==
               SL_ERR_FORMAT &&
           strstr(err.msg, "'a'") && strstr(err.msg, "swapped"));
     /* Adjacent tensors, a gap, zero-sized ones at the edges: fine. */
-    const char *good =
-        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-        "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]},"
-        "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]},"
-        "\"c\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[14,16]},"
-        "\"y\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[16,16]}}";
+    const char *good = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                       "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]},"
+                       "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[8,12]},"
+                       "\"c\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[14,16]},"
+                       "\"y\":{\"dtype\":\"F16\",\"shape\":[0],\"data_offsets\":[16,16]}}";
     CHECKF(st_bytes(good, 16, &err) == SL_OK, "%s", err.msg);
 }
 
@@ -252,7 +253,8 @@ TEST(test_pack_format_1_round_trip) {
         snprintf(path, sizeof path, "%s/%s", old, names[i]);
         snprintf(a, sizeof a, "%s/%s", dir, names[i]);
         struct stat sb;
-        if (stat(a, &sb) == 0) CHECKF(files_equal(path, a), "%s differs after the round trip", names[i]);
+        if (stat(a, &sb) == 0)
+            CHECKF(files_equal(path, a), "%s differs after the round trip", names[i]);
     }
     CHECK(sl_pack_upgrade(old, NULL, NULL, &err) == SL_OK && sl_pack_version(old) == 2);
     /* Packing a pack is refused, pointing at the upgrade. */
@@ -306,8 +308,7 @@ TEST(test_flipped_expert_every_mode) {
                            strstr(err.msg, "checksum mismatch"),
                        "mode %d, try %d: %s", mode, k, err.msg);
             }
-            if (m && mode == SL_EXPERTS_STREAM)
-                CHECK(m->experts.layers[1].expert_slot[e] < 0);
+            if (m && mode == SL_EXPERTS_STREAM) CHECK(m->experts.layers[1].expert_slot[e] < 0);
         }
         sl_model_free(m);
     }
@@ -468,9 +469,11 @@ TEST(test_stream_reads_in_parts) {
         uint8_t *want = malloc(L->hdr.blob_bytes ? L->hdr.blob_bytes : 1);
         for (int32_t e = 0; !st && e < 8; e++) {
             const uint8_t *got = L->slot_mem + (uint64_t)L->expert_slot[e] * L->hdr.blob_bytes;
-            CHECK(pread(fd, want, L->hdr.blob_bytes, (off_t)(L->hdr.data_offset + e * L->hdr.blob_bytes)) ==
+            CHECK(pread(fd, want, L->hdr.blob_bytes,
+                        (off_t)(L->hdr.data_offset + e * L->hdr.blob_bytes)) ==
                   (ssize_t)L->hdr.blob_bytes);
-            CHECKF(!memcmp(got, want, L->hdr.blob_bytes), "expert %d (direct %d) differs", e, direct);
+            CHECKF(!memcmp(got, want, L->hdr.blob_bytes), "expert %d (direct %d) differs", e,
+                   direct);
         }
         close(fd);
         free(want);
@@ -502,12 +505,13 @@ TEST(test_read_full_aligned_bounce) {
     const struct {
         uint64_t off, len;
         size_t dst;
-    } c[] = {{0, 4096, 0}, {100, 5000, 0}, {4095, 2, 4096}, {0, n, 1}, {4096, n - 4096, 0}, {7, 1, 3}};
+    } c[] = {{0, 4096, 0}, {100, 5000, 0},      {4095, 2, 4096},
+             {0, n, 1},    {4096, n - 4096, 0}, {7, 1, 3}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         memset(got, 0xcd, 4 * 4096 + 8192);
         int r = sl_read_full(fd, got + c[i].dst, c[i].len, c[i].off, 4096, bounce, 8192);
-        CHECKF(r == 0 && !memcmp(got + c[i].dst, data + c[i].off, (size_t)c[i].len),
-               "case %zu: %d", i, r);
+        CHECKF(r == 0 && !memcmp(got + c[i].dst, data + c[i].off, (size_t)c[i].len), "case %zu: %d",
+               i, r);
         CHECKF(c[i].dst == 0 || got[c[i].dst - 1] == 0xcd, "case %zu wrote before dst", i);
         CHECKF(got[c[i].dst + c[i].len] == 0xcd, "case %zu wrote past the end", i);
     }
