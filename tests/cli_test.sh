@@ -501,5 +501,9 @@ cp -r "$M" "$TMP/eps" && sed -i 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/' "$
 expect_fail "non-finite: rms_norm_eps -1 refused" "config.json: 'rms_norm_eps' = -1 is out of range \[1.4013e-45, 3.40282e+38\]" \
     "$BIN" generate "$TMP/eps" --ids 1,2,3 -n 4
 
+# A FIFO in place of tokenizer.json is refused at once (read through sl_read_file), never waited on
+mkdir -p "$TMP/fifo" && cp "$FIX/qwen2_odd/config.json" "$TMP/fifo/" && mkfifo "$TMP/fifo/tokenizer.json"
+expect_fail "a FIFO as tokenizer.json" "tokenizer.json: not a regular file" timeout 10 "$BIN" tokenize "$TMP/fifo" -p hi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
