@@ -79,14 +79,14 @@ typedef struct sl_model_params {
     sl_cache_policy cache_policy;
     int32_t direct_io;  /* stream: read with O_DIRECT, bypassing the page cache */
     int32_t io_threads; /* stream: parallel readers (0 = 8) */
-    int32_t io_timeout_ms; /* stream: reads (experts, n-gram rows) not done after this long fail
-                            * the forward, naming the file (0 = 30000; < 0 = wait forever). A
-                            * read stuck in the kernel is abandoned, never waited for, even by
-                            * sl_model_free */
     int32_t graphs;     /* CUDA: record each decode step as one CUDA graph (measured slower on an
                          * H200, where the GPU, not the launches, bounds decode) */
     sl_progress_fn progress; /* optional */
     void *progress_user;
+    /* stream: reads (experts, n-gram rows) not done after this long fail the forward, naming
+     * the file (0 = 30000 ms; < 0 = wait forever). A read stuck in the kernel is abandoned,
+     * never waited for, even by sl_model_free. */
+    int32_t io_timeout_ms;
 } sl_model_params;
 
 /* Counters since load (or the last sl_model_reset_stats). Times in seconds. */

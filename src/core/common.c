@@ -116,11 +116,11 @@ int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err) 
         close(fd);
         sl_fail(err, SL_ERR_IO, "%s: not a regular file (%s): a model file must be a plain file",
                 path,
-                S_ISFIFO(sb.st_mode)  ? "a FIFO"
-                : S_ISDIR(sb.st_mode) ? "a directory"
-                : S_ISSOCK(sb.st_mode)
-                    ? "a socket"
-                    : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : "not a file");
+                S_ISFIFO(sb.st_mode)                         ? "a FIFO"
+                : S_ISDIR(sb.st_mode)                        ? "a directory"
+                : S_ISSOCK(sb.st_mode)                       ? "a socket"
+                : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                                                             : "not a file");
         return -1;
     }
     /* Regular files ignore O_NONBLOCK today; cleared all the same so reads keep their plain

@@ -56,12 +56,16 @@ static void zeros_op(uint32_t *even, size_t len) {
     memcpy(even, odd, sizeof odd);
 }
 
-static void shift_tables(uint32_t t[4][256], size_t len) {
-    uint32_t op[32];
-    zeros_op(op, len);
+static void op_tables(uint32_t t[4][256], const uint32_t op[32]) {
     for (uint32_t n = 0; n < 256; n++)
         for (int k = 0; k < 4; k++)
             t[k][n] = gf2_times(op, n << (8 * k));
+}
+
+static void shift_tables(uint32_t t[4][256], size_t len) {
+    uint32_t op[32];
+    zeros_op(op, len);
+    op_tables(t, op);
 }
 
 static void init_tables(void) {
@@ -127,15 +131,14 @@ int sl_crc32c_hw_available(void) {
     return __builtin_cpu_supports("sse4.2");
 }
 
-__attribute__((target("sse4.2"))) static uint32_t hw_crc(uint32_t crc, const uint8_t *p,
-                                                         size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t hw_crc(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = ~crc;
     for (; n && ((uintptr_t)p & 7); n--)
         c0 = _mm_crc32_u8((uint32_t)c0, *p++);
-    /* Three streams of `block` bytes; then the first is shifted over the second and
-     * joined, and that over the third. */
+        /* Three streams of `block` bytes; then the first is shifted over the second and
+         * joined, and that over the third. */
 #define STREAMS(block, table)                                                                      \
-    for (; n >= 3 * (size_t)(block); n -= 3 * (size_t)(block), p += 2 * (block)) {                \
+    for (; n >= 3 * (size_t)(block); n -= 3 * (size_t)(block), p += 2 * (block)) {                 \
         uint64_t c1 = 0, c2 = 0;                                                                   \
         for (const uint8_t *end = p + (block); p < end; p += 8) {                                  \
             c0 = _mm_crc32_u64(c0, load64(p));                                                     \
@@ -172,4 +175,28 @@ uint32_t sl_crc32c_hw(uint32_t crc, const void *buf, size_t n) {
 
 uint32_t sl_crc32c(uint32_t crc, const void *buf, size_t n) {
     return sl_crc32c_hw(crc, buf, n);
+}
+
+/* ------------------------------------------------------------ combining */
+
+/* The operator for any length: the product of the power-of-two operators of its set bits
+ * (matrices commute here: they are all powers of one). */
+void sl_crc32c_shift_init(sl_crc32c_shift *t, uint64_t len) {
+    uint32_t acc[32], pw[32], tmp[32];
+    for (int n = 0; n < 32; n++)
+        acc[n] = 1u << n; /* identity */
+    for (uint64_t bit = 1; bit && bit <= len; bit <<= 1) {
+        if (!(len & bit)) continue;
+        zeros_op(pw, (size_t)bit);
+        for (int n = 0; n < 32; n++)
+            tmp[n] = gf2_times(pw, acc[n]);
+        memcpy(acc, tmp, sizeof acc);
+    }
+    op_tables(t->t, acc);
+}
+
+/* crc(A || B) = Z(crc(A)) ^ crc(B), Z feeding |B| zero bytes: the pre- and post-inversions
+ * cancel (as in zlib's crc32_combine). */
+uint32_t sl_crc32c_combine(const sl_crc32c_shift *t, uint32_t crc_a, uint32_t crc_b) {
+    return shift((const uint32_t(*)[256])t->t, crc_a) ^ crc_b;
 }

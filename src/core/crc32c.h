@@ -18,6 +18,15 @@
 
 uint32_t sl_crc32c(uint32_t crc, const void *buf, size_t n);
 
+/* Joining the CRCs of two pieces computed apart (on two threads): the CRC of A followed by
+ * B is sl_crc32c_combine(t, crc(A), crc(B)) where t was made for B's length. Making t costs
+ * a few thousand matrix-vector steps: once per length, at load. */
+typedef struct sl_crc32c_shift {
+    uint32_t t[4][256];
+} sl_crc32c_shift;
+void sl_crc32c_shift_init(sl_crc32c_shift *t, uint64_t len);
+uint32_t sl_crc32c_combine(const sl_crc32c_shift *t, uint32_t crc_a, uint32_t crc_b);
+
 uint32_t sl_crc32c_ref(uint32_t crc, const void *buf, size_t n);
 uint32_t sl_crc32c_sw(uint32_t crc, const void *buf, size_t n);
 /* Only where sl_crc32c_hw_available() (x86-64 with SSE4.2); else the same as _sw. */

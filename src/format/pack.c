@@ -126,8 +126,9 @@ sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size
     uint32_t version = rd32(p + 8), n = rd32(p + 12);
     uint64_t data_off = rd64(p + 16), fsize = rd64(p + 24);
     if (!version_ok(version))
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d to %d)",
-                       path, version, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: format version %u (this sluice reads %d to %d)", path, version,
+                       SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     if (fsize != size)
         return sl_fail(err, SL_ERR_FORMAT, "%s: %zu bytes, header says %llu (truncated?)", path,
                        size, (unsigned long long)fsize);
@@ -138,7 +139,8 @@ sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size
     if (version >= 2 &&
         sl_pack_header_crc(p, (size_t)data_off, SL_CORE_HEADER_CRC) != rd32(p + SL_CORE_HEADER_CRC))
         return sl_fail(err, SL_ERR_FORMAT,
-                       "%s: header checksum mismatch (the index is corrupt): verify the pack", path);
+                       "%s: header checksum mismatch (the index is corrupt): verify the pack",
+                       path);
     f->version = version;
     f->tensors = calloc(n ? n : 1, sizeof(sl_tensor));
     if (!f->tensors) return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", path);
@@ -240,10 +242,9 @@ void sl_experts_layout(sl_experts_header *h) {
     }
     h->blob_bytes = align_up(off, SL_PACK_PAGE);
     /* Version 2's CRC table fills the first page up to 960 experts; more push the blobs on. */
-    h->data_offset =
-        h->version >= 2
-            ? align_up(SL_EXPERTS_CRC + 4 * (uint64_t)h->n_experts, SL_PACK_PAGE)
-            : SL_EXPERTS_HEADER;
+    h->data_offset = h->version >= 2
+                         ? align_up(SL_EXPERTS_CRC + 4 * (uint64_t)h->n_experts, SL_PACK_PAGE)
+                         : SL_EXPERTS_HEADER;
     h->file_size = h->data_offset + (uint64_t)h->n_experts * h->blob_bytes;
 }
 
@@ -260,8 +261,9 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
     h->hidden = rd32(p + 24);
     h->inter = rd32(p + 28);
     if (!version_ok(h->version))
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d to %d)",
-                       path, h->version, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: format version %u (this sluice reads %d to %d)", path, h->version,
+                       SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     if (h->n_experts == 0 || h->n_experts > (1u << 16) || h->hidden == 0 || h->inter == 0 ||
         h->hidden > (1u << 20) || h->inter > (1u << 20) ||
         !(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32 ||
@@ -373,8 +375,9 @@ sl_status sl_ngram_header_parse(sl_ngram_header *h, const char *path, const void
     h->dim = rd32(p + 20);
     h->rows = rd64(p + 24);
     if (!version_ok(h->version))
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %u (this sluice reads %d to %d)",
-                       path, h->version, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: format version %u (this sluice reads %d to %d)", path, h->version,
+                       SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     if (h->version >= 2 &&
         (n < SL_PACK_PAGE ||
          sl_pack_header_crc(p, SL_PACK_PAGE, SL_NGRAM_HEADER_CRC) != rd32(p + SL_NGRAM_HEADER_CRC)))

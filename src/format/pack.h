@@ -22,19 +22,19 @@
 
 #include "format/safetensors.h"
 
-#define SL_PACK_VERSION     2 /* what pack writes: with checksums */
-#define SL_PACK_VERSION_MIN 1 /* the oldest read: version 1, no checksums */
-#define SL_PACK_PAGE        4096u
-#define SL_PACK_ALIGN     64u
-#define SL_CORE_HEADER    64u
-#define SL_CORE_RECORD    256u
-#define SL_CORE_NAME      160u
-#define SL_EXPERTS_HEADER SL_PACK_PAGE /* the header's first page (version 1: all of it) */
-#define SL_EXPERTS_CRC    256u         /* version 2: the per-expert CRC32C table's offset */
-#define SL_CORE_HEADER_CRC   32u  /* version 2: offsets of the header checksums, which cover */
+#define SL_PACK_VERSION       2 /* what pack writes: with checksums */
+#define SL_PACK_VERSION_MIN   1 /* the oldest read: version 1, no checksums */
+#define SL_PACK_PAGE          4096u
+#define SL_PACK_ALIGN         64u
+#define SL_CORE_HEADER        64u
+#define SL_CORE_RECORD        256u
+#define SL_CORE_NAME          160u
+#define SL_EXPERTS_HEADER     SL_PACK_PAGE /* the header's first page (version 1: all of it) */
+#define SL_EXPERTS_CRC        256u         /* version 2: the per-expert CRC32C table's offset */
+#define SL_CORE_HEADER_CRC    32u /* version 2: offsets of the header checksums, which cover */
 #define SL_EXPERTS_HEADER_CRC 56u /* [0, data_offset) with their own four bytes read as zero */
-#define SL_NGRAM_HEADER_CRC  48u
-#define SL_CORE_RECORD_CRC   232u /* version 2: in an index record, the tensor's CRC32C */
+#define SL_NGRAM_HEADER_CRC   48u
+#define SL_CORE_RECORD_CRC    232u /* version 2: in an index record, the tensor's CRC32C */
 
 /* Where the nine arrays of an expert sit inside its blob (offsets from the blob start). */
 typedef enum {

@@ -49,10 +49,10 @@ static sl_status parse_entry(sl_tensor *t, const char *path, const char *name, j
     if (!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0)
         return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", path, name);
     if (json_integer_value(je) < json_integer_value(jb))
-        return sl_fail(err, SL_ERR_FORMAT,
-                       "%s: tensor '%s': data_offsets [%lld, %lld] end before they begin (swapped?)",
-                       path, name, (long long)json_integer_value(jb),
-                       (long long)json_integer_value(je));
+        return sl_fail(
+            err, SL_ERR_FORMAT,
+            "%s: tensor '%s': data_offsets [%lld, %lld] end before they begin (swapped?)", path,
+            name, (long long)json_integer_value(jb), (long long)json_integer_value(je));
     uint64_t b = (uint64_t)json_integer_value(jb), e = (uint64_t)json_integer_value(je);
     if (e > data_size)
         return sl_fail(err, SL_ERR_FORMAT,
@@ -104,12 +104,12 @@ static sl_status check_overlaps(const sl_st_file *f, const char *path, const uin
         const sl_tensor *a = order[i - 1], *b = order[i];
         const uint64_t ab = data_begin(a, data), bb = data_begin(b, data);
         if (bb < ab + a->nbytes)
-            st = sl_fail(err, SL_ERR_FORMAT,
-                         "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap in the data "
-                         "section: the header is corrupt",
-                         path, a->name, (unsigned long long)ab,
-                         (unsigned long long)(ab + a->nbytes), b->name, (unsigned long long)bb,
-                         (unsigned long long)(bb + b->nbytes));
+            st =
+                sl_fail(err, SL_ERR_FORMAT,
+                        "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap in the data "
+                        "section: the header is corrupt",
+                        path, a->name, (unsigned long long)ab, (unsigned long long)(ab + a->nbytes),
+                        b->name, (unsigned long long)bb, (unsigned long long)(bb + b->nbytes));
     }
     free(order);
     return st;

@@ -44,8 +44,9 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "sluice") != 0)
         st = sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice manifest", path);
     else if (v < SL_PACK_VERSION_MIN || v > SL_PACK_VERSION)
-        st = sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %lld (this sluice reads %d to %d)",
-                     path, (long long)v, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+        st =
+            sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %lld (this sluice reads %d to %d)",
+                    path, (long long)v, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     else if (!json_is_object(cj) || !(text = json_dumps(cj, 0)))
         st = sl_fail(err, SL_ERR_FORMAT, "%s: missing 'config' object", path);
     else

@@ -114,9 +114,10 @@ struct sl_model {
     int32_t n_uploads;
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t packed;    /* loaded from a sluice pack (else a Hugging Face directory) */
-    int32_t pack_version; /* its format version (1: no checksums) */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
+    /* the pack's format version (1: no checksums) */
+    int32_t pack_version;
 };
 
 /*

@@ -681,13 +681,13 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         snprintf(path, sizeof path, "%s/config.json", src_dir);
         json_t *cfg = load_json(path, err);
         static const char *qnames[] = {"bf16", "int8", "int4"};
-        json_t *man = cfg ? json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o, s:o}",
-                                      "format", "sluice", "version", SL_PACK_VERSION, "arch",
-                                      m->cfg.arch, "quant", qnames[p.quant], "quant_router",
-                                      p.quant_router, "group_size", SL_QGROUP, "config", cfg,
-                                      "moe_layers", layers, "ple_layers", ple_layers, "files",
-                                      files)
-                          : NULL;
+        json_t *man =
+            cfg ? json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o, s:o}", "format",
+                            "sluice", "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant",
+                            qnames[p.quant], "quant_router", p.quant_router, "group_size",
+                            SL_QGROUP, "config", cfg, "moe_layers", layers, "ple_layers",
+                            ple_layers, "files", files)
+                : NULL;
         if (cfg) layers = files = ple_layers = NULL;
         st = cfg ? write_manifest(man, out_dir, err) : SL_ERR_FORMAT;
         json_decref(man);
@@ -763,8 +763,9 @@ static sl_status pack_describe(const char *dir, pack_desc *d, sl_error *err) {
     json_t *list = json_object_get(d->man, "files");
     const json_int_t v = json_integer_value(ver);
     if (!json_is_integer(ver) || v < SL_PACK_VERSION_MIN || v > SL_PACK_VERSION)
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: format version %lld (this sluice reads %d to %d)",
-                       path, (long long)v, SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: format version %lld (this sluice reads %d to %d)", path, (long long)v,
+                       SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     d->version = (uint32_t)v;
     if (!json_is_array(list) || json_array_size(list) == 0)
         return sl_fail(err, SL_ERR_FORMAT, "%s: no 'files' list", path);
@@ -860,8 +861,8 @@ static sl_status hash_range(int fd, const char *path, uint64_t from, uint64_t to
 
 #define VERIFY_CHUNK ((size_t)4 << 20)
 
-static sl_status check_core(int fd, const char *path, uint64_t size, uint32_t version,
-                            sha_ctx *sha, finding *why, sl_error *err) {
+static sl_status check_core(int fd, const char *path, uint64_t size, uint32_t version, sha_ctx *sha,
+                            finding *why, sl_error *err) {
     void *map = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
     if (map == MAP_FAILED) return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(errno));
     EVP_DigestUpdate(sha->md, map, (size_t)size);
@@ -893,7 +894,8 @@ static sl_status check_experts(int fd, const char *path, uint64_t size, const pa
             found(why, "format version %u, but the manifest says %u", h.version, version);
         if ((int32_t)h.layer != pf->layer || (int32_t)h.n_experts != c->n_experts ||
             h.hidden != (uint32_t)c->hidden_size || h.inter != (uint32_t)c->moe_intermediate_size)
-            found(why, "holds layer %u with %u experts of [%u, %u], the config wants layer %d "
+            found(why,
+                  "holds layer %u with %u experts of [%u, %u], the config wants layer %d "
                   "with %d of [%d, %d]",
                   h.layer, h.n_experts, h.inter, h.hidden, pf->layer, c->n_experts,
                   c->moe_intermediate_size, c->hidden_size);
@@ -1062,9 +1064,9 @@ static sl_status convert_experts(const char *path, uint32_t to, hwriter *w, sl_e
     sl_experts_header h, h2;
     uint8_t *page = malloc(SL_EXPERTS_HEADER), *blob = NULL, *hdr = NULL;
     uint32_t *crc = NULL;
-    sl_status st = page ? read_hashed(fd, path, page, (size_t)SL_MIN(size, SL_EXPERTS_HEADER), 0,
-                                      NULL, err)
-                        : sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    sl_status st =
+        page ? read_hashed(fd, path, page, (size_t)SL_MIN(size, SL_EXPERTS_HEADER), 0, NULL, err)
+             : sl_fail(err, SL_ERR_NOMEM, "out of memory");
     if (!st) st = sl_experts_header_parse(&h, path, page, SL_EXPERTS_HEADER, size, err);
     if (!st) {
         h2 = h;
@@ -1100,9 +1102,9 @@ static sl_status convert_ngram(const char *path, uint32_t to, hwriter *w, sl_err
     if (fd < 0) return SL_ERR_IO;
     sl_ngram_header h, h2;
     uint8_t *buf = malloc(VERIFY_CHUNK), *out = NULL;
-    sl_status st = buf ? read_hashed(fd, path, buf, (size_t)SL_MIN(size, SL_PACK_PAGE), 0, NULL,
-                                     err)
-                       : sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    sl_status st =
+        buf ? read_hashed(fd, path, buf, (size_t)SL_MIN(size, SL_PACK_PAGE), 0, NULL, err)
+            : sl_fail(err, SL_ERR_NOMEM, "out of memory");
     if (!st) st = sl_ngram_header_parse(&h, path, buf, SL_PACK_PAGE, size, err);
     if (!st) {
         h2 = h;
@@ -1116,8 +1118,8 @@ static sl_status convert_ngram(const char *path, uint32_t to, hwriter *w, sl_err
         uint8_t page[SL_PACK_PAGE];
         sl_ngram_header_write(&h2, page);
         hw_put(w, page, SL_PACK_PAGE);
-        const size_t payload =
-            (size_t)SL_MIN(h.row_bytes - (h.version >= 2 ? 4 : 0), h2.row_bytes - (to >= 2 ? 4 : 0));
+        const size_t payload = (size_t)SL_MIN(h.row_bytes - (h.version >= 2 ? 4 : 0),
+                                              h2.row_bytes - (to >= 2 ? 4 : 0));
         const uint64_t per = SL_MAX(VERIFY_CHUNK / h.row_bytes, (uint64_t)1);
         for (uint64_t r = 0; !st && r < h.rows; r += per) {
             const uint64_t k = SL_MIN(per, h.rows - r);
@@ -1145,8 +1147,9 @@ sl_status sl_pack_convert(const char *dir, uint32_t to, sl_progress_fn progress,
      * fails verify is left as it is. */
     sl_error e = {0};
     if (sl_verify(dir, progress, user, &e))
-        return sl_fail(err, e.code, "%s (the pack was left as it is: only a pack that passes "
-                                    "verify is rewritten)",
+        return sl_fail(err, e.code,
+                       "%s (the pack was left as it is: only a pack that passes "
+                       "verify is rewritten)",
                        e.msg);
     pack_desc d;
     sl_status st = pack_describe(dir, &d, err);
@@ -1157,7 +1160,7 @@ sl_status sl_pack_convert(const char *dir, uint32_t to, sl_progress_fn progress,
     /* Every file to NAME.tmp first, then all renamed, then the manifest: an interrupted run
      * leaves the old pack whole, or (between renames) one that verify refuses. */
     hwriter *w = calloc((size_t)d.n_files, sizeof *w);
-    char (*hex)[65] = calloc((size_t)d.n_files, sizeof *hex);
+    char(*hex)[65] = calloc((size_t)d.n_files, sizeof *hex);
     uint64_t *bytes = calloc((size_t)d.n_files, sizeof *bytes);
     if (!w || !hex || !bytes) st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; w && i < d.n_files; i++)

@@ -223,8 +223,8 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
         st = sl_fail(err, SL_ERR_IO, "%s: %s", path,
                      r == SL_READ_SHORT ? "short read" : strerror(r));
     else
-        st = sl_ngram_header_parse(&h, path, hdr, (size_t)SL_MIN(size, (uint64_t)sizeof hdr),
-                                   size, err);
+        st = sl_ngram_header_parse(&h, path, hdr, (size_t)SL_MIN(size, (uint64_t)sizeof hdr), size,
+                                   err);
     if (!st && h.version != (uint32_t)m->pack_version)
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: format version %u, but the manifest says %d (a file of another pack?)",
@@ -420,8 +420,7 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                                "%s: layer %d, n-gram row %lld: %s", tb->path, l,
                                (long long)b->ple_rows[i],
                                sl_experts_read_error(&m->experts, j, why, sizeof why));
-            if (!sl_ngram_row_ok(&tb->hdr, j->dst))
-                return row_mismatch(tb, l, b->ple_rows[i], err);
+            if (!sl_ngram_row_ok(&tb->hdr, j->dst)) return row_mismatch(tb, l, b->ple_rows[i], err);
         }
     } else if (tb->map_fd >= 0) { /* mapped: a file cut short would raise SIGBUS */
         struct stat sb;

@@ -52,7 +52,7 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_layers = n_layers;
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
-    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(sl_read_job), err);
+    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
@@ -112,8 +112,8 @@ static int read_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset, uint32
              * aligned, so the read after it can go straight to dst again. */
             SL_ASSERT(bounce && bounce_cap >= align && (uintptr_t)bounce % align == 0);
             const uint64_t base = offset / align * align, skip = offset - base;
-            const size_t want = (size_t)SL_MIN((uint64_t)bounce_cap / align * align,
-                                               align_up(skip + len, align));
+            const size_t want =
+                (size_t)SL_MIN((uint64_t)bounce_cap / align * align, align_up(skip + len, align));
             r = pread(fd, bounce, want, (off_t)base);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return errno ? errno : EIO;
@@ -182,10 +182,10 @@ static void pool_destroy(sl_reader_pool *p) {
 }
 
 /* One job on a reader thread (the pool unlocked). */
-static int run_job(sl_reader_pool *p, const sl_read_job *j, uint8_t *bounce, uint64_t batch) {
+static int run_job(sl_reader_pool *p, sl_read_job *j, uint8_t *bounce, uint64_t batch) {
     if (!j->bounce) {
         int r = read_full(j->fd, j->dst, j->len, j->offset, j->align, bounce, SL_BOUNCE, &p->quit);
-        if (!r && j->check && sl_crc32c(0, j->dst, (size_t)j->len) != j->crc) r = SL_READ_CRC;
+        if (!r && j->sum) j->crc = sl_crc32c(0, j->dst, (size_t)j->len);
         return r;
     }
     SL_ASSERT(!j->align); /* the bounce buffer is the destination here */
@@ -194,7 +194,7 @@ static int run_job(sl_reader_pool *p, const sl_read_job *j, uint8_t *bounce, uin
         const size_t n = (size_t)SL_MIN(j->len - done, (uint64_t)SL_BOUNCE);
         int r = read_full(j->fd, bounce, n, j->offset + done, 0, NULL, 0, &p->quit);
         if (r) return r;
-        if (j->check) crc = sl_crc32c(crc, bounce, n);
+        if (j->sum) crc = sl_crc32c(crc, bounce, n);
         pthread_mutex_lock(&p->mu);
         const int live = batch == p->batch;
         if (live) memcpy(j->dst + done, bounce, n);
@@ -202,7 +202,8 @@ static int run_job(sl_reader_pool *p, const sl_read_job *j, uint8_t *bounce, uin
         if (!live) return ECANCELED;
         done += n;
     }
-    return j->check && crc != j->crc ? SL_READ_CRC : 0;
+    j->crc = crc;
+    return 0;
 }
 
 static void *reader_main(void *arg) {
@@ -214,7 +215,7 @@ static void *reader_main(void *arg) {
             pthread_cond_wait(&p->work, &p->mu);
         if (p->quit) break;
         const int32_t i = p->next++;
-        const sl_read_job j = p->jobs[i];
+        sl_read_job j = p->jobs[i];
         const uint64_t batch = p->batch;
         p->in_flight++;
         pthread_mutex_unlock(&p->mu);
@@ -223,6 +224,7 @@ static void *reader_main(void *arg) {
         p->in_flight--;
         if (batch == p->batch) {
             p->jobs[i].err = r;
+            p->jobs[i].crc = j.crc;
             if (++p->finished == p->n_jobs) pthread_cond_signal(&p->done);
         } else if (p->in_flight == 0) {
             p->stalled = NULL; /* the last abandoned read is back: batches may run again */
@@ -258,7 +260,8 @@ static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans
         const int rc = pthread_create(&p->threads[i], NULL, reader_main, p);
         if (rc == 0) p->n_threads++, p->alive++;
         pthread_mutex_unlock(&p->mu);
-        if (rc != 0) return sl_fail(err, SL_ERR_NOMEM, "cannot start reader threads: %s", strerror(rc));
+        if (rc != 0)
+            return sl_fail(err, SL_ERR_NOMEM, "cannot start reader threads: %s", strerror(rc));
     }
     return SL_OK;
 }
@@ -354,8 +357,7 @@ void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         sl_read_job *j = &jobs[i];
         j->err = read_full(j->fd, j->dst, j->len, j->offset, j->align, s->bounce, SL_BOUNCE, NULL);
-        if (!j->err && j->check && sl_crc32c(0, j->dst, (size_t)j->len) != j->crc)
-            j->err = SL_READ_CRC;
+        if (!j->err && j->sum) j->crc = sl_crc32c(0, j->dst, (size_t)j->len);
     }
 }
 
@@ -371,10 +373,11 @@ const char *sl_experts_read_error(const sl_expert_store *s, const sl_read_job *j
     case 0: snprintf(buf, cap, "no error"); break;
     case SL_READ_SHORT: snprintf(buf, cap, "short read (file truncated?)"); break;
     case SL_READ_CRC:
-        snprintf(buf, cap,
-                 "checksum mismatch (CRC32C of the bytes read is not %08x): the file is corrupt or "
-                 "the read returned bad data",
-                 j->crc);
+        snprintf(
+            buf, cap,
+            "checksum mismatch (CRC32C %08x of the bytes read): the file is corrupt or the read "
+            "returned bad data; the expert was not cached",
+            j->crc);
         break;
     case SL_READ_TIMEOUT:
         snprintf(buf, cap,
@@ -441,8 +444,8 @@ static sl_status read_header(sl_expert_store *s, sl_expert_layer *L, int32_t l, 
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: format version %u, but the manifest says %u (a file of another pack?)",
                      path, h->version, p->pack_version);
-    if (!st && ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts ||
-                h->hidden != H || h->inter != I))
+    if (!st && ((int64_t)h->layer != l || (int32_t)h->n_experts != s->n_experts || h->hidden != H ||
+                h->inter != I))
         st = sl_fail(err, SL_ERR_SHAPE,
                      "%s: holds layer %u with %u experts of [%u, %u], "
                      "expected layer %d with %d of [%lld, %lld]",
@@ -563,6 +566,16 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         }
         for (int32_t e = 0; e < E; e++)
             L->expert_slot[e] = -1;
+        /* Parts of a blob: page multiples (O_DIRECT), the last one the rest. */
+        const uint64_t B = h->blob_bytes, want = p->read_part ? p->read_part : SL_READ_PART;
+        int32_t np = (int32_t)SL_MIN(SL_MAX(B / want, (uint64_t)1), SL_READ_MAX_PARTS);
+        uint64_t part = align_up((B + (uint64_t)np - 1) / (uint64_t)np, SL_PACK_PAGE);
+        if ((uint64_t)(np - 1) * part >= B) np = 1, part = B;
+        L->n_parts = np;
+        L->part_bytes = part;
+        if (!(L->shift = sl_calloc((size_t)np, sizeof(sl_crc32c_shift), err))) return SL_ERR_NOMEM;
+        for (int32_t k = 1; L->crc && k < np; k++)
+            sl_crc32c_shift_init(&L->shift[k], k < np - 1 ? part : B - (uint64_t)(np - 1) * part);
         return SL_OK;
     }
     close(L->fd);
@@ -613,7 +626,7 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
         free(L->verified), free(L->slot_views), free(L->slot_expert), free(L->slot_uses);
-        free(L->slot_last), free(L->slot_pin), free(L->expert_slot), free(L->path);
+        free(L->slot_last), free(L->slot_pin), free(L->expert_slot), free(L->path), free(L->shift);
     }
     free(s->layers), free(s->jobs), free(s->miss_slot), free(s->bounce);
     memset(s, 0, sizeof *s);
@@ -669,8 +682,8 @@ static sl_status check_mapped(sl_expert_layer *L, int32_t layer, const int32_t *
     for (int32_t i = 0; L->crc && i < n; i++) {
         const int32_t e = ids[i];
         if (__atomic_load_n(&L->verified[e], __ATOMIC_ACQUIRE)) continue;
-        const uint8_t *blob = (const uint8_t *)L->map + L->hdr.data_offset +
-                              (uint64_t)e * L->hdr.blob_bytes;
+        const uint8_t *blob =
+            (const uint8_t *)L->map + L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
         if (sl_crc32c(0, blob, (size_t)L->hdr.blob_bytes) != L->crc[e])
             return blob_mismatch(L, layer, e, "on first use", err);
         __atomic_store_n(&L->verified[e], 1, __ATOMIC_RELEASE);
@@ -724,44 +737,55 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
             L->expert_slot[e] = slot;
             L->slot_uses[slot] = 1;
             L->slot_pin[slot] = tick;
-            s->miss_slot[n_miss] = slot;
-            s->jobs[n_miss++] = (sl_read_job){
-                .fd = L->fd,
-                .offset = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes,
-                .len = L->hdr.blob_bytes,
-                .dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes,
-                .align = L->align,
-                .check = L->crc != NULL,
-                .crc = L->crc ? L->crc[e] : 0,
-                .path = L->path,
-            };
+            const uint64_t at = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
+            uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
+            for (int32_t k = 0; k < L->n_parts; k++) {
+                const uint64_t off = (uint64_t)k * L->part_bytes;
+                s->jobs[n_miss * L->n_parts + k] = (sl_read_job){
+                    .fd = L->fd,
+                    .offset = at + off,
+                    .len = k < L->n_parts - 1 ? L->part_bytes : L->hdr.blob_bytes - off,
+                    .dst = dst + off,
+                    .align = L->align,
+                    .sum = L->crc != NULL,
+                    .path = L->path,
+                };
+            }
+            s->miss_slot[n_miss++] = slot;
         }
         L->slot_last[slot] = tick;
         out[i] = &L->slot_views[slot];
     }
     if (!n_miss) return SL_OK;
     double t0 = sl_now();
-    sl_experts_read(s, s->jobs, n_miss);
+    sl_experts_read(s, s->jobs, n_miss * L->n_parts);
     s->read_time += sl_now() - t0;
     sl_status st = SL_OK;
     for (int32_t j = 0; j < n_miss; j++) {
-        const sl_read_job *job = &s->jobs[j];
-        if (!job->err) {
-            s->bytes_read += (int64_t)job->len;
+        const int32_t slot = s->miss_slot[j];
+        const int32_t e = L->slot_expert[slot];
+        /* The blob's parts: the first that failed, else their sums joined and compared. */
+        const sl_read_job *part = &s->jobs[j * L->n_parts];
+        sl_read_job blob = {.offset = part->offset, .len = L->hdr.blob_bytes, .crc = part->crc};
+        for (int32_t k = 0; k < L->n_parts && !blob.err; k++)
+            blob.err = part[k].err;
+        for (int32_t k = 1; k < L->n_parts && !blob.err && L->crc; k++)
+            blob.crc = sl_crc32c_combine(&L->shift[k], blob.crc, part[k].crc);
+        if (!blob.err && L->crc && blob.crc != L->crc[e]) blob.err = SL_READ_CRC;
+        if (!blob.err) {
+            s->bytes_read += (int64_t)blob.len;
             continue;
         }
         /* A failed slot is emptied so nothing ever computes on its bytes, and the next fetch
          * of the expert reads it again. */
-        const int32_t slot = s->miss_slot[j];
-        const int32_t e = L->slot_expert[slot];
         L->expert_slot[e] = -1;
         L->slot_expert[slot] = -1;
         if (!st) {
             char why[256];
-            st = sl_fail(err, sl_experts_read_status(job->err),
+            st = sl_fail(err, sl_experts_read_status(blob.err),
                          "%s: layer %d, expert %d (%llu bytes at %llu): %s", L->path, layer, e,
-                         (unsigned long long)job->len, (unsigned long long)job->offset,
-                         sl_experts_read_error(s, job, why, sizeof why));
+                         (unsigned long long)blob.len, (unsigned long long)blob.offset,
+                         sl_experts_read_error(s, &blob, why, sizeof why));
         }
     }
     return st;

@@ -8,7 +8,8 @@
  *                           fused tensors); always "mapped"
  *   packed, mapped          views into mmaps of the experts-LLL.bin files
  *   packed, resident        every blob read into memory at load
- *   packed, stream          per-layer cache of slots, one aligned read per miss
+ *   packed, stream          per-layer cache of slots, a miss read as one aligned range
+ *                           (in parts of about 1 MiB, by several reader threads)
  *
  * The MoE block asks for all experts a layer needs at once
  * (sl_experts_fetch, at most sl_experts_capacity of them), so every miss of
@@ -21,6 +22,7 @@
 
 #include <pthread.h>
 
+#include "core/crc32c.h"
 #include "format/pack.h"
 #include "model/checkpoint.h"
 
@@ -43,6 +45,12 @@ typedef struct sl_expert_layer {
     sl_expert *views;  /* [n_experts] (HF, mapped, resident) */
     int64_t *hist;     /* [n_experts] router selections */
     uint32_t *crc;     /* [n_experts] each blob's CRC32C (pack format 2), or NULL: no checks */
+    /* stream: a blob is read in n_parts parts of part_bytes (the last one shorter), by as many
+     * reader threads, each summing its own part while it is in cache; shift[k] joins part k's
+     * sum to those before it (core/crc32c.h) */
+    int32_t n_parts;
+    uint64_t part_bytes;
+    sl_crc32c_shift *shift; /* [n_parts] (entry 0 unused) */
     uint8_t *verified; /* mapped: [n_experts] 1 once the blob matched its CRC (atomic access) */
     /* stream cache */
     int32_t n_slots;
@@ -70,11 +78,12 @@ typedef struct sl_read_job {
     uint64_t offset, len;
     uint8_t *dst;
     uint32_t align;   /* O_DIRECT: offsets, lengths and dst must be multiples of this (0: none) */
-    uint8_t check;    /* compare the bytes' CRC32C with crc once read (before anyone sees them) */
+    uint8_t sum;      /* compute the CRC32C of the bytes read into crc, on the reader thread right
+                       * after its read (the bytes still in its cache); the caller compares */
     uint8_t bounce;   /* dst is the caller's (a session's), not the store's: read into the pool's
                        * buffer and copy out only while the caller still waits, so that a read
                        * outliving its timeout never writes there */
-    uint32_t crc;
+    uint32_t crc;     /* out, with sum */
     const char *path; /* the file, for messages */
     int err;          /* 0, an errno, or an SL_READ_ code */
 } sl_read_job;
@@ -82,6 +91,12 @@ typedef struct sl_read_job {
 /* The reader threads (experts.c). Heap-allocated: when a read hangs in the kernel past its
  * timeout, freeing the store leaves the pool to its threads, the last of which frees it. */
 typedef struct sl_reader_pool sl_reader_pool;
+
+/* Blobs are read in parts of about SL_READ_PART bytes, at most SL_READ_MAX_PARTS of them: a
+ * single miss then keeps several reader threads (and cores) busy, and each part is summed
+ * while it is still in that core's cache. */
+#define SL_READ_PART      ((uint64_t)1 << 20)
+#define SL_READ_MAX_PARTS 4
 
 /* The default I/O timeout: a batch of reads not done after this long fails the forward. */
 #define SL_IO_TIMEOUT_MS 30000
@@ -95,7 +110,7 @@ typedef struct sl_expert_store {
     int32_t io_timeout_ms;   /* the longest wait for a batch of reads; < 0: no limit */
     uint8_t *bounce;         /* the loading thread's aligned buffer (O_DIRECT retries) */
     int64_t tick;
-    sl_read_job *jobs;  /* [n_experts] scratch for one fetch */
+    sl_read_job *jobs;  /* [n_experts x SL_READ_MAX_PARTS] scratch for one fetch */
     int32_t *miss_slot; /* [n_experts] */
     /* counters (read by sl_model_get_stats) */
     int64_t requests, hits, bytes_read;
@@ -117,6 +132,7 @@ typedef struct sl_store_params {
     int32_t io_timeout_ms; /* 0: SL_IO_TIMEOUT_MS; < 0: no limit */
     int32_t min_slots;     /* top-k: fewer slots cannot serve one token */
     uint32_t pack_version; /* the manifest's: every experts file must say the same (0: any) */
+    uint64_t read_part;    /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
     sl_progress_fn progress;
     void *progress_user;
 } sl_store_params;

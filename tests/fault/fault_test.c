@@ -59,7 +59,8 @@ typedef struct run {
 static int open_run(run *r, const char *pack, const char *ids, int32_t timeout_ms) {
     memset(r, 0, sizeof *r);
     sl_error err = {0};
-    sl_model_params mp = {.n_threads = 1, .experts = SL_EXPERTS_STREAM, .io_timeout_ms = timeout_ms};
+    sl_model_params mp = {
+        .n_threads = 1, .experts = SL_EXPERTS_STREAM, .io_timeout_ms = timeout_ms};
     if (sl_model_load(pack, &mp, &r->m, &err)) return fail("load: %s%s", err.msg, "");
     sl_model_info info;
     sl_model_get_info(r->m, &info);
@@ -107,7 +108,8 @@ static int cmd_inflight(const char *pack, const char *ids, const char *ref) {
     else
         printf("corrupt read refused: %s\n", err.msg);
     if (!bad && forward(&r, &err) != SL_OK) bad = fail("clean read after it: %s%s", err.msg, "");
-    if (!bad && !same_as(&r, ref)) bad = fail("clean read after it: logits differ from %s%s", ref, "");
+    if (!bad && !same_as(&r, ref))
+        bad = fail("clean read after it: logits differ from %s%s", ref, "");
     if (!bad) printf("ok: the next read of the expert was clean and the logits exact\n");
     close_run(&r);
     return bad;
@@ -183,7 +185,8 @@ static int cmd_readfull(const char *path) {
     int bad = 0;
     /* the whole file (aligned), then a range whose ends are not */
     int r = sl_read_full(fd, got, n / 4096 * 4096, 0, 4096, bounce, 65536);
-    if (r || memcmp(got, want, n / 4096 * 4096)) bad = fail("aligned read: %s%s", strerror(r > 0 ? r : EIO), "");
+    if (r || memcmp(got, want, n / 4096 * 4096))
+        bad = fail("aligned read: %s%s", strerror(r > 0 ? r : EIO), "");
     memset(got, 0, n);
     r = sl_read_full(fd, got + 4096, n - 5000, 777, 4096, bounce, 65536);
     if (!bad && (r || memcmp(got + 4096, want + 777, n - 5000)))
@@ -204,9 +207,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "readfull") && argc == 3) return cmd_readfull(argv[2]);
     if (!strcmp(cmd, "downgrade") && argc == 3) {
         sl_error err = {0};
-        if (sl_pack_convert(argv[2], 1, NULL, NULL, &err)) return fail("downgrade: %s%s", err.msg, "");
+        if (sl_pack_convert(argv[2], 1, NULL, NULL, &err))
+            return fail("downgrade: %s%s", err.msg, "");
         return 0;
     }
-    fprintf(stderr, "usage: fault_test inflight|stall|stuck-free|readfull|downgrade ... (see the source)\n");
+    fprintf(
+        stderr,
+        "usage: fault_test inflight|stall|stuck-free|readfull|downgrade ... (see the source)\n");
     return 2;
 }

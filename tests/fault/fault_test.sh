@@ -105,50 +105,65 @@ done
 expect_fail "flipped core byte: logits" "$CORE_PAT" "$BIN" logits "$C" --ids $IDS --out "$TMP/l.f32"
 expect_fail "flipped core byte: run" "$CORE_PAT" "$BIN" run "$C" --raw -p "And it came" -n 4
 
-# ---- reads that go wrong (the files are fine)
+# ---- reads that go wrong (the files are fine). Read 1 of an experts file is its header.
+FLIP1=("${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=flip SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1)
+EIO1=("${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=eio SLUICE_FAULT_AFTER=1)
+EIO2=("${SH[@]}" SLUICE_FAULT_FILE=experts-002 SLUICE_FAULT=eio SLUICE_FAULT_AFTER=1)
+SHORT=("${SH[@]}" SLUICE_FAULT_FILE=experts- SLUICE_FAULT=short SLUICE_FAULT_SHORT=1000)
+SHORT_TOK=("${SH[@]}" SLUICE_FAULT_FILE=tokenizer.json SLUICE_FAULT=short SLUICE_FAULT_SHORT=777)
+SHORT_DIRECT=("${SH[@]}" SLUICE_FAULT_FILE=experts- SLUICE_FAULT=short SLUICE_FAULT_SHORT=6000
+    SLUICE_FAULT_DIRECT=1)
+STALL1=("${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=1500
+    SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1)
+STUCK2=("${SH[@]}" SLUICE_FAULT_FILE=experts-002 SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=5000
+    SLUICE_FAULT_AFTER=1)
+
 expect_fail "corrupt read in flight: generate --experts stream" "$EXPERT_PAT" \
-    "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=flip SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1 "$BIN" generate "$K" --ids $IDS -n 4 --experts stream
-if "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=flip SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1 "$DRV" inflight "$K" $IDS "$TMP/ref.f32" >"$TMP/out" 2>&1; then
+    "${FLIP1[@]}" "$BIN" generate "$K" --ids $IDS -n 4 --experts stream
+if "${FLIP1[@]}" "$DRV" inflight "$K" $IDS "$TMP/ref.f32" >"$TMP/out" 2>&1; then
     ok "corrupt read in flight: refused, nothing cached, the next read clean and exact"
 else
     bad "corrupt read in flight, then a clean one: $(cat "$TMP/out")"
 fi
-expect_fail "EIO: generate --experts stream" 'experts-001.bin: layer 1, expert [0-9]+.*Input/output error' \
-    "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=eio SLUICE_FAULT_AFTER=1 "$BIN" generate "$K" --ids $IDS -n 4 --experts stream
-expect_fail "EIO at load: --experts resident" 'experts-002.bin: layer 2, reading expert 0: Input/output error' \
-    "${SH[@]}" SLUICE_FAULT_FILE=experts-002 SLUICE_FAULT=eio SLUICE_FAULT_AFTER=1 "$BIN" generate "$K" --ids $IDS -n 4 --experts resident
+expect_fail "EIO: generate --experts stream" \
+    'experts-001.bin: layer 1, expert [0-9]+.*Input/output error' \
+    "${EIO1[@]}" "$BIN" generate "$K" --ids $IDS -n 4 --experts stream
+expect_fail "EIO at load: --experts resident" \
+    'experts-002.bin: layer 2, reading expert 0: Input/output error' \
+    "${EIO2[@]}" "$BIN" generate "$K" --ids $IDS -n 4 --experts resident
 
-if "${SH[@]}" SLUICE_FAULT_FILE=experts- SLUICE_FAULT=short SLUICE_FAULT_SHORT=1000 "$BIN" generate "$K" --ids $IDS -n 6 --experts stream >"$TMP/gen" 2>/dev/null &&
+if "${SHORT[@]}" "$BIN" generate "$K" --ids $IDS -n 6 --experts stream >"$TMP/gen" 2>/dev/null &&
     cmp -s "$TMP/gen" "$TMP/gen.ref"; then
     ok "short reads: retried, same output"
 else
     bad "short reads: $(cat "$TMP/gen")"
 fi
-if "${SH[@]}" SLUICE_FAULT_FILE=tokenizer.json SLUICE_FAULT=short SLUICE_FAULT_SHORT=777 "$BIN" run "$K" --raw -p "And it came to pass" -n 4 --seed 1 >"$TMP/run" 2>/dev/null &&
-    "$BIN" run "$K" --raw -p "And it came to pass" -n 4 --seed 1 2>/dev/null | cmp -s - "$TMP/run"; then
+RUN=(run "$K" --raw -p "And it came to pass" -n 4 --seed 1)
+if "${SHORT_TOK[@]}" "$BIN" "${RUN[@]}" >"$TMP/run" 2>/dev/null &&
+    "$BIN" "${RUN[@]}" 2>/dev/null | cmp -s - "$TMP/run"; then
     ok "short reads of a whole file (tokenizer.json): same output"
 else
     bad "short reads of tokenizer.json"
 fi
 # O_DIRECT: a short read ends unaligned, and its retry must read from an aligned offset (the
 # shim refuses unaligned O_DIRECT reads, emulating O_DIRECT where the filesystem lacks it).
-"${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=short SLUICE_FAULT_SHORT=6000 SLUICE_FAULT_DIRECT=1 "$DRV" readfull "$K/experts-001.bin" >"$TMP/out" 2>&1
+"${SHORT_DIRECT[@]}" "$DRV" readfull "$K/experts-001.bin" >"$TMP/out" 2>&1
 rc=$?
 if [ $rc -eq 77 ]; then
     ok "O_DIRECT short reads: skipped ($(cat "$TMP/out"))"
-elif [ $rc -eq 0 ] && "${SH[@]}" SLUICE_FAULT_FILE=experts- SLUICE_FAULT=short SLUICE_FAULT_SHORT=6000 SLUICE_FAULT_DIRECT=1 "$BIN" generate "$K" --ids $IDS -n 6 --experts stream --direct-io >"$TMP/gen" 2>"$TMP/err" &&
-    cmp -s "$TMP/gen" "$TMP/gen.ref"; then
+elif [ $rc -eq 0 ] && "${SHORT_DIRECT[@]}" "$BIN" generate "$K" --ids $IDS -n 6 --experts stream \
+    --direct-io >"$TMP/gen" 2>"$TMP/err" && cmp -s "$TMP/gen" "$TMP/gen.ref"; then
     ok "O_DIRECT short reads: aligned retries, same output"
 else
     bad "O_DIRECT short reads: $(cat "$TMP/out" "$TMP/err")"
 fi
 
-if "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=1500 SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1 "$DRV" stall "$K" $IDS "$TMP/ref.f32" 300 experts-001.bin 1500 >"$TMP/out" 2>&1; then
+if "${STALL1[@]}" "$DRV" stall "$K" $IDS "$TMP/ref.f32" 300 experts-001.bin 1500 >"$TMP/out" 2>&1; then
     ok "stalled read: fails within the timeout naming the file, then recovers exactly"
 else
     bad "stalled read: $(cat "$TMP/out")"
 fi
-if "${SH[@]}" SLUICE_FAULT_FILE=experts-002 SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=5000 SLUICE_FAULT_AFTER=1 "$DRV" stuck-free "$K" $IDS 300 experts-002.bin >"$TMP/out" 2>&1; then
+if "${STUCK2[@]}" "$DRV" stuck-free "$K" $IDS 300 experts-002.bin >"$TMP/out" 2>&1; then
     ok "read stuck for good: the model is freed at once"
 else
     bad "read stuck for good: $(cat "$TMP/out")"
@@ -158,19 +173,21 @@ fi
 Q=$TMP/q4
 if "$BIN" pack tests/fixtures/qwen4_exp_b "$Q" 2>/dev/null; then
     ng=$(cd "$Q" && ls ngram-*.bin | head -n 1)
-    if "${SH[@]}" SLUICE_FAULT_FILE="$ng" SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=5000 SLUICE_FAULT_AFTER=1 "$DRV" stuck-free "$Q" 1,2,3 300 "$ng" >"$TMP/out" 2>&1; then
+    NG_PAT="$ng: layer [0-9]+, n-gram row [0-9]+: checksum mismatch"
+    if "${SH[@]}" SLUICE_FAULT_FILE="$ng" SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=5000 \
+        SLUICE_FAULT_AFTER=1 "$DRV" stuck-free "$Q" 1,2,3 300 "$ng" >"$TMP/out" 2>&1; then
         ok "stalled n-gram row read: fails naming $ng, model freed at once"
     else
         bad "stalled n-gram row read: $(cat "$TMP/out")"
     fi
-    expect_fail "corrupt n-gram row in flight" "$ng: layer [0-9]+, n-gram row [0-9]+: checksum mismatch" \
-        "${SH[@]}" SLUICE_FAULT_FILE="$ng" SLUICE_FAULT=flip SLUICE_FAULT_AT=2 SLUICE_FAULT_AFTER=1 "$BIN" generate "$Q" --ids 1,2,3 -n 2 --experts stream
-    rows=$("$PY" -c 'import struct,sys; h=open(sys.argv[1],"rb").read(64); print(struct.unpack_from("<Q",h,24)[0])' "$Q/$ng")
-    rb=$(( ($(stat -c %s "$Q/$ng") - 4096) / rows ))
+    expect_fail "corrupt n-gram row in flight" "$NG_PAT" \
+        "${SH[@]}" SLUICE_FAULT_FILE="$ng" SLUICE_FAULT=flip SLUICE_FAULT_AT=2 SLUICE_FAULT_AFTER=1 \
+        "$BIN" generate "$Q" --ids 1,2,3 -n 2 --experts stream
+    rows=$("$PY" -c 'import struct,sys; print(struct.unpack_from("<Q", open(sys.argv[1],"rb").read(64), 24)[0])' "$Q/$ng")
+    rb=$((($(stat -c %s "$Q/$ng") - 4096) / rows))
     flip "$Q/$ng" $(seq 4098 "$rb" $((4096 + rows * rb - 1)))
     for mode in mapped stream; do
-        expect_fail "flipped n-gram rows: generate --experts $mode" \
-            "$ng: layer [0-9]+, n-gram row [0-9]+: checksum mismatch" \
+        expect_fail "flipped n-gram rows: generate --experts $mode" "$NG_PAT" \
             "$BIN" generate "$Q" --ids 1,2,3 -n 2 --experts $mode
     done
 else

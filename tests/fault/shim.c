@@ -186,7 +186,8 @@ static ssize_t shim_read(int fd, void *buf, size_t n, off_t off) {
         errno = EINVAL;
         return -1;
     }
-    if (!(f & F_TRACKED) || !faulty()) return off >= 0 ? real_pread(fd, buf, n, off) : real_read(fd, buf, n);
+    if (!(f & F_TRACKED) || !faulty())
+        return off >= 0 ? real_pread(fd, buf, n, off) : real_read(fd, buf, n);
     if (cfg.stall) {
         struct timespec ts = {cfg.stall_ms / 1000, (cfg.stall_ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

@@ -21,7 +21,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sl_st_close(&f);
     sl_experts_header h;
     err = (sl_error){0};
-    if (sl_experts_header_parse(&h, "fuzz/experts.bin", data, size, (uint64_t)size, &err) == SL_OK) {
+    if (sl_experts_header_parse(&h, "fuzz/experts.bin", data, size, (uint64_t)size, &err) ==
+        SL_OK) {
         SL_ASSERT(h.data_offset + (uint64_t)h.n_experts * h.blob_bytes == size);
         uint32_t *crc = calloc(h.n_experts, sizeof(uint32_t));
         if (crc && sl_experts_checksums(&h, "fuzz/experts.bin", data, size, crc, &err) == SL_OK)

@@ -38,6 +38,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -539,7 +540,8 @@ def main():
     ap.add_argument("--stop-within", type=float, default=15,
                     help="with a command: SIGTERM must end it within this (default 15)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--log", default="soak-server.log", help="with a command: its stderr")
+    ap.add_argument("--log", default=os.path.join(tempfile.gettempdir(), "sluice-soak-server.log"),
+                    help="with a command: its stderr (default: in the temporary directory, not the tree)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- sluice serve MODEL ...")
     a = ap.parse_args()
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
