@@ -58,8 +58,10 @@ endif
 LDFLAGS += -fopenmp
 BUILD   := build
 
-LIB_SRC := $(sort $(wildcard src/core/*.c src/format/*.c src/model/*.c src/families/*.c \
-                             src/moe/*.c src/kernels/*.c src/sampler/*.c src/chat/*.c src/tokenizer/*.c))
+# The library is every C file under src/ but the two programs' folders (a family may be a
+# folder of its own: src/families/NAME/).
+LIB_SRC := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' \
+                               -not -path 'src/kernels/cuda/*'))
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
 
