@@ -308,7 +308,7 @@ TEST(test_flipped_expert_every_mode) {
                            strstr(err.msg, "checksum mismatch"),
                        "mode %d, try %d: %s", mode, k, err.msg);
             }
-            if (m && mode == SL_EXPERTS_STREAM) CHECK(m->experts.layers[1].expert_slot[e] < 0);
+            if (m && mode == SL_EXPERTS_STREAM) CHECK(sl_slot_lookup(&m->experts.layers[1].slots, e) < 0);
         }
         sl_model_free(m);
     }
