@@ -92,7 +92,12 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
             sl_model_info info;
             sl_model *m = NULL;
             sl_error e = {0};
-            sl_model_load(dir, &mp, &m, &e);
+            const sl_status lst = sl_model_load(dir, &mp, &m, &e);
+            CHECKF(lst == SL_OK, "%s q%d: %s", cases[c], q, e.msg);
+            if (lst) {
+                free(base);
+                continue;
+            }
             sl_model_get_info(m, &info);
             sl_model_free(m);
             /* The device path (CPU_DEVICE: weights copied, experts through the device
