@@ -444,16 +444,30 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
 
 /* ------------------------------------------------------------- session */
 
-/* Arena carving in two passes: first with base == NULL to total the size. */
-typedef struct carver {
-    uint8_t *base;
-    size_t off;
-} carver;
+/* Arena carving in two passes (sl_carver): first with base == NULL to total the size. */
+typedef sl_carver carver;
 
 static void *carve(carver *cv, size_t n, size_t elem) {
-    size_t at = cv->off;
-    cv->off += (n * elem + 63) & ~(size_t)63;
-    return cv->base ? cv->base + at : NULL;
+    return sl_carve(cv, n, elem);
+}
+
+/* The MoE step's scratch (moe/moe.h): one block of each arena. */
+static void layout_moe(sl_session *s, carver *cv, carver *hv) {
+    sl_model *m = s->model;
+    const sl_config *c = &m->cfg;
+    const sl_moe_dims md = {.n_layers = c->n_layers,
+                            .n_experts = c->n_experts,
+                            .k = c->n_experts_used,
+                            .hidden = c->hidden_size,
+                            .inter = c->moe_intermediate_size,
+                            .max_batch = s->max_batch,
+                            .renormalize = c->norm_topk_prob,
+                            .shared = c->shared_intermediate_size > 0};
+    const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
+    size_t moe_dev, moe_host;
+    sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
+    uint8_t *dev = carve(cv, moe_dev, 1), *host = carve(hv, moe_host, 1);
+    if (cv->base) sl_moe_layout(&s->moe, &md, &env, dev, host, &moe_dev, &moe_host);
 }
 
 static void layout(sl_session *s, carver *cv, carver *hv) {
@@ -548,21 +562,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->gate = carve(cv, B * I, sizeof(float));
     b->up = carve(cv, B * I, sizeof(float));
     b->ffn_out = carve(cv, B * H, sizeof(float));
-    /* the MoE step's scratch: one block of each arena */
-    sl_model *m = s->model;
-    const sl_moe_dims md = {.n_layers = c->n_layers,
-                            .n_experts = c->n_experts,
-                            .k = c->n_experts_used,
-                            .hidden = c->hidden_size,
-                            .inter = c->moe_intermediate_size,
-                            .max_batch = s->max_batch,
-                            .renormalize = c->norm_topk_prob,
-                            .shared = c->shared_intermediate_size > 0};
-    const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
-    size_t moe_dev, moe_host;
-    sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
-    uint8_t *moe_d = carve(cv, moe_dev, 1), *moe_h = carve(hv, moe_host, 1);
-    if (cv->base) sl_moe_layout(&s->moe, &md, &env, moe_d, moe_h, &moe_dev, &moe_host);
+    layout_moe(s, cv, hv);
     b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
     b->h_hidden = carve(hv, H, sizeof(float));
 }

@@ -3,53 +3,41 @@
 
 /* ------------------------------------------------------------- scratch */
 
-/* Carving in two passes: first with base == NULL to total the size. */
-typedef struct carver {
-    uint8_t *base;
-    size_t off;
-} carver;
-
-static void *carve(carver *cv, size_t n, size_t elem) {
-    size_t at = cv->off;
-    cv->off += (n * elem + 63) & ~(size_t)63;
-    return cv->base ? cv->base + at : NULL;
-}
-
 void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *env, uint8_t *dev,
                    uint8_t *host, size_t *dev_bytes, size_t *host_bytes) {
     ms->d = *d;
     ms->env = *env;
-    carver cv = {.base = dev}, hv = {.base = host};
+    sl_carver cv = {.base = dev}, hv = {.base = host};
     const size_t B = (size_t)d->max_batch, H = (size_t)d->hidden;
     const size_t E = (size_t)SL_MAX(d->n_experts, 1), k = (size_t)SL_MAX(d->k, 1);
     const size_t nl = (size_t)d->n_layers;
-    ms->grp_idx = carve(&cv, 2 * B, sizeof(int32_t));
-    ms->h_grp = carve(&hv, 2 * B, sizeof(int32_t));
-    ms->bx = carve(&hv, 2 * E, sizeof(float *));
-    ms->bg = carve(&hv, 2 * E, sizeof(float *));
-    ms->bo = carve(&hv, E, sizeof(float *));
-    ms->wg = carve(&hv, 2 * E, sizeof(sl_tensor *));
-    ms->wd = carve(&hv, E, sizeof(sl_tensor *));
-    ms->bT = carve(&hv, 2 * E, sizeof(int32_t));
-    ms->topk_w = carve(&cv, B * k, sizeof(float));
-    ms->topk_ids_dev = carve(&cv, B * k, sizeof(int32_t));
-    ms->route_ids = carve(&cv, nl * k, sizeof(int32_t));
-    ms->h_route_ids = carve(&hv, nl * k, sizeof(int32_t));
-    ms->pending = carve(&hv, nl, 1);
-    ms->h_prev_ids = carve(&hv, nl * k, sizeof(int32_t));
-    ms->prev_set = carve(&hv, nl, 1);
-    ms->act = carve(&cv, k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
-    ms->xg = carve(&cv, B * H, sizeof(float));
-    ms->expert_out = carve(&cv, B * k * H, sizeof(float));
-    ms->router_logits = carve(&cv, B * E, sizeof(float));
-    ms->sh_logit = carve(&cv, B, sizeof(float));
-    ms->sh_out = carve(&cv, d->shared ? B * H : 0, sizeof(float));
-    ms->topk_ids = carve(&hv, B * k, sizeof(int32_t));
-    ms->expert_list = carve(&hv, E, sizeof(int32_t));
-    ms->expert_rows = carve(&hv, B * k, sizeof(int32_t));
-    ms->expert_count = carve(&hv, E, sizeof(int32_t));
-    ms->expert_start = carve(&hv, E, sizeof(int32_t));
-    ms->fetched = carve(&hv, E, sizeof(sl_expert *));
+    ms->grp_idx = sl_carve(&cv, 2 * B, sizeof(int32_t));
+    ms->h_grp = sl_carve(&hv, 2 * B, sizeof(int32_t));
+    ms->bx = sl_carve(&hv, 2 * E, sizeof(float *));
+    ms->bg = sl_carve(&hv, 2 * E, sizeof(float *));
+    ms->bo = sl_carve(&hv, E, sizeof(float *));
+    ms->wg = sl_carve(&hv, 2 * E, sizeof(sl_tensor *));
+    ms->wd = sl_carve(&hv, E, sizeof(sl_tensor *));
+    ms->bT = sl_carve(&hv, 2 * E, sizeof(int32_t));
+    ms->topk_w = sl_carve(&cv, B * k, sizeof(float));
+    ms->topk_ids_dev = sl_carve(&cv, B * k, sizeof(int32_t));
+    ms->route_ids = sl_carve(&cv, nl * k, sizeof(int32_t));
+    ms->h_route_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
+    ms->pending = sl_carve(&hv, nl, 1);
+    ms->h_prev_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
+    ms->prev_set = sl_carve(&hv, nl, 1);
+    ms->act = sl_carve(&cv, k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
+    ms->xg = sl_carve(&cv, B * H, sizeof(float));
+    ms->expert_out = sl_carve(&cv, B * k * H, sizeof(float));
+    ms->router_logits = sl_carve(&cv, B * E, sizeof(float));
+    ms->sh_logit = sl_carve(&cv, B, sizeof(float));
+    ms->sh_out = sl_carve(&cv, d->shared ? B * H : 0, sizeof(float));
+    ms->topk_ids = sl_carve(&hv, B * k, sizeof(int32_t));
+    ms->expert_list = sl_carve(&hv, E, sizeof(int32_t));
+    ms->expert_rows = sl_carve(&hv, B * k, sizeof(int32_t));
+    ms->expert_count = sl_carve(&hv, E, sizeof(int32_t));
+    ms->expert_start = sl_carve(&hv, E, sizeof(int32_t));
+    ms->fetched = sl_carve(&hv, E, sizeof(sl_expert *));
     *dev_bytes = cv.off;
     *host_bytes = hv.off;
 }
