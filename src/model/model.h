@@ -127,33 +127,33 @@ struct sl_model {
  * B = max_batch (tokens per forward chunk), H = hidden.
  */
 typedef struct sl_session_buf {
-    int32_t *ids;     /* [B] token ids of the chunk */
-    float *logits;    /* [B, V] when the backend is not host memory, else NULL */
-    float *ones;               /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
-    float *h_qsa_scores;       /* host [max_ctx / ratio] */
-    int32_t *h_qsa_sel;        /* host [B, budget + ratio - 1] */
-    int32_t *h_qsa_nsel;       /* host [B] */
-    float *h_ple_emb;          /* host [B, D] */
-    float *x;                  /* [B, H] residual stream */
-    float *x_alt;              /* [B, H] its other buffer (blk_prenorm_decoder swaps them) */
-    float *xn;                 /* [B, H] normed input of a sublayer */
-    float *out;                /* [B, H] sublayer output */
-    float *q;                  /* [B, nh*hd] */
-    float *k, *v;              /* [B, nkv*hd] */
-    float *attn;               /* [B, nh*hd] */
-    float *gate, *up;          /* [B, Imax] FFN hidden (dense, shared and routed experts) */
-    float *ffn_out;            /* [B, H] a batch of experts' (or the shared expert's) output */
-    float *attn_scratch;       /* [n_threads, max_ctx] */
-    float *qg;                 /* [B, nh*2*hd] gated q_proj output */
-    float *qgate;              /* [B, nh*hd] */
-    float *lin_proj;           /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
-    float *lin_ba;             /* [B, 2*nv] fused ba projection */
-    float *lin_mixed;          /* [B, conv_dim] conv input [q | k | v] */
-    float *lin_conv;           /* [B, conv_dim] conv output */
-    float *lin_q, *lin_k;      /* [B, key_dim] */
-    float *lin_v, *lin_z;      /* [B, value_dim] */
-    float *lin_a, *lin_b;      /* [B, nv] */
-    float *lin_o;              /* [B, value_dim] */
+    int32_t *ids;         /* [B] token ids of the chunk */
+    float *logits;        /* [B, V] when the backend is not host memory, else NULL */
+    float *ones;          /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
+    float *h_qsa_scores;  /* host [max_ctx / ratio] */
+    int32_t *h_qsa_sel;   /* host [B, budget + ratio - 1] */
+    int32_t *h_qsa_nsel;  /* host [B] */
+    float *h_ple_emb;     /* host [B, D] */
+    float *x;             /* [B, H] residual stream */
+    float *x_alt;         /* [B, H] its other buffer (blk_prenorm_decoder swaps them) */
+    float *xn;            /* [B, H] normed input of a sublayer */
+    float *out;           /* [B, H] sublayer output */
+    float *q;             /* [B, nh*hd] */
+    float *k, *v;         /* [B, nkv*hd] */
+    float *attn;          /* [B, nh*hd] */
+    float *gate, *up;     /* [B, Imax] FFN hidden (dense, shared and routed experts) */
+    float *ffn_out;       /* [B, H] a batch of experts' (or the shared expert's) output */
+    float *attn_scratch;  /* [n_threads, max_ctx] */
+    float *qg;            /* [B, nh*2*hd] gated q_proj output */
+    float *qgate;         /* [B, nh*hd] */
+    float *lin_proj;      /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
+    float *lin_ba;        /* [B, 2*nv] fused ba projection */
+    float *lin_mixed;     /* [B, conv_dim] conv input [q | k | v] */
+    float *lin_conv;      /* [B, conv_dim] conv output */
+    float *lin_q, *lin_k; /* [B, key_dim] */
+    float *lin_v, *lin_z; /* [B, value_dim] */
+    float *lin_a, *lin_b; /* [B, nv] */
+    float *lin_o;         /* [B, value_dim] */
     /* Qwen4-Exp (hc = hc_count, D = ple_embed_dim, G = n-gram heads) */
     float *hres;                /* [B, hc*H] the residual streams */
     float *hnorm;               /* [B, hc*H] grouped-normed streams */

@@ -14,7 +14,7 @@
 #include "moe/experts.h"
 
 typedef struct sl_dev_layer {
-    uint8_t *mem;         /* backend memory: n_slots x slot_bytes */
+    uint8_t *mem;        /* backend memory: n_slots x slot_bytes */
     sl_expert *views;    /* [n_slots] views into mem */
     sl_slot_cache slots; /* which expert is in which slot */
     /* backend memory [n_experts]: where each cached expert's weights are (moe_experts'
@@ -28,7 +28,7 @@ typedef struct sl_dev_cache {
     size_t slot_bytes;
     size_t off[9];        /* gate, gate scales, gate biases, up ..., down ... inside a slot */
     sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
-    int32_t all; /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
+    int32_t all;          /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
     int64_t requests, hits, bytes;
     double time;
 } sl_dev_cache;

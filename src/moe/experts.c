@@ -1,4 +1,5 @@
-/* Expert store: mapped views, packed mapped/resident/stream, the stream slots and the reader pool. */
+/* Expert store: mapped views, packed mapped/resident/stream, the stream slots and the reader pool.
+ */
 #include "moe/experts.h"
 
 #include <errno.h>

@@ -105,8 +105,8 @@ typedef struct sl_expert_store {
     sl_reader_pool *pool;    /* stream mode */
     int32_t io_timeout_ms;   /* the longest wait for a batch of reads; < 0: no limit */
     uint8_t *bounce;         /* the loading thread's aligned buffer (O_DIRECT retries) */
-    sl_read_job *jobs;  /* [n_experts x SL_READ_MAX_PARTS] scratch for one fetch */
-    int32_t *miss_slot; /* [n_experts] */
+    sl_read_job *jobs;       /* [n_experts x SL_READ_MAX_PARTS] scratch for one fetch */
+    int32_t *miss_slot;      /* [n_experts] */
     /* counters (read by sl_model_get_stats) */
     int64_t requests, hits, bytes_read;
     double read_time;

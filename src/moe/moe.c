@@ -114,12 +114,12 @@ static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, con
     if (!dev->layers || !be->ops->moe_experts) return 0;
     const sl_tensor *proto[3];
     dev_proto(dev, l, proto);
-    return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w,
-                                dev->layers[l].table, proto, 1, ms->d.k);
+    return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, dev->layers[l].table,
+                                proto, 1, ms->d.k);
 }
 
-int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store,
-                        const sl_dev_cache *dev, int32_t k) {
+int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
+                        int32_t k) {
     for (int32_t l = 0; l < store->n_layers; l++) {
         if (!store->layers[l].n_experts) continue;
         if (!dev->all || !dev->layers[l].views || !be->ops->moe_experts) return 0;
@@ -271,8 +271,8 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                   * token picks it at most once) */
             for (int32_t a = 0, z; a < nj; a = z) {
                 int32_t rows = 0;
-                for (z = a; z < nj &&
-                            rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_batch;
+                for (z = a;
+                     z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_batch;
                      z++)
                     rows += ms->expert_count[ms->expert_list[j0 + z]];
                 experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a, rows);

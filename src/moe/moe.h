@@ -116,8 +116,8 @@ void sl_moe_drop_pending(sl_moe_scratch *ms);
 
 /* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
  * device slot and the backend's fused kernels taking their weights (the no-sync path). */
-int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store,
-                        const sl_dev_cache *dev, int32_t k);
+int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
+                        int32_t k);
 
 /* out[T, H] = down(silu(gate x) * up x) for rows x[T, H], with the hidden rows in hg and hu
  * ([T, I]): the shared expert's MLP, and the dense FFN's. */

@@ -28,54 +28,54 @@ static void store_request(sl_slot_cache *c, const int32_t *keys, int32_t n, int3
     }
 }
 
-/* Runs requests (each ended by -1, the list by -2) and checks each evicted key against want
- * (one entry per requested key). */
-static void run(sl_cache_policy pol, int32_t n_slots, const int32_t *reqs, const int32_t *want,
+/* A request of n keys and, per key, the key it evicted (-1: a hit, or an empty slot). */
+typedef struct request {
+    int32_t n, keys[3], evicted[3];
+} request;
+
+static void run(sl_cache_policy pol, int32_t n_slots, const request *reqs, int32_t n_reqs,
                 const char *what) {
     sl_slot_cache c;
     sl_error err = {0};
     CHECK(sl_slot_cache_init(&c, n_slots, 16, pol, &err) == SL_OK);
-    int32_t at = 0, r = 0;
-    while (reqs[at] != -2) {
-        int32_t n = 0, ev[16];
-        while (reqs[at + n] != -1)
-            n++;
-        store_request(&c, reqs + at, n, ev);
-        for (int32_t i = 0; i < n; i++, r++)
-            CHECKF(ev[i] == want[r], "%s: request at %d, key %d evicted %d, want %d", what, at,
-                   reqs[at + i], ev[i], want[r]);
-        at += n + 1;
+    for (int32_t r = 0; r < n_reqs; r++) {
+        int32_t ev[3];
+        store_request(&c, reqs[r].keys, reqs[r].n, ev);
+        for (int32_t i = 0; i < reqs[r].n; i++)
+            CHECKF(ev[i] == reqs[r].evicted[i], "%s: request %d, key %d evicted %d, want %d", what,
+                   r, reqs[r].keys[i], ev[i], reqs[r].evicted[i]);
     }
     sl_slot_cache_free(&c);
 }
 
 TEST(test_slot_cache_lfu_order) {
-    /* 3 slots. Uses after the third request: 0 -> 3, 1 -> 2, 2 -> 1. */
-    static const int32_t reqs[] = {0, 1, -1, 0, 2, -1, 0, 1, -1,
-                                   3, -1,      /* evicts 2, the least used */
-                                   4, -1,      /* 1 (2 uses) vs 3 (1 use): evicts 3 */
-                                   5, -1,      /* evicts 4 (1 use) */
-                                   5, 6, -1,   /* 5 pinned (1 use): evicts 1 (2 uses) */
-                                   7, -1,      /* 5 (2 uses) vs 6 (1 use): evicts 6 */
-                                   8, -1,      /* evicts 7 */
-                                   9, 5, -1,   /* 5 pinned: evicts 8; 5 now has 3 uses */
-                                   10, 11, -1, /* 10 evicts 9 (1 use); 11: 0 and 5 tie on 3
-                                                * uses, 0's last use is older: evicts 0 */
-                                   -2};
-    static const int32_t want[] = {-1, -1, -1, -1, -1, -1, 2, 3, 4, -1, 1,
-                                   6,  7,  8,  -1, 9,  0};
-    run(SL_CACHE_LFU, 3, reqs, want, "lfu");
+    static const request reqs[] = {
+        {2, {0, 1}, {-1, -1}}, /* into empty slots */
+        {2, {0, 2}, {-1, -1}}, /* 0 hits; 2 takes the last empty slot */
+        {2, {0, 1}, {-1, -1}}, /* uses: 0 -> 3, 1 -> 2, 2 -> 1 */
+        {1, {3}, {2}},         /* the least used */
+        {1, {4}, {3}},         /* 1 (2 uses) vs 3 (1 use) */
+        {1, {5}, {4}},         /* 4 (1 use) */
+        {2, {5, 6}, {-1, 1}},  /* 5 pinned though it has 1 use: 1 (2 uses) goes */
+        {1, {7}, {6}},         /* 5 (2 uses) vs 6 (1 use) */
+        {1, {8}, {7}},         /* 7 (1 use) */
+        {2, {9, 5}, {8, -1}},  /* 5 pinned; it now has 3 uses */
+        {2, {10, 11}, {9, 0}}, /* 9 (1 use); then 0 and 5 tie on 3 uses: 0's last use is older */
+    };
+    run(SL_CACHE_LFU, 3, reqs, sizeof reqs / sizeof reqs[0], "lfu");
 }
 
 TEST(test_slot_cache_lru_order) {
-    static const int32_t reqs[] = {0, 1, -1, 2, -1, 0, -1, /* recency: 1 < 2 < 0 */
-                                   3, -1,                  /* evicts 1 */
-                                   2, 4, 5, -1,            /* 2 pinned: evicts 0, then 3 */
-                                   4, -1,
-                                   6, -1, /* 5 and 2 tie (last used together): the lower slot, 5's */
-                                   -2};
-    static const int32_t want[] = {-1, -1, -1, -1, 1, -1, 0, 3, -1, 5};
-    run(SL_CACHE_LRU, 3, reqs, want, "lru");
+    static const request reqs[] = {
+        {2, {0, 1}, {-1, -1}},      /* into empty slots */
+        {1, {2}, {-1}},             /* the last empty slot */
+        {1, {0}, {-1}},             /* recency: 1 < 2 < 0 */
+        {1, {3}, {1}},              /* the oldest */
+        {3, {2, 4, 5}, {-1, 0, 3}}, /* 2 pinned: 0, then 3 */
+        {1, {4}, {-1}},             /* a hit */
+        {1, {6}, {5}}, /* 5 and 2 tie (last used by one request): the lower slot, 5's */
+    };
+    run(SL_CACHE_LRU, 3, reqs, sizeof reqs / sizeof reqs[0], "lru");
 }
 
 TEST(test_slot_cache_pins_and_drops) {
