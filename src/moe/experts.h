@@ -1,11 +1,11 @@
 /*
  * The expert store: where a layer's routed experts live and how the MoE
- * block gets at them. Each expert is three matrices in nn.Linear layout:
+ * step (moe.h) gets at them. Each expert is three matrices in nn.Linear layout:
  *   gate [I, H], up [I, H], down [H, I]   (I = moe_intermediate_size)
  *
  * Sources and modes:
- *   Hugging Face directory  views into the safetensors mapping (per-expert or
- *                           fused tensors); always "mapped"
+ *   views                   tensor views the model bound by name in a checkpoint's
+ *                           mapping (sl_experts_open_views); always "mapped"
  *   packed, mapped          views into mmaps of the experts-LLL.bin files
  *   packed, resident        every blob read into memory at load
  *   packed, stream          per-layer cache of slots, a miss read as one aligned range
@@ -13,8 +13,9 @@
  *
  * The MoE block asks for all experts a layer needs at once
  * (sl_experts_fetch, at most sl_experts_capacity of them), so every miss of
- * the layer is read in parallel by the reader pool. Slots holding experts of
- * the request in flight are pinned: a miss never evicts them. Which slot an
+ * the layer is read in parallel by the reader pool. Which expert is in which
+ * slot is decided by a slot cache (slot_cache.h): slots holding experts of the
+ * request in flight are pinned, so a miss never evicts them. Which slot an
  * expert lands in never affects results: callers sum in router-rank order.
  */
 #ifndef SL_EXPERTS_H
