@@ -70,4 +70,17 @@ int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err);
 /* Reads a whole file (a regular one: sl_open_regular) into a NUL-terminated heap buffer. */
 sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err);
 
+/* One allocation carved into 64-byte aligned pieces, in two passes: first with base == NULL,
+ * which only totals the size in off, then with the allocation as base. */
+typedef struct sl_carver {
+    uint8_t *base;
+    size_t off;
+} sl_carver;
+
+static inline void *sl_carve(sl_carver *cv, size_t n, size_t elem) {
+    size_t at = cv->off;
+    cv->off += (n * elem + 63) & ~(size_t)63;
+    return cv->base ? cv->base + at : NULL;
+}
+
 #endif /* SL_COMMON_H */

@@ -96,8 +96,8 @@ static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, 
      * past FLT_MAX (Inf, then 0 * Inf = NaN angles at position 0), and no RoPE model has
      * one. */
     if ((st = sl_config_num(theta_from, "rope_theta", theta, 1.0, 0, FLT_MAX, &theta, path, err)) ||
-        (st = sl_config_num(partial_from, "partial_rotary_factor", partial, 0.0, 1, 1.0, &partial, path,
-                      err)))
+        (st = sl_config_num(partial_from, "partial_rotary_factor", partial, 0.0, 1, 1.0, &partial,
+                            path, err)))
         return st;
     c->rope_theta = theta;
     c->rot_dim = (int32_t)(c->head_dim * partial);
@@ -148,15 +148,19 @@ static int family_attn_type(const sl_config *c, const char *t) {
  */
 static sl_status parse_linear(sl_config *c, const json_t *root, const char *path, sl_error *err) {
     sl_status st;
-    if ((st =
-             sl_config_int(root, "linear_num_value_heads", 0, 0, 4096, &c->lin_n_value_heads, path, err)))
+    if ((st = sl_config_int(root, "linear_num_value_heads", 0, 0, 4096, &c->lin_n_value_heads, path,
+                            err)))
         return st;
     if (c->lin_n_value_heads == 0) return SL_OK;
     int32_t interval = 4;
-    if ((st = sl_config_int(root, "linear_num_key_heads", -1, 1, 4096, &c->lin_n_key_heads, path, err)) ||
-        (st = sl_config_int(root, "linear_key_head_dim", -1, 1, 4096, &c->lin_key_dim, path, err)) ||
-        (st = sl_config_int(root, "linear_value_head_dim", -1, 1, 1024, &c->lin_value_dim, path, err)) ||
-        (st = sl_config_int(root, "linear_conv_kernel_dim", 4, 1, 64, &c->lin_conv_kernel, path, err)) ||
+    if ((st = sl_config_int(root, "linear_num_key_heads", -1, 1, 4096, &c->lin_n_key_heads, path,
+                            err)) ||
+        (st =
+             sl_config_int(root, "linear_key_head_dim", -1, 1, 4096, &c->lin_key_dim, path, err)) ||
+        (st = sl_config_int(root, "linear_value_head_dim", -1, 1, 1024, &c->lin_value_dim, path,
+                            err)) ||
+        (st = sl_config_int(root, "linear_conv_kernel_dim", 4, 1, 64, &c->lin_conv_kernel, path,
+                            err)) ||
         (st = sl_config_int(root, "full_attention_interval", 4, 1, 4096, &interval, path, err)))
         return st;
     if (c->lin_n_value_heads % c->lin_n_key_heads != 0)
@@ -244,30 +248,33 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         (st = sl_config_int(root, "num_hidden_layers", -1, 1, 4096, &c->n_layers, path, err)) ||
         (st = sl_config_int(root, "num_attention_heads", -1, 1, 4096, &c->n_heads, path, err)) ||
         (st = sl_config_int(root, "num_key_value_heads", c->n_heads, 1, 4096, &c->n_kv_heads, path,
-                      err)) ||
-        (st = sl_config_int(root, "head_dim", c->hidden_size / c->n_heads, 2, 4096, &c->head_dim, path,
-                      err)) ||
-        (st = sl_config_int(root, "intermediate_size", 0, 0, big, &c->intermediate_size, path, err)) ||
-        (st = sl_config_int(root, "moe_intermediate_size", 0, 0, big, &c->moe_intermediate_size, path,
-                      err)) ||
+                            err)) ||
+        (st = sl_config_int(root, "head_dim", c->hidden_size / c->n_heads, 2, 4096, &c->head_dim,
+                            path, err)) ||
+        (st = sl_config_int(root, "intermediate_size", 0, 0, big, &c->intermediate_size, path,
+                            err)) ||
+        (st = sl_config_int(root, "moe_intermediate_size", 0, 0, big, &c->moe_intermediate_size,
+                            path, err)) ||
         (st = sl_config_int(root, "shared_expert_intermediate_size", 0, 0, big,
-                      &c->shared_intermediate_size, path, err)) ||
+                            &c->shared_intermediate_size, path, err)) ||
         /* transformers 5.x saves some families' expert count as num_local_experts */
         (st = sl_config_int(root, "num_experts", 0, 0, 1 << 16, &c->n_experts, path, err)) ||
-        (st = sl_config_int(root, "num_local_experts", c->n_experts, 0, 1 << 16, &c->n_experts, path,
-                      err)) ||
-        (st = sl_config_int(root, "num_experts_per_tok", 0, 0, 1 << 16, &c->n_experts_used, path, err)) ||
+        (st = sl_config_int(root, "num_local_experts", c->n_experts, 0, 1 << 16, &c->n_experts,
+                            path, err)) ||
+        (st = sl_config_int(root, "num_experts_per_tok", 0, 0, 1 << 16, &c->n_experts_used, path,
+                            err)) ||
         (st = sl_config_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
-                      err)) ||
+                            err)) ||
         (st = sl_config_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
         /* The top level's, also when text_config has its own: transformers' vision-language
          * model ties by its own config's key (default false), which text_config's does not
          * change. */
-        (st = sl_config_int(top, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path, err)) ||
+        (st = sl_config_int(top, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path,
+                            err)) ||
         (st = sl_config_int(root, "attention_bias", 0, 0, 1, &c->attention_bias, path, err)) ||
         (st = sl_config_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
-        (st = sl_config_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position, path,
-                      err)) ||
+        (st = sl_config_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position,
+                            path, err)) ||
         /* eps keeps a zero row's norm finite (0 * rsqrt(eps)): it must stay a positive
          * float32, neither 0 nor Inf once rounded. */
         (st = sl_config_num(root, "rms_norm_eps", 1e-6, FLT_TRUE_MIN, 0, FLT_MAX, &eps, path, err)))

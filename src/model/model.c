@@ -272,8 +272,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     m->family = m->cfg.family;
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
-                     "%s: architecture '%s' is not supported (sluice runs: %s)", path,
-                     m->cfg.arch, sl_family_names());
+                     "%s: architecture '%s' is not supported (sluice runs: %s)", path, m->cfg.arch,
+                     sl_family_names());
         goto fail;
     }
     m->norm_offset = m->family->norm_offset;
@@ -413,13 +413,14 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
 
 /* ------------------------------------------------------------- session */
 
-void *sl_carve(sl_carver *cv, size_t n, size_t elem) {
-    size_t at = cv->off;
-    cv->off += (n * elem + 63) & ~(size_t)63;
-    return cv->base ? cv->base + at : NULL;
+/* Arena carving in two passes (sl_carver): first with base == NULL to total the size. */
+typedef sl_carver carver;
+
+static void *carve(carver *cv, size_t n, size_t elem) {
+    return sl_carve(cv, n, elem);
 }
 
-static void layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
+static void layout(sl_session *s, carver *cv, carver *hv) {
     const sl_config *c = &s->model->cfg;
     const size_t B = (size_t)s->max_batch, H = (size_t)c->hidden_size;
     const size_t E = (size_t)SL_MAX(c->n_experts, 1), k = (size_t)SL_MAX(c->n_experts_used, 1);
@@ -437,70 +438,71 @@ static void layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
     const size_t lb = nlin ? B : 0; /* linear-attention scratch only when used */
     sl_session_buf *b = &s->b;
     const size_t V = (size_t)c->vocab_size;
-    b->ids = sl_carve(cv, B, sizeof(int32_t));
-    b->logits = s->model->be.device ? sl_carve(cv, B * V, sizeof(float)) : NULL;
-    b->grp_idx = sl_carve(cv, 2 * B, sizeof(int32_t));
-    b->h_grp = sl_carve(hv, 2 * B, sizeof(int32_t));
-    b->bx = sl_carve(hv, 2 * E, sizeof(float *));
-    b->bg = sl_carve(hv, 2 * E, sizeof(float *));
-    b->bo = sl_carve(hv, E, sizeof(float *));
-    b->wg = sl_carve(hv, 2 * E, sizeof(sl_tensor *));
-    b->wd = sl_carve(hv, E, sizeof(sl_tensor *));
-    b->bT = sl_carve(hv, 2 * E, sizeof(int32_t));
-    b->topk_w_dev = sl_carve(cv, B * k, sizeof(float));
-    b->topk_ids_dev = sl_carve(cv, B * k, sizeof(int32_t));
-    b->route_ids = sl_carve(cv, (size_t)c->n_layers * k, sizeof(int32_t));
-    b->h_route_ids = sl_carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
-    b->moe_pending = sl_carve(hv, (size_t)c->n_layers, 1);
-    b->h_prev_ids = sl_carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
-    b->prev_set = sl_carve(hv, (size_t)c->n_layers, 1);
-    b->moe_act = sl_carve(cv, k * (size_t)SL_MAX(c->moe_intermediate_size, 1), sizeof(float));
+    b->ids = carve(cv, B, sizeof(int32_t));
+    b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
+    b->grp_idx = carve(cv, 2 * B, sizeof(int32_t));
+    b->h_grp = carve(hv, 2 * B, sizeof(int32_t));
+    b->bx = carve(hv, 2 * E, sizeof(float *));
+    b->bg = carve(hv, 2 * E, sizeof(float *));
+    b->bo = carve(hv, E, sizeof(float *));
+    b->wg = carve(hv, 2 * E, sizeof(sl_tensor *));
+    b->wd = carve(hv, E, sizeof(sl_tensor *));
+    b->bT = carve(hv, 2 * E, sizeof(int32_t));
+    b->topk_w_dev = carve(cv, B * k, sizeof(float));
+    b->topk_ids_dev = carve(cv, B * k, sizeof(int32_t));
+    b->route_ids = carve(cv, (size_t)c->n_layers * k, sizeof(int32_t));
+    b->h_route_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
+    b->moe_pending = carve(hv, (size_t)c->n_layers, 1);
+    b->h_prev_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
+    b->prev_set = carve(hv, (size_t)c->n_layers, 1);
+    b->moe_act = carve(cv, k * (size_t)SL_MAX(c->moe_intermediate_size, 1), sizeof(float));
     if (s->model->family->session_layout) s->model->family->session_layout(s, cv, hv);
     s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
     s->conv_state_n = nlin * cd * Km1;
-    s->delta_state = sl_carve(cv, s->delta_state_n, sizeof(float));
-    s->conv_state = sl_carve(cv, s->conv_state_n, sizeof(float));
-    b->qg = sl_carve(cv, B * 2 * nq, sizeof(float));
-    b->qgate = sl_carve(cv, B * nq, sizeof(float));
-    b->lin_proj = sl_carve(cv, lb * (2 * kd + 2 * vd), sizeof(float));
-    b->lin_ba = sl_carve(cv, lb * 2 * nv, sizeof(float));
-    b->lin_mixed = sl_carve(cv, lb * cd, sizeof(float));
-    b->lin_conv = sl_carve(cv, lb * cd, sizeof(float));
-    b->lin_q = sl_carve(cv, lb * kd, sizeof(float));
-    b->lin_k = sl_carve(cv, lb * kd, sizeof(float));
-    b->lin_v = sl_carve(cv, lb * vd, sizeof(float));
-    b->lin_z = sl_carve(cv, lb * vd, sizeof(float));
-    b->lin_a = sl_carve(cv, lb * nv, sizeof(float));
-    b->lin_b = sl_carve(cv, lb * nv, sizeof(float));
-    b->lin_o = sl_carve(cv, lb * vd, sizeof(float));
-    s->kcache = sl_carve(cv, kv, sizeof(float));
-    s->vcache = sl_carve(cv, kv, sizeof(float));
-    s->rope_cos = sl_carve(cv, rope, sizeof(float));
-    s->rope_sin = sl_carve(cv, rope, sizeof(float));
-    b->x = sl_carve(cv, B * H, sizeof(float));
-    b->x_alt = sl_carve(cv, B * H, sizeof(float));
-    b->xn = sl_carve(cv, B * H, sizeof(float));
-    b->out = sl_carve(cv, B * H, sizeof(float));
-    b->q = sl_carve(cv, B * nq, sizeof(float));
-    b->k = sl_carve(cv, B * nkv, sizeof(float));
-    b->v = sl_carve(cv, B * nkv, sizeof(float));
-    b->attn = sl_carve(cv, B * nq, sizeof(float));
-    b->gate = sl_carve(cv, B * I, sizeof(float));
-    b->up = sl_carve(cv, B * I, sizeof(float));
-    b->ffn_out = sl_carve(cv, B * H, sizeof(float));
-    b->xg = sl_carve(cv, B * H, sizeof(float));
-    b->expert_out = sl_carve(cv, B * k * H, sizeof(float));
-    b->router_logits = sl_carve(cv, B * E, sizeof(float));
-    b->sh_logit = sl_carve(cv, B, sizeof(float));
-    b->sh_out = sl_carve(cv, c->shared_intermediate_size > 0 ? B * H : 0, sizeof(float));
-    b->topk_ids = sl_carve(hv, B * k, sizeof(int32_t));
-    b->expert_list = sl_carve(hv, E, sizeof(int32_t));
-    b->expert_rows = sl_carve(hv, B * k, sizeof(int32_t));
-    b->expert_count = sl_carve(hv, E, sizeof(int32_t));
-    b->expert_start = sl_carve(hv, E, sizeof(int32_t));
-    b->fetched = sl_carve(hv, E, sizeof(sl_expert *));
-    b->attn_scratch = sl_carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
-    b->h_hidden = sl_carve(hv, H, sizeof(float));
+    s->delta_state = carve(cv, s->delta_state_n, sizeof(float));
+    s->conv_state = carve(cv, s->conv_state_n, sizeof(float));
+    b->qg = carve(cv, B * 2 * nq, sizeof(float));
+    b->qgate = carve(cv, B * nq, sizeof(float));
+    b->lin_proj = carve(cv, lb * (2 * kd + 2 * vd), sizeof(float));
+    b->lin_ba = carve(cv, lb * 2 * nv, sizeof(float));
+    b->lin_mixed = carve(cv, lb * cd, sizeof(float));
+    b->lin_conv = carve(cv, lb * cd, sizeof(float));
+    b->lin_q = carve(cv, lb * kd, sizeof(float));
+    b->lin_k = carve(cv, lb * kd, sizeof(float));
+    b->lin_v = carve(cv, lb * vd, sizeof(float));
+    b->lin_z = carve(cv, lb * vd, sizeof(float));
+    b->lin_a = carve(cv, lb * nv, sizeof(float));
+    b->lin_b = carve(cv, lb * nv, sizeof(float));
+    b->lin_o = carve(cv, lb * vd, sizeof(float));
+    s->kcache = carve(cv, kv, sizeof(float));
+    s->vcache = carve(cv, kv, sizeof(float));
+    s->rope_cos = carve(cv, rope, sizeof(float));
+    s->rope_sin = carve(cv, rope, sizeof(float));
+    b->x = carve(cv, B * H, sizeof(float));
+    b->x_alt = carve(cv, B * H, sizeof(float));
+    b->xn = carve(cv, B * H, sizeof(float));
+    b->out = carve(cv, B * H, sizeof(float));
+    b->q = carve(cv, B * nq, sizeof(float));
+    b->k = carve(cv, B * nkv, sizeof(float));
+    b->v = carve(cv, B * nkv, sizeof(float));
+    b->attn = carve(cv, B * nq, sizeof(float));
+    b->gate = carve(cv, B * I, sizeof(float));
+    b->up = carve(cv, B * I, sizeof(float));
+    b->ffn_out = carve(cv, B * H, sizeof(float));
+    b->xg = carve(cv, B * H, sizeof(float));
+    b->expert_out = carve(cv, B * k * H, sizeof(float));
+    b->router_logits = carve(cv, B * E, sizeof(float));
+    b->sh_logit = carve(cv, B, sizeof(float));
+    b->sh_out = carve(cv, c->shared_intermediate_size > 0 ? B * H : 0, sizeof(float));
+    b->topk_ids = carve(hv, B * k, sizeof(int32_t));
+    b->expert_list = carve(hv, E, sizeof(int32_t));
+    b->expert_rows = carve(hv, B * k, sizeof(int32_t));
+    b->expert_count = carve(hv, E, sizeof(int32_t));
+    b->expert_start = carve(hv, E, sizeof(int32_t));
+    b->fetched = carve(hv, E, sizeof(sl_expert *));
+    b->attn_scratch =
+        carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
+    b->h_hidden = carve(hv, H, sizeof(float));
 }
 
 /* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
@@ -545,7 +547,7 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
         free(s);
         return SL_ERR_NOMEM;
     }
-    sl_carver cv = {0}, hv = {0};
+    carver cv = {0}, hv = {0};
     layout(s, &cv, &hv);
     const sl_backend *be = &m->be;
     s->arena = be->ops->alloc(be, cv.off);
@@ -558,8 +560,8 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
                                     : "host",
                        p.max_ctx);
     }
-    cv = (sl_carver){.base = s->arena};
-    hv = (sl_carver){.base = s->host_arena};
+    cv = (carver){.base = s->arena};
+    hv = (carver){.base = s->host_arena};
     layout(s, &cv, &hv);
     if ((st = fill_rope(s, err))) {
         sl_session_free(s);

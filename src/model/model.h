@@ -145,15 +145,6 @@ struct sl_session {
     void *host_arena;     /* host memory */
 };
 
-/* Arena carving in two passes: first with base == NULL to total the size (sl_carve returns
- * NULL then), then over the allocation. Every piece starts 64-byte aligned. */
-typedef struct sl_carver {
-    uint8_t *base;
-    size_t off;
-} sl_carver;
-
-void *sl_carve(sl_carver *cv, size_t n, size_t elem);
-
 /*
  * A model family: which architectures it runs, how it reads its own config keys, what it binds
  * (into the shared sl_layer and into its own state, sl_model.fam), its forward pass over the

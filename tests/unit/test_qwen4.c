@@ -71,7 +71,8 @@ TEST(test_qwen4_ple_hash) {
             json_t *jm = json_object_get(buf, "layer_multipliers");
             json_t *jv = json_object_get(buf, "ngram_heads_vocab_sizes");
             json_t *jo = json_object_get(buf, "ngram_heads_offsets");
-            CHECKF(json_array_size(jm) == (size_t)qc->ngram_size && json_array_size(jv) == (size_t)G,
+            CHECKF(json_array_size(jm) == (size_t)qc->ngram_size &&
+                       json_array_size(jv) == (size_t)G,
                    "%s layer %d: no ple_buffers in ref.json", cases[ci], l);
             for (int32_t i = 0; i < qc->ngram_size && jm; i++)
                 CHECKF(mult[i] == (uint64_t)json_integer_value(json_array_get(jm, (size_t)i)),

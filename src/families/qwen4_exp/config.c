@@ -32,15 +32,16 @@ sl_status q4_read_config(sl_config *c, const json_t *root, const char *path, sl_
     }
     if ((st = sl_config_int(root, "hc_count", 4, 2, 64, &qc->hc_count, path, err)) ||
         (st = sl_config_int(root, "hc_lowrank", 320, 1, 1 << 16, &qc->hc_lowrank, path, err)) ||
-        (st = sl_config_int(root, "ple_embed_dim", c->hidden_size, 1, 1 << 20, &qc->ple_embed_dim, path,
-                      err)) ||
-        (st = sl_config_int(root, "ple_conv_kernel_size", 4, 1, 64, &qc->ple_conv_kernel, path, err)) ||
+        (st = sl_config_int(root, "ple_embed_dim", c->hidden_size, 1, 1 << 20, &qc->ple_embed_dim,
+                            path, err)) ||
+        (st = sl_config_int(root, "ple_conv_kernel_size", 4, 1, 64, &qc->ple_conv_kernel, path,
+                            err)) ||
         (st = sl_config_int(root, "ngram_size", 3, 2, 8, &qc->ngram_size, path, err)) ||
         (st = sl_config_int(root, "heads_per_ngram", 8, 1, 256, &qc->ngram_heads_per, path, err)) ||
-        (st = sl_config_int(root, "ngram_vocab_size_base", 20000000, 2, big, &qc->ngram_vocab_base, path,
-                      err)) ||
+        (st = sl_config_int(root, "ngram_vocab_size_base", 20000000, 2, big, &qc->ngram_vocab_base,
+                            path, err)) ||
         (st = sl_config_int(root, "make_ngram_vocab_size_divisible_by", 128, 1, 1 << 20,
-                      &qc->ngram_vocab_divisor, path, err)) ||
+                            &qc->ngram_vocab_divisor, path, err)) ||
         (st = sl_config_int(root, "indexer_n_heads", 0, 0, 4096, &qc->idx_heads, path, err)) ||
         (st = sl_config_int(root, "indexer_head_dim", 0, 0, 4096, &qc->idx_head_dim, path, err)) ||
         (st = sl_config_int(root, "indexer_budget", 0, 0, big, &qc->idx_budget, path, err)) ||
@@ -101,4 +102,3 @@ sl_status q4_read_config(sl_config *c, const json_t *root, const char *path, sl_
     }
     return SL_OK;
 }
-

@@ -32,8 +32,8 @@ sl_status q4_bind_hyper(sl_model *m, sl_hyper *hy, int with_inject, sl_error *er
         return st;
     if (!with_inject) return SL_OK;
     snprintf(name, sizeof name, "%s.block_inject_weight.weight", prefix);
-    return sl_ckpt_bind(&m->ck, &hy->inject, SL_BIND_REQUIRED, SL_DIMS(qc->hc_count, hcH), err, "%s",
-                        name);
+    return sl_ckpt_bind(&m->ck, &hy->inject, SL_BIND_REQUIRED, SL_DIMS(qc->hc_count, hcH), err,
+                        "%s", name);
 }
 
 void q4_grouped_rmsnorm(sl_session *s, float *y, const float *x, const sl_tensor *w, int32_t T) {

@@ -144,8 +144,8 @@ sl_status q4_bind_ple(sl_model *m, int32_t l, sl_error *err) {
                            "norm_query.weight")) ||
         (st = sl_ckpt_bind(ck, &P->norm_conv, SL_BIND_REQUIRED, SL_DIMS(hcH), err, p, l,
                            "norm_conv.weight")) ||
-        (st = sl_ckpt_bind(ck, &P->conv, SL_BIND_REQUIRED, SL_DIMS(hcH, 1, qc->ple_conv_kernel), err,
-                           p, l, "conv1d.weight")))
+        (st = sl_ckpt_bind(ck, &P->conv, SL_BIND_REQUIRED, SL_DIMS(hcH, 1, qc->ple_conv_kernel),
+                           err, p, l, "conv1d.weight")))
         return st;
     if (qc->ple_conv_kernel > 64)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: ple_conv_kernel_size > 64", ck->dir);

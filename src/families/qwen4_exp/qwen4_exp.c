@@ -12,6 +12,9 @@
  *   - QSA on the full-attention layers when the config has an indexer (qsa.c);
  *   - Gated DeltaNet's output gate may be sigmoid (output_gate_type).
  *
+ * Its config keys are read in config.c, and what it adds to the model, its
+ * layers and its sessions is declared in qwen4_exp.h; the hooks below own it.
+ *
  *   W = [embed(ids)] * hc
  *   per layer: W += ple(W) (PLE layers)
  *              W += inject(mixer(mix(W)))     mixer: Gated DeltaNet or (QSA) attention
@@ -33,8 +36,7 @@ static sl_status qwen4_exp_bind(sl_model *m, sl_error *err) {
     if (!(qm->layers = sl_calloc((size_t)c->n_layers, sizeof(q4_layer), err))) return SL_ERR_NOMEM;
     sl_status st = blk_bind_hybrid(m, BLK_LINEAR_SEPARATE, err);
     if (st) return st;
-    if (qc->n_ple_layers &&
-        !(qm->ples = sl_calloc((size_t)qc->n_ple_layers, sizeof(sl_ple), err)))
+    if (qc->n_ple_layers && !(qm->ples = sl_calloc((size_t)qc->n_ple_layers, sizeof(sl_ple), err)))
         return SL_ERR_NOMEM;
     if ((st = q4_bind_hyper(m, &qm->hc_final, 0, err, "hyper_connection_mixer", 0))) return st;
     for (int32_t l = 0; !st && l < c->n_layers; l++) {
@@ -221,7 +223,7 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
 
 const q4_config *q4_config_of(const sl_config *c) {
     return c->family == &sl_family_qwen4_exp || c->family == &sl_family_qwen4_exp_text ? c->fam
-                                                                                         : NULL;
+                                                                                       : NULL;
 }
 
 const sl_ngram_table *q4_ngram_table(const sl_model *m, int32_t l) {
@@ -232,13 +234,40 @@ const sl_ngram_table *q4_ngram_table(const sl_model *m, int32_t l) {
 /* "qwen_sparse_attention" marks the full-attention layers the QSA indexer serves. */
 static const char *const qwen4_exp_attn_types[] = {"qwen_sparse_attention", NULL};
 
-#define QWEN4_EXP_HOOKS                                                                            \
-    .norm_offset = 1.0f, .read_config = q4_read_config, .attn_layer_types = qwen4_exp_attn_types,  \
-    .bind = qwen4_exp_bind, .open = qwen4_exp_open, .weights = qwen4_exp_weights,                 \
-    .free_model = qwen4_exp_free, .info = qwen4_exp_info, .session_size = sizeof(q4_session),     \
-    .session_layout = qwen4_exp_layout, .session_init = qwen4_exp_session_init,                   \
-    .session_reset = qwen4_exp_reset, .session_rewind = qwen4_exp_rewind,                         \
-    .forward = qwen4_exp_forward, .own_norms = 1
+const sl_family sl_family_qwen4_exp = {
+    .arch = "qwen4_exp",
+    .norm_offset = 1.0f,
+    .read_config = q4_read_config,
+    .attn_layer_types = qwen4_exp_attn_types,
+    .bind = qwen4_exp_bind,
+    .open = qwen4_exp_open,
+    .weights = qwen4_exp_weights,
+    .free_model = qwen4_exp_free,
+    .info = qwen4_exp_info,
+    .session_size = sizeof(q4_session),
+    .session_layout = qwen4_exp_layout,
+    .session_init = qwen4_exp_session_init,
+    .session_reset = qwen4_exp_reset,
+    .session_rewind = qwen4_exp_rewind,
+    .forward = qwen4_exp_forward,
+    .own_norms = 1,
+};
 
-const sl_family sl_family_qwen4_exp = {.arch = "qwen4_exp", QWEN4_EXP_HOOKS};
-const sl_family sl_family_qwen4_exp_text = {.arch = "qwen4_exp_text", QWEN4_EXP_HOOKS};
+const sl_family sl_family_qwen4_exp_text = {
+    .arch = "qwen4_exp_text",
+    .norm_offset = 1.0f,
+    .read_config = q4_read_config,
+    .attn_layer_types = qwen4_exp_attn_types,
+    .bind = qwen4_exp_bind,
+    .open = qwen4_exp_open,
+    .weights = qwen4_exp_weights,
+    .free_model = qwen4_exp_free,
+    .info = qwen4_exp_info,
+    .session_size = sizeof(q4_session),
+    .session_layout = qwen4_exp_layout,
+    .session_init = qwen4_exp_session_init,
+    .session_reset = qwen4_exp_reset,
+    .session_rewind = qwen4_exp_rewind,
+    .forward = qwen4_exp_forward,
+    .own_norms = 1,
+};
