@@ -266,7 +266,7 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
         tb->map = NULL;
         return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(e));
     }
-    tb->map_fd = fd; /* kept: blk_ple checks the size before reading the mapping */
+    tb->map_fd = fd; /* kept: q4_ple checks the size before reading the mapping */
     madvise(tb->map, tb->map_len, MADV_RANDOM);
     tb->parts = sl_calloc(1, sizeof(sl_tensor), err);
     if (!tb->parts) return SL_ERR_NOMEM;
