@@ -164,6 +164,11 @@ FUZZ_LIB_SRC := src/core/common.c src/core/crc32c.c src/format/tensor.c src/form
                 src/format/pack.c \
                 src/model/config.c src/tokenizer/tokenizer.c
 FUZZ_LIBS    := -ljansson -lpcre2-8 -lutf8proc -lm
+# The config parser asks the families' registry for each family's own keys: the registry and
+# Qwen4-Exp's key reader are fuzzed with it, the families' other code comes from the library.
+$(BUILD)/fuzz/fuzz_config: src/families/families.c src/families/qwen4_exp/config.c \
+                           $(BUILD)/libsluice.a
+$(BUILD)/fuzz/fuzz_config: FUZZ_LIBS += $(LDLIBS) -lgomp
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
     | clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1)
 

@@ -5,11 +5,10 @@
 
 /* ------------------------------------------------------------- binding */
 
-/* With hyper-connections (Qwen4-Exp) the sublayer and final norms are the hyper-connections'
- * own grouped norms: the checkpoint has none of input_layernorm, post_attention_layernorm
- * and norm. */
+/* A family with norms of its own (Qwen4-Exp's hyper-connections) has none of
+ * input_layernorm, post_attention_layernorm and norm in its checkpoint. */
 int blk_norm_flags(const sl_model *m) {
-    return m->cfg.hc_count ? SL_BIND_OPTIONAL : SL_BIND_REQUIRED;
+    return m->family->own_norms ? SL_BIND_OPTIONAL : SL_BIND_REQUIRED;
 }
 
 sl_status blk_bind_globals(sl_model *m, sl_error *err) {
@@ -187,7 +186,7 @@ sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err) {
 
 /* ------------------------------------------------------------- compute */
 
-void blk_attention(sl_session *s, int32_t l, int32_t T) {
+void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const sl_backend *be = &m->be;
@@ -196,8 +195,6 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
     sl_session_buf *b = &s->b;
     const int32_t hd = c->head_dim, pos0 = s->pos;
     const size_t kv_row = (size_t)c->n_kv_heads * (size_t)hd;
-
-    if (L->idx_qk.data) blk_qsa_select(s, l, T); /* which positions each query sees */
 
     /* q (or [query | gate] per head), k and v: one batch when they carry no bias */
     float *qout = L->attn_gated ? b->qg : b->q;
@@ -251,9 +248,9 @@ void blk_attention(sl_session *s, int32_t l, int32_t T) {
         .head_dim = hd,
         .scale = 1.0f / sqrtf((float)hd),
         .scratch = b->attn_scratch,
-        .sel = L->idx_qk.data ? b->qsa_sel : NULL,
-        .n_sel = b->qsa_nsel,
-        .sel_stride = c->idx_budget + c->idx_ratio - 1,
+        .sel = sel ? sel->sel : NULL,
+        .n_sel = sel ? sel->n_sel : NULL,
+        .sel_stride = sel ? sel->stride : 0,
         .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
     };
     op->attention(be, &a);
@@ -339,7 +336,7 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         if (L->is_linear)
             blk_linear_attention(s, l, T);
         else
-            blk_attention(s, l, T);
+            blk_attention(s, l, T, NULL);
         s->model->stats.t_attention += sl_now() - t0;
         residual_norm(s, &L->ffn_norm, T);
         sl_status st = blk_ffn(s, l, T, err);

@@ -10,9 +10,11 @@
 #include <jansson.h>
 #include <math.h>
 
-/* Reads an integer key in [lo, hi]. A missing key takes dflt, unless dflt < lo (required). */
-static sl_status get_int(const json_t *o, const char *key, int64_t dflt, int64_t lo, int64_t hi,
-                         int32_t *out, const char *path, sl_error *err) {
+#include "model/model.h"
+
+/* An integer key in [lo, hi]. A missing key takes dflt, unless dflt < lo (required). */
+sl_status sl_config_int(const json_t *o, const char *key, int64_t dflt, int64_t lo, int64_t hi,
+                        int32_t *out, const char *path, sl_error *err) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (dflt < lo) return sl_fail(err, SL_ERR_FORMAT, "%s: missing '%s'", path, key);
@@ -30,11 +32,11 @@ static sl_status get_int(const json_t *o, const char *key, int64_t dflt, int64_t
     return SL_OK;
 }
 
-/* Reads a number key in [lo, hi] (lo excluded when lo_open). A missing key takes dflt, unless
+/* A number key in [lo, hi] (lo excluded when lo_open). A missing key takes dflt, unless
  * dflt is NaN (required). The message names the key, its value and the range, so a typo such
  * as "rms_norm_eps": -1 is refused at load rather than turning every logit into NaN. */
-static sl_status get_num(const json_t *o, const char *key, double dflt, double lo, int lo_open,
-                         double hi, double *out, const char *path, sl_error *err) {
+sl_status sl_config_num(const json_t *o, const char *key, double dflt, double lo, int lo_open,
+                        double hi, double *out, const char *path, sl_error *err) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (isnan(dflt)) return sl_fail(err, SL_ERR_FORMAT, "%s: missing '%s'", path, key);
@@ -93,9 +95,9 @@ static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, 
     /* The inverse frequencies are theta^(-2i/rot) in float32: a base below 1 makes them grow
      * past FLT_MAX (Inf, then 0 * Inf = NaN angles at position 0), and no RoPE model has
      * one. */
-    if ((st = get_num(theta_from, "rope_theta", theta, 1.0, 0, FLT_MAX, &theta, path, err)) ||
-        (st = get_num(partial_from, "partial_rotary_factor", partial, 0.0, 1, 1.0, &partial, path,
-                      err)))
+    if ((st = sl_config_num(theta_from, "rope_theta", theta, 1.0, 0, FLT_MAX, &theta, path, err)) ||
+        (st = sl_config_num(partial_from, "partial_rotary_factor", partial, 0.0, 1, 1.0, &partial,
+                            path, err)))
         return st;
     c->rope_theta = theta;
     c->rot_dim = (int32_t)(c->head_dim * partial);
@@ -132,6 +134,13 @@ static sl_status parse_layer_kinds(sl_config *c, const json_t *root, const char 
     return SL_OK;
 }
 
+/* Whether t names a full-attention layer of the config's family (sl_family.attn_layer_types). */
+static int family_attn_type(const sl_config *c, const char *t) {
+    for (const char *const *n = c->family ? c->family->attn_layer_types : NULL; n && *n; n++)
+        if (strcmp(*n, t) == 0) return 1;
+    return 0;
+}
+
 /*
  * Hybrid layouts (Qwen3-Next, Qwen3.5): "layer_types" lists "linear_attention" /
  * "full_attention"; without it, layer l is full iff (l+1) % full_attention_interval == 0.
@@ -139,16 +148,20 @@ static sl_status parse_layer_kinds(sl_config *c, const json_t *root, const char 
  */
 static sl_status parse_linear(sl_config *c, const json_t *root, const char *path, sl_error *err) {
     sl_status st;
-    if ((st =
-             get_int(root, "linear_num_value_heads", 0, 0, 4096, &c->lin_n_value_heads, path, err)))
+    if ((st = sl_config_int(root, "linear_num_value_heads", 0, 0, 4096, &c->lin_n_value_heads, path,
+                            err)))
         return st;
     if (c->lin_n_value_heads == 0) return SL_OK;
     int32_t interval = 4;
-    if ((st = get_int(root, "linear_num_key_heads", -1, 1, 4096, &c->lin_n_key_heads, path, err)) ||
-        (st = get_int(root, "linear_key_head_dim", -1, 1, 4096, &c->lin_key_dim, path, err)) ||
-        (st = get_int(root, "linear_value_head_dim", -1, 1, 1024, &c->lin_value_dim, path, err)) ||
-        (st = get_int(root, "linear_conv_kernel_dim", 4, 1, 64, &c->lin_conv_kernel, path, err)) ||
-        (st = get_int(root, "full_attention_interval", 4, 1, 4096, &interval, path, err)))
+    if ((st = sl_config_int(root, "linear_num_key_heads", -1, 1, 4096, &c->lin_n_key_heads, path,
+                            err)) ||
+        (st =
+             sl_config_int(root, "linear_key_head_dim", -1, 1, 4096, &c->lin_key_dim, path, err)) ||
+        (st = sl_config_int(root, "linear_value_head_dim", -1, 1, 1024, &c->lin_value_dim, path,
+                            err)) ||
+        (st = sl_config_int(root, "linear_conv_kernel_dim", 4, 1, 64, &c->lin_conv_kernel, path,
+                            err)) ||
+        (st = sl_config_int(root, "full_attention_interval", 4, 1, 4096, &interval, path, err)))
         return st;
     if (c->lin_n_value_heads % c->lin_n_key_heads != 0)
         return sl_fail(err, SL_ERR_FORMAT,
@@ -166,8 +179,7 @@ static sl_status parse_linear(sl_config *c, const json_t *root, const char *path
             const char *t = json_string_value(json_array_get(types, (size_t)l));
             if (t && strcmp(t, "linear_attention") == 0)
                 c->layer_is_linear[l] = 1;
-            else if (!t ||
-                     (strcmp(t, "full_attention") != 0 && strcmp(t, "qwen_sparse_attention") != 0))
+            else if (!t || (strcmp(t, "full_attention") != 0 && !family_attn_type(c, t)))
                 return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: layer_types[%d] '%s' is not supported",
                                path, l, t ? t : "?");
         }
@@ -181,8 +193,8 @@ static sl_status parse_linear(sl_config *c, const json_t *root, const char *path
 }
 
 /* eos_token_id of the text config (else the top level): an integer or a list, whose first
- * entry counts. Only PLE computes with it (parse_qwen4 requires it there); elsewhere a value
- * that is not a token id is ignored. */
+ * entry counts. A family that computes with it requires it in its read_config; elsewhere a
+ * value that is not a token id is ignored. */
 static void parse_eos(sl_config *c, const json_t *root, const json_t *top) {
     json_t *v = json_object_get(root, "eos_token_id");
     if (!v || json_is_null(v)) v = json_object_get(top, "eos_token_id");
@@ -191,101 +203,6 @@ static void parse_eos(sl_config *c, const json_t *root, const json_t *top) {
         json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < c->vocab_size
             ? (int32_t)json_integer_value(v)
             : -1;
-}
-
-int32_t sl_ngram_heads(const sl_config *c) {
-    return (c->ngram_size - 1) * c->ngram_heads_per;
-}
-
-/*
- * Qwen4-Exp: hyper-connections (hc_count streams), PLE on the one-indexed
- * ple_layer_ids (linear-attention layers only), the QSA indexer on full
- * attention, and the output gate of Gated DeltaNet (output_gate_type).
- */
-static sl_status parse_qwen4(sl_config *c, const json_t *root, const char *path, sl_error *err) {
-    sl_status st;
-    const int64_t big = INT32_MAX / 4;
-    json_t *gt = json_object_get(root, "output_gate_type");
-    if (gt && !json_is_null(gt)) {
-        const char *g = json_string_value(gt);
-        if (!g || (strcmp(g, "silu") != 0 && strcmp(g, "sigmoid") != 0))
-            return sl_fail(err, SL_ERR_UNSUPPORTED,
-                           "%s: output_gate_type '%s' is not supported (silu or sigmoid)", path,
-                           g ? g : "?");
-        c->lin_gate_sigmoid = strcmp(g, "sigmoid") == 0;
-    }
-    if ((st = get_int(root, "hc_count", 4, 2, 64, &c->hc_count, path, err)) ||
-        (st = get_int(root, "hc_lowrank", 320, 1, 1 << 16, &c->hc_lowrank, path, err)) ||
-        (st = get_int(root, "ple_embed_dim", c->hidden_size, 1, 1 << 20, &c->ple_embed_dim, path,
-                      err)) ||
-        (st = get_int(root, "ple_conv_kernel_size", 4, 1, 64, &c->ple_conv_kernel, path, err)) ||
-        (st = get_int(root, "ngram_size", 3, 2, 8, &c->ngram_size, path, err)) ||
-        (st = get_int(root, "heads_per_ngram", 8, 1, 256, &c->ngram_heads_per, path, err)) ||
-        (st = get_int(root, "ngram_vocab_size_base", 20000000, 2, big, &c->ngram_vocab_base, path,
-                      err)) ||
-        (st = get_int(root, "make_ngram_vocab_size_divisible_by", 128, 1, 1 << 20,
-                      &c->ngram_vocab_divisor, path, err)) ||
-        (st = get_int(root, "indexer_n_heads", 0, 0, 4096, &c->idx_heads, path, err)) ||
-        (st = get_int(root, "indexer_head_dim", 0, 0, 4096, &c->idx_head_dim, path, err)) ||
-        (st = get_int(root, "indexer_budget", 0, 0, big, &c->idx_budget, path, err)) ||
-        (st = get_int(root, "indexer_compress_ratio", 0, 0, big, &c->idx_ratio, path, err)))
-        return st;
-    json_t *seed = json_object_get(root, "seed");
-    c->ngram_seed = 1234;
-    if (seed && !json_is_null(seed)) {
-        if (!json_is_integer(seed) || json_integer_value(seed) < 0)
-            return sl_fail(err, SL_ERR_FORMAT, "%s: 'seed' is not a non-negative integer", path);
-        c->ngram_seed = json_integer_value(seed);
-    }
-    if (c->idx_heads) {
-        int32_t kv = 1;
-        if ((st = get_int(root, "indexer_kv_heads", -1, 1, 4096, &kv, path, err))) return st;
-        if (kv != 1 || c->idx_head_dim < c->rot_dim || c->idx_ratio < 1 ||
-            c->idx_budget < c->idx_ratio || c->idx_budget % c->idx_ratio)
-            return sl_fail(err, SL_ERR_FORMAT,
-                           "%s: QSA indexer needs indexer_kv_heads = 1, indexer_head_dim >= the "
-                           "rotary dims (%d), and indexer_budget a multiple of "
-                           "indexer_compress_ratio",
-                           path, c->rot_dim);
-    }
-    c->layer_ple = malloc((size_t)c->n_layers);
-    if (!c->layer_ple) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    memset(c->layer_ple, -1, (size_t)c->n_layers);
-    json_t *ids = json_object_get(root, "ple_layer_ids");
-    if (ids && !json_is_null(ids)) {
-        if (!json_is_array(ids))
-            return sl_fail(err, SL_ERR_FORMAT, "%s: 'ple_layer_ids' is not an array", path);
-        /* Sorted and deduplicated, as transformers does; layer ids are one-indexed. */
-        for (int32_t l = 0; l < c->n_layers; l++) {
-            size_t i;
-            json_t *v;
-            json_array_foreach(ids, i, v) {
-                if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-                    json_integer_value(v) > c->n_layers)
-                    return sl_fail(err, SL_ERR_FORMAT,
-                                   "%s: ple_layer_ids[%zu] is not a layer id in [1, %d]", path, i,
-                                   c->n_layers);
-                if (json_integer_value(v) != l + 1 || c->layer_ple[l] >= 0) continue;
-                if (!c->layer_is_linear || !c->layer_is_linear[l])
-                    return sl_fail(err, SL_ERR_UNSUPPORTED,
-                                   "%s: PLE on layer %d, which is not a linear-attention layer",
-                                   path, l + 1);
-                if (c->n_ple_layers >= 127)
-                    return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: too many PLE layers", path);
-                c->layer_ple[l] = (int8_t)c->n_ple_layers++;
-            }
-        }
-    }
-    if (c->n_ple_layers) {
-        if (c->ple_embed_dim % sl_ngram_heads(c) != 0)
-            return sl_fail(err, SL_ERR_FORMAT,
-                           "%s: ple_embed_dim %d is not a multiple of the %d n-gram heads", path,
-                           c->ple_embed_dim, sl_ngram_heads(c));
-        if (c->eos_id < 0)
-            return sl_fail(err, SL_ERR_FORMAT, "%s: PLE layers need eos_token_id (a token id)",
-                           path);
-    }
-    return SL_OK;
 }
 
 sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_error *err) {
@@ -308,6 +225,9 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         goto done;
     }
     snprintf(c->arch, sizeof c->arch, "%s", json_string_value(mt));
+    /* An architecture sluice does not run still parses (inspecting a config needs no family);
+     * loading refuses it. */
+    c->family = sl_family_find(c->arch);
     /* A vision-language checkpoint (Qwen3.5-MoE) nests the text model's config. */
     json_t *tc = json_object_get(root, "text_config");
     if (json_is_object(tc)) root = tc;
@@ -323,38 +243,41 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         goto done;
     }
     double eps = 0;
-    if ((st = get_int(root, "vocab_size", -1, 1, big, &c->vocab_size, path, err)) ||
-        (st = get_int(root, "hidden_size", -1, 1, 1 << 20, &c->hidden_size, path, err)) ||
-        (st = get_int(root, "num_hidden_layers", -1, 1, 4096, &c->n_layers, path, err)) ||
-        (st = get_int(root, "num_attention_heads", -1, 1, 4096, &c->n_heads, path, err)) ||
-        (st = get_int(root, "num_key_value_heads", c->n_heads, 1, 4096, &c->n_kv_heads, path,
-                      err)) ||
-        (st = get_int(root, "head_dim", c->hidden_size / c->n_heads, 2, 4096, &c->head_dim, path,
-                      err)) ||
-        (st = get_int(root, "intermediate_size", 0, 0, big, &c->intermediate_size, path, err)) ||
-        (st = get_int(root, "moe_intermediate_size", 0, 0, big, &c->moe_intermediate_size, path,
-                      err)) ||
-        (st = get_int(root, "shared_expert_intermediate_size", 0, 0, big,
-                      &c->shared_intermediate_size, path, err)) ||
-        /* transformers 5.x saves qwen3_moe's expert count as num_local_experts */
-        (st = get_int(root, "num_experts", 0, 0, 1 << 16, &c->n_experts, path, err)) ||
-        (st = get_int(root, "num_local_experts", c->n_experts, 0, 1 << 16, &c->n_experts, path,
-                      err)) ||
-        (st = get_int(root, "num_experts_per_tok", 0, 0, 1 << 16, &c->n_experts_used, path, err)) ||
-        (st = get_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
-                      err)) ||
-        (st = get_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
+    if ((st = sl_config_int(root, "vocab_size", -1, 1, big, &c->vocab_size, path, err)) ||
+        (st = sl_config_int(root, "hidden_size", -1, 1, 1 << 20, &c->hidden_size, path, err)) ||
+        (st = sl_config_int(root, "num_hidden_layers", -1, 1, 4096, &c->n_layers, path, err)) ||
+        (st = sl_config_int(root, "num_attention_heads", -1, 1, 4096, &c->n_heads, path, err)) ||
+        (st = sl_config_int(root, "num_key_value_heads", c->n_heads, 1, 4096, &c->n_kv_heads, path,
+                            err)) ||
+        (st = sl_config_int(root, "head_dim", c->hidden_size / c->n_heads, 2, 4096, &c->head_dim,
+                            path, err)) ||
+        (st = sl_config_int(root, "intermediate_size", 0, 0, big, &c->intermediate_size, path,
+                            err)) ||
+        (st = sl_config_int(root, "moe_intermediate_size", 0, 0, big, &c->moe_intermediate_size,
+                            path, err)) ||
+        (st = sl_config_int(root, "shared_expert_intermediate_size", 0, 0, big,
+                            &c->shared_intermediate_size, path, err)) ||
+        /* transformers 5.x saves some families' expert count as num_local_experts */
+        (st = sl_config_int(root, "num_experts", 0, 0, 1 << 16, &c->n_experts, path, err)) ||
+        (st = sl_config_int(root, "num_local_experts", c->n_experts, 0, 1 << 16, &c->n_experts,
+                            path, err)) ||
+        (st = sl_config_int(root, "num_experts_per_tok", 0, 0, 1 << 16, &c->n_experts_used, path,
+                            err)) ||
+        (st = sl_config_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
+                            err)) ||
+        (st = sl_config_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
         /* The top level's, also when text_config has its own: transformers' vision-language
          * model ties by its own config's key (default false), which text_config's does not
          * change. */
-        (st = get_int(top, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path, err)) ||
-        (st = get_int(root, "attention_bias", 0, 0, 1, &c->attention_bias, path, err)) ||
-        (st = get_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
-        (st = get_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position, path,
-                      err)) ||
+        (st = sl_config_int(top, "tie_word_embeddings", 0, 0, 1, &c->tie_word_embeddings, path,
+                            err)) ||
+        (st = sl_config_int(root, "attention_bias", 0, 0, 1, &c->attention_bias, path, err)) ||
+        (st = sl_config_int(root, "qkv_bias", 1, 0, 1, &c->qkv_bias, path, err)) ||
+        (st = sl_config_int(root, "max_position_embeddings", 32768, 1, INT32_MAX, &c->max_position,
+                            path, err)) ||
         /* eps keeps a zero row's norm finite (0 * rsqrt(eps)): it must stay a positive
          * float32, neither 0 nor Inf once rounded. */
-        (st = get_num(root, "rms_norm_eps", 1e-6, FLT_TRUE_MIN, 0, FLT_MAX, &eps, path, err)))
+        (st = sl_config_num(root, "rms_norm_eps", 1e-6, FLT_TRUE_MIN, 0, FLT_MAX, &eps, path, err)))
         goto done;
     c->rms_norm_eps = (float)eps;
     if (c->n_heads % c->n_kv_heads != 0) {
@@ -375,13 +298,8 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         (st = parse_linear(c, root, path, err)))
         goto done;
     parse_eos(c, root, top);
-    if (strncmp(c->arch, "qwen4_exp", 9) == 0) {
-        /* norm_topk_prob defaults to true in this family */
-        if (!json_object_get(root, "norm_topk_prob")) c->norm_topk_prob = 1;
-        if ((st = parse_qwen4(c, root, path, err))) goto done;
-    }
-    /* Qwen3.5-MoE has no norm_topk_prob: its top-k weights are always renormalised. */
-    if (strncmp(c->arch, "qwen3_5_moe", 11) == 0) c->norm_topk_prob = 1;
+    if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))
+        goto done;
 done:
     json_decref(top);
     if (st) sl_config_free(c);
@@ -400,8 +318,8 @@ sl_status sl_config_load(sl_config *c, const char *path, sl_error *err) {
 void sl_config_free(sl_config *c) {
     free(c->layer_is_moe);
     free(c->layer_is_linear);
-    free(c->layer_ple);
+    free(c->fam);
     c->layer_is_moe = NULL;
     c->layer_is_linear = NULL;
-    c->layer_ple = NULL;
+    c->fam = NULL;
 }

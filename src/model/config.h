@@ -1,11 +1,15 @@
 /*
  * Model hyper-parameters, read from a Hugging Face config.json.
- * One struct serves every family; fields a family does not use stay zero.
+ * One struct serves every family; fields a family does not use stay zero. A family's own
+ * keys are its read_config hook's (sl_family), called by the parser.
  */
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
 #include "core/common.h"
+
+typedef struct sl_family sl_family;
+typedef struct json_t json_t; /* jansson's */
 
 typedef struct sl_config {
     char arch[64]; /* model_type */
@@ -38,23 +42,12 @@ typedef struct sl_config {
     int32_t lin_key_dim;       /* linear_key_head_dim (dk) */
     int32_t lin_value_dim;     /* linear_value_head_dim (dv) */
     int32_t lin_conv_kernel;   /* linear_conv_kernel_dim (K) */
-    int32_t lin_gate_sigmoid;  /* Gated DeltaNet's output gate is sigmoid, not SiLU (Qwen4-Exp) */
+    int32_t lin_gate_sigmoid;  /* Gated DeltaNet's output gate is sigmoid, not SiLU */
     int32_t eos_id;            /* the first of config.json's eos_token_id; -1 when absent */
-    /* Qwen4-Exp hyper-connections: the residual is hc_count streams of hidden_size. */
-    int32_t hc_count; /* 0: a plain residual */
-    int32_t hc_lowrank;
-    /* Qwen4-Exp PLE: hashed n-gram embeddings on the layers of ple_layer_ids. */
-    int8_t *layer_ple; /* [n_layers]: index of layer l in ple_layer_ids, -1 when none */
-    int32_t n_ple_layers;
-    int32_t ple_embed_dim;       /* concatenated n-gram head embeddings (D) */
-    int32_t ple_conv_kernel;     /* dilated depthwise conv kernel; dilation = ngram_size */
-    int32_t ngram_size;          /* largest n-gram; n-gram heads = (ngram_size-1) * heads_per */
-    int32_t ngram_heads_per;     /* heads_per_ngram */
-    int32_t ngram_vocab_base;    /* ngram_vocab_size_base: head vocabularies are primes >= it */
-    int32_t ngram_vocab_divisor; /* make_ngram_vocab_size_divisible_by (table rows padded) */
-    int64_t ngram_seed;          /* seed of the hash multipliers */
-    /* Qwen4-Exp QSA: a block indexer in front of full attention; idx_heads 0 = dense. */
-    int32_t idx_heads, idx_head_dim, idx_budget, idx_ratio;
+    /* The family of model_type (NULL: one sluice does not run; loading refuses it) and the
+     * keys only it reads (its read_config hook's, one allocation), or NULL. */
+    const sl_family *family;
+    void *fam;
 } sl_config;
 
 /* Parses text (the contents of path) into cfg. Validates every size it reads. */
@@ -62,7 +55,13 @@ sl_status sl_config_parse(sl_config *cfg, const char *text, const char *path, sl
 sl_status sl_config_load(sl_config *cfg, const char *path, sl_error *err);
 void sl_config_free(sl_config *cfg);
 
-/* n-gram heads of one PLE layer, and the rows of its padded table. */
-int32_t sl_ngram_heads(const sl_config *cfg);
+/* For the families' read_config hooks: an integer key in [lo, hi] (a missing key takes dflt,
+ * unless dflt < lo: required; flags may be spelled true/false), and a number key in [lo, hi]
+ * (lo excluded when lo_open; a missing key takes dflt, unless dflt is NaN: required). The
+ * messages name path, the key, its value and the range. */
+sl_status sl_config_int(const json_t *o, const char *key, int64_t dflt, int64_t lo, int64_t hi,
+                        int32_t *out, const char *path, sl_error *err);
+sl_status sl_config_num(const json_t *o, const char *key, double dflt, double lo, int lo_open,
+                        double hi, double *out, const char *path, sl_error *err);
 
 #endif /* SL_CONFIG_H */

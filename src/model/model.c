@@ -17,14 +17,6 @@
 #include "format/pack.h"
 #include "model/blocks.h"
 
-/* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
- * model runs) and as a text-only one. */
-static const sl_family *const families[] = {
-    &sl_family_qwen3_moe,      &sl_family_qwen2_moe,        &sl_family_qwen3_next,
-    &sl_family_qwen3_5_moe,    &sl_family_qwen3_5_moe_text, &sl_family_qwen4_exp,
-    &sl_family_qwen4_exp_text,
-};
-
 /* A packed model's config is the "config" object of its manifest; *version its format. */
 static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
                                       sl_error *err) {
@@ -56,13 +48,12 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
     return st;
 }
 
-/* Every weight the families bind (absent ones have data == NULL), for upload_weights. */
+/* Every weight the families bind (absent ones have data == NULL), for upload_weights: the
+ * shared layers', then the family's own. */
 static int32_t model_weights(sl_model *m, sl_tensor **out) {
     int32_t n = 0;
-#define W(t)     (out ? (void)(out[n] = &(t)) : (void)0, n++)
-#define HYPER(h) (W((h).norm), W((h).down), W((h).up), W((h).inject))
+#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
     W(m->embed), W(m->norm), W(m->lm_head);
-    HYPER(m->hc_final);
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         sl_layer *L = &m->layers[l];
         W(L->attn_norm), W(L->wq), W(L->wk), W(L->wv), W(L->wo), W(L->bq), W(L->bk), W(L->bv);
@@ -70,17 +61,9 @@ static int32_t model_weights(sl_model *m, sl_tensor **out) {
         W(L->in_z), W(L->in_b), W(L->in_a), W(L->conv_w), W(L->A_log), W(L->dt_bias);
         W(L->lin_norm), W(L->out_proj), W(L->ffn_norm), W(L->mlp_gate), W(L->mlp_up);
         W(L->mlp_down), W(L->router), W(L->sh_gate), W(L->sh_up), W(L->sh_down), W(L->sh_router);
-        HYPER(L->hc_attn);
-        HYPER(L->hc_ffn);
-        W(L->idx_qk), W(L->idx_q_norm), W(L->idx_k_norm);
     }
-    for (int32_t i = 0; i < m->cfg.n_ple_layers; i++) {
-        sl_ple *P = &m->ples[i];
-        W(P->key_proj), W(P->value_proj), W(P->norm_key), W(P->norm_query), W(P->norm_conv);
-        W(P->conv);
-    }
-#undef HYPER
 #undef W
+    if (m->family->weights) n += m->family->weights(m, out ? out + n : NULL);
     return n;
 }
 
@@ -247,12 +230,6 @@ sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err) {
     return SL_OK;
 }
 
-static const sl_family *find_family(const char *arch) {
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (strcmp(families[i]->arch, arch) == 0) return families[i];
-    return NULL;
-}
-
 /* The config of the model in dir (config.json, or a pack's manifest), its path into path. */
 static sl_status read_config(const char *dir, sl_config *cfg, int32_t *packed,
                              int32_t *pack_version, char *path, size_t path_size, sl_error *err) {
@@ -293,12 +270,11 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                      dir);
         goto fail;
     }
-    m->family = find_family(m->cfg.arch);
+    m->family = m->cfg.family;
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
-                     "%s: architecture '%s' is not supported (sluice "
-                     "runs: qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp)",
-                     path, m->cfg.arch);
+                     "%s: architecture '%s' is not supported (sluice runs: %s)", path, m->cfg.arch,
+                     sl_family_names());
         goto fail;
     }
     m->norm_offset = m->family->norm_offset;
@@ -340,9 +316,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     } else {
         st = blk_bind_experts(m, err);
     }
-    /* PLE n-gram tables are read per token like experts: pread when streaming. */
-    if (!st && c->n_ple_layers)
-        st = sl_ple_open_tables(m, dir, p.experts == SL_EXPERTS_STREAM, err);
+    if (!st && m->family->open) st = m->family->open(m, dir, p.experts == SL_EXPERTS_STREAM, err);
     /* A backend with memory of its own gets the weights and a cache of expert slots there,
      * filled from the store's host memory, which is pinned for fast copies. */
     if (!st && m->be.device && !(st = upload_weights(m, err)))
@@ -374,7 +348,7 @@ void sl_model_free(sl_model *m) {
         sl_backend_cuda_free(&m->be);
     }
     sl_experts_free(&m->experts);
-    sl_ple_free(m);
+    if (m->family && m->family->free_model) m->family->free_model(m);
     free(m->layers);
     sl_ckpt_close(&m->ck);
     sl_config_free(&m->cfg);
@@ -408,9 +382,6 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
                                  : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
         slots = L->slots.n_slots;
     }
-    int64_t ple_bytes = 0;
-    for (int32_t i = 0; i < c->n_ple_layers; i++)
-        ple_bytes += m->ples[i].table.rows * (int64_t)m->ples[i].table.row_bytes;
     static const char *const modes[] = {"mapped", "resident", "stream"};
     *info = (sl_model_info){
         .arch = c->arch,
@@ -433,13 +404,11 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .expert_bytes = expert_bytes,
         .experts_mode = modes[m->experts.mode],
         .cache_slots = slots,
-        .n_ple_layers = c->n_ple_layers,
-        .ple_table_bytes = ple_bytes,
-        .ple_rows_per_token = c->n_ple_layers ? sl_ngram_heads(c) : 0,
         .backend = m->be.ops->name,
         .gpu_expert_slots = m->be.device ? m->dev.n_slots : 0,
         .graphs = m->graphs,
     };
+    if (m->family->info) m->family->info(m, info);
 }
 
 /* ------------------------------------------------------------- session */
@@ -485,51 +454,11 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t vd = nv * (size_t)c->lin_value_dim, cd = 2 * kd + vd;
     const size_t Km1 = c->lin_conv_kernel > 0 ? (size_t)c->lin_conv_kernel - 1 : 0;
     const size_t lb = nlin ? B : 0; /* linear-attention scratch only when used */
-    /* Qwen4-Exp: hyper-connections, PLE, QSA (all zero-sized when absent) */
-    const size_t hcH = (size_t)c->hc_count * H, hb = c->hc_count ? B : 0;
-    const size_t pb = c->n_ple_layers ? B : 0, G = pb ? (size_t)sl_ngram_heads(c) : 0;
-    const size_t D = pb ? (size_t)c->ple_embed_dim : 0, NG = (size_t)c->ngram_size;
-    const size_t ple_conv = pb ? (size_t)(c->ple_conv_kernel - 1) * NG : 0;
-    const size_t ib = c->idx_heads ? B : 0, ihd = (size_t)c->idx_head_dim;
-    const size_t nblk = c->idx_heads ? (size_t)(s->max_ctx / c->idx_ratio) + 1 : 0;
-    const size_t nidx = c->idx_heads ? (size_t)c->n_layers : 0;
     sl_session_buf *b = &s->b;
-    const size_t V = (size_t)c->vocab_size, D0 = (size_t)c->ple_embed_dim;
-    const size_t stride = c->idx_heads ? (size_t)(c->idx_budget + c->idx_ratio - 1) : 0;
+    const size_t V = (size_t)c->vocab_size;
     b->ids = carve(cv, B, sizeof(int32_t));
     b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
-    b->ones = carve(cv, (size_t)SL_MAX(c->idx_ratio, 1), sizeof(float));
-    b->h_qsa_scores = carve(hv, nblk, sizeof(float));
-    b->h_qsa_sel = carve(hv, ib * stride, sizeof(int32_t));
-    b->h_qsa_nsel = carve(hv, ib, sizeof(int32_t));
-    b->h_ple_emb = carve(hv, pb ? B * D0 : 0, sizeof(float));
-    b->hres = carve(cv, hb * hcH, sizeof(float));
-    b->hnorm = carve(cv, hb * hcH, sizeof(float));
-    b->hlow = carve(cv, hb * (size_t)c->hc_lowrank, sizeof(float));
-    b->hw = carve(cv, hb * hcH, sizeof(float));
-    b->hinj = carve(cv, hb * (size_t)c->hc_count, sizeof(float));
-    b->ple_hist = carve(hv, pb * NG, sizeof(int32_t));
-    b->ple_rows = carve(hv, pb * G, sizeof(int64_t));
-    b->ple_rowbuf = carve(hv, pb * D * 4, 1); /* a row is at most dim x 4 bytes */
-    b->ple_jobs = carve(hv, pb * G, sizeof(sl_read_job));
-    b->ple_emb = carve(cv, pb * D, sizeof(float));
-    b->ple_key = carve(cv, pb * hcH, sizeof(float));
-    b->ple_gate = carve(cv, pb * hcH, sizeof(float));
-    b->ple_val = carve(cv, pb * H, sizeof(float));
-    b->ple_norm = carve(cv, pb * hcH, sizeof(float));
-    b->ple_conv = carve(cv, pb * hcH, sizeof(float));
-    b->idx_qk = carve(cv, ib * (size_t)(c->idx_heads + 1) * ihd, sizeof(float));
-    b->idx_q = carve(cv, ib * (size_t)c->idx_heads * ihd, sizeof(float));
-    b->qsa_scores = carve(cv, nblk, sizeof(float));
-    b->qsa_taken = carve(hv, nblk, 1);
-    b->qsa_order = carve(hv, nblk, sizeof(int32_t));
-    b->qsa_sel = carve(cv, ib * (size_t)(c->idx_budget + c->idx_ratio - 1), sizeof(int32_t));
-    b->qsa_nsel = carve(cv, ib, sizeof(int32_t));
-    s->idx_kcache = carve(cv, nidx * (size_t)s->max_ctx * ihd, sizeof(float));
-    s->idx_blocks = carve(cv, nidx * nblk * ihd, sizeof(float));
-    s->ple_ctx = carve(hv, pb ? NG - 1 : 0, sizeof(int32_t));
-    s->ple_conv_state_n = (size_t)c->n_ple_layers * hcH * ple_conv;
-    s->ple_conv_state = carve(cv, s->ple_conv_state_n, sizeof(float));
+    if (s->model->family->session_layout) s->model->family->session_layout(s, cv, hv);
     s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
     s->conv_state_n = nlin * cd * Km1;
     s->delta_state = carve(cv, s->delta_state_n, sizeof(float));
@@ -605,6 +534,10 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     s->model = m;
     s->max_ctx = p.max_ctx;
     s->max_batch = p.max_batch;
+    if (m->family->session_size && !(s->fam = sl_calloc(1, m->family->session_size, err))) {
+        free(s);
+        return SL_ERR_NOMEM;
+    }
     carver cv = {0}, hv = {0};
     layout(s, &cv, &hv);
     const sl_backend *be = &m->be;
@@ -625,9 +558,10 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
         sl_session_free(s);
         return st;
     }
-    const float one = 1.0f;
-    for (int32_t i = 0; i < SL_MAX(m->cfg.idx_ratio, 1); i++)
-        be->ops->to_dev(be, s->b.ones + i, &one, sizeof one);
+    if (m->family->session_init && (st = m->family->session_init(s, err))) {
+        sl_session_free(s);
+        return st;
+    }
     sl_session_reset(s);
     *out = s;
     return SL_OK;
@@ -637,6 +571,7 @@ void sl_session_free(sl_session *s) {
     if (!s) return;
     if (s->arena) s->model->be.ops->release(&s->model->be, s->arena);
     free(s->host_arena);
+    free(s->fam);
     free(s);
 }
 
@@ -646,13 +581,7 @@ void sl_session_reset(sl_session *s) {
     sl_moe_forget_steps(&s->moe);
     if (s->delta_state_n) be->ops->fill(be, s->delta_state, 0.0f, s->delta_state_n);
     if (s->conv_state_n) be->ops->fill(be, s->conv_state, 0.0f, s->conv_state_n);
-    const sl_config *c = &s->model->cfg;
-    if (c->n_ple_layers) {
-        /* PLE's token history starts as EOS, as after the end of a previous document */
-        for (int32_t i = 0; i < c->ngram_size - 1; i++)
-            s->ple_ctx[i] = c->eos_id;
-        be->ops->fill(be, s->ple_conv_state, 0.0f, s->ple_conv_state_n);
-    }
+    if (s->model->family->session_reset) s->model->family->session_reset(s);
 }
 
 int32_t sl_session_pos(const sl_session *s) {
@@ -667,6 +596,7 @@ int sl_session_rewind(sl_session *s, int32_t pos) {
     if (pos < 0 || pos >= s->pos) return 0;
     /* Recurrent (linear-attention) state summarises every token: it cannot go back. */
     if (s->model->cfg.n_linear_layers > 0) return 1;
+    if (s->model->family->session_rewind && s->model->family->session_rewind(s, pos)) return 1;
     s->pos = pos;
     sl_moe_forget_steps(&s->moe);
     return 0;

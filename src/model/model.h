@@ -10,56 +10,6 @@
 #include "model/config.h"
 #include "moe/moe.h"
 
-/*
- * Qwen4-Exp hyper-connection: reads the hc residual streams W [hc, H] through a
- * grouped RMSNorm n, mixes them with w = sigmoid(up(silu(down(n) / hc))) into
- * mean_c(w[c] * n[c]), and (when inject is present) weights the sublayer's output
- * back onto the un-normalised streams by 2 * sigmoid(inject(n) / hc).
- */
-typedef struct sl_hyper {
-    sl_tensor norm;   /* [hc*H]: RMSNorm (1 + w), one statistic per stream */
-    sl_tensor down;   /* [r, hc*H] */
-    sl_tensor up;     /* [hc*H, r] */
-    sl_tensor inject; /* [hc, hc*H]; absent in the final mixer */
-} sl_hyper;
-
-/*
- * One PLE layer's n-gram embedding table [rows, dim]. In the real model it holds
- * about 51 billion parameters, so it is never loaded: each token's rows are read
- * where they lie, from the checkpoint or pack mapping (parts, concatenated on rows),
- * or with one pread per row (fd >= 0: a packed model whose experts are streamed).
- */
-typedef struct sl_ngram_table {
-    int64_t rows;
-    int32_t dim;
-    sl_dtype dtype;
-    int32_t n_parts;
-    sl_tensor *parts; /* shards in row order (views into a mapping) */
-    int fd;           /* pread access, or -1 */
-    uint64_t data_off;
-    size_t row_bytes;
-    void *map; /* the pack file's mapping (owned), or NULL */
-    size_t map_len;
-    /* packed tables */
-    char *path;          /* ngram-LLL.bin, for messages */
-    sl_ngram_header hdr; /* from version 2, each row ends in its CRC32C (sl_ngram_row_ok) */
-    int map_fd;          /* mapped: kept open to notice the file shrinking (fstat), or -1 */
-} sl_ngram_table;
-
-#define SL_NGRAM_MAX 8
-
-/* Qwen4-Exp PLE of one layer: hashed n-gram embeddings gated into every stream. */
-typedef struct sl_ple {
-    int32_t index;               /* position in ple_layer_ids */
-    uint64_t mult[SL_NGRAM_MAX]; /* hash multiplier per n-gram position */
-    int64_t *vocab, *offset;     /* [n-gram heads]: prime vocabulary and table row offset */
-    sl_ngram_table table;
-    sl_tensor key_proj;                        /* [hc*H, D] */
-    sl_tensor value_proj;                      /* [H, D] */
-    sl_tensor norm_key, norm_query, norm_conv; /* [hc*H], grouped like sl_hyper.norm */
-    sl_tensor conv;                            /* [hc*H, 1, K], dilation ngram_size */
-} sl_ple;
-
 /* One decoder layer. Absent tensors (no bias, no qk-norm, dense vs MoE) have data == NULL. */
 typedef struct sl_layer {
     sl_tensor attn_norm;      /* [H] */
@@ -86,12 +36,6 @@ typedef struct sl_layer {
     sl_tensor router;                     /* [E, H] */
     sl_tensor sh_gate, sh_up, sh_down;    /* shared expert: [Is, H], [Is, H], [H, Is] */
     sl_tensor sh_router;                  /* [1, H]: sigmoid gate of the shared expert */
-    /* Qwen4-Exp: hyper-connections replace attn_norm and ffn_norm */
-    sl_hyper hc_attn, hc_ffn;
-    sl_ple *ple; /* PLE before the mixer, or NULL */
-    /* QSA indexer in front of full attention (Qwen4-Exp) */
-    sl_tensor idx_qk;                 /* [(idx_heads + 1) * idx_head_dim, H] */
-    sl_tensor idx_q_norm, idx_k_norm; /* [idx_head_dim], (1 + w) */
 } sl_layer;
 
 typedef struct sl_family sl_family;
@@ -105,8 +49,7 @@ struct sl_model {
     sl_tensor norm;    /* [H] final norm */
     sl_tensor lm_head; /* [V, H]; the embedding when tied */
     sl_layer *layers;  /* [n_layers] */
-    sl_hyper hc_final; /* Qwen4-Exp: the final mixer, in place of the final norm */
-    sl_ple *ples;      /* [n_ple_layers] */
+    void *fam;         /* what the family adds (its bind hook's, freed by its free_model) */
     sl_expert_store experts;
     sl_dev_cache dev; /* experts in backend memory (CUDA); unused on the CPU backend */
     void **uploads;   /* backend copies of the weights (CUDA), released with the model */
@@ -129,11 +72,6 @@ struct sl_model {
 typedef struct sl_session_buf {
     int32_t *ids;         /* [B] token ids of the chunk */
     float *logits;        /* [B, V] when the backend is not host memory, else NULL */
-    float *ones;          /* [max(ratio, 1)] all 1: sums of rows through weighted_sum */
-    float *h_qsa_scores;  /* host [max_ctx / ratio] */
-    int32_t *h_qsa_sel;   /* host [B, budget + ratio - 1] */
-    int32_t *h_qsa_nsel;  /* host [B] */
-    float *h_ple_emb;     /* host [B, D] */
     float *x;             /* [B, H] residual stream */
     float *x_alt;         /* [B, H] its other buffer (blk_prenorm_decoder swaps them) */
     float *xn;            /* [B, H] normed input of a sublayer */
@@ -154,27 +92,6 @@ typedef struct sl_session_buf {
     float *lin_v, *lin_z; /* [B, value_dim] */
     float *lin_a, *lin_b; /* [B, nv] */
     float *lin_o;         /* [B, value_dim] */
-    /* Qwen4-Exp (hc = hc_count, D = ple_embed_dim, G = n-gram heads) */
-    float *hres;                /* [B, hc*H] the residual streams */
-    float *hnorm;               /* [B, hc*H] grouped-normed streams */
-    float *hlow;                /* [B, r] low-rank mix */
-    float *hw;                  /* [B, hc*H] mix weights */
-    float *hinj;                /* [B, hc] injection weights */
-    int32_t *ple_hist;          /* host [B, ngram_size] token at shift s (EOS past a reset) */
-    int64_t *ple_rows;          /* host [B, G] table rows */
-    uint8_t *ple_rowbuf;        /* host [B, G] table rows as read (pread) */
-    sl_read_job *ple_jobs;      /* host [B, G] their reads */
-    float *ple_emb;             /* [B, D] */
-    float *ple_key, *ple_gate;  /* [B, hc*H] */
-    float *ple_val;             /* [B, H] */
-    float *ple_norm, *ple_conv; /* [B, hc*H] */
-    float *idx_qk;              /* [B, (idx_heads + 1) * idx_head_dim] */
-    float *idx_q;               /* [B, idx_heads * idx_head_dim] */
-    float *qsa_scores;          /* [max_ctx / ratio] */
-    uint8_t *qsa_taken;         /* host [max_ctx / ratio] */
-    int32_t *qsa_order;         /* host [max_ctx / ratio] the block choice's scratch */
-    int32_t *qsa_sel;           /* [B, budget + ratio - 1] attended positions per query */
-    int32_t *qsa_nsel;          /* [B] */
     /* The final hidden state as the LM head takes it (blk_head, each chunk; NULL before), and
      * a host row of it: what sl_session_forward checks when a chunk returns no logits. */
     const float *head_x; /* [head_rows, H], backend memory */
@@ -192,32 +109,64 @@ struct sl_session {
     float *delta_state;                 /* [n_layers, nv, dk, dv] */
     float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
     size_t delta_state_n, conv_state_n; /* element counts */
-    /* Qwen4-Exp: the QSA indexer's caches (indexed by layer, like the KV cache) and PLE's
-     * recurrent state (token history and the dilated conv's inputs). */
-    float *idx_kcache;     /* [n_layers, max_ctx, idx_head_dim] raw indexer keys */
-    float *idx_blocks;     /* [n_layers, max_ctx / ratio, idx_head_dim] pooled block keys */
-    int32_t *ple_ctx;      /* host [ngram_size - 1] the last tokens, oldest first */
-    float *ple_conv_state; /* [n_ple_layers, hc*H, (K-1) * ngram_size] */
-    size_t ple_conv_state_n;
     sl_session_buf b;
     sl_moe_scratch moe;   /* the MoE step's buffers, carved with b */
+    void *fam; /* what the family adds (sl_family.session_size bytes, carved by its layout) */
     int32_t defer_logits; /* blk_head leaves the logits in b.logits (a graph is recording) */
     void *arena;          /* backend memory */
     void *host_arena;     /* host memory */
 };
 
-/* A model family: binds its tensors and runs its forward pass over blocks. */
+/*
+ * A model family: which architectures it runs, how it reads its own config keys, what it binds
+ * (into the shared sl_layer and into its own state, sl_model.fam), its forward pass over the
+ * blocks, and what its sessions need beyond the shared buffers (sl_session.fam). Every hook
+ * but bind and forward is optional. The registry (families/families.c) maps config.json's
+ * model_type to a family.
+ */
 struct sl_family {
     const char *arch;
     float norm_offset;
+    /* Its keys of config.json (root: the text model's object), once the shared ones are read;
+     * fills the shared fields it decides and c->fam (one allocation, freed with the config).
+     * Messages name path and the key, as the shared parser's do. */
+    sl_status (*read_config)(sl_config *c, const json_t *root, const char *path, sl_error *err);
+    /* Names config.json's layer_types may give a full-attention layer beside "full_attention"
+     * (NULL-terminated), or NULL. */
+    const char *const *attn_layer_types;
     sl_status (*bind)(sl_model *m, sl_error *err);
+    /* After binding and the expert store: what the family reads beside the checkpoint's
+     * tensors (from dir; streamed: experts are read per token, so should its tables be). */
+    sl_status (*open)(sl_model *m, const char *dir, int streamed, sl_error *err);
+    /* Its weights (the tensors it bound into m->fam) into out[n...] when out is not NULL;
+     * returns the count. They go to backend memory with the shared ones. */
+    int32_t (*weights)(sl_model *m, sl_tensor **out);
+    void (*free_model)(sl_model *m); /* releases m->fam and what open opened */
+    /* The figures sl_model_get_info reports for the family's own parts. */
+    void (*info)(const sl_model *m, sl_model_info *info);
+    /* Sessions: s->fam is session_size zeroed bytes; layout carves its buffers from the
+     * backend arena (dev) and the host arena (host), called twice like the shared layout;
+     * init fills constants once the arenas exist; reset clears its state for a new sequence;
+     * rewind returns nonzero when its state cannot go back to pos. */
+    size_t session_size;
+    void (*session_layout)(sl_session *s, sl_carver *dev, sl_carver *host);
+    sl_status (*session_init)(sl_session *s, sl_error *err);
+    void (*session_reset)(sl_session *s);
+    int (*session_rewind)(sl_session *s, int32_t pos);
     /* T <= max_batch ids at position s->pos; writes T rows (or the last) of logits. */
     sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                          int all_logits, sl_error *err);
     /* A decode step takes no decision on the host when the experts need none (no QSA
      * choice, no PLE rows): a backend may record it as one graph. */
     int graph_steps;
+    /* The sublayer and final norms are the family's own (bound optional; blk_norm_flags). */
+    int own_norms;
 };
+
+/* The family running model_type arch, or NULL (families/families.c); the names of those
+ * sluice runs, for messages. */
+const sl_family *sl_family_find(const char *arch);
+const char *sl_family_names(void);
 
 extern const sl_family sl_family_qwen3_moe;
 extern const sl_family sl_family_qwen2_moe;

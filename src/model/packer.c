@@ -27,6 +27,7 @@
 #include "core/crc32c.h"
 #include "format/pack.h"
 #include "kernels/quant.h"
+#include "families/qwen4_exp/qwen4_exp.h"
 #include "model/model.h"
 #include "model/packer.h"
 
@@ -440,7 +441,7 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
  * ends in its CRC32C. */
 static sl_status write_ngram(const sl_model *m, int32_t l, const char *path,
                              const sl_pack_params *p, char hex[65], uint64_t *size, sl_error *err) {
-    const sl_ngram_table *tb = &m->layers[l].ple->table;
+    const sl_ngram_table *tb = q4_ngram_table(m, l);
     const sl_dtype dt = p->quant == SL_QUANT_INT8   ? SL_DTYPE_Q8
                         : p->quant == SL_QUANT_INT4 ? SL_DTYPE_Q4
                         : tb->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16
@@ -658,7 +659,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     }
     json_t *ple_layers = json_array();
     for (int32_t l = 0; !st && l < m->cfg.n_layers; l++) {
-        if (!m->layers[l].ple) continue;
+        if (!q4_ngram_table(m, l)) continue;
         char name[64];
         snprintf(name, sizeof name, "ngram-%03d.bin", l);
         snprintf(path, sizeof path, "%s/%s", out_dir, name);
@@ -797,7 +798,7 @@ static sl_status pack_describe(const char *dir, pack_desc *d, sl_error *err) {
             *f = (pack_file){.kind = PF_EXPERTS, .layer = l};
             snprintf(f->name, sizeof f->name, "experts-%03d.bin", l);
         }
-        if (c->layer_ple && c->layer_ple[l] >= 0) {
+        if (q4_config_of(c) && q4_config_of(c)->layer_ple[l] >= 0) {
             f = &d->files[d->n_files++];
             *f = (pack_file){.kind = PF_NGRAM, .layer = l};
             snprintf(f->name, sizeof f->name, "ngram-%03d.bin", l);
@@ -926,6 +927,7 @@ static sl_status check_experts(int fd, const char *path, uint64_t size, const pa
 static sl_status check_ngram(int fd, const char *path, uint64_t size, const pack_file *pf,
                              uint32_t version, const sl_config *c, sha_ctx *sha, finding *why,
                              sl_error *err) {
+    const q4_config *q4c = q4_config_of(c);
     uint8_t *buf = malloc(VERIFY_CHUNK);
     if (!buf) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     uint64_t off = SL_MIN(size, (uint64_t)SL_PACK_PAGE);
@@ -938,7 +940,7 @@ static sl_status check_ngram(int fd, const char *path, uint64_t size, const pack
         if (h.version != version)
             found(why, "format version %u, but the manifest says %u", h.version, version);
         if ((int32_t)h.layer != pf->layer ||
-            (int32_t)h.dim != c->ple_embed_dim / SL_MAX(sl_ngram_heads(c), 1))
+            (int32_t)h.dim != (q4c ? q4c->ple_embed_dim / SL_MAX(q4_ngram_heads(q4c), 1) : 0))
             found(why, "holds layer %u with rows of %u, the config wants layer %d", h.layer, h.dim,
                   pf->layer);
         const uint64_t per = SL_MAX(VERIFY_CHUNK / h.row_bytes, (uint64_t)1);

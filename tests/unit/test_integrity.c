@@ -14,6 +14,7 @@
 
 #include "core/crc32c.h"
 #include "format/pack.h"
+#include "families/qwen4_exp/qwen4_exp.h"
 #include "model/model.h"
 #include "model/packer.h"
 #include "test.h"
@@ -395,7 +396,7 @@ TEST(test_mapped_files_shrinking) {
     sl_model_params mp = {.n_threads = 1};
     CHECK(sl_model_load(q, &mp, &m, &err) == SL_OK);
     char path[700];
-    snprintf(path, sizeof path, "%s/ngram-%03d.bin", q, m ? m->ples[0].table.hdr.layer : 0);
+    snprintf(path, sizeof path, "%s/ngram-%03d.bin", q, m ? q4_mod(m)->ples[0].table.hdr.layer : 0);
     CHECK(m && run(m, NULL, &err) == SL_OK);
     CHECK(truncate(path, 4096 + 100) == 0);
     CHECKF(m && run(m, NULL, &err) == SL_ERR_IO && strstr(err.msg, "ngram-") &&

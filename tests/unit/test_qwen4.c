@@ -12,7 +12,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "model/blocks.h"
+#include "families/qwen4_exp/qwen4_exp.h"
 #include "test.h"
 
 static const char *const cases[] = {"qwen4_exp_a", "qwen4_exp_b", "qwen4_exp_vlm"};
@@ -42,37 +42,39 @@ TEST(test_qwen4_ple_hash) {
             continue;
         }
         const sl_config *c = &m->cfg;
+        const q4_config *qc = q4_cfg(m);
         json_t *ids = json_object_get(ref, "ids");
-        const int32_t T = (int32_t)json_array_size(ids), G = sl_ngram_heads(c);
+        const int32_t T = (int32_t)json_array_size(ids), G = q4_ngram_heads(qc);
         sl_session_params sp = {.max_ctx = T + 4};
         CHECK(sl_session_create(m, &sp, &s, &err) == SL_OK);
         int32_t *tok = malloc((size_t)T * sizeof(int32_t));
         for (int32_t t = 0; t < T; t++)
             tok[t] = (int32_t)json_integer_value(json_array_get(ids, (size_t)t));
         /* history in two calls, as a chunked prefill would build it */
-        blk_ple_history(s, tok, 5);
-        int32_t *hist = malloc((size_t)T * (size_t)c->ngram_size * sizeof(int32_t));
-        memcpy(hist, s->b.ple_hist, 5 * (size_t)c->ngram_size * sizeof(int32_t));
-        blk_ple_history(s, tok + 5, T - 5);
-        memcpy(hist + 5 * c->ngram_size, s->b.ple_hist,
-               (size_t)(T - 5) * (size_t)c->ngram_size * sizeof(int32_t));
+        q4_ple_history(s, tok, 5);
+        int32_t *hist = malloc((size_t)T * (size_t)qc->ngram_size * sizeof(int32_t));
+        memcpy(hist, q4_ses(s)->ple_hist, 5 * (size_t)qc->ngram_size * sizeof(int32_t));
+        q4_ple_history(s, tok + 5, T - 5);
+        memcpy(hist + 5 * qc->ngram_size, q4_ses(s)->ple_hist,
+               (size_t)(T - 5) * (size_t)qc->ngram_size * sizeof(int32_t));
         int checked = 0;
         for (int32_t l = 0; l < c->n_layers; l++) {
-            const sl_ple *P = m->layers[l].ple;
+            const sl_ple *P = q4_mod(m)->layers[l].ple;
             if (!P) continue;
             char key[16];
             snprintf(key, sizeof key, "%d", l);
             /* derived constants = the shipped buffers */
             uint64_t mult[SL_NGRAM_MAX];
             int64_t vocab[64], offset[64];
-            sl_ple_derive(c, P->index, mult, vocab, offset);
+            q4_ple_derive(c, P->index, mult, vocab, offset);
             json_t *buf = json_object_get(json_object_get(ref, "ple_buffers"), key);
             json_t *jm = json_object_get(buf, "layer_multipliers");
             json_t *jv = json_object_get(buf, "ngram_heads_vocab_sizes");
             json_t *jo = json_object_get(buf, "ngram_heads_offsets");
-            CHECKF(json_array_size(jm) == (size_t)c->ngram_size && json_array_size(jv) == (size_t)G,
+            CHECKF(json_array_size(jm) == (size_t)qc->ngram_size &&
+                       json_array_size(jv) == (size_t)G,
                    "%s layer %d: no ple_buffers in ref.json", cases[ci], l);
-            for (int32_t i = 0; i < c->ngram_size && jm; i++)
+            for (int32_t i = 0; i < qc->ngram_size && jm; i++)
                 CHECKF(mult[i] == (uint64_t)json_integer_value(json_array_get(jm, (size_t)i)),
                        "%s layer %d: multiplier %d", cases[ci], l, i);
             for (int32_t g = 0; g < G && jv && jo; g++)
@@ -85,7 +87,7 @@ TEST(test_qwen4_ple_hash) {
                    l);
             for (int32_t t = 0; t < T && rows; t++) {
                 int64_t got[64];
-                sl_ple_rows(c, P, hist + (size_t)t * (size_t)c->ngram_size, got);
+                q4_ple_rows(qc, P, hist + (size_t)t * (size_t)qc->ngram_size, got);
                 json_t *want = json_array_get(rows, (size_t)t);
                 for (int32_t g = 0; g < G; g++)
                     CHECKF(got[g] == json_integer_value(json_array_get(want, (size_t)g)),
@@ -95,7 +97,7 @@ TEST(test_qwen4_ple_hash) {
             }
             checked++;
         }
-        CHECKF(checked == c->n_ple_layers && checked > 0, "%s: PLE layers checked %d", cases[ci],
+        CHECKF(checked == qc->n_ple_layers && checked > 0, "%s: PLE layers checked %d", cases[ci],
                checked);
         free(tok);
         free(hist);
@@ -184,7 +186,7 @@ TEST(test_qwen4_qsa_pick_ties) {
         uint8_t *taken = malloc((size_t)n);
         for (int32_t j = 0; j < n; j++)
             sc[j] = (float)json_integer_value(json_array_get(jv, (size_t)j));
-        sl_qsa_pick(sc, n, k, order, taken);
+        q4_qsa_pick(sc, n, k, order, taken);
         int same = 1, count = 0;
         for (int32_t j = 0; j < n; j++)
             count += taken[j];

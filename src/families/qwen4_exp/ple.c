@@ -28,7 +28,7 @@
 
 #include "format/pack.h"
 #include "kernels/quant.h"
-#include "model/blocks.h"
+#include "families/qwen4_exp/qwen4_exp.h"
 
 /* ------------------------------------------------------- hash constants */
 
@@ -47,18 +47,19 @@ static int is_prime(int64_t v) {
     return 1;
 }
 
-void sl_ple_derive(const sl_config *c, int32_t ple_index, uint64_t *mult, int64_t *vocab,
+void q4_ple_derive(const sl_config *c, int32_t ple_index, uint64_t *mult, int64_t *vocab,
                    int64_t *offset) {
+    const q4_config *qc = c->fam;
     const uint64_t max_long = (UINT64_C(1) << 63) - 1;
     const uint64_t mult_max = max_long / (uint64_t)SL_MAX(c->vocab_size, 1);
     const uint64_t half = SL_MAX(mult_max / 2, 1);
-    const uint64_t base_seed = (uint64_t)c->ngram_seed + UINT64_C(10007) * (uint64_t)ple_index;
-    for (int32_t i = 0; i < c->ngram_size; i++)
+    const uint64_t base_seed = (uint64_t)qc->ngram_seed + UINT64_C(10007) * (uint64_t)ple_index;
+    for (int32_t i = 0; i < qc->ngram_size; i++)
         mult[i] =
             2 * (splitmix64(base_seed + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1)) % half) + 1;
     /* Head g of this layer takes the (ple_index * G + g + 1)-th prime >= base. */
-    const int32_t G = sl_ngram_heads(c);
-    int64_t p = (int64_t)c->ngram_vocab_base - 1, total = 0;
+    const int32_t G = q4_ngram_heads(qc);
+    int64_t p = (int64_t)qc->ngram_vocab_base - 1, total = 0;
     for (int32_t n = 0; n < ple_index * G; n++)
         for (p++; !is_prime(p); p++) {
         }
@@ -90,22 +91,23 @@ static sl_status read_i64(const sl_ckpt *ck, const char *name, int64_t n, int64_
 
 static sl_status bind_hash(sl_model *m, int32_t l, sl_ple *P, sl_error *err) {
     const sl_config *c = &m->cfg;
-    const int32_t G = sl_ngram_heads(c);
-    sl_ple_derive(c, P->index, P->mult, P->vocab, P->offset);
+    const q4_config *qc = q4_cfg(m);
+    const int32_t G = q4_ngram_heads(qc);
+    q4_ple_derive(c, P->index, P->mult, P->vocab, P->offset);
     char name[160];
     int found;
     int64_t buf[SL_NGRAM_MAX];
     sl_status st;
     /* The checkpoint's buffers win over the derivation: they are what it was trained with. */
     snprintf(name, sizeof name, "layers.%d.ple.ple_embedding.layer_multipliers", l);
-    if ((st = read_i64(&m->ck, name, c->ngram_size, buf, &found, err))) return st;
-    for (int32_t i = 0; found && i < c->ngram_size; i++)
+    if ((st = read_i64(&m->ck, name, qc->ngram_size, buf, &found, err))) return st;
+    for (int32_t i = 0; found && i < qc->ngram_size; i++)
         P->mult[i] = (uint64_t)buf[i];
     snprintf(name, sizeof name, "layers.%d.ple.ple_embedding.ngram_heads_vocab_sizes", l);
     if ((st = read_i64(&m->ck, name, G, P->vocab, &found, err))) return st;
     snprintf(name, sizeof name, "layers.%d.ple.ple_embedding.ngram_heads_offsets", l);
     if ((st = read_i64(&m->ck, name, G, P->offset, &found, err))) return st;
-    for (int32_t i = 0; i < c->ngram_size; i++)
+    for (int32_t i = 0; i < qc->ngram_size; i++)
         if (P->mult[i] == 0 || P->mult[i] > (UINT64_C(1) << 63) / (uint64_t)c->vocab_size)
             return sl_fail(err, SL_ERR_FORMAT,
                            "%s: layer %d: n-gram hash multiplier %d is out of range", m->ck.dir, l,
@@ -113,20 +115,22 @@ static sl_status bind_hash(sl_model *m, int32_t l, sl_ple *P, sl_error *err) {
     return SL_OK;
 }
 
-sl_status blk_bind_ple(sl_model *m, int32_t l, sl_error *err) {
+sl_status q4_bind_ple(sl_model *m, int32_t l, sl_error *err) {
     const sl_config *c = &m->cfg;
-    if (c->layer_ple[l] < 0) return SL_OK;
-    sl_ple *P = &m->ples[c->layer_ple[l]];
-    m->layers[l].ple = P;
-    P->index = c->layer_ple[l];
+    const q4_config *qc = q4_cfg(m);
+    q4_model *qm = q4_mod(m);
+    if (qc->layer_ple[l] < 0) return SL_OK;
+    sl_ple *P = &qm->ples[qc->layer_ple[l]];
+    qm->layers[l].ple = P;
+    P->index = qc->layer_ple[l];
     P->table.fd = -1;
     P->table.map_fd = -1;
-    const int32_t G = sl_ngram_heads(c);
+    const int32_t G = q4_ngram_heads(qc);
     P->vocab = sl_calloc((size_t)G, sizeof(int64_t), err);
     P->offset = sl_calloc((size_t)G, sizeof(int64_t), err);
     if (!P->vocab || !P->offset) return SL_ERR_NOMEM;
-    const int64_t hcH = (int64_t)c->hc_count * c->hidden_size, H = c->hidden_size;
-    const int64_t D = c->ple_embed_dim;
+    const int64_t hcH = (int64_t)qc->hc_count * c->hidden_size, H = c->hidden_size;
+    const int64_t D = qc->ple_embed_dim;
     const sl_ckpt *ck = &m->ck;
     const char *p = "layers.%d.ple.%s";
     sl_status st;
@@ -140,10 +144,10 @@ sl_status blk_bind_ple(sl_model *m, int32_t l, sl_error *err) {
                            "norm_query.weight")) ||
         (st = sl_ckpt_bind(ck, &P->norm_conv, SL_BIND_REQUIRED, SL_DIMS(hcH), err, p, l,
                            "norm_conv.weight")) ||
-        (st = sl_ckpt_bind(ck, &P->conv, SL_BIND_REQUIRED, SL_DIMS(hcH, 1, c->ple_conv_kernel), err,
-                           p, l, "conv1d.weight")))
+        (st = sl_ckpt_bind(ck, &P->conv, SL_BIND_REQUIRED, SL_DIMS(hcH, 1, qc->ple_conv_kernel),
+                           err, p, l, "conv1d.weight")))
         return st;
-    if (c->ple_conv_kernel > 64)
+    if (qc->ple_conv_kernel > 64)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: ple_conv_kernel_size > 64", ck->dir);
     return bind_hash(m, l, P, err);
 }
@@ -151,8 +155,8 @@ sl_status blk_bind_ple(sl_model *m, int32_t l, sl_error *err) {
 /* ------------------------------------------------------------- tables */
 
 /* Rows the table must have: the heads' vocabularies, padded to the divisor. */
-static int64_t table_rows(const sl_config *c, const sl_ple *P) {
-    const int32_t G = sl_ngram_heads(c);
+static int64_t table_rows(const q4_config *c, const sl_ple *P) {
+    const int32_t G = q4_ngram_heads(c);
     int64_t total = 0;
     for (int32_t g = 0; g < G; g++)
         total = SL_MAX(total, P->offset[g] + P->vocab[g]);
@@ -161,7 +165,7 @@ static int64_t table_rows(const sl_config *c, const sl_ple *P) {
 
 /* A Hugging Face checkpoint: one table tensor, or shards shard_0, shard_1, ... in row order. */
 static sl_status open_table_hf(sl_model *m, int32_t l, sl_ple *P, sl_error *err) {
-    const sl_config *c = &m->cfg;
+    const q4_config *c = q4_cfg(m);
     sl_ngram_table *tb = &P->table;
     char name[192];
     const sl_ckpt_entry *one = NULL;
@@ -190,12 +194,12 @@ static sl_status open_table_hf(sl_model *m, int32_t l, sl_ple *P, sl_error *err)
             e = sl_ckpt_find(&m->ck, name);
         }
         const sl_tensor *t = e->t;
-        if (t->ndim != 2 || t->shape[1] != c->ple_embed_dim / sl_ngram_heads(c) ||
+        if (t->ndim != 2 || t->shape[1] != c->ple_embed_dim / q4_ngram_heads(c) ||
             !(t->dtype == SL_DTYPE_BF16 || t->dtype == SL_DTYPE_F16 || t->dtype == SL_DTYPE_F32) ||
             (i > 0 && t->dtype != tb->parts[0].dtype))
             return sl_fail(
                 err, SL_ERR_FORMAT, "%s: tensor '%s': expected a float [rows, %d] n-gram table",
-                m->ck.files[e->file].path, t->name, c->ple_embed_dim / sl_ngram_heads(c));
+                m->ck.files[e->file].path, t->name, c->ple_embed_dim / q4_ngram_heads(c));
         tb->parts[i] = *t;
         tb->rows += t->shape[0];
     }
@@ -230,7 +234,7 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
                      "%s: format version %u, but the manifest says %d (a file of another pack?)",
                      path, h.version, m->pack_version);
     if (!st && (h.layer != (uint32_t)l ||
-                h.dim != (uint32_t)(m->cfg.ple_embed_dim / sl_ngram_heads(&m->cfg))))
+                h.dim != (uint32_t)(q4_cfg(m)->ple_embed_dim / q4_ngram_heads(q4_cfg(m)))))
         st = sl_fail(err, SL_ERR_FORMAT, "%s: layer %u / row size %u do not match the model", path,
                      h.layer, h.dim);
     /* A session's row buffer holds dim x 4 bytes a row (sl_session_create): F32 rows with a
@@ -262,7 +266,7 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
         tb->map = NULL;
         return sl_fail(err, SL_ERR_IO, "%s: mmap: %s", path, strerror(e));
     }
-    tb->map_fd = fd; /* kept: blk_ple checks the size before reading the mapping */
+    tb->map_fd = fd; /* kept: q4_ple checks the size before reading the mapping */
     madvise(tb->map, tb->map_len, MADV_RANDOM);
     tb->parts = sl_calloc(1, sizeof(sl_tensor), err);
     if (!tb->parts) return SL_ERR_NOMEM;
@@ -276,10 +280,10 @@ static sl_status open_table_pack(sl_model *m, const char *dir, int32_t l, sl_ple
     return SL_OK;
 }
 
-sl_status sl_ple_open_tables(sl_model *m, const char *dir, int use_pread, sl_error *err) {
-    const sl_config *c = &m->cfg;
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        sl_ple *P = m->layers[l].ple;
+sl_status q4_ple_open_tables(sl_model *m, const char *dir, int use_pread, sl_error *err) {
+    const q4_config *c = q4_cfg(m);
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        sl_ple *P = q4_mod(m)->layers[l].ple;
         if (!P) continue;
         sl_status st =
             m->packed ? open_table_pack(m, dir, l, P, use_pread, err) : open_table_hf(m, l, P, err);
@@ -293,9 +297,10 @@ sl_status sl_ple_open_tables(sl_model *m, const char *dir, int use_pread, sl_err
     return SL_OK;
 }
 
-void sl_ple_free(sl_model *m) {
-    for (int32_t i = 0; m->ples && i < m->cfg.n_ple_layers; i++) {
-        sl_ple *P = &m->ples[i];
+void q4_ple_free(sl_model *m) {
+    q4_model *qm = q4_mod(m);
+    for (int32_t i = 0; qm->ples && i < q4_cfg(m)->n_ple_layers; i++) {
+        sl_ple *P = &qm->ples[i];
         free(P->vocab);
         free(P->offset);
         free(P->table.parts);
@@ -304,8 +309,8 @@ void sl_ple_free(sl_model *m) {
         if (P->table.map) munmap(P->table.map, P->table.map_len);
         free(P->table.path);
     }
-    free(m->ples);
-    m->ples = NULL;
+    free(qm->ples);
+    qm->ples = NULL;
 }
 
 /* One packed row (plain floats, or codes, scales, biases) into out[dim]. */
@@ -353,12 +358,13 @@ static sl_status table_row(const sl_ngram_table *tb, int32_t l, int64_t r, float
 
 /* ------------------------------------------------------------- compute */
 
-void blk_ple_history(sl_session *s, const int32_t *ids, int32_t T) {
-    const sl_config *c = &s->model->cfg;
-    const int32_t C = c->ngram_size - 1, eos = c->eos_id;
-    int32_t *ctx = s->ple_ctx;
+void q4_ple_history(sl_session *s, const int32_t *ids, int32_t T) {
+    const q4_config *c = q4_cfg(s->model);
+    q4_session *b = q4_ses(s);
+    const int32_t C = c->ngram_size - 1, eos = s->model->cfg.eos_id;
+    int32_t *ctx = b->ple_ctx;
     for (int32_t t = 0; t < T; t++) {
-        int32_t *h = s->b.ple_hist + (size_t)t * (size_t)c->ngram_size;
+        int32_t *h = b->ple_hist + (size_t)t * (size_t)c->ngram_size;
         int reset = 0;
         h[0] = ids[t];
         for (int32_t sh = 1; sh <= C; sh++) {
@@ -375,7 +381,7 @@ void blk_ple_history(sl_session *s, const int32_t *ids, int32_t T) {
     }
 }
 
-void sl_ple_rows(const sl_config *c, const sl_ple *P, const int32_t *hist, int64_t *rows) {
+void q4_ple_rows(const q4_config *c, const sl_ple *P, const int32_t *hist, int64_t *rows) {
     int32_t g = 0;
     for (int32_t n = 2; n <= c->ngram_size; n++) {
         uint64_t mixed = (uint64_t)hist[0] * P->mult[0];
@@ -386,19 +392,19 @@ void sl_ple_rows(const sl_config *c, const sl_ple *P, const int32_t *hist, int64
     }
 }
 
-sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
+sl_status q4_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     sl_model *m = s->model;
-    const sl_config *c = &m->cfg;
+    const q4_config *c = q4_cfg(m);
     const sl_backend *be = &m->be;
-    const sl_ple *P = m->layers[l].ple;
-    sl_session_buf *b = &s->b;
-    const int32_t G = sl_ngram_heads(c), dim = P->table.dim, D = c->ple_embed_dim;
-    const size_t hcH = (size_t)c->hc_count * (size_t)c->hidden_size;
+    const sl_ple *P = q4_mod(m)->layers[l].ple;
+    q4_session *b = q4_ses(s);
+    const int32_t G = q4_ngram_heads(c), dim = P->table.dim, D = c->ple_embed_dim;
+    const size_t hcH = (size_t)c->hc_count * (size_t)m->cfg.hidden_size;
     const size_t S = (size_t)(c->ple_conv_kernel - 1) * (size_t)c->ngram_size;
 
     const double t0 = sl_now();
     for (int32_t t = 0; t < T; t++)
-        sl_ple_rows(c, P, b->ple_hist + (size_t)t * (size_t)c->ngram_size,
+        q4_ple_rows(c, P, b->ple_hist + (size_t)t * (size_t)c->ngram_size,
                     b->ple_rows + (size_t)t * (size_t)G);
     const sl_ngram_table *tb = &P->table;
     const int32_t n = T * G;
@@ -445,15 +451,15 @@ sl_status blk_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     m->stats.t_ple_io += sl_now() - t0;
 
     be->ops->matmul(be, b->ple_key, b->ple_emb, &P->key_proj, NULL, T);
-    blk_grouped_rmsnorm(s, b->ple_key, b->ple_key, &P->norm_key, T);
+    q4_grouped_rmsnorm(s, b->ple_key, b->ple_key, &P->norm_key, T);
     be->ops->matmul(be, b->ple_val, b->ple_emb, &P->value_proj, NULL, T);
-    blk_grouped_rmsnorm(s, b->ple_norm, b->hres, &P->norm_query, T);
+    q4_grouped_rmsnorm(s, b->ple_norm, b->hres, &P->norm_query, T);
     be->ops->ple_gate(be, b->ple_gate, b->ple_key, b->ple_norm, b->ple_val, T, c->hc_count,
-                      c->hidden_size);
-    blk_grouped_rmsnorm(s, b->ple_norm, b->ple_gate, &P->norm_conv, T);
+                      m->cfg.hidden_size);
+    q4_grouped_rmsnorm(s, b->ple_norm, b->ple_gate, &P->norm_conv, T);
     be->ops->conv1d_silu(be, b->ple_conv, b->ple_norm, T, (int32_t)hcH, &P->conv,
                          c->ple_conv_kernel, c->ngram_size,
-                         s->ple_conv_state + (size_t)P->index * hcH * S);
+                         b->ple_conv_state + (size_t)P->index * hcH * S);
     be->ops->axpy(be, b->ple_gate, 1.0f, b->ple_conv, (size_t)T * hcH);
     be->ops->axpy(be, b->hres, 1.0f, b->ple_gate, (size_t)T * hcH);
     return SL_OK;

@@ -10,22 +10,22 @@
  * complete blocks b < (p + 1) / ratio by
  *   score_b = sum over heads h of relu(q_h . k_b) / sqrt(idx_head_dim)
  * and attends to the idx_budget / ratio best blocks (chosen as torch.topk
- * does, ties included: see sl_qsa_pick) plus the incomplete tail of positions;
+ * does, ties included: see q4_qsa_pick) plus the incomplete tail of positions;
  * with no more complete blocks than that, it attends to everything, exactly as
  * dense attention.
  */
 #include <math.h>
 
-#include "model/blocks.h"
+#include "families/qwen4_exp/qwen4_exp.h"
 
-sl_status blk_bind_indexer(sl_model *m, int32_t l, sl_error *err) {
-    const sl_config *c = &m->cfg;
-    sl_layer *L = &m->layers[l];
-    const int64_t ihd = c->idx_head_dim;
+sl_status q4_bind_indexer(sl_model *m, int32_t l, sl_error *err) {
+    const q4_config *qc = q4_cfg(m);
+    q4_layer *L = &q4_mod(m)->layers[l];
+    const int64_t ihd = qc->idx_head_dim;
     const char *p = "layers.%d.self_attn.indexer.%s";
     sl_status st;
     if ((st = sl_ckpt_bind(&m->ck, &L->idx_qk, SL_BIND_REQUIRED,
-                           SL_DIMS((c->idx_heads + 1) * ihd, c->hidden_size), err, p, l,
+                           SL_DIMS((qc->idx_heads + 1) * ihd, m->cfg.hidden_size), err, p, l,
                            "index_qk_proj.weight")) ||
         (st = sl_ckpt_bind(&m->ck, &L->idx_q_norm, SL_BIND_REQUIRED, SL_DIMS(ihd), err, p, l,
                            "q_layernorm.weight")) ||
@@ -149,7 +149,7 @@ static void insertion_sort(pick_ctx *c, int64_t first, int64_t last) {
     }
 }
 
-void sl_qsa_pick(const float *scores, int32_t n, int32_t top, int32_t *order, uint8_t *taken) {
+void q4_qsa_pick(const float *scores, int32_t n, int32_t top, int32_t *order, uint8_t *taken) {
     memset(taken, 0, (size_t)n);
     if (top > n) top = n;
     if (top <= 0) return;
@@ -189,16 +189,18 @@ void sl_qsa_pick(const float *scores, int32_t n, int32_t top, int32_t *order, ui
 static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
+    const q4_config *qc = q4_cfg(m);
     const sl_backend *be = &m->be;
-    const sl_layer *L = &m->layers[l];
-    const int32_t ihd = c->idx_head_dim, R = c->idx_ratio;
+    const q4_layer *L = &q4_mod(m)->layers[l];
+    const q4_session *b = q4_ses(s);
+    const int32_t ihd = qc->idx_head_dim, R = qc->idx_ratio;
     const size_t nblk = (size_t)(s->max_ctx / R) + 1;
-    const float *keys = s->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
-    float *blocks = s->idx_blocks + (size_t)l * nblk * (size_t)ihd;
+    const float *keys = b->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
+    float *blocks = b->idx_blocks + (size_t)l * nblk * (size_t)ihd;
     for (int32_t bk = s->pos / R; (bk + 1) * R <= s->pos + T; bk++) {
         float *k = blocks + (size_t)bk * (size_t)ihd;
         /* the mean of the block's R raw keys: their sum, then / R */
-        be->ops->weighted_sum(be, k, keys + (size_t)bk * (size_t)R * (size_t)ihd, s->b.ones, 1, R,
+        be->ops->weighted_sum(be, k, keys + (size_t)bk * (size_t)R * (size_t)ihd, b->ones, 1, R,
                               ihd);
         be->ops->activate(be, k, k, (size_t)ihd, (float)R, 1.0f, SL_ACT_NONE);
         be->ops->rmsnorm(be, k, k, &L->idx_k_norm, 1, ihd, c->rms_norm_eps, m->norm_offset);
@@ -206,20 +208,21 @@ static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     }
 }
 
-void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
+void q4_qsa_select(sl_session *s, int32_t l, int32_t T, blk_attn_sel *out) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
+    const q4_config *qc = q4_cfg(m);
     const sl_backend *be = &m->be;
-    const sl_layer *L = &m->layers[l];
-    sl_session_buf *b = &s->b;
-    const int32_t ih = c->idx_heads, ihd = c->idx_head_dim, R = c->idx_ratio;
-    const int32_t top = c->idx_budget / R, stride = c->idx_budget + R - 1;
+    const q4_layer *L = &q4_mod(m)->layers[l];
+    q4_session *b = q4_ses(s);
+    const int32_t ih = qc->idx_heads, ihd = qc->idx_head_dim, R = qc->idx_ratio;
+    const int32_t top = qc->idx_budget / R, stride = qc->idx_budget + R - 1;
     const size_t nq = (size_t)ih * (size_t)ihd, row = nq + (size_t)ihd;
     const size_t nblk = (size_t)(s->max_ctx / R) + 1;
-    float *keys = s->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
-    const float *blocks = s->idx_blocks + (size_t)l * nblk * (size_t)ihd;
+    float *keys = b->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
+    const float *blocks = b->idx_blocks + (size_t)l * nblk * (size_t)ihd;
 
-    be->ops->matmul(be, b->idx_qk, b->xn, &L->idx_qk, NULL, T);
+    be->ops->matmul(be, b->idx_qk, s->b.xn, &L->idx_qk, NULL, T);
     be->ops->copy2d(be, b->idx_q, nq, b->idx_qk, row, T, (int32_t)nq);
     be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk + nq, row, T,
                     ihd);
@@ -241,7 +244,7 @@ void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
         const float *sc = b->h_qsa_scores;
         be->ops->qsa_scores(be, b->qsa_scores, b->idx_q + (size_t)t * nq, blocks, ih, nb, ihd);
         be->ops->to_host(be, b->h_qsa_scores, b->qsa_scores, (size_t)nb * sizeof(float));
-        sl_qsa_pick(sc, nb, top, b->qsa_order, b->qsa_taken);
+        q4_qsa_pick(sc, nb, top, b->qsa_order, b->qsa_taken);
         for (int32_t bk = 0; bk < nb; bk++)
             for (int32_t j = 0; b->qsa_taken[bk] && j < R; j++)
                 sel[n++] = bk * R + j;
@@ -251,4 +254,5 @@ void blk_qsa_select(sl_session *s, int32_t l, int32_t T) {
     }
     be->ops->to_dev(be, b->qsa_sel, b->h_qsa_sel, (size_t)T * (size_t)stride * sizeof(int32_t));
     be->ops->to_dev(be, b->qsa_nsel, b->h_qsa_nsel, (size_t)T * sizeof(int32_t));
+    *out = (blk_attn_sel){.sel = b->qsa_sel, .n_sel = b->qsa_nsel, .stride = stride};
 }

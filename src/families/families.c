@@ -1,0 +1,23 @@
+/*
+ * The registry: which family runs each config.json model_type. A new family is
+ * a file (or a folder) under families/ and one line here.
+ */
+#include "model/model.h"
+
+/* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
+ * model runs) and as a text-only one. */
+static const sl_family *const families[] = {
+    &sl_family_qwen3_moe,      &sl_family_qwen2_moe,        &sl_family_qwen3_next,
+    &sl_family_qwen3_5_moe,    &sl_family_qwen3_5_moe_text, &sl_family_qwen4_exp,
+    &sl_family_qwen4_exp_text,
+};
+
+const sl_family *sl_family_find(const char *arch) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i]->arch, arch) == 0) return families[i];
+    return NULL;
+}
+
+const char *sl_family_names(void) {
+    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp";
+}
