@@ -267,8 +267,7 @@ struct sl_backend {
 void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa);
 /* The CUDA backend (built with make CUDA=1), on GPU `gpu`, with settings p (NULL: the defaults);
  * fails with a message when sluice was built without CUDA or no GPU is usable. */
-sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p,
-                               sl_error *err);
+sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p, sl_error *err);
 void sl_backend_cuda_free(sl_backend *be);
 /* Whether this build has the CUDA backend and a GPU is present. */
 int sl_backend_cuda_available(void);

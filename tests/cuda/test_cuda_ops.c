@@ -1326,8 +1326,8 @@ static void test_moe(void) {
 }
 
 /*
- * The default (a second GPU backend, without int4_float_act): Q4 decode products on int8-quantised x
- * against a double reference of quant.h's formula (x with tiny, zero and spiky groups), then the
+ * The default (a second GPU backend, without int4_float_act): Q4 decode products on int8-quantised
+ * x against a double reference of quant.h's formula (x with tiny, zero and spiky groups), then the
  * batch and MoE tests again: bitwise among the GPU's kernels, within the activations' rounding of
  * the CPU.
  */

@@ -5,8 +5,10 @@
  * Every op is queued on the context's non-blocking compute stream and returns at
  * once, except the expert copies (to_dev_async), which go on the copy stream and
  * join the compute stream at copy_join or a sync; only alloc's zero-fill, to_host,
- * to_dev and release order themselves with the host. Kernels live in cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the
- * rest); each one is tested against the CPU op in tests/cuda/test_cuda_ops.c.
+ * to_dev, release and reserve order themselves with the host. Device memory is taken at init
+ * and by alloc and reserve (at load and session creation), never by an op. Kernels live in
+ * cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the rest); each one is tested against the
+ * CPU op in tests/cuda/test_cuda_ops.c.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -39,19 +41,19 @@ void *cu_scratch(const sl_backend *be, size_t bytes) {
     return NULL;
 }
 
-/* Replaces the scratch by one of `bytes` (after the work that may use the old one). */
+/* Replaces the scratch by one of `bytes`, freeing the old one once the work queued before may no
+ * longer use it; on failure the old one stays (the sessions made so far go on). */
 static sl_status scratch_resize(cu_ctx *c, size_t bytes, sl_error *err) {
-    CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
-    if (c->scratch) CUDA_CHECK(c, cudaFree(c->scratch));
-    c->scratch = NULL, c->scratch_bytes = 0;
-    cudaError_t e = cudaMalloc(&c->scratch, bytes);
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        c->scratch = NULL;
-        return sl_fail(err, SL_ERR_NOMEM, "CUDA: %zu bytes of scratch: %s", bytes,
+        return sl_fail(err, SL_ERR_NOMEM, "CUDA: %zu bytes of scratch for the session: %s", bytes,
                        cudaGetErrorString(e));
     }
-    c->scratch_bytes = bytes;
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+    if (c->scratch) CUDA_CHECK(c, cudaFree(c->scratch));
+    c->scratch = p, c->scratch_bytes = bytes;
     return SL_OK;
 }
 
