@@ -19,7 +19,7 @@ nvcc -O2 -o "$W/membw_cuda" tools/membw_cuda.cu
 [ -d "$W/int4" ] || build-cuda/bench_cuda pack "$W/src" "$W/int4"
 B=build-cuda/bench_cuda
 for r in 1 2 3; do $B run "$W/int4" cuda resident 0 128 128; done
-SLUICE_CUDA_PDL=0 $B run "$W/int4" cuda resident 0 128 128   # without dependent launches
+SL_NO_PDL=1 $B run "$W/int4" cuda resident 0 128 128   # without dependent launches
 SL_GRAPHS=1 $B run "$W/int4" cuda resident 0 128 128
 for r in 1 2 3; do $B run "$W/int4" cuda resident 32 128 128; done
 $B run "$W/int4" cpu resident 0 128 32 "$(nproc)"

@@ -39,6 +39,8 @@ enum {
     CLI_OPT_BACKEND,
     CLI_OPT_GPU_EXPERTS,
     CLI_OPT_GRAPHS,
+    CLI_OPT_CUDA_NO_PDL,
+    CLI_OPT_CUDA_INT4_FLOAT_ACT,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -60,7 +62,9 @@ enum {
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
         {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
         {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS},                                \
-        {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS}, {                                         \
+        {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS},                                           \
+        {"cuda-no-pdl", no_argument, 0, CLI_OPT_CUDA_NO_PDL},                                      \
+        {"cuda-int4-float-act", no_argument, 0, CLI_OPT_CUDA_INT4_FLOAT_ACT}, {                    \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -83,6 +87,10 @@ enum {
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
     "  --cuda-graphs          cuda: run each decode step as one CUDA graph (off by default:\n"     \
     "                         measured slower on an H200, docs/BENCHMARKS.md section 6.1)\n"       \
+    "  --cuda-no-pdl          cuda: launch kernels without programmatic dependent launch (the\n"   \
+    "                         same results; decode ~20% slower on an H200)\n"                      \
+    "  --cuda-int4-float-act  cuda: int4 products on float activations (the scalar CPU's\n"        \
+    "                         formula) instead of activations quantised to int8 (faster)\n"        \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

@@ -152,6 +152,8 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         o->mp.gpu_experts = (int32_t)v;
         return 1;
     case CLI_OPT_GRAPHS: o->mp.graphs = 1; return 1;
+    case CLI_OPT_CUDA_NO_PDL: o->mp.cuda.no_pdl = 1; return 1;
+    case CLI_OPT_CUDA_INT4_FLOAT_ACT: o->mp.cuda.int4_float_act = 1; return 1;
     case CLI_OPT_STATS: o->stats = 1; return 1;
     case 'v': o->verbose = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;
@@ -177,12 +179,16 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
         cli_warn("a context of %lld tokens is longer than the model's %d positions "
                  "(max_position_embeddings): what comes past them may be poor",
                  (long long)ctx, in.max_position);
-    if (strcmp(in.backend, "cuda") && (o->mp.gpu_experts || o->mp.graphs)) {
+    if (strcmp(in.backend, "cuda") &&
+        (o->mp.gpu_experts || o->mp.graphs || o->mp.cuda.no_pdl || o->mp.cuda.int4_float_act)) {
         const char *why = o->mp.backend == SL_BACKEND_CPU
                               ? " (--backend cpu)"
                               : ": this sluice has no CUDA (make CUDA=1) or found no GPU";
         if (o->mp.gpu_experts) cli_warn("--gpu-experts does nothing on the CPU backend%s", why);
         if (o->mp.graphs) cli_warn("--cuda-graphs does nothing on the CPU backend%s", why);
+        if (o->mp.cuda.no_pdl) cli_warn("--cuda-no-pdl does nothing on the CPU backend%s", why);
+        if (o->mp.cuda.int4_float_act)
+            cli_warn("--cuda-int4-float-act does nothing on the CPU backend%s", why);
     }
     if (!o->verbose) return;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -4,8 +4,9 @@
  */
 #include "kernels/ops.h"
 
-sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err) {
-    (void)be, (void)gpu;
+sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p,
+                               sl_error *err) {
+    (void)be, (void)gpu, (void)p;
     return sl_fail(err, SL_ERR_UNSUPPORTED,
                    "this sluice was built without CUDA (rebuild with make CUDA=1)");
 }

@@ -98,6 +98,14 @@ typedef struct sl_expert_ptrs {
 
 #define SL_PEEK_BYTES 4096 /* the most to_host_begin copies */
 
+/* The largest work a session gives the ops, for a backend that sizes its scratch up front
+ * (reserve). */
+typedef struct sl_reserve_args {
+    int32_t max_batch;         /* most tokens of one call (T) */
+    int32_t max_ctx;           /* most positions (pos0 + T) */
+    int32_t n_heads, head_dim; /* attention's, the largest of any layer */
+} sl_reserve_args;
+
 typedef struct sl_ops {
     const char *name;
     /* Backend memory, zero-filled; NULL when out of memory. */
@@ -127,6 +135,10 @@ typedef struct sl_ops {
      * every to_dev_async queued so far. */
     void (*copy_join)(const sl_backend *be);
     void (*sync)(const sl_backend *be);
+    /* Optional: makes room for every op of a session of this shape, so that no op allocates
+     * (CUDA: its device scratch); called at session creation, never in a forward pass. The
+     * backend keeps the largest it was asked for; an op asking for more fails (status). */
+    sl_status (*reserve)(const sl_backend *be, const sl_reserve_args *r, sl_error *err);
     /* Optional: records the ops queued between graph_begin and graph_end (one decode step) and
      * launches them as one graph (CUDA graphs: a launch per step instead of per kernel; a new
      * recording updates the previous graph in place when only arguments changed). The ops in
@@ -253,9 +265,9 @@ struct sl_backend {
 
 /* The CPU backend; isa is clamped to what the processor supports. */
 void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa);
-/* The CUDA backend (built with make CUDA=1), on GPU `gpu`; fails with a message when
- * sluice was built without CUDA or no GPU is usable. */
-sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err);
+/* The CUDA backend (built with make CUDA=1), on GPU `gpu`, with settings p (NULL: the defaults);
+ * fails with a message when sluice was built without CUDA or no GPU is usable. */
+sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p, sl_error *err);
 void sl_backend_cuda_free(sl_backend *be);
 /* Whether this build has the CUDA backend and a GPU is present. */
 int sl_backend_cuda_available(void);

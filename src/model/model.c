@@ -280,7 +280,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     m->norm_offset = m->family->norm_offset;
     if (p.backend == SL_BACKEND_CUDA ||
         (p.backend == SL_BACKEND_AUTO && sl_backend_cuda_available())) {
-        if ((st = sl_backend_cuda_init(&m->be, 0, err))) goto fail;
+        if ((st = sl_backend_cuda_init(&m->be, 0, &p.cuda, err))) goto fail;
     } else {
         sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
         m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
@@ -554,7 +554,11 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     cv = (carver){.base = s->arena};
     hv = (carver){.base = s->host_arena};
     layout(s, &cv, &hv);
-    if ((st = fill_rope(s, err))) {
+    const sl_reserve_args ra = {.max_batch = p.max_batch,
+                                .max_ctx = p.max_ctx,
+                                .n_heads = m->cfg.n_heads,
+                                .head_dim = m->cfg.head_dim};
+    if ((be->ops->reserve && (st = be->ops->reserve(be, &ra, err))) || (st = fill_rope(s, err))) {
         sl_session_free(s);
         return st;
     }

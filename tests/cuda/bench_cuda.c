@@ -6,7 +6,8 @@
  * prints prefill and decode tokens/s with the expert and GPU-cache counters. Decode feeds
  * pseudo-random tokens rather than the argmax: the synthetic models' experts are zero, so
  * greedy output would repeat one token and route every step to the same experts.
- * SL_GRAPHS=1 in the environment runs each decode step as a CUDA graph (for comparison).
+ * SL_GRAPHS=1 in the environment runs each decode step as a CUDA graph, SL_NO_PDL=1 launches
+ * without programmatic dependent launch (for comparison).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +34,8 @@ int main(int argc, char **argv) {
                                                                   : SL_EXPERTS_MAPPED,
                           .gpu_experts = atoi(argv[5]),
                           .n_threads = argc > 8 ? atoi(argv[8]) : 0,
-                          .graphs = getenv("SL_GRAPHS") != NULL};
+                          .graphs = getenv("SL_GRAPHS") != NULL,
+                          .cuda = {.no_pdl = getenv("SL_NO_PDL") != NULL}};
     const int32_t P = atoi(argv[6]), N = atoi(argv[7]);
     sl_model *m = NULL;
     sl_session *s = NULL;

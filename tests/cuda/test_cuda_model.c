@@ -160,23 +160,6 @@ static void check_fixture(const char *dir, const char *name) {
     free(got), free(lc), free(lg), free(lt), free(ln), free(want), free(ids), free(greedy);
 }
 
-/* All-position logits with one environment knob set (env=value) while the model loads; the
- * knob is then restored. */
-static float *logits_env(const char *env, const char *value, const char *dir,
-                         const sl_model_params *mp, const int32_t *ids, int32_t n, int32_t chunk,
-                         int32_t *V) {
-    const char *old = getenv(env);
-    char keep[64];
-    snprintf(keep, sizeof keep, "%s", old ? old : "");
-    setenv(env, value, 1);
-    float *l = logits_of(dir, mp, ids, n, chunk, V, NULL);
-    if (old)
-        setenv(env, keep, 1);
-    else
-        unsetenv(env);
-    return l;
-}
-
 /* A pack of the checkpoint src at int8 or int4: a GPU expert cache of `slots` (the fewest a
  * token's picks allow) against all experts on the GPU, bit for bit, and the GPU against the CPU. At
  * int8 both compute alike (1e-3). At int4 the CPU quantises x to int8 where it has AVX-512 VNNI
@@ -184,7 +167,7 @@ static float *logits_env(const char *env, const char *value, const char *dir,
  * is 48), so the bound there only catches a wrong kernel (a misread nibble or scale is an error of
  * order 1); the op tests hold the GPU's int4 GEMVs to each formula. With k64 (every K a multiple of
  * 64) also: one token a step (the decode fusions) against four, and int8 x against float x
- * (SLUICE_CUDA_Q4X=0), both on the GPU. */
+ * (sl_cuda_params.int4_float_act), both on the GPU. */
 static void check_pack(const char *src, const char *name, int int4, int k64, int slots) {
     char dst[1100];
     const char *q = int4 ? "int4 pack" : "int8 pack";
@@ -224,7 +207,9 @@ static void check_pack(const char *src, const char *name, int int4, int k64, int
     }
     if (k64 && la) {
         float *l1 = logits_of(dst, &all, ids, n, 1, &V, NULL);
-        float *lx = logits_env("SLUICE_CUDA_Q4X", "0", dst, &all, ids, n, 4, &V);
+        sl_model_params float_act = all;
+        float_act.cuda.int4_float_act = 1;
+        float *lx = logits_of(dst, &float_act, ids, n, 4, &V, NULL);
         CHECKF(l1 && lx, "%s %s: runs", name, q);
         if (l1 && lx) {
             const size_t m = (size_t)n * (size_t)V;

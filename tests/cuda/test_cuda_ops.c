@@ -1325,33 +1325,16 @@ static void test_moe(void) {
     op_end(&r);
 }
 
-/* A GPU backend made with one environment knob set (name=value; NULL: as the environment has
- * it), which is then restored. */
-static sl_status cuda_init_with(sl_backend *be, const char *name, const char *value,
-                                sl_error *err) {
-    if (!value) return sl_backend_cuda_init(be, 0, err);
-    const char *old = getenv(name);
-    char keep[64];
-    snprintf(keep, sizeof keep, "%s", old ? old : "");
-    setenv(name, value, 1);
-    const sl_status st = sl_backend_cuda_init(be, 0, err);
-    if (old)
-        setenv(name, keep, 1);
-    else
-        unsetenv(name);
-    return st;
-}
-
 /*
- * SLUICE_CUDA_Q4X=1 (the default; a second GPU backend): Q4 decode products on int8-quantised x
- * against a double reference of quant.h's formula (x with tiny, zero and spiky groups), then the
+ * The default (a second GPU backend, without int4_float_act): Q4 decode products on int8-quantised
+ * x against a double reference of quant.h's formula (x with tiny, zero and spiky groups), then the
  * batch and MoE tests again: bitwise among the GPU's kernels, within the activations' rounding of
  * the CPU.
  */
 static void test_q4x(void) {
     sl_error err = {0};
     sl_backend gq;
-    const int ok = cuda_init_with(&gq, "SLUICE_CUDA_Q4X", "1", &err) == SL_OK;
+    const int ok = sl_backend_cuda_init(&gq, 0, NULL, &err) == SL_OK;
     op_report r;
     op_begin(&r, "matmul Q4 on int8 x");
     if (!ok) {
@@ -1424,9 +1407,10 @@ int main(int argc, char **argv) {
     const int bench_only = argc > 1 && !strcmp(argv[1], "bench");
     sl_error err = {0};
     /* The op tests compare with the scalar CPU's float order, so Q4 products take float x
-     * (SLUICE_CUDA_Q4X=0; test_q4x checks the int8 formula, the default, on a backend of its
-     * own); the benchmarks run what the user's environment asks for. */
-    if (cuda_init_with(&gpu, "SLUICE_CUDA_Q4X", bench_only ? NULL : "0", &err) != SL_OK) {
+     * (int4_float_act; test_q4x checks the int8 formula, the default, on a backend of its
+     * own); the benchmarks run the defaults. */
+    const sl_cuda_params float_act = {.int4_float_act = 1};
+    if (sl_backend_cuda_init(&gpu, 0, bench_only ? NULL : &float_act, &err) != SL_OK) {
         fprintf(stderr, "test_cuda: %s\n", err.msg);
         return 1;
     }
@@ -1452,9 +1436,9 @@ int main(int argc, char **argv) {
         printf("%d passed, %d failed\n", ops_passed, ops_failed);
     }
     if (!getenv("SL_CUDA_NO_BENCH")) {
-        if (!bench_only) { /* again, as the environment has it */
+        if (!bench_only) { /* again, with the defaults */
             sl_backend_cuda_free(&gpu);
-            if (sl_backend_cuda_init(&gpu, 0, &err) != SL_OK) {
+            if (sl_backend_cuda_init(&gpu, 0, NULL, &err) != SL_OK) {
                 fprintf(stderr, "test_cuda: %s\n", err.msg);
                 return 1;
             }

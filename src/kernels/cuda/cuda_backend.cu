@@ -5,8 +5,10 @@
  * Every op is queued on the context's non-blocking compute stream and returns at
  * once, except the expert copies (to_dev_async), which go on the copy stream and
  * join the compute stream at copy_join or a sync; only alloc's zero-fill, to_host,
- * to_dev and release order themselves with the host. Kernels live in cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the
- * rest); each one is tested against the CPU op in tests/cuda/test_cuda_ops.c.
+ * to_dev, release and reserve order themselves with the host. Device memory is taken at init
+ * and by alloc and reserve (at load and session creation), never by an op. Kernels live in
+ * cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the rest); each one is tested against the
+ * CPU op in tests/cuda/test_cuda_ops.c.
  */
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -14,75 +16,88 @@ extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 }
 
-int cu_pdl = 1;         /* programmatic dependent launch (cuda_common.cuh) */
-static int cu_pdl_env = 1; /* what SLUICE_CUDA_PDL asked for at init */
-
-/* The first CUDA failure since the last status call (one GPU context per process). */
-static char cu_first_error[512];
-
-void cu_record_error(cudaError_t e, const char *file, int line, const char *call) {
-    if (!cu_first_error[0])
-        snprintf(cu_first_error, sizeof cu_first_error, "CUDA error at %s:%d: %s (%s)", file, line,
+void cu_record_error(cu_ctx *c, cudaError_t e, const char *file, int line, const char *call) {
+    if (!c->first_error[0])
+        snprintf(c->first_error, sizeof c->first_error, "CUDA error at %s:%d: %s (%s)", file, line,
                  cudaGetErrorString(e), call);
     (void)cudaGetLastError(); /* clear what can be cleared; sticky faults stay */
 }
 
 static sl_status cu_status(const sl_backend *be, sl_error *err) {
-    (void)be;
-    if (!cu_first_error[0]) return SL_OK;
-    sl_status st = sl_fail(err, SL_ERR_IO, "%s", cu_first_error);
-    cu_first_error[0] = 0;
+    cu_ctx *c = cu_of(be);
+    if (!c->first_error[0]) return SL_OK;
+    sl_status st = sl_fail(err, SL_ERR_IO, "%s", c->first_error);
+    c->first_error[0] = 0;
     return st;
 }
 
 void *cu_scratch(const sl_backend *be, size_t bytes) {
     cu_ctx *c = cu_of(be);
     if (bytes <= c->scratch_bytes) return c->scratch;
-    /* Rare (sizes settle after the first tokens): queued kernels may still use the old one,
-     * so it is freed after a wait; while a graph records, at the next sync. */
-    const size_t nb = bytes + bytes / 4 + (1 << 20);
-    if (c->capturing) {
-        void *p = NULL;
-        if (c->scratch_old || cudaMalloc(&p, nb) != cudaSuccess) {
-            (void)cudaGetLastError();
-            c->broken = 1;
-            return c->scratch;
-        }
-        c->scratch_old = c->scratch;
-        c->scratch = p;
-        c->scratch_bytes = nb;
-        return p;
+    if (!c->first_error[0])
+        snprintf(c->first_error, sizeof c->first_error,
+                 "CUDA: an op needs %zu bytes of scratch, the sessions reserved %zu", bytes,
+                 c->scratch_bytes);
+    return NULL;
+}
+
+/* Replaces the scratch by one of `bytes`, freeing the old one once the work queued before may no
+ * longer use it; on failure the old one stays (the sessions made so far go on). */
+static sl_status scratch_resize(cu_ctx *c, size_t bytes, sl_error *err) {
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return sl_fail(err, SL_ERR_NOMEM, "CUDA: %zu bytes of scratch for the session: %s", bytes,
+                       cudaGetErrorString(e));
     }
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
-    c->scratch = NULL;
-    CUDA_CHECK(cudaMalloc(&c->scratch, nb));
-    c->scratch_bytes = c->scratch ? nb : 0; /* a failure is reported by status */
-    return c->scratch;
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+    if (c->scratch) CUDA_CHECK(c, cudaFree(c->scratch));
+    c->scratch = p, c->scratch_bytes = bytes;
+    return SL_OK;
+}
+
+/* The largest scratch any op needs in a session of this shape: the decode attention's partials
+ * (cu_attention; the most over every batch size, at the longest context, since the splits grow
+ * with the keys). Overlapping copy2d calls (none in a forward) use what there is. */
+static sl_status cu_reserve(const sl_backend *be, const sl_reserve_args *r, sl_error *err) {
+    cu_ctx *c = cu_of(be);
+    size_t need = 0;
+    for (int32_t T = 1; T <= r->max_batch; T++) {
+        const int64_t items = (int64_t)T * r->n_heads;
+        if (items <= 0 || items > INT32_MAX) break;
+        const int32_t splits = cu_att_splits(c, (int32_t)items, r->max_ctx);
+        if (splits > 1)
+            need = SL_MAX(need, (size_t)items * (size_t)splits * (size_t)(r->head_dim + 2) *
+                                    sizeof(float));
+    }
+    return need > c->scratch_bytes ? scratch_resize(c, need, err) : SL_OK;
 }
 
 /* ------------------------------------------------------------- memory */
 
 static void *cu_alloc(const sl_backend *be, size_t bytes) {
+    cu_ctx *c = cu_of(be);
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
         (void)cudaGetLastError(); /* clear the sticky-free allocation error */
         return NULL;
     }
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 256, cu_of(be)->stream));
+    CUDA_CHECK(c, cudaMemsetAsync(p, 0, bytes ? bytes : 256, c->stream));
     return p;
 }
 
 /* Waits for both streams (memory a queued copy may still write or read). */
-static void cu_wait_all(const cu_ctx *c) {
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    CUDA_CHECK(cudaStreamSynchronize(c->copy));
+static void cu_wait_all(cu_ctx *c) {
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
+    CUDA_CHECK(c, cudaStreamSynchronize(c->copy));
 }
 
 static void cu_release(const sl_backend *be, void *p) {
     if (!p) return;
-    cu_wait_all(cu_of(be));
-    CUDA_CHECK(cudaFree(p));
+    cu_ctx *c = cu_of(be);
+    cu_wait_all(c);
+    CUDA_CHECK(c, cudaFree(p));
 }
 
 /* Page-locks a host buffer so copies from it run at full DMA speed. Only an optimisation:
@@ -106,8 +121,8 @@ static void cu_unpin(const sl_backend *be, void *host) {
 static void cu_copy_join(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     if (!c->copies_open) return;
-    CUDA_CHECK(cudaEventRecord(c->ev_copy, c->copy));
-    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->ev_copy, 0));
+    CUDA_CHECK(c, cudaEventRecord(c->ev_copy, c->copy));
+    CUDA_CHECK(c, cudaStreamWaitEvent(c->stream, c->ev_copy, 0));
     c->copies_open = 0;
 }
 
@@ -115,9 +130,7 @@ static void cu_sync(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     if (cu_refuse_in_graph(c)) return;
     cu_copy_join(be);
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    if (c->scratch_old) CUDA_CHECK(cudaFree(c->scratch_old));
-    c->scratch_old = NULL;
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
     c->stage_off = 0; /* every staged copy has landed, every queued kernel has run */
     c->items_off = 0;
 }
@@ -136,12 +149,12 @@ static void cu_to_host(const sl_backend *be, void *host, const void *src, size_t
     if (bytes <= c->stage_bytes && c->stage_off + bytes > c->stage_bytes) cu_sync(be);
     if (c->stage_off + bytes <= c->stage_bytes) {
         uint8_t *tmp = c->stage + c->stage_off;
-        CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        CUDA_CHECK(c, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToHost, c->stream));
         cu_sync(be);
         memcpy(host, tmp, bytes);
         return;
     }
-    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(c, cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c->stream));
     cu_sync(be);
 }
 
@@ -155,17 +168,17 @@ static void cu_to_host_begin(const sl_backend *be, void *host, const void *src, 
         memset(host, 0, bytes); /* defined bytes for a step that will run again */
         return;
     }
-    CUDA_CHECK(cudaEventRecord(c->ev_compute, c->stream)); /* a wait takes the record of now */
-    CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->ev_compute, 0));
-    CUDA_CHECK(cudaMemcpyAsync(c->peek, src, bytes, cudaMemcpyDeviceToHost, c->copy));
-    CUDA_CHECK(cudaEventRecord(c->ev_peek, c->copy));
+    CUDA_CHECK(c, cudaEventRecord(c->ev_compute, c->stream)); /* a wait takes the record of now */
+    CUDA_CHECK(c, cudaStreamWaitEvent(c->copy, c->ev_compute, 0));
+    CUDA_CHECK(c, cudaMemcpyAsync(c->peek, src, bytes, cudaMemcpyDeviceToHost, c->copy));
+    CUDA_CHECK(c, cudaEventRecord(c->ev_peek, c->copy));
     c->peek_host = host, c->peek_bytes = bytes;
 }
 
 static void cu_to_host_end(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     if (!c->peek_bytes) return;
-    CUDA_CHECK(cudaEventSynchronize(c->ev_peek));
+    CUDA_CHECK(c, cudaEventSynchronize(c->ev_peek));
     memcpy(c->peek_host, c->peek, c->peek_bytes);
     c->peek_bytes = 0;
 }
@@ -176,11 +189,11 @@ static void cu_to_dev_async(const sl_backend *be, void *dst, const void *host, s
     cu_ctx *c = cu_of(be);
     if (!bytes || cu_refuse_in_graph(c)) return; /* the host memory may be pageable */
     if (!c->copies_open) {
-        CUDA_CHECK(cudaEventRecord(c->ev_compute, c->stream));
-        CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->ev_compute, 0));
+        CUDA_CHECK(c, cudaEventRecord(c->ev_compute, c->stream));
+        CUDA_CHECK(c, cudaStreamWaitEvent(c->copy, c->ev_compute, 0));
         c->copies_open = 1;
     }
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->copy));
+    CUDA_CHECK(c, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->copy));
 }
 
 /* Small copies go through the staging ring and do not wait; large ones wait, since the host
@@ -195,13 +208,13 @@ static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t 
         }
         memcpy(c->stage + c->stage_off, host, bytes);
         /* from the pinned ring: allowed in a graph recording */
-        CUDA_CHECK(cudaMemcpyAsync(dst, c->stage + c->stage_off, bytes, cudaMemcpyHostToDevice,
+        CUDA_CHECK(c, cudaMemcpyAsync(dst, c->stage + c->stage_off, bytes, cudaMemcpyHostToDevice,
                                    c->stream));
         c->stage_off = (c->stage_off + bytes + 255) & ~(size_t)255;
         return;
     }
     if (cu_refuse_in_graph(c)) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(c, cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c->stream));
     cu_sync(be);
 }
 
@@ -221,24 +234,24 @@ void *cu_items(const sl_backend *be, const void *host, size_t bytes) {
 
 /* ------------------------------------------------------------- graphs */
 
-/* Relaxed mode, so the host may allocate while recording: a scratch growth does (cu_scratch). */
+/* Thread-local mode: nothing a step queues allocates or waits for the device (the scratch is
+ * reserved with the session; to_host and sync refuse while recording), and a call that would
+ * invalidates the recording, which graph_end then drops (the step runs again without a graph). */
 static void cu_graph_begin(const sl_backend *be) {
     cu_ctx *c = cu_of(be);
     cu_copy_join(be); /* before recording: the wait on the copy stream stays outside the graph */
     c->broken = 0;
-    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError(); /* not recording: the ops run one by one */
         return;
     }
     c->capturing = 1;
-    cu_pdl = 0;
 }
 
 static int cu_graph_end(const sl_backend *be, int launch) {
     cu_ctx *c = cu_of(be);
     if (!c->capturing) return launch ? 0 : -1; /* graph_begin failed: the ops already ran */
     c->capturing = 0;
-    cu_pdl = cu_pdl_env;
     cudaGraph_t g = NULL;
     if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || !g || c->broken || !launch) {
         (void)cudaGetLastError();
@@ -261,7 +274,7 @@ static int cu_graph_end(const sl_backend *be, int launch) {
     }
     cudaGraphDestroy(g);
     if (!c->exec) return -1;
-    CUDA_CHECK(cudaGraphLaunch(c->exec, c->stream));
+    CUDA_CHECK(c, cudaGraphLaunch(c->exec, c->stream));
     return 0;
 }
 
@@ -295,6 +308,7 @@ static sl_ops make_ops(void) {
     o.copy_join = FLUSHED(cu_copy_join);
     o.status = FLUSHED(cu_status);
     o.sync = FLUSHED(cu_sync);
+    o.reserve = FLUSHED(cu_reserve);
     o.graph_begin = FLUSHED(cu_graph_begin);
     o.graph_end = FLUSHED(cu_graph_end);
     o.copy2d = FLUSHED(cu_copy2d);
@@ -332,7 +346,6 @@ static const sl_ops cuda_ops = make_ops();
 /* Frees whatever of a context exists (its streams idle). */
 static void cu_ctx_destroy(cu_ctx *c) {
     if (c->scratch) cudaFree(c->scratch);
-    if (c->scratch_old) cudaFree(c->scratch_old);
     if (c->stage) cudaFreeHost(c->stage);
     if (c->peek) cudaFreeHost(c->peek);
     if (c->items) cudaFree(c->items);
@@ -347,7 +360,8 @@ static void cu_ctx_destroy(cu_ctx *c) {
     free(c);
 }
 
-extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error *err) {
+extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p,
+                                         sl_error *err) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -364,25 +378,12 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     if (prop.major < 7)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d (%s) has compute capability %d.%d",
                        (int)gpu, prop.name, prop.major, prop.minor);
-    const char *pdl = getenv("SLUICE_CUDA_PDL");
-    cu_pdl = cu_pdl_env = !(pdl && !strcmp(pdl, "0"));
     cu_ctx *c = (cu_ctx *)calloc(1, sizeof *c);
     if (!c) return sl_fail(err, SL_ERR_NOMEM, "CUDA: out of host memory");
     c->gpu = gpu;
     c->n_sm = prop.multiProcessorCount;
-    const char *pre = getenv("SLUICE_CUDA_PRELOAD");
-    cu_matmul_init(!(pre && !strcmp(pre, "0")));
-    const char *fu = getenv("SLUICE_CUDA_FUSE");
-    /* unset: both fusions; 0: neither; prep or norms: that one alone (for comparisons) */
-    c->fuse_prep = !fu || (strcmp(fu, "0") && strcmp(fu, "norms"));
-    c->fuse_norms = !fu || (strcmp(fu, "0") && strcmp(fu, "prep"));
-    const char *qx = getenv("SLUICE_CUDA_Q4X");
-    c->q4x = !qx || strcmp(qx, "0"); /* 0: Q4 on float x, the scalar CPU's order (tests) */
-    const char *am = getenv("SLUICE_CUDA_ATT_MIN");
-    const int amv = am ? atoi(am) : 0;
-    c->att_min = amv >= 8 && amv <= 4096 ? amv : 32;
-    const char *gr = getenv("SLUICE_CUDA_GEMV_R");
-    c->gemv_r = gr && (!strcmp(gr, "1") || !strcmp(gr, "2") || !strcmp(gr, "4")) ? atoi(gr) : 0;
+    c->pdl = !(p && p->no_pdl);
+    c->q4x = !(p && p->int4_float_act);
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,
              (double)prop.totalGlobalMem / (1 << 30));
     const char *what = "streams";
@@ -409,18 +410,9 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, sl_error 
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&c->peek, SL_PEEK_BYTES)) != cudaSuccess)
         goto fail;
-#ifdef CU_PROBE
-    what = "probe buffer";
-    if (getenv("SLUICE_CUDA_PROBE")) {
-        snprintf(c->probe_path, sizeof c->probe_path, "%s", getenv("SLUICE_CUDA_PROBE"));
-        if ((e = cudaMalloc(&c->probe, CU_PROBE_MAX * sizeof(cu_probe_rec))) != cudaSuccess ||
-            (e = cudaMalloc((void **)&c->probe_n, sizeof *c->probe_n)) != cudaSuccess ||
-            (e = cudaMemset(c->probe_n, 0, sizeof *c->probe_n)) != cudaSuccess)
-            goto fail;
-        cu_probe_bind_matmul((cu_probe_rec *)c->probe, c->probe_n);
-        cu_probe_bind_ops((cu_probe_rec *)c->probe, c->probe_n);
-    }
-#endif
+    what = "scratch";
+    c->scratch_bytes = CU_SCRATCH_MIN;
+    if ((e = cudaMalloc(&c->scratch, c->scratch_bytes)) != cudaSuccess) goto fail;
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->isa = SL_ISA_SCALAR;
@@ -433,42 +425,10 @@ fail:
                    "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
-#ifdef CU_PROBE
-/* The probe's records to c->probe_path: a count (uint32), then the records (cu_probe_rec). */
-static void probe_write(cu_ctx *c) {
-    unsigned n = 0;
-    CUDA_CHECK(cudaMemcpy(&n, c->probe_n, sizeof n, cudaMemcpyDeviceToHost));
-    if (n > CU_PROBE_MAX) /* the summary would cover the run's start alone */
-        fprintf(stderr, "probe: %u block records, the first %u kept (a shorter run keeps all)\n",
-                n, CU_PROBE_MAX);
-    n = n < CU_PROBE_MAX ? n : CU_PROBE_MAX;
-    cu_probe_rec *r = (cu_probe_rec *)malloc((size_t)n * sizeof *r + 1);
-    FILE *f = fopen(c->probe_path, "wb");
-    if (r && f) {
-        CUDA_CHECK(cudaMemcpy(r, c->probe, (size_t)n * sizeof *r, cudaMemcpyDeviceToHost));
-        fwrite(&n, sizeof n, 1, f);
-        fwrite(r, sizeof *r, n, f);
-        fprintf(stderr, "probe: %u block records to %s\n", n, c->probe_path);
-    } else {
-        fprintf(stderr, "probe: cannot write %s\n", c->probe_path);
-    }
-    if (f) fclose(f);
-    free(r);
-    const cu_probe_rec *none = NULL;
-    cu_probe_bind_matmul((cu_probe_rec *)none, NULL);
-    cu_probe_bind_ops((cu_probe_rec *)none, NULL);
-    cudaFree(c->probe);
-    cudaFree(c->probe_n);
-}
-#endif
-
 extern "C" void sl_backend_cuda_free(sl_backend *be) {
     cu_ctx *c = be && be->device ? cu_of(be) : NULL;
     if (!c) return;
     cu_wait_all(c);
-#ifdef CU_PROBE
-    if (c->probe) probe_write(c);
-#endif
     cu_ctx_destroy(c);
     be->ctx = NULL;
     be->ops = NULL;
@@ -484,7 +444,8 @@ extern "C" int sl_backend_cuda_available(void) {
 }
 
 extern "C" void sl_cuda_sync(const sl_backend *be) {
-    CUDA_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+    cu_ctx *c = cu_of(be);
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
 }
 
 extern "C" const char *sl_cuda_device_name(const sl_backend *be) { return cu_of(be)->name; }

@@ -17,16 +17,18 @@ extern "C" {
 #include "kernels/ops.h"
 }
 
-/* Every CUDA call is checked. Ops return void, so the first failure is kept (with file:line)
- * and reported by the status op, which the session checks after every forward call. */
-void cu_record_error(cudaError_t e, const char *file, int line, const char *call);
-#define CUDA_CHECK(call)                                                                           \
+typedef struct cu_ctx cu_ctx;
+
+/* Every CUDA call is checked. Ops return void, so the first failure is kept in the context (with
+ * file:line) and reported by the status op, which the session checks after every forward call. */
+void cu_record_error(cu_ctx *c, cudaError_t e, const char *file, int line, const char *call);
+#define CUDA_CHECK(c, call)                                                                        \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) cu_record_error(e_, __FILE__, __LINE__, #call);                     \
+        if (e_ != cudaSuccess) cu_record_error((c), e_, __FILE__, __LINE__, #call);                \
     } while (0)
 
-#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+#define CUDA_LAUNCHED(c) CUDA_CHECK(c, cudaGetLastError())
 
 /* A decode token's add_rmsnorm left to the next GEMV (add_rmsnorm_next): x_out = x + d and
  * y = rmsnorm(x_out) with w, n wide. The GEMV whose input is y does it while staging that input
@@ -40,21 +42,13 @@ typedef struct cu_prenorm {
     float eps, w_offset;
 } cu_prenorm;
 
-typedef struct cu_ctx {
+struct cu_ctx {
     int gpu;
     int n_sm;
-    int gemv_r; /* SLUICE_CUDA_GEMV_R (1, 2 or 4): the decode GEMVs' rows per warp, for tuning */
-    /* SLUICE_CUDA_FUSE (unset: both; 0: neither; prep or norms: that one alone): */
-    int fuse_prep;  /* attention does the qkv_prep of a decode token */
-    int fuse_norms; /* add_rmsnorm_next may wait for the next GEMV */
-    int q4x;        /* Q4 decode GEMVs on int8-quantised x (cuda_matmul.cu); SLUICE_CUDA_Q4X=0: off */
-    int att_min;    /* fewest keys a decode attention split takes (SLUICE_CUDA_ATT_MIN; 32) */
-    cu_prenorm pend; /* the add_rmsnorm_next waiting for it */
-#ifdef CU_PROBE
-    void *probe; /* cu_probe_rec[CU_PROBE_MAX] when SLUICE_CUDA_PROBE names a file */
-    unsigned *probe_n;
-    char probe_path[512];
-#endif
+    int q4x; /* Q4 decode GEMVs on int8-quantised x (cuda_matmul.cu); off: on float x */
+    int pdl; /* programmatic dependent launch (cu_launch), unless sl_cuda_params.no_pdl */
+    char first_error[512]; /* the first CUDA failure since the last status call ("": none) */
+    cu_prenorm pend;       /* the add_rmsnorm_next waiting for it */
     cudaStream_t stream;
     /* Expert copies (to_dev_async) go on a stream of their own: a batch of them waits for the
      * compute stream's work queued before its first copy (ev_compute), and the compute stream
@@ -70,8 +64,9 @@ typedef struct cu_ctx {
     void *peek_host;
     size_t peek_bytes;
     char name[320];
-    /* Device scratch (attention partials, overlapping copies), grown on demand. */
-    void *scratch, *scratch_old; /* old: replaced while a graph recorded, freed at a sync */
+    /* Device scratch (attention partials, overlapping copies): CU_SCRATCH_MIN at init, then
+     * what the largest session needs (cu_reserve, at session creation); never grown by an op. */
+    void *scratch;
     size_t scratch_bytes;
     /* Pinned staging ring for small host-to-device copies: to_dev copies the bytes here and
      * queues the transfer without waiting; the ring restarts after a wait for the stream. */
@@ -87,9 +82,12 @@ typedef struct cu_ctx {
     cudaGraphExec_t exec;
     unsigned *done; /* device counter of the router kernel's finished blocks (zero between) */
     unsigned *att_counts; /* [CU_ATT_COUNTS] attention splits finished per item (zero between) */
-} cu_ctx;
+};
 
 #define CU_ATT_COUNTS 4096
+/* The scratch a backend starts with: ops called without a session (the op tests) and overlapping
+ * copy2d calls of up to 1 M floats. */
+#define CU_SCRATCH_MIN ((size_t)4 << 20)
 
 static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
 
@@ -100,8 +98,12 @@ static inline int cu_refuse_in_graph(cu_ctx *c) {
     return c->capturing;
 }
 
-/* Device scratch of at least `bytes`; growing waits for queued work first. */
+/* The device scratch when it holds `bytes`; else NULL, with the failure recorded for the status
+ * op (the caller then launches nothing): an op never allocates. */
 void *cu_scratch(const sl_backend *be, size_t bytes);
+/* Splits of a decode attention of n_items (token, head) items over max_keys keys (cuda_ops.cu);
+ * its scratch is n_items * splits * (head_dim + 2) floats when splits > 1. */
+int32_t cu_att_splits(const cu_ctx *c, int32_t n_items, int32_t max_keys);
 /* Copies `bytes` of host parameters into the device items ring (queued, no wait) and
  * returns their device address, valid for the kernels queued next. */
 void *cu_items(const sl_backend *be, const void *host, size_t bytes);
@@ -336,115 +338,37 @@ __device__ __forceinline__ bool cu_last_block(unsigned *count, unsigned n) {
 }
 
 /*
- * In-kernel probe (built with nvcc -DCU_PROBE, run by tools/probe_cuda.sh; otherwise nothing):
- * each block of a kernel that opens CU_PROBE_SCOPE(tag) records when it started (globaltimer),
- * the clock64 cycles until its cu_pdl_wait returned and until its last thread left, and
- * when that was (globaltimer), into a device buffer that sl_backend_cuda_free writes to the
- * file SLUICE_CUDA_PROBE names (tools/probe_summary.py reads it). A record a block: what a
- * kernel does after its wait, the part the chain of kernels waits for, per launch.
- */
-#ifdef CU_PROBE
-typedef struct cu_probe_rec {
-    uint64_t g0, g1;        /* globaltimer (ns): the block's start, its last thread's exit */
-    uint32_t c_wait, c_end; /* clock64 cycles from the start to the wait's return, to the exit */
-    uint16_t tag, smid;
-    uint32_t blk; /* blockIdx, x + y gridDim.x */
-} cu_probe_rec;
-#define CU_PROBE_MAX (4u << 20) /* records (128 MiB) */
-static __constant__ cu_probe_rec *c_probe; /* NULL: not asked for (no SLUICE_CUDA_PROBE) */
-static __constant__ unsigned *c_probe_n;
-typedef struct cu_probe_blk {
-    unsigned long long c0, cw, cend;
-    uint64_t g0;
-    unsigned left;
-} cu_probe_blk;
-__device__ __forceinline__ cu_probe_blk &cu_probe_state() {
-    __shared__ cu_probe_blk s;
-    return s;
-}
-__device__ __forceinline__ uint64_t cu_globaltimer() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-struct cu_probe_scope {
-    int tag;
-    __device__ explicit cu_probe_scope(int t) : tag(t) {
-        cu_probe_blk &s = cu_probe_state();
-        if (threadIdx.x + threadIdx.y + threadIdx.z == 0) {
-            s.c0 = s.cw = clock64();
-            s.g0 = cu_globaltimer();
-            s.cend = 0, s.left = 0;
-        }
-        __syncthreads(); /* the first statement of the kernel: every thread is here */
-    }
-    __device__ ~cu_probe_scope() { /* at each thread's return */
-        cu_probe_blk &s = cu_probe_state();
-        atomicMax(&s.cend, (unsigned long long)clock64());
-        __threadfence_block();
-        if (atomicAdd(&s.left, 1u) != blockDim.x * blockDim.y * blockDim.z - 1 || !c_probe) return;
-        __threadfence_block();
-        const unsigned i = atomicAdd(c_probe_n, 1u);
-        if (i >= CU_PROBE_MAX) return;
-        unsigned sm;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        cu_probe_rec r;
-        r.g0 = s.g0, r.g1 = cu_globaltimer();
-        r.c_wait = (uint32_t)(s.cw - s.c0), r.c_end = (uint32_t)(s.cend - s.c0);
-        r.tag = (uint16_t)tag, r.smid = (uint16_t)sm, r.blk = blockIdx.x + blockIdx.y * gridDim.x;
-        c_probe[i] = r;
-    }
-};
-#define CU_PROBE_SCOPE(tag) cu_probe_scope cu_probe_scope_(tag)
-/* Each file of kernels binds its own copy of the buffer's address (no -rdc). */
-#define CU_PROBE_BIND(fn)                                                                          \
-    void fn(cu_probe_rec *buf, unsigned *n) {                                                      \
-        CUDA_CHECK(cudaMemcpyToSymbol(c_probe, &buf, sizeof buf));                                 \
-        CUDA_CHECK(cudaMemcpyToSymbol(c_probe_n, &n, sizeof n));                                   \
-    }
-void cu_probe_bind_matmul(cu_probe_rec *buf, unsigned *n);
-void cu_probe_bind_ops(cu_probe_rec *buf, unsigned *n);
-#else
-#define CU_PROBE_SCOPE(tag) ((void)0)
-#endif
-
-/*
  * Programmatic dependent launch (Hopper): cu_launch lets a kernel start launching before the
  * previous kernel of the stream has finished, and every kernel begins with cu_pdl_wait, which
  * waits for that kernel (its writes are then visible, as with plain stream order) and then lets
  * the next kernel start launching. A decode layer is nine dependent kernels of 3-13 us, so each
  * one's launch and block scheduling overlap the previous one's tail. Without the launch
- * attribute both instructions do nothing. SLUICE_CUDA_PDL=0 in the environment turns it off
- * (for comparisons). Each kernel's bits are the same either way.
+ * attribute both instructions do nothing. sl_cuda_params.no_pdl (--cuda-no-pdl) turns it off.
+ * Each kernel's bits are the same either way.
  */
 __device__ __forceinline__ void cu_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-#ifdef CU_PROBE
-    if (threadIdx.x + threadIdx.y + threadIdx.z == 0) cu_probe_state().cw = clock64();
-#endif
 }
 
-/* Whether cu_launch sets the attribute: at init from SLUICE_CUDA_PDL, off while a graph
- * records (the graphs keep plain stream order). */
-extern int cu_pdl;
-
+/* Launches kernel on c's compute stream, with the dependent-launch attribute when c->pdl and no
+ * graph records (the graphs keep plain stream order). */
 template <typename... KArgs, typename... Args>
-static void cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t s, Args &&...args) {
+static void cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu_ctx *c,
+                      Args &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
+    cfg.stream = c->stream;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = cu_pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
+    cfg.numAttrs = c->pdl && !c->capturing ? 1 : 0;
+    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
 }
 
 static inline unsigned cu_blocks(size_t n, unsigned threads) {
@@ -453,7 +377,6 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) {
 }
 
 /* Launchers, one per op, defined in cuda_matmul.cu and cuda_ops.cu. */
-void cu_matmul_init(int preload); /* SLUICE_CUDA_PRELOAD, once a device is set */
 void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
                      const sl_tensor *const *w, const int32_t *T, int32_t n);
 void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,

@@ -13,7 +13,7 @@
  *                 with codes centred on z = 128 (Q8) / 8 (Q4), as cpu_quant.c does,
  *                 to keep the two terms from cancelling.
  *                 Q4 takes the int8 formula of quant.h instead where K % 64 == 0
- *                 (SL_Q4X below; SLUICE_CUDA_Q4X=0 keeps float x): x quantised per 64
+ *                 (SL_Q4X below; --cuda-int4-float-act keeps float x): x quantised per 64
  *                 columns while it is staged, and integer dot products, ~1 instruction
  *                 a weight instead of ~5 (decode 314 -> 373 tok/s, BENCHMARKS 6.6).
  *   gemv_generic  decode, any K and alignment: a warp per row, element loads.
@@ -30,9 +30,7 @@
 /* Warps of a GEMV block. Every block stages its own copy of x (and, taking a pending norm, adds
  * and normalises it), so fewer, larger blocks read less from L2 and repeat less work: on an H200
  * at Qwen3-30B-A3B shapes 8 warps decoded 7% faster than 4 (BENCHMARKS 6.5). */
-#ifndef GEMV_WARPS /* NVFLAGS="-O3 -DGEMV_WARPS=16" make CUDA=1 ... builds a variant to compare */
 #define GEMV_WARPS 8
-#endif
 
 /* Blocks of the experts' gate/up a SM must hold at 1 or 2 rows a warp (launch bounds), so that
  * gate_up_rows can count its waves: at Qwen3-30B-A3B shapes 768 blocks of one row a warp (76
@@ -102,7 +100,7 @@ template <int R> __device__ __forceinline__ int64_t gemv_row0(int64_t bx) {
 /* Asks L2 for the codes of rows row0 .. row0+R-1 (those below N; contiguous), a 128-byte line a
  * lane at a time. gemv_ahead calls it before cu_pdl_wait for rows longer than what it preloads
  * into registers (with dependent launch the rest then streams in while the previous kernel
- * ends), and for whole rows when preloading is off. */
+ * ends). */
 __device__ __forceinline__ void l2_prefetch_rows(const cu_w &w, int64_t row0, int R, int N) {
     const int64_t rows = min((int64_t)R, (int64_t)N - row0);
     if (rows <= 0) return;
@@ -243,11 +241,9 @@ static bool prenorm_fits(int64_t rows, int E, int64_t K) {
  * over loads them before its wait (norm_preload): the first NORM_PRE float4 steps of each
  * thread's share (all of it at K <= 2048 with 256 threads), which takes an L2 round trip off
  * the chain after the wait (x + d, the sum of squares, then the weights). The same values, so
- * the same bits. NORM_PRE=0 (nvcc -D) builds without it, for comparisons.
+ * the same bits.
  */
-#ifndef NORM_PRE
 #define NORM_PRE 2
-#endif
 struct npre {
     float4 w[NORM_PRE > 0 ? NORM_PRE : 1];
 };
@@ -341,21 +337,13 @@ __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4
     }
 }
 
-/* SLUICE_CUDA_PRELOAD=0 (for comparisons): no register preloading, the rows asked of L2 alone. */
-__constant__ int c_preload = 1;
-
-void cu_matmul_init(int preload) {
-    CUDA_CHECK(cudaMemcpyToSymbol(c_preload, &preload, sizeof preload));
-}
-
 /* The chunk loop's weights of rows row0 .. row0+R-1 (rows past N read row N-1), as gemv_rows
- * reads them (lane chunks ks * 32 + lane + 32 nks j); none with preloading off. */
+ * reads them (lane chunks ks * 32 + lane + 32 nks j). */
 template <int DT, int R, int P>
 __device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
                                              int64_t row0, int ks = 0, int nks = 1) {
     const int C = K / chunk_elems<DT>::E, c0 = ks * 32 + (threadIdx.x & 31);
     pre.n = 0;
-    if (!c_preload) return;
 #pragma unroll
     for (int p = 0; p < P; p++) {
         const int c = c0 + p * 32 * nks;
@@ -535,7 +523,7 @@ __device__ __forceinline__ void gemv_ahead(wpre<DT, R, P> &pre, const cu_w &w, i
     pre.n = 0;
     if (row0 >= N) return;
     gemv_preload(pre, w, N, K, row0, ks, nks);
-    if (l2 && (!c_preload || K / chunk_elems<DT>::E > P * 32 * nks))
+    if (l2 && K / chunk_elems<DT>::E > P * 32 * nks)
         l2_prefetch_rows(w, row0, R, N);
 }
 
@@ -571,7 +559,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
               const void *__restrict__ bias, int bias_dt, int N, int K, bool staged,
               cu_prenorm pn) {
-    CU_PROBE_SCOPE(10 + R);
     wpre<DT, R, pre_steps<R>::P> pre;
     gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
     npre np;
@@ -609,7 +596,6 @@ template <int DT, int R, int NT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, batch_one_wave<R, NT>::on ? 5 : 0)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged,
                     cu_prenorm pn) {
-    CU_PROBE_SCOPE(20 + R);
     int j = (int)blockIdx.y, bx = (int)blockIdx.x; /* the item, its row block */
     if (!items) {
         j = 0;
@@ -750,38 +736,38 @@ __global__ void __launch_bounds__(256)
 /* ------------------------------------------------------------ dispatch */
 
 template <int DT, int R>
-static void launch_fast_r(cudaStream_t s, float *y, const float *x, const cu_w &w, const void *b,
+static void launch_fast_r(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
                           int bdt, int N, int K, int T, const cu_prenorm &pn) {
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
-    case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
-    case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
-    case 3: cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
-    default: cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, s, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    case 3: cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    default: cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
     }
 }
 
 /* More rows per warp reuse each x load more, but leave fewer warps to hide latency: take
  * the most that still gives every SM a few blocks, for `rows` rows in all. */
 static int rows_per_warp(const cu_ctx *c, int64_t rows) {
-    if (c->gemv_r) return c->gemv_r;
     const int64_t want = (int64_t)c->n_sm * 4;
     return rows / (GEMV_WARPS * 4) >= want ? 4 : rows / (GEMV_WARPS * 2) >= want ? 2 : 1;
 }
 
-/* Whether Q4 products of K columns and nt staged rows take SL_Q4X (unless SLUICE_CUDA_Q4X=0). */
+/* Whether Q4 products of K columns and nt staged rows take SL_Q4X (unless
+ * sl_cuda_params.int4_float_act). */
 static bool q4x_ok(const cu_ctx *c, int64_t K, int nt) {
     return c->q4x && K % 64 == 0 && stage_bytes_of<SL_Q4X>(K, nt) > 0;
 }
 
 template <int DT>
-static void launch_fast(const cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
+static void launch_fast(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
                         int bdt, int N, int K, int T, const cu_prenorm &pn) {
     switch (rows_per_warp(c, N)) {
-    case 4: launch_fast_r<DT, 4>(c->stream, y, x, w, b, bdt, N, K, T, pn); break;
-    case 2: launch_fast_r<DT, 2>(c->stream, y, x, w, b, bdt, N, K, T, pn); break;
-    default: launch_fast_r<DT, 1>(c->stream, y, x, w, b, bdt, N, K, T, pn); break;
+    case 4: launch_fast_r<DT, 4>(c, y, x, w, b, bdt, N, K, T, pn); break;
+    case 2: launch_fast_r<DT, 2>(c, y, x, w, b, bdt, N, K, T, pn); break;
+    default: launch_fast_r<DT, 1>(c, y, x, w, b, bdt, N, K, T, pn); break;
     }
 }
 
@@ -804,11 +790,10 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     const int dt = (int)w->dtype;
     SL_ASSERT(chunk_of(dt) > 0);
     if (T <= 0 || N <= 0) return;
-    const cu_ctx *c = cu_of(be);
+    cu_ctx *c = cu_of(be);
     const cu_w wv = cu_w_of(w);
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? (int)bias->dtype : 0;
-    cudaStream_t s = c->stream;
     const int E = chunk_of(dt);
     const int fast = K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 &&
                      ((uintptr_t)x & 15) == 0;
@@ -818,13 +803,13 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     if (T > 4) {
         dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
         switch (dt) {
-        case SL_DTYPE_F32: cu_launch(gemm_tiled<SL_DTYPE_F32>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_F16: cu_launch(gemm_tiled<SL_DTYPE_F16>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_BF16: cu_launch(gemm_tiled<SL_DTYPE_BF16>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_Q8: cu_launch(gemm_tiled<SL_DTYPE_Q8>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        default: cu_launch(gemm_tiled<SL_DTYPE_Q4>, grid, 256, 0, s, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F32: cu_launch(gemm_tiled<SL_DTYPE_F32>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F16: cu_launch(gemm_tiled<SL_DTYPE_F16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_BF16: cu_launch(gemm_tiled<SL_DTYPE_BF16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_Q8: cu_launch(gemm_tiled<SL_DTYPE_Q8>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        default: cu_launch(gemm_tiled<SL_DTYPE_Q4>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
         }
-        CUDA_LAUNCHED();
+        CUDA_LAUNCHED(c);
         return;
     }
     if (fast) {
@@ -844,13 +829,13 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS);
         const unsigned th = GEMV_WARPS * 32;
         switch (T) {
-        case 1: cu_launch(gemv_generic<1>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
-        case 2: cu_launch(gemv_generic<2>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
-        case 3: cu_launch(gemv_generic<3>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
-        default: cu_launch(gemv_generic<4>, blocks, th, 0, s, y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 1: cu_launch(gemv_generic<1>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 2: cu_launch(gemv_generic<2>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 3: cu_launch(gemv_generic<3>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
+        default: cu_launch(gemv_generic<4>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
         }
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /* Numbers the row blocks (of rb rows) of small's n items one after another (b0); their count. */
@@ -867,28 +852,28 @@ static unsigned number_blocks(gemv_items &small, int n, unsigned rb) {
 }
 
 template <int DT, int R>
-static void launch_batch_r(cudaStream_t s, const gemv_item *items, gemv_items small, int n,
+static void launch_batch_r(cu_ctx *c, const gemv_item *items, gemv_items small, int n,
                            int N, int K, int T, const cu_prenorm &pn) {
     const dim3 grid = items ? dim3(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n)
                             : dim3(number_blocks(small, n, GEMV_WARPS * R), 1);
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
-    case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
-    case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
-    case 3: cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
-    default: cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, s, items, small, K, sm > 0, pn); break;
+    case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
+    case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
+    case 3: cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
+    default: cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
     }
 }
 
 /* items in device memory, or NULL and the n <= SMALL_BATCH of small; N: the largest item's
  * rows; rows: all items' together. */
 template <int DT>
-static void launch_batch(const cu_ctx *c, const gemv_item *items, const gemv_items &small, int n,
+static void launch_batch(cu_ctx *c, const gemv_item *items, const gemv_items &small, int n,
                          int N, int64_t rows, int K, int T, const cu_prenorm &pn) {
     switch (rows_per_warp(c, rows)) {
-    case 4: launch_batch_r<DT, 4>(c->stream, items, small, n, N, K, T, pn); break;
-    case 2: launch_batch_r<DT, 2>(c->stream, items, small, n, N, K, T, pn); break;
-    default: launch_batch_r<DT, 1>(c->stream, items, small, n, N, K, T, pn); break;
+    case 4: launch_batch_r<DT, 4>(c, items, small, n, N, K, T, pn); break;
+    case 2: launch_batch_r<DT, 2>(c, items, small, n, N, K, T, pn); break;
+    default: launch_batch_r<DT, 1>(c, items, small, n, N, K, T, pn); break;
     }
 }
 
@@ -927,7 +912,7 @@ static void gemv_batch(const sl_backend *be, float *const *y, const float *const
             launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T, pn);
         break;
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /* The products sel[0..n) (T > 4, dtype dt and K) as one tiled launch; 0 when their items and
@@ -958,15 +943,14 @@ static int gemm_batch(const sl_backend *be, float *const *y, const float *const 
     const uint8_t *dev = (const uint8_t *)cu_items(be, items, bytes);
     const gemm_item *di = (const gemm_item *)dev;
     const int32_t *dm = (const int32_t *)(dev + ib);
-    cudaStream_t s = c->stream;
     switch (dt) {
-    case SL_DTYPE_F32: cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
-    case SL_DTYPE_F16: cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
-    case SL_DTYPE_BF16: cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
-    case SL_DTYPE_Q8: cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
-    default: cu_launch(gemm_tiled_batch<SL_DTYPE_Q4>, (unsigned)tiles, 256, 0, s, di, dm, K); break;
+    case SL_DTYPE_F32: cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
+    case SL_DTYPE_F16: cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
+    case SL_DTYPE_BF16: cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
+    case SL_DTYPE_Q8: cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
+    default: cu_launch(gemm_tiled_batch<SL_DTYPE_Q4>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
     return 1;
 }
 
@@ -1043,7 +1027,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
                 const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
                 cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
-    CU_PROBE_SCOPE(40 + R);
     cu_pdl_wait();
     const int i = blockIdx.y;
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
@@ -1079,7 +1062,6 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
                  const sl_expert_ptrs *__restrict__ table, cu_w pd, int I, int H, int k,
                  bool staged) {
-    CU_PROBE_SCOPE(50 + R);
     __shared__ float part[MOE_MAX_K * R]; /* [rank][row] */
     const int t = blockIdx.y, r = threadIdx.x / 32;
     const int64_t row0 = (int64_t)blockIdx.x * R;
@@ -1117,16 +1099,15 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
 }
 
 /* Gate/up rows a warp: the fewest that fit the grid in one wave (GU_MINB blocks a SM), else as
- * the GEMVs (SLUICE_CUDA_GEMV_R sets both). */
+ * the GEMVs. */
 static int gate_up_rows(const cu_ctx *c, int64_t rows) {
-    if (c->gemv_r) return c->gemv_r;
     for (int r = 1; r <= 2; r *= 2)
         if ((int64_t)cu_blocks((size_t)rows, GEMV_WARPS * r) <= (int64_t)c->n_sm * GU_MINB) return r;
     return rows_per_warp(c, rows);
 }
 
 template <int DT>
-static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
+static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
                        const float *w, const sl_expert_ptrs *table,
                        const sl_tensor *const proto[3], int T, int k) {
     const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1], n = T * k;
@@ -1141,19 +1122,18 @@ static void launch_moe(const cu_ctx *c, float *y, float *act, const float *x, co
     const int rd = hb / 8 >= sm ? 8 : hb / 4 >= sm ? 4 : hb / 2 >= sm ? 2 : 1;
     const dim3 gg(cu_blocks((size_t)I, GEMV_WARPS * rg), (unsigned)n);
     const dim3 gd(cu_blocks((size_t)H, rd), (unsigned)T);
-    cudaStream_t s = c->stream;
     const unsigned th = GEMV_WARPS * 32, td = 32 * k;
     const size_t sg = stage_bytes_of<DT>(H, 1), sd = stage_bytes_of<DT>(I, k);
     switch (rg) {
-    case 4: cu_launch(moe_gate_up<DT, 4>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
-    case 2: cu_launch(moe_gate_up<DT, 2>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
-    default: cu_launch(moe_gate_up<DT, 1>, gg, th, sg, s, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    case 4: cu_launch(moe_gate_up<DT, 4>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    case 2: cu_launch(moe_gate_up<DT, 2>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    default: cu_launch(moe_gate_up<DT, 1>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
     }
     switch (rd) {
-    case 8: cu_launch(moe_down_sum<DT, 8>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    case 4: cu_launch(moe_down_sum<DT, 4>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    case 2: cu_launch(moe_down_sum<DT, 2>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    default: cu_launch(moe_down_sum<DT, 1>, gd, td, sd, s, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 8: cu_launch(moe_down_sum<DT, 8>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 4: cu_launch(moe_down_sum<DT, 4>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 2: cu_launch(moe_down_sum<DT, 2>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    default: cu_launch(moe_down_sum<DT, 1>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
     }
 }
 
@@ -1175,7 +1155,7 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
     ok = ok && proto[1]->shape[0] == I && proto[1]->shape[1] == H && proto[2]->shape[0] == H &&
          proto[2]->shape[1] == I;
     if (!ok || !n) return ok;
-    const cu_ctx *c = cu_of(be);
+    cu_ctx *c = cu_of(be);
     switch (dt) {
     case SL_DTYPE_F32: launch_moe<SL_DTYPE_F32>(c, y, act, x, ids, w, table, proto, T, k); break;
     case SL_DTYPE_F16: launch_moe<SL_DTYPE_F16>(c, y, act, x, ids, w, table, proto, T, k); break;
@@ -1188,7 +1168,7 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
             launch_moe<SL_DTYPE_Q4>(c, y, act, x, ids, w, table, proto, T, k);
         break;
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
     return 1;
 }
 
@@ -1250,7 +1230,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged, cu_prenorm pn) {
-    CU_PROBE_SCOPE(30);
     const int warp = threadIdx.x / 32;
     wpre<DT, 1, pre_steps<1>::P> pre;
     gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
@@ -1294,17 +1273,16 @@ __global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
 }
 
 template <int DT>
-static void launch_router(const cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
+static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
                           const cu_w &wv, int E, int K, int T, int k, int renorm,
                           const cu_prenorm &pn) {
     const unsigned blocks = (unsigned)E, th = GEMV_WARPS * 32;
     const size_t sm = stage_bytes_of<DT>(K, T);
-    cudaStream_t s = c->stream;
     switch (T) {
-    case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
-    case 2: cu_launch(router_gemv<DT, 2>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
-    case 3: cu_launch(router_gemv<DT, 3>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
-    default: cu_launch(router_gemv<DT, 4>, blocks, th, sm, s, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    case 2: cu_launch(router_gemv<DT, 2>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    case 3: cu_launch(router_gemv<DT, 3>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    default: cu_launch(router_gemv<DT, 4>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
     }
 }
 
@@ -1313,7 +1291,7 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
     const int64_t E = router->shape[0], K = router->shape[1];
     const int dt = (int)router->dtype, C = chunk_of(dt);
     if (T <= 0 || E <= 0 || k <= 0) return;
-    const cu_ctx *c = cu_of(be);
+    cu_ctx *c = cu_of(be);
     const int fast = T <= 4 && C > 0 && K % C == 0 && E < INT32_MAX && K < INT32_MAX &&
                      ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x */
@@ -1321,8 +1299,8 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
         cu_norm_take(be, x, T, K, fast && prenorm_fits(E, C, K));
     if (!fast) {
         cu_matmul(be, logits, x, router, NULL, T);
-        cu_launch(route_kernel, (unsigned)T, 32, 0, c->stream, ids, w, logits, (int)E, k, renormalize);
-        CUDA_LAUNCHED();
+        cu_launch(route_kernel, (unsigned)T, 32, 0, c, ids, w, logits, (int)E, k, renormalize);
+        CUDA_LAUNCHED(c);
         return;
     }
     const cu_w wv = cu_w_of(router);
@@ -1338,14 +1316,13 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
             launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn);
         break;
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /* -------------------------------------------------------------- embed */
 
 __global__ void embed_kernel(float *__restrict__ y, cu_w w, const int32_t *__restrict__ ids,
                              int n) {
-    CU_PROBE_SCOPE(80);
     cu_pdl_wait();
     const int t = blockIdx.y;
     const int64_t row = ids[t];
@@ -1359,11 +1336,9 @@ void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int3
     const cu_w w = cu_w_of(table);
     const int n = (int)table->shape[1];
     if (n <= 0) return;
+    cu_ctx *c = cu_of(be);
     dim3 grid(cu_blocks((size_t)n, 256) < 64 ? cu_blocks((size_t)n, 256) : 64, (unsigned)T);
-    cu_launch(embed_kernel, grid, 256, 0, cu_of(be)->stream, y, w, ids, n);
-    CUDA_LAUNCHED();
+    cu_launch(embed_kernel, grid, 256, 0, c, y, w, ids, n);
+    CUDA_LAUNCHED(c);
 }
 
-#ifdef CU_PROBE
-CU_PROBE_BIND(cu_probe_bind_matmul)
-#endif

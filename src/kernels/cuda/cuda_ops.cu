@@ -41,19 +41,20 @@ __global__ void copy2d_kernel(float *dst, size_t dst_ld, const float *src, size_
 void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
                int32_t rows, int32_t cols) {
     if (rows <= 0 || cols <= 0 || (dst == src && dst_ld == src_ld)) return;
-    cudaStream_t s = cu_of(be)->stream;
+    cu_ctx *c = cu_of(be);
     const size_t n = (size_t)rows * (size_t)cols;
     const float *dend = dst + (size_t)(rows - 1) * dst_ld + (size_t)cols;
     const float *send = src + (size_t)(rows - 1) * src_ld + (size_t)cols;
     if (dst < send && src < dend) {
         /* Overlapping: through scratch, as if every source row were read first. */
         float *tmp = (float *)cu_scratch(be, n * sizeof(float));
-        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, s, tmp, (size_t)cols, src, src_ld, rows, cols);
-        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, s, dst, dst_ld, tmp, (size_t)cols, rows, cols);
+        if (!tmp) return;
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, tmp, (size_t)cols, src, src_ld, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, dst_ld, tmp, (size_t)cols, rows, cols);
     } else {
-        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, s, dst, dst_ld, src, src_ld, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, dst_ld, src, src_ld, rows, cols);
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void copy_rows_kernel(float *__restrict__ dst, const int32_t *__restrict__ dst_idx,
@@ -69,16 +70,17 @@ __global__ void copy_rows_kernel(float *__restrict__ dst, const int32_t *__restr
 
 void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, const float *src,
                   const int32_t *src_idx, int32_t n, int32_t cols) {
+    cu_ctx *c = cu_of(be);
     if (n <= 0 || cols <= 0) return;
     unsigned bx = cu_blocks((size_t)cols, EW_THREADS);
     for (int32_t i0 = 0; i0 < n; i0 += 65535) { /* gridDim.y limit */
         const int32_t m = SL_MIN(65535, n - i0);
         dim3 grid(bx < 32 ? bx : 32, (unsigned)m);
-        cu_launch(copy_rows_kernel, grid, EW_THREADS, 0, cu_of(be)->stream,
+        cu_launch(copy_rows_kernel, grid, EW_THREADS, 0, c,
             dst_idx ? dst : dst + (size_t)i0 * cols, dst_idx ? dst_idx + i0 : NULL,
             src_idx ? src : src + (size_t)i0 * cols, src_idx ? src_idx + i0 : NULL, cols);
     }
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void fill_kernel(float *dst, float v, size_t n) {
@@ -89,9 +91,10 @@ __global__ void fill_kernel(float *dst, float v, size_t n) {
 }
 
 void cu_fill(const sl_backend *be, float *dst, float v, size_t n) {
+    cu_ctx *c = cu_of(be);
     if (!n) return;
-    cu_launch(fill_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, dst, v, n);
-    CUDA_LAUNCHED();
+    cu_launch(fill_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, v, n);
+    CUDA_LAUNCHED(c);
 }
 
 /* ------------------------------------------------------ element-wise */
@@ -105,9 +108,10 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, si
 }
 
 void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    cu_ctx *c = cu_of(be);
     if (!n) return;
-    cu_launch(swiglu_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, out, gate, up, n);
-    CUDA_LAUNCHED();
+    cu_launch(swiglu_kernel, ew_blocks(n), EW_THREADS, 0, c, out, gate, up, n);
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void axpy_kernel(float *y, float s, const float *x, size_t n) {
@@ -118,9 +122,10 @@ __global__ void axpy_kernel(float *y, float s, const float *x, size_t n) {
 }
 
 void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n) {
+    cu_ctx *c = cu_of(be);
     if (!n) return;
-    cu_launch(axpy_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, y, s, x, n);
-    CUDA_LAUNCHED();
+    cu_launch(axpy_kernel, ew_blocks(n), EW_THREADS, 0, c, y, s, x, n);
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void sigmoid_mul_kernel(float *y, const float *gate, size_t n) {
@@ -131,9 +136,10 @@ __global__ void sigmoid_mul_kernel(float *y, const float *gate, size_t n) {
 }
 
 void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n) {
+    cu_ctx *c = cu_of(be);
     if (!n) return;
-    cu_launch(sigmoid_mul_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, y, gate, n);
-    CUDA_LAUNCHED();
+    cu_launch(sigmoid_mul_kernel, ew_blocks(n), EW_THREADS, 0, c, y, gate, n);
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void activate_kernel(float *y, const float *x, size_t n, float div, float mul, int act) {
@@ -147,9 +153,10 @@ __global__ void activate_kernel(float *y, const float *x, size_t n, float div, f
 
 void cu_activate(const sl_backend *be, float *y, const float *x, size_t n, float div, float mul,
                  sl_act act) {
+    cu_ctx *c = cu_of(be);
     if (!n) return;
-    cu_launch(activate_kernel, ew_blocks(n), EW_THREADS, 0, cu_of(be)->stream, y, x, n, div, mul, (int)act);
-    CUDA_LAUNCHED();
+    cu_launch(activate_kernel, ew_blocks(n), EW_THREADS, 0, c, y, x, n, div, mul, (int)act);
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void weighted_sum_kernel(float *__restrict__ y, const float *__restrict__ x,
@@ -168,10 +175,11 @@ __global__ void weighted_sum_kernel(float *__restrict__ y, const float *__restri
 
 void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
                      int32_t k, int32_t n) {
+    cu_ctx *c = cu_of(be);
     const size_t total = (size_t)T * (size_t)n;
     if (T <= 0 || n <= 0) return;
-    cu_launch(weighted_sum_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream, y, x, w, T, k, n);
-    CUDA_LAUNCHED();
+    cu_launch(weighted_sum_kernel, ew_blocks(total), EW_THREADS, 0, c, y, x, w, T, k, n);
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void hc_inject_kernel(float *__restrict__ w, const float *__restrict__ out,
@@ -187,10 +195,11 @@ __global__ void hc_inject_kernel(float *__restrict__ w, const float *__restrict_
 
 void cu_hc_inject(const sl_backend *be, float *w, const float *out, const float *inj, int32_t T,
                   int32_t hc, int32_t n) {
+    cu_ctx *c = cu_of(be);
     const size_t total = (size_t)T * (size_t)hc * (size_t)n;
     if (T <= 0 || hc <= 0 || n <= 0) return;
-    cu_launch(hc_inject_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream, w, out, inj, T, hc, n);
-    CUDA_LAUNCHED();
+    cu_launch(hc_inject_kernel, ew_blocks(total), EW_THREADS, 0, c, w, out, inj, T, hc, n);
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void hc_mix_kernel(float *__restrict__ y, const float *__restrict__ w,
@@ -210,10 +219,11 @@ __global__ void hc_mix_kernel(float *__restrict__ y, const float *__restrict__ w
 
 void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, int32_t T,
                int32_t hc, int32_t n) {
+    cu_ctx *c = cu_of(be);
     const size_t total = (size_t)T * (size_t)n;
     if (T <= 0 || n <= 0) return;
-    cu_launch(hc_mix_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream, y, w, x, T, hc, n);
-    CUDA_LAUNCHED();
+    cu_launch(hc_mix_kernel, ew_blocks(total), EW_THREADS, 0, c, y, w, x, T, hc, n);
+    CUDA_LAUNCHED(c);
 }
 
 /* ------------------------------------------------------------- norms */
@@ -221,7 +231,6 @@ void cu_hc_mix(const sl_backend *be, float *y, const float *w, const float *x, i
 /* One block per row; y may alias x (each thread reads its elements before writing them). */
 __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int wdt, int32_t n,
                                float eps, float w_offset) {
-    CU_PROBE_SCOPE(71);
     cu_pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (size_t)blockIdx.x * n;
@@ -237,10 +246,11 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const void *w, int wdt,
 
 void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor *w, int32_t rows,
                 int32_t n, float eps, float w_offset) {
+    cu_ctx *c = cu_of(be);
     if (rows <= 0 || n <= 0) return;
-    cu_launch(rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, cu_of(be)->stream,
+    cu_launch(rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, c,
         y, x, w->data, (int)w->dtype, n, eps, w_offset);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /*
@@ -255,7 +265,6 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
 __global__ void __launch_bounds__(1024)
     add_rmsnorm_kernel(float *__restrict__ y, float *xo, const float *x, const float *__restrict__ d,
                        const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
-    CU_PROBE_SCOPE(70);
     float wv[ADD_NORM_V]; /* the weights come from no earlier kernel: read before the wait */
 #pragma unroll
     for (int j = 0; j < ADD_NORM_V; j++) {
@@ -294,10 +303,10 @@ static void add_rmsnorm_to(const sl_backend *be, float *y, float *xo, const floa
                            const float *d, const void *w, int wdt, int32_t rows, int32_t n,
                            float eps, float w_offset) {
     if (rows <= 0 || n <= 0) return;
-    cudaStream_t s = cu_of(be)->stream;
+    cu_ctx *c = cu_of(be);
     const unsigned th = (unsigned)((n + ADD_NORM_V * 32 - 1) / (ADD_NORM_V * 32) * 32);
-    cu_launch(add_rmsnorm_kernel, (unsigned)rows, th, 0, s, y, xo, x, d, w, wdt, n, eps, w_offset);
-    CUDA_LAUNCHED();
+    cu_launch(add_rmsnorm_kernel, (unsigned)rows, th, 0, c, y, xo, x, d, w, wdt, n, eps, w_offset);
+    CUDA_LAUNCHED(c);
 }
 
 void cu_add_rmsnorm(const sl_backend *be, float *y, float *x, const float *d, const sl_tensor *w,
@@ -339,14 +348,14 @@ void cu_add_rmsnorm_next(const sl_backend *be, float *y, float *x_out, const flo
     cu_norm_flush(be);
     if (rows <= 0 || n <= 0) return;
     /* one row, float4-aligned: the GEMV stages it 16 bytes at a time */
-    const int defer = c->fuse_norms && rows == 1 && n % 4 == 0 && n <= 1024 * ADD_NORM_V &&
+    const int defer = rows == 1 && n % 4 == 0 && n <= 1024 * ADD_NORM_V &&
                       !(((uintptr_t)y | (uintptr_t)x_out | (uintptr_t)x | (uintptr_t)d) & 15);
     if (defer) {
         c->pend = cu_prenorm{x, d, x_out, y, w->data, (int)w->dtype, n, eps, w_offset};
     } else if (n <= 1024 * ADD_NORM_V) {
         add_rmsnorm_to(be, y, x_out, x, d, w->data, (int)w->dtype, rows, n, eps, w_offset);
     } else { /* wider rows: add_rmsnorm in place on a copy of x */
-        CUDA_CHECK(cudaMemcpyAsync(x_out, x, (size_t)rows * n * sizeof(float),
+        CUDA_CHECK(c, cudaMemcpyAsync(x_out, x, (size_t)rows * n * sizeof(float),
                                    cudaMemcpyDeviceToDevice, c->stream));
         cu_add_rmsnorm(be, y, x_out, d, w, rows, n, eps, w_offset);
     }
@@ -371,10 +380,11 @@ __global__ void gated_rmsnorm_kernel(float *y, const float *x, const float *z, c
 
 void cu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const float *z,
                       const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate) {
+    cu_ctx *c = cu_of(be);
     if (rows <= 0 || n <= 0) return;
-    cu_launch(gated_rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, cu_of(be)->stream,
+    cu_launch(gated_rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, c,
         y, x, z, w->data, (int)w->dtype, n, eps, (int)gate);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 __global__ void l2norm_kernel(float *x, int32_t n, float eps) {
@@ -391,9 +401,10 @@ __global__ void l2norm_kernel(float *x, int32_t n, float eps) {
 }
 
 void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps) {
+    cu_ctx *c = cu_of(be);
     if (rows <= 0 || n <= 0) return;
-    cu_launch(l2norm_kernel, (unsigned)rows, row_threads(n), 0, cu_of(be)->stream, x, n, eps);
-    CUDA_LAUNCHED();
+    cu_launch(l2norm_kernel, (unsigned)rows, row_threads(n), 0, c, x, n, eps);
+    CUDA_LAUNCHED(c);
 }
 
 /* -------------------------------------------------------------- rope */
@@ -416,12 +427,13 @@ __global__ void rope_kernel(float *x, int32_t T, int32_t n_heads, int32_t head_d
 
 void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
              int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab) {
+    cu_ctx *c = cu_of(be);
     const int32_t half = rot_dim / 2;
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     if (!total) return;
-    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, cu_of(be)->stream,
+    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c,
         x, T, n_heads, head_dim, half, pos0, cos_tab, sin_tab);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /*
@@ -575,12 +587,13 @@ static qkv_params qkv_params_of(const sl_qkv_args *args) {
 }
 
 void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
+    cu_ctx *c = cu_of(be);
     const int32_t per_t = args->n_heads + 2 * args->n_kv_heads;
     if (args->T <= 0 || per_t <= 0) return;
     const qkv_params a = qkv_params_of(args);
     cu_launch(qkv_prep_kernel, (unsigned)(args->T * per_t), row_threads(args->head_dim),
-                      (size_t)args->head_dim * sizeof(float), cu_of(be)->stream, a);
-    CUDA_LAUNCHED();
+                      (size_t)args->head_dim * sizeof(float), c, a);
+    CUDA_LAUNCHED(c);
 }
 
 /* --------------------------------------------------------- attention */
@@ -681,7 +694,6 @@ __device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int 
  * plus a gap each.
  */
 template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
-    CU_PROBE_SCOPE(60 + PREP);
     typedef typename att_vec<W>::T V;
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
     const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * a.L;
@@ -821,17 +833,28 @@ __global__ void attn_combine(att_params a) {
 
 /* Whether the attention kernel can do prep's qkv_prep itself (attn_kernel<W, true>): one decode
  * token without a selection, on the same buffers and shapes, rows a block's threads cover. */
-static int prep_fusable(const cu_ctx *c, const sl_attn_args *a, const sl_qkv_args *p) {
-    return c->fuse_prep && p->T == 1 && a->T == 1 && !a->sel && p->q == a->q && p->kc == a->kcache &&
+static int prep_fusable(const sl_attn_args *a, const sl_qkv_args *p) {
+    return p->T == 1 && a->T == 1 && !a->sel && p->q == a->q && p->kc == a->kcache &&
            p->vc == a->vcache && p->pos0 == a->pos0 && p->n_heads == a->n_heads &&
            p->n_kv_heads == a->n_kv_heads && p->head_dim == a->head_dim &&
            a->head_dim <= ATT_THREADS && p->rot_dim <= a->head_dim;
 }
 
+/* Enough blocks to keep every SM's memory pipe busy, but no split under ATT_MIN_KEYS keys (32: at
+ * 128-256 keys 1.5% faster decode than 64, 4.8% than 128, BENCHMARKS 6.6), nor over ATT_MAX_L. */
+#define ATT_MIN_KEYS 32
+int32_t cu_att_splits(const cu_ctx *c, int32_t n_items, int32_t max_keys) {
+    const int32_t want = 8 * c->n_sm, m = ATT_MIN_KEYS;
+    int32_t splits = 1;
+    if (n_items < want) splits = SL_MIN((want + n_items - 1) / n_items, (max_keys + m - 1) / m);
+    splits = SL_MAX(splits, (max_keys + ATT_MAX_L - 1) / ATT_MAX_L);
+    return SL_MAX(splits, 1);
+}
+
 void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     const int32_t n_items = args->T * args->n_heads;
     if (n_items <= 0) return;
-    const cu_ctx *c = cu_of(be);
+    cu_ctx *c = cu_of(be);
     att_params a = {};
     a.out = args->out, a.q = args->q, a.kc = args->kcache, a.vc = args->vcache;
     a.sel = args->sel, a.n_sel = args->n_sel, a.sel_stride = args->sel_stride;
@@ -839,37 +862,32 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.hd = args->head_dim, a.scale = args->scale;
     /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys. */
     const int32_t max_keys = args->pos0 + args->T;
-    int32_t splits = 1;
-    /* Enough blocks to keep every SM's memory pipe busy, but no split under c->att_min keys
-     * (32: at 128-256 keys 1.5% faster decode than 64, 4.8% than 128, BENCHMARKS 6.6;
-     * SLUICE_CUDA_ATT_MIN for comparisons). */
-    const int32_t want = 8 * c->n_sm, m = c->att_min;
-    if (n_items < want) splits = SL_MIN((want + n_items - 1) / n_items, (max_keys + m - 1) / m);
-    splits = SL_MAX(splits, (max_keys + ATT_MAX_L - 1) / ATT_MAX_L);
-    splits = SL_MAX(splits, 1);
+    const int32_t splits = cu_att_splits(c, n_items, max_keys);
     a.splits = splits;
     a.L = (max_keys + splits - 1) / splits;
     a.part = NULL;
     a.counts = n_items <= CU_ATT_COUNTS ? c->att_counts : NULL;
-    if (splits > 1)
+    if (splits > 1) {
         a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
+        if (!a.part) return;
+    }
     const int vec = a.hd % 4 == 0 && !(((uintptr_t)a.q | (uintptr_t)a.kc | (uintptr_t)a.vc) & 15);
     const sl_qkv_args *pr = args->prep;
     /* the raw value row is read as the cache rows are: aligned as they are */
-    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(c, args, pr);
+    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(args, pr);
     if (pr && !fuse) cu_qkv_prep(be, pr);
     if (fuse) a.prep = qkv_params_of(pr);
     const size_t smem =
         (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * a.L) * sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
     if (fuse)
-        cu_launch(attn_kernel<4, true>, grid, ATT_THREADS, smem, c->stream, a);
+        cu_launch(attn_kernel<4, true>, grid, ATT_THREADS, smem, c, a);
     else if (vec)
-        cu_launch(attn_kernel<4, false>, grid, ATT_THREADS, smem, c->stream, a);
+        cu_launch(attn_kernel<4, false>, grid, ATT_THREADS, smem, c, a);
     else
-        cu_launch(attn_kernel<1, false>, grid, ATT_THREADS, smem, c->stream, a);
-    if (splits > 1 && !a.counts) cu_launch(attn_combine, (unsigned)n_items, 128, 0, c->stream, a);
-    CUDA_LAUNCHED();
+        cu_launch(attn_kernel<1, false>, grid, ATT_THREADS, smem, c, a);
+    if (splits > 1 && !a.counts) cu_launch(attn_combine, (unsigned)n_items, 128, 0, c, a);
+    CUDA_LAUNCHED(c);
 }
 
 /* --------------------------------------------------- conv1d and delta */
@@ -902,10 +920,11 @@ __global__ void conv1d_silu_kernel(float *__restrict__ y, const float *__restric
 
 void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,
                     const sl_tensor *w, int32_t K, int32_t d, float *state) {
+    cu_ctx *c = cu_of(be);
     if (T <= 0 || C <= 0) return;
-    cu_launch(conv1d_silu_kernel, cu_blocks((size_t)C, 128), 128, 0, cu_of(be)->stream,
+    cu_launch(conv1d_silu_kernel, cu_blocks((size_t)C, 128), 128, 0, c,
         y, x, T, C, w->data, (int)w->dtype, K, d, state);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /*
@@ -996,6 +1015,7 @@ __global__ void delta_rule_kernel(dr_params p) {
 }
 
 void cu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
+    cu_ctx *c = cu_of(be);
     if (a->T <= 0 || a->nv <= 0) return;
     SL_ASSERT(a->dk > 0 && a->dk <= DR_MAX_WARPS * DR_ROWS && a->dv > 0);
     SL_ASSERT(a->nk > 0 && a->nv % a->nk == 0);
@@ -1007,8 +1027,8 @@ void cu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
     p.T = a->T, p.nk = a->nk, p.nv = a->nv, p.dk = a->dk, p.dv = a->dv, p.q_scale = a->q_scale;
     const int warps = (a->dk + DR_ROWS - 1) / DR_ROWS;
     dim3 grid((unsigned)a->nv, (unsigned)((a->dv + 31) / 32));
-    cu_launch(delta_rule_kernel, grid, (unsigned)(warps * 32), 0, cu_of(be)->stream, p);
-    CUDA_LAUNCHED();
+    cu_launch(delta_rule_kernel, grid, (unsigned)(warps * 32), 0, c, p);
+    CUDA_LAUNCHED(c);
 }
 
 /* ------------------------------------------------------- PLE and QSA */
@@ -1034,10 +1054,11 @@ __global__ void ple_gate_kernel(float *__restrict__ y, const float *__restrict__
 
 void cu_ple_gate(const sl_backend *be, float *y, const float *key, const float *query,
                  const float *value, int32_t T, int32_t hc, int32_t n) {
+    cu_ctx *c = cu_of(be);
     if (T <= 0 || hc <= 0 || n <= 0) return;
-    cu_launch(ple_gate_kernel, (unsigned)(T * hc), row_threads(n), 0, cu_of(be)->stream,
+    cu_launch(ple_gate_kernel, (unsigned)(T * hc), row_threads(n), 0, c,
         y, key, query, value, hc, n, (float)sqrt((double)n));
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
 /* One block per key block; warps take heads. */
@@ -1063,12 +1084,10 @@ __global__ void qsa_scores_kernel(float *__restrict__ scores, const float *__res
 
 void cu_qsa_scores(const sl_backend *be, float *scores, const float *q, const float *keys,
                    int32_t n_heads, int32_t n_blocks, int32_t d) {
+    cu_ctx *c = cu_of(be);
     if (n_blocks <= 0) return;
-    cu_launch(qsa_scores_kernel, (unsigned)n_blocks, 128, 0, cu_of(be)->stream,
+    cu_launch(qsa_scores_kernel, (unsigned)n_blocks, 128, 0, c,
         scores, q, keys, n_heads, d, (float)sqrt((double)d));
-    CUDA_LAUNCHED();
+    CUDA_LAUNCHED(c);
 }
 
-#ifdef CU_PROBE
-CU_PROBE_BIND(cu_probe_bind_ops)
-#endif

@@ -4,8 +4,8 @@
  * call (host start and end), and writes them at exit as CSV lines
  *     kind,start_ns,end_ns,correlation,name       (kind: K kernel, A runtime call)
  * to $TRACE_OUT; a kernel and the call that launched it share the correlation id.
- * tools/trace_summary.py reads it; tools/timeline_cuda.sh builds and runs both.
- *   cc -O2 -shared -fPIC -I$CUDA/include -o trace_cuda.so tools/trace_cuda.c -L$CUDA/lib64 -lcupti
+ * tools/lab/trace_summary.py reads it; tools/lab/timeline_cuda.sh builds and runs both.
+ *   cc -O2 -shared -fPIC -I$CUDA/include -o trace_cuda.so tools/lab/trace_cuda.c -L$CUDA/lib64 -lcupti
  */
 #include <cupti.h>
 #include <stdio.h>

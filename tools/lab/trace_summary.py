@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Summarises a tools/trace_cuda.c timeline (decode steps): per kernel its count, median
+"""Summarises a tools/lab/trace_cuda.c timeline (decode steps): per kernel its count, median
 duration, median gap since the previous kernel ended (negative: dependent launch started it
 earlier), median "adds" (its end minus the previous kernel's end: what it adds to the chain,
 the figure that counts when dependent launch overlaps kernels; the adds sum to the span) and
 median lead (its start minus the end of the host call that launched it: near zero means the
 GPU waited for the host); then the GPU's busy share of the span and the host's time per
 launch.
-   tools/trace_summary.py trace.csv [FRACTION_TO_SKIP=0.5]"""
+   tools/lab/trace_summary.py trace.csv [FRACTION_TO_SKIP=0.5]"""
 import collections, statistics, subprocess, sys
 
 kern, api = [], {}

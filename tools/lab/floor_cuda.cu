@@ -23,7 +23,7 @@
  * must), "ahead all" gate/up's too. No decode built in one of these ways runs faster on this GPU
  * than its line here.
  *
- *   nvcc -O3 -arch=sm_90 -o /tmp/floor_cuda tools/floor_cuda.cu && /tmp/floor_cuda
+ *   nvcc -O3 -arch=sm_90 -o /tmp/floor_cuda tools/lab/floor_cuda.cu && /tmp/floor_cuda
  */
 #include <chrono>
 #include <cstdio>

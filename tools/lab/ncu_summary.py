@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Sums an ncu --csv run of gpu__time_duration.sum per kernel (a profile of decode steps):
-   ncu --metrics gpu__time_duration.sum --csv ... > prof.csv; tools/ncu_summary.py prof.csv"""
+   ncu --metrics gpu__time_duration.sum --csv ... > prof.csv; tools/lab/ncu_summary.py prof.csv"""
 import collections, csv, sys
 
 SCALE = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}

@@ -4,8 +4,8 @@
 # benchmark model decodes with each in turn, ROUNDS times round (each round starting one variant
 # further on), so the machine's drift hits all alike; then once each through a 25% GPU expert
 # cache. Prints each run and the medians.
-#   tools/ab_cuda.sh WORKDIR ROUNDS 'NAME|NVCC FLAGS|ENV[|TREE]' ...
-# e.g. tools/ab_cuda.sh /tmp/w 3 'main||' 'w16|-DGEMV_WARPS=16|' 'nofuse||SLUICE_CUDA_FUSE=0'
+#   tools/lab/ab_cuda.sh WORKDIR ROUNDS 'NAME|NVCC FLAGS|ENV[|TREE]' ...
+# e.g. tools/lab/ab_cuda.sh /tmp/w 3 'main||' 'graphs||SL_GRAPHS=1' 'nopdl||SL_NO_PDL=1' 'b|||.ab/b'
 # TREE: build from that copy of a tree instead (another branch, which the GPU machine cannot
 # check out: here, `mkdir -p .ab/b && git archive b | tar -x -C .ab/b`, .ab in .git/info/exclude,
 # and carry .ab). MAKE_OPTS (e.g. DEPS=.deps) goes to every make.

@@ -2,7 +2,7 @@
 // now, with programmatic dependent launch) against one persistent kernel whose blocks pass a
 // grid-wide barrier between GEMVs: the measurement that decides whether a persistent decode-layer
 // kernel is worth building (docs/BENCHMARKS.md section 6.4).
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o /tmp/phases tools/phases_cuda.cu
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o /tmp/phases tools/lab/phases_cuda.cu
 //   /tmp/phases [rows per phase, 5120] [phases, 480]
 // Each phase is a GEMV of `rows` int4 rows of 2048 weights (1 KB a row; q/k/v of Qwen3-30B-A3B is
 // 5120 rows) whose input is the previous phase's output, so phases are truly dependent; the

@@ -2,7 +2,7 @@
  * What a kernel launch costs on this GPU and host, for the decode-step graphs decision
  * (docs/BENCHMARKS.md, section 6.1): host time per launch of an empty kernel, per launch while
  * recording a graph, per node to replay and to update an instantiated graph.
- *   nvcc -O2 -o /tmp/launch_cuda tools/launch_cuda.cu && /tmp/launch_cuda
+ *   nvcc -O2 -o /tmp/launch_cuda tools/lab/launch_cuda.cu && /tmp/launch_cuda
  */
 #include <cstdio>
 #include <chrono>
