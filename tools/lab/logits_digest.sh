@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Prints one digest line per (fixture, path, mode): the sha256 of the logits and of the greedy
 # ids, for comparing two builds bit for bit (a refactor must leave every line the same).
-# usage: tools/lab/logits_digest.sh BIN [BACKEND] > digests.txt
-#   BIN      a sluice binary;  BACKEND  cpu (default) | cuda
+# usage: tools/lab/logits_digest.sh BIN [BACKEND [FIXTURE...]] > digests.txt
+#   BIN      a sluice binary;  BACKEND  cpu (default) | cuda;  FIXTURE  names under tests/fixtures
+#   (default: all; several processes, one fixture each, run in parallel: their outputs
+#   concatenated in the order of the names match a run over all)
 set -euo pipefail
 BIN=$1
 BE=${2:-cpu}
+shift $(($# >= 2 ? 2 : $#))
 PY=${PYTHON:-python3}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TMP=$(mktemp -d)
@@ -34,7 +37,13 @@ run_one() { # LABEL MODEL IDS ARGS...
     fi
 }
 
-for dir in "$ROOT"/tests/fixtures/*/; do
+dirs=()
+if [ $# -gt 0 ]; then
+    for f in "$@"; do dirs+=("$ROOT/tests/fixtures/$f/"); done
+else
+    dirs=("$ROOT"/tests/fixtures/*/)
+fi
+for dir in "${dirs[@]}"; do
     [ -f "$dir/config.json" ] || continue
     name=$(basename "$dir")
     read -r ids long k < <("$PY" - "$dir" <<'PY'
