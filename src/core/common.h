@@ -70,4 +70,11 @@ int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err);
 /* Reads a whole file (a regular one: sl_open_regular) into a NUL-terminated heap buffer. */
 sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err);
 
+/* Reads and parses a JSON file (through sl_read_file: a FIFO or device is refused rather than
+ * waited on) into *out, a new reference for the caller to json_decref. A parse error is
+ * SL_ERR_FORMAT naming the file, line and column. Declared on jansson's struct so that this
+ * header does not pull jansson into every file. */
+struct json_t;
+sl_status sl_json_load_file(const char *path, struct json_t **out, sl_error *err);
+
 #endif /* SL_COMMON_H */
