@@ -39,8 +39,8 @@ static const char generate_help[] =
 int cli_generate(int argc, char **argv) {
     ids_opts o = {.n_new = 16};
     const char *model;
-    int r =
-        ids_parse(argc, argv, generate_help, ":hn:s:" CLI_MODEL_SHORTOPTS, generate_opts, &o, &model);
+    int r = ids_parse(argc, argv, generate_help, ":hn:s:" CLI_MODEL_SHORTOPTS, generate_opts, &o,
+                      &model);
     if (r) return r == 2 ? 0 : 1;
     int32_t *ids, n, max_position, vocab;
     if (cli_parse_ids(o.ids_str, &ids, &n)) return 1;
@@ -63,8 +63,8 @@ int cli_generate(int argc, char **argv) {
     const int64_t ctx =
         o.m.ctx ? o.m.ctx : SL_CLI_MIN(SL_CLI_MIN(n + o.n_new, info.max_position), INT32_MAX);
     sl_session_params sp = {.max_ctx = (int32_t)ctx, .max_batch = (int32_t)o.m.batch};
-    if (!known &&
-        ids_prompt_fits(ids, n, info.vocab_size, o.m.ctx ? o.m.ctx : info.max_position, o.m.ctx != 0))
+    if (!known && ids_prompt_fits(ids, n, info.vocab_size, o.m.ctx ? o.m.ctx : info.max_position,
+                                  o.m.ctx != 0))
         goto done;
     if (!out || !logits) {
         cli_error("out of memory");

@@ -82,4 +82,3 @@ done:
     free(ids);
     return rc;
 }
-

@@ -57,4 +57,3 @@ int cli_run(int argc, char **argv) {
     free(file_text);
     return rc;
 }
-

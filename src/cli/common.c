@@ -251,4 +251,3 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     fprintf(f, "      other          %.3f s (embedding, norms, dense FFN, head)\n",
             other > 0 ? other : 0);
 }
-

@@ -58,4 +58,3 @@ int ids_prompt_fits(const int32_t *ids, int32_t n, int32_t vocab, int64_t room, 
                      "(max_position_embeddings)",
                      n, (long long)room);
 }
-

@@ -14,7 +14,8 @@ typedef struct ids_opts {
     cli_model_opts m;
 } ids_opts;
 
-enum { /* the commands' own option codes */
+/* The commands' own option codes. */
+enum {
     OPT_IDS = CLI_OPT_COMMAND,
     OPT_OUT,
     OPT_N_PREDICT,

@@ -32,10 +32,11 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } commands[] = {
-    {"run", cli_run},           {"chat", cli_chat},       {"serve", cli_serve},
-    {"logits", cli_logits},     {"generate", cli_generate}, {"pack", cli_pack},
-    {"verify", cli_verify},     {"inspect", cli_inspect}, {"tokenize", cli_tokenize},
-    {"detokenize", cli_detokenize},
+    {"run", cli_run},           {"chat", cli_chat},
+    {"serve", cli_serve},       {"logits", cli_logits},
+    {"generate", cli_generate}, {"pack", cli_pack},
+    {"verify", cli_verify},     {"inspect", cli_inspect},
+    {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
 };
 
 int main(int argc, char **argv) {

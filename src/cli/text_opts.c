@@ -259,4 +259,3 @@ int text_reply(text_ctx *t, FILE *out, sl_gen_result *res) {
 int text_interrupted(void) {
     return interrupted;
 }
-

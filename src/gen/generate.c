@@ -111,7 +111,7 @@ static sl_status prefill(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_
 }
 
 sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_params *p,
-                        sl_gen_result *res, sl_error *err) {
+                       sl_gen_result *res, sl_error *err) {
     *res = (sl_gen_result){.prompt_tokens = n, .finish = SL_GEN_LENGTH};
     g->reply_len = 0;
     if (g->reply) g->reply[0] = '\0';

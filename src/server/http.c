@@ -601,8 +601,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 r->too_big = 1;
             } else {
                 if (r->body_len + *upload_size + 1 > r->body_cap) {
-                    size_t cap = SL_MIN((r->body_len + *upload_size + 1) * 2,
-                                            (size_t)s->cfg.max_body + 1);
+                    size_t cap =
+                        SL_MIN((r->body_len + *upload_size + 1) * 2, (size_t)s->cfg.max_body + 1);
                     char *b = realloc(r->body, cap);
                     if (!b) return MHD_NO;
                     r->body = b;
@@ -803,7 +803,9 @@ static int listen_on(srv *s, int *family, sl_error *err) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     int e = getaddrinfo(host, ps, &hints, &ai);
-    if (e) return sl_fail(err, SL_ERR_IO, "cannot listen on %s:%d: %s", host, port, gai_strerror(e)), -1;
+    if (e)
+        return sl_fail(err, SL_ERR_IO, "cannot listen on %s:%d: %s", host, port, gai_strerror(e)),
+               -1;
     s->loopback = is_loopback(ai->ai_addr);
     if (!s->loopback && !s->cfg.api_key)
         srv_warn("listening on %s without an API key: anyone who can reach this machine's port "

@@ -85,7 +85,7 @@ typedef struct srv_conn {
 struct srv {
     srv_params cfg;
     int loopback;            /* listening on a loopback address: the Host header is checked */
-    sl_gen *g;              /* the worker's alone once started */
+    sl_gen *g;               /* the worker's alone once started */
     const sl_tokenizer *tok; /* read-only: HTTP threads tokenize */
     sl_chat_template tpl;
     int32_t max_ctx, vocab;

@@ -233,13 +233,13 @@ static void run_job(srv *s, srv_job *j) {
         return;
     }
     sl_gen_params p = {.max_tokens = j->max_tokens,
-                        .stops = (const char *const *)j->stops,
-                        .n_stops = j->n_stops,
-                        .accept_prompt = 1,
-                        .ignore_eos = j->ignore_eos,
-                        .emit = job_emit,
-                        .cancelled = job_cancelled,
-                        .user = j};
+                       .stops = (const char *const *)j->stops,
+                       .n_stops = j->n_stops,
+                       .accept_prompt = 1,
+                       .ignore_eos = j->ignore_eos,
+                       .emit = job_emit,
+                       .cancelled = job_cancelled,
+                       .user = j};
     sl_status st = sl_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
     if (st) {
         /* Whatever failed (a read, a checksum, non-finite logits), the KV cache may now hold
