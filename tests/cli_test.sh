@@ -6,25 +6,7 @@
 set -u
 BIN=${1:-build/sluice}
 FIX=${2:-tests/fixtures}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-
-# expect_fail NAME PATTERN CMD...: non-zero exit, exactly one stderr line matching PATTERN.
-expect_fail() {
-    local name=$1 pat=$2
-    shift 2
-    "$@" >"$TMP/out" 2>"$TMP/err"
-    local rc=$?
-    if [ $rc -ne 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q -- "$pat" "$TMP/err"; then
-        ok "$name"
-    else
-        bad "$name (rc=$rc, stderr: $(head -c 300 "$TMP/err"))"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 json_field() { python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))' "$@"; }
 
@@ -505,5 +487,4 @@ expect_fail "non-finite: rms_norm_eps -1 refused" "config.json: 'rms_norm_eps' =
 mkdir -p "$TMP/fifo" && cp "$FIX/qwen2_odd/config.json" "$TMP/fifo/" && mkfifo "$TMP/fifo/tokenizer.json"
 expect_fail "a FIFO as tokenizer.json" "tokenizer.json: not a regular file" timeout 10 "$BIN" tokenize "$TMP/fifo" -p hi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish "cli test"

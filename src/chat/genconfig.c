@@ -15,14 +15,9 @@ sl_status sl_gen_config_load(const char *dir, sl_gen_config *g, sl_error *err) {
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     struct stat sb;
     if (stat(path, &sb) != 0) return SL_OK;
-    /* Read through sl_read_file, which refuses a FIFO or device rather than block on it. */
-    char *text = NULL;
-    size_t len = 0;
-    if (sl_read_file(path, &text, &len, err)) return SL_ERR_IO;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!root) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    json_t *root;
+    sl_status st = sl_json_load_file(path, &root, err);
+    if (st) return st;
     json_t *eos = json_object_get(root, "eos_token_id");
     if (json_is_integer(eos)) {
         g->eos[g->n_eos++] = (int32_t)json_integer_value(eos);

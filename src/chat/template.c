@@ -48,13 +48,9 @@ sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error
     }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (stat(path, &sb) != 0) return SL_OK;
-    char *text = NULL; /* sl_read_file refuses a FIFO or device rather than block on it */
-    size_t len = 0;
-    if (sl_read_file(path, &text, &len, err)) return SL_ERR_IO;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!root) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    json_t *root;
+    sl_status st = sl_json_load_file(path, &root, err);
+    if (st) return st;
     json_t *ct = json_object_get(root, "chat_template");
     if (json_is_array(ct)) { /* [{"name": "default", "template": "..."}, ...] */
         size_t i;

@@ -1,4 +1,4 @@
-/* The command-line tool: one function per subcommand, shared option helpers. */
+/* The command-line tool: one function per command (cmd_NAME.c), shared option helpers. */
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gen/generate.h"
 #include "sluice.h"
 
 #define SL_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -140,6 +141,10 @@ int cli_parse_choice(const char *s, const char *what, const char *const *names);
 int cli_parse_size(const char *s, const char *what, int64_t *out);
 /* Loads a model (progress bar on a terminal) or prints the error; NULL on failure. */
 sl_model *cli_load_model(const char *dir, sl_model_params *mp);
+/* sl_gen_init with the model options of o (su's model, tokenizer, template_name and raw set by
+ * the caller), then what cli_load_model and cli_model_report say. 0, or 1 with the error
+ * printed; sl_gen_free in both cases. */
+int cli_gen_open(sl_gen *g, sl_gen_setup *su, const cli_model_opts *o);
 /* Progress callback drawing a bar on stderr when it is a terminal, silent otherwise. */
 void cli_progress(void *user, const char *stage, int64_t done, int64_t total);
 /* One line: tokens, prefill and decode tokens/s, expert hit rate, bytes read. */

@@ -1,7 +1,8 @@
 /*
  * `sluice serve MODEL`: the OpenAI-compatible HTTP server (src/server/). This
  * file reads the options, loads the model, and waits for SIGTERM or SIGINT to
- * stop gracefully.
+ * stop gracefully. It is the one place in src/cli/ that calls the server
+ * (server/server.h); the server itself sits on the library, not on the CLI.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -9,7 +10,7 @@
 #include <signal.h>
 #include <string.h>
 
-#include "cli/generate.h"
+#include "cli/cli.h"
 #include "server/server.h"
 
 enum {
@@ -155,7 +156,7 @@ static int read_key_file(const char *path, char **key) {
 }
 
 int cli_serve(int argc, char **argv) {
-    srv_config cfg = {.host = "127.0.0.1",
+    srv_params cfg = {.host = "127.0.0.1",
                       .port = 8080,
                       .parallel = 8,
                       .queue = 64,
@@ -271,11 +272,10 @@ int cli_serve(int argc, char **argv) {
         name[--n] = '\0';
     if (!cfg.model_id) cfg.model_id = basename(name);
 
-    cli_gen g = {0};
-    cli_gen_setup su = {
-        .model = model, .tokenizer = tokenizer, .template_name = template_name, .mo = &mo};
-    if (cli_gen_init(&g, &su)) {
-        cli_gen_free(&g);
+    sl_gen g = {0};
+    sl_gen_setup su = {.model = model, .tokenizer = tokenizer, .template_name = template_name};
+    if (cli_gen_open(&g, &su, &mo)) {
+        sl_gen_free(&g);
         free(key);
         return 1;
     }
@@ -295,7 +295,8 @@ int cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     srv *s = NULL;
-    int rc = srv_start(&s, &g, &cfg);
+    sl_error err = {0};
+    int rc = srv_start(&s, &g, &cfg, &err) ? cli_error("%s", err.msg) : 0;
     if (!rc) {
         fprintf(stderr,
                 "sluice serve: %s (%s), context %d tokens, %d requests at once and %d waiting%s\n"
@@ -320,7 +321,7 @@ int cli_serve(int argc, char **argv) {
         fprintf(stderr, "sluice serve: stopped\n");
     }
     srv_free(s);
-    cli_gen_free(&g);
+    sl_gen_free(&g);
     free(key);
     return rc;
 }

@@ -1,4 +1,5 @@
 /*
+ * The tokenize pair, one command and its inverse sharing their operands and line reading:
  * `tokenize`: ids of JSON-string lines, one JSON array per line (the tokenizer's test contract),
  * optionally with each id's text piece; `detokenize`: the way back, ids to text.
  */

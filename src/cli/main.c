@@ -1,10 +1,8 @@
-/* sluice: command-line entry point and the helpers every subcommand shares. */
-#include <errno.h>
-#include <stdarg.h>
+/* sluice: the command-line entry point. Each command is one file, cmd_NAME.c (tokenize and
+ * detokenize share cmd_tokenize.c); the helpers they share are in common.c, model_opts.c
+ * (the model options), text_opts.c (run, chat) and ids_opts.c (logits, generate). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -29,231 +27,17 @@ static const char usage[] =
     "or a directory made by 'sluice pack'.\n"
     "'sluice <command> --help' describes each command's options.\n";
 
-const char *cli_model_operand(int argc, char **argv, int optind, const char *opt_model) {
-    if (opt_model && optind < argc) {
-        cli_error("unexpected argument '%s' (the model is given with -m/--model)", argv[optind]);
-        return NULL;
-    }
-    if (opt_model) return opt_model;
-    if (optind == argc - 1) return argv[optind];
-    cli_error(optind >= argc ? "missing MODEL directory (see --help)"
-                             : "unexpected argument '%s' (see --help)",
-              argv[optind + (optind < argc)]);
-    return NULL;
-}
-
-int cli_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("sluice: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
-
-void cli_warn(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("sluice: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-int cli_one_path(int argc, char **argv, const char *help, const char *cmd, const char *what) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(help, stdout);
-        return 2;
-    }
-    if (argc == 2 && argv[1][0] == '-')
-        return cli_error("unknown option '%s' (see --help)", argv[1]);
-    if (argc != 2) return cli_error("%s needs %s (see --help)", cmd, what);
-    return 0;
-}
-
-int cli_parse_int(const char *s, const char *what, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        cli_error("invalid %s '%s' (expected an integer in [%lld, %lld])", what, s, (long long)lo,
-                  (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int cli_parse_ids(const char *s, int32_t **ids, int32_t *n) {
-    size_t cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    int32_t *v = malloc(cap * sizeof *v);
-    if (!v) return cli_error("out of memory");
-    int32_t count = 0;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            free(v);
-            return cli_error("invalid --ids '%s' (expected comma-separated token ids)", s);
-        }
-        v[count++] = (int32_t)x;
-        if (!*end) break;
-        p = end + 1;
-    }
-    *ids = v;
-    *n = count;
-    return 0;
-}
-
-int cli_parse_choice(const char *s, const char *what, const char *const *names) {
-    char list[256] = "";
-    size_t n = 0;
-    for (int i = 0; names[i]; i++) {
-        if (!strcmp(s, names[i])) return i;
-        n += (size_t)snprintf(list + n, sizeof list - SL_CLI_MIN(n, sizeof list), "%s%s",
-                              i == 0         ? ""
-                              : names[i + 1] ? ", "
-                                             : " or ",
-                              names[i]);
-    }
-    cli_error("invalid %s '%s' (%s)", what, s, list);
-    return -1;
-}
-
-int cli_parse_size(const char *s, const char *what, int64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    double mult = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mult = 1024.0;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mult = 1024.0 * 1024;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mult = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mult = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (errno || end == s || *end || !(v > 0) || v * mult > 9e18) {
-        cli_error("invalid %s '%s' (expected a size such as 512M or 4G)", what, s);
-        return -1;
-    }
-    *out = (int64_t)(v * mult);
-    return 0;
-}
-
-void cli_progress(void *user, const char *stage, int64_t done, int64_t total) {
-    (void)user;
-    if (!isatty(STDERR_FILENO) || total <= 0) return;
-    const int width = 30;
-    int fill = (int)(width * done / total);
-    fprintf(stderr, "\r%-14s [%.*s%*s] %3d%%", stage, fill, "##############################",
-            width - fill, "", (int)(100 * done / total));
-    if (done >= total) fputc('\n', stderr);
-    fflush(stderr);
-}
-
-sl_model *cli_load_model(const char *dir, sl_model_params *mp) {
-    sl_error err = {0};
-    sl_model *m = NULL;
-    mp->progress = cli_progress;
-    if (sl_model_load(dir, mp, &m, &err) != SL_OK) {
-        cli_error("%s", err.msg);
-        return NULL;
-    }
-    sl_model_info info;
-    sl_model_get_info(m, &info);
-    if (info.packed && info.pack_version < 2)
-        cli_warn("%s: pack format %d has no checksums, so nothing read from it is verified; "
-                 "'sluice verify --upgrade %s' adds them",
-                 dir, info.pack_version, dir);
-    return m;
-}
-
-static double rate(double n, double t) {
-    return t > 0 ? n / t : 0;
-}
-
-void cli_print_summary(const sl_model *m, FILE *f) {
-    sl_stats s;
-    sl_model_get_stats(m, &s);
-    fprintf(f,
-            "prompt %lld tok, %.2f tok/s | decode %lld tok, %.2f tok/s | experts hit %.1f%%, "
-            "read %.1f MB\n",
-            (long long)s.prompt_tokens, rate((double)s.prompt_tokens, s.prefill_time),
-            (long long)s.gen_tokens, rate((double)s.gen_tokens, s.decode_time),
-            s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0,
-            (double)s.bytes_read / 1e6);
-}
-
-void cli_print_stats(const sl_model *m, FILE *f) {
-    sl_stats s;
-    sl_model_get_stats(m, &s);
-    const double total = s.prefill_time + s.decode_time;
-    const double other =
-        total - s.t_attention - s.t_router - s.t_expert_io - s.t_expert_compute - s.t_ple_io;
-    const int64_t dec_bytes = s.bytes_read - s.prefill_bytes_read;
-    fprintf(f, "--- sluice statistics ---\n");
-    fprintf(f, "prompt tokens        %lld (%.2f tok/s, %.3f s)\n", (long long)s.prompt_tokens,
-            rate((double)s.prompt_tokens, s.prefill_time), s.prefill_time);
-    fprintf(f, "decode steps         %lld (%.2f tok/s, %.3f s)\n", (long long)s.gen_tokens,
-            rate((double)s.gen_tokens, s.decode_time), s.decode_time);
-    fprintf(f, "expert requests      %lld, hits %lld (%.1f%%)\n", (long long)s.expert_requests,
-            (long long)s.expert_hits,
-            s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0);
-    if (s.decode_picks)
-        fprintf(f, "  decode repeats     %.1f%% of picks were the previous step's at that layer\n",
-                100.0 * (double)s.decode_repeats / (double)s.decode_picks);
-    fprintf(f, "expert bytes read    %.1f MB in %.3f s (%.1f MB/s)\n", (double)s.bytes_read / 1e6,
-            s.read_time, rate((double)s.bytes_read / 1e6, s.read_time));
-    fprintf(f, "  per prompt token   %.2f MB\n",
-            rate((double)s.prefill_bytes_read / 1e6, (double)s.prompt_tokens));
-    fprintf(f, "  per decode step    %.2f MB\n",
-            rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
-    if (s.gpu_expert_requests)
-        fprintf(
-            f, "GPU expert cache     %lld requests, hits %lld (%.1f%%), %.1f MB copied in %.3f s\n",
-            (long long)s.gpu_expert_requests, (long long)s.gpu_expert_hits,
-            100.0 * (double)s.gpu_expert_hits / (double)s.gpu_expert_requests,
-            (double)s.gpu_bytes_copied / 1e6, s.gpu_copy_time);
-    if (s.gpu_steps_ahead || s.gpu_steps_rerun)
-        fprintf(f, "  ahead of the host  %lld MoE layer steps stood, %lld ran again after a miss\n",
-                (long long)s.gpu_steps_ahead, (long long)s.gpu_steps_rerun);
-    if (s.graph_steps || s.graph_fallbacks)
-        fprintf(f, "CUDA graphs          %lld decode steps, %lld recordings dropped\n",
-                (long long)s.graph_steps, (long long)s.graph_fallbacks);
-    if (s.ple_rows)
-        fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
-                (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,
-                rate((double)s.ple_bytes / 1e3, (double)(s.prompt_tokens + s.gen_tokens)));
-    fprintf(f, "time: attention      %.3f s\n", s.t_attention);
-    fprintf(f, "      router         %.3f s\n", s.t_router);
-    fprintf(f, "      expert I/O     %.3f s\n", s.t_expert_io);
-    fprintf(f, "      expert compute %.3f s\n", s.t_expert_compute);
-    if (s.ple_rows) fprintf(f, "      PLE row reads  %.3f s\n", s.t_ple_io);
-    fprintf(f, "      other          %.3f s (embedding, norms, dense FFN, head)\n",
-            other > 0 ? other : 0);
-}
+/* The commands, in the order of the usage above. */
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} commands[] = {
+    {"run", cli_run},           {"chat", cli_chat},
+    {"serve", cli_serve},       {"logits", cli_logits},
+    {"generate", cli_generate}, {"pack", cli_pack},
+    {"verify", cli_verify},     {"inspect", cli_inspect},
+    {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
+};
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -269,16 +53,8 @@ int main(int argc, char **argv) {
         printf("sluice %s\n", SL_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "logits")) return cli_logits(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cli_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "pack")) return cli_pack(argc - 1, argv + 1);
-    if (!strcmp(cmd, "verify")) return cli_verify(argc - 1, argv + 1);
-    if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "chat")) return cli_chat(argc - 1, argv + 1);
-    if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
-    if (!strcmp(cmd, "detokenize")) return cli_detokenize(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     cli_error("unknown command '%s' (try 'sluice --help')", cmd);
     return 1;
 }

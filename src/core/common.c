@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -168,5 +169,19 @@ sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err)
     buf[n] = '\0';
     *out = buf;
     if (len) *len = n;
+    return SL_OK;
+}
+
+sl_status sl_json_load_file(const char *path, json_t **out, sl_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    sl_status st = sl_read_file(path, &text, &len, err);
+    if (st) return st;
+    json_error_t je;
+    *out = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!*out)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d, column %d)", path, je.text, je.line,
+                       je.column);
     return SL_OK;
 }

@@ -83,4 +83,11 @@ static inline void *sl_carve(sl_carver *cv, size_t n, size_t elem) {
     return cv->base ? cv->base + at : NULL;
 }
 
+/* Reads and parses a JSON file (through sl_read_file: a FIFO or device is refused rather than
+ * waited on) into *out, a new reference for the caller to json_decref. A parse error is
+ * SL_ERR_FORMAT naming the file, line and column. Declared on jansson's struct so that this
+ * header does not pull jansson into every file. */
+struct json_t;
+sl_status sl_json_load_file(const char *path, struct json_t **out, sl_error *err);
+
 #endif /* SL_COMMON_H */

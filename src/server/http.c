@@ -263,7 +263,7 @@ static int sse_fill(srv_req *r) {
     if (!done) return 0;
     /* The end: finish_reason, usage if asked, [DONE]. The job is done: no lock needed. */
     if (j->failed) return sse_end_error(r, j->error, NULL);
-    if (j->res.finish == CLI_FINISH_CANCELLED) /* with the client still here: the shutdown */
+    if (j->res.finish == SL_GEN_CANCELLED) /* with the client still here: the shutdown */
         return sse_end_error(r, "the server is shutting down: the request was cancelled",
                              "shutting_down");
     int rc =
@@ -288,7 +288,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_off = r->out_len = 0;
         if (sse_fill(r)) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    size_t n = SL_CLI_MIN(max, r->out_len - r->out_off);
+    size_t n = SL_MIN(max, r->out_len - r->out_off);
     memcpy(buf, r->out + r->out_off, n);
     r->out_off += n;
     return (ssize_t)n;
@@ -387,7 +387,7 @@ static enum MHD_Result answer_generation(srv_req *r) {
     }
     pthread_mutex_unlock(&j->mu);
     if (j->failed) return answer_error(r, j->failed, "server_error", NULL, NULL, "%s", j->error);
-    if (j->res.finish == CLI_FINISH_CANCELLED) /* with the client still here: the shutdown */
+    if (j->res.finish == SL_GEN_CANCELLED) /* with the client still here: the shutdown */
         return answer_error(r, 503, "server_error", NULL, "shutting_down",
                             "the server is shutting down: the request was cancelled");
     return answer_json(r, 200, srv_response_json(s, j, &r->o, r->id, r->created), NULL, NULL);
@@ -601,8 +601,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 r->too_big = 1;
             } else {
                 if (r->body_len + *upload_size + 1 > r->body_cap) {
-                    size_t cap = SL_CLI_MIN((r->body_len + *upload_size + 1) * 2,
-                                            (size_t)s->cfg.max_body + 1);
+                    size_t cap =
+                        SL_MIN((r->body_len + *upload_size + 1) * 2, (size_t)s->cfg.max_body + 1);
                     char *b = realloc(r->body, cap);
                     if (!b) return MHD_NO;
                     r->body = b;
@@ -638,7 +638,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (r->job) {
         if (gone) atomic_store(&r->job->cancel, 1); /* no effect once done */
         pthread_mutex_lock(&r->job->mu);
-        const cli_gen_result res = r->job->res;
+        const sl_gen_result res = r->job->res;
         const int done = r->job->state == SRV_JOB_DONE;
         pthread_mutex_unlock(&r->job->mu);
         if (s->cfg.log && r->submitted && done)
@@ -779,9 +779,21 @@ static int is_loopback(const struct sockaddr *sa) {
     return 0;
 }
 
+/* "sluice: warning: <msg>" on stderr, as the command line's warnings read: something the
+ * operator should know before the first request. */
+static void srv_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void srv_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sluice: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 /* A listening socket of our own, so that errors name their cause (port in use ...). Warns
  * before binding to an address other machines reach when no key guards it. */
-static int listen_on(srv *s, int *family) {
+static int listen_on(srv *s, int *family, sl_error *err) {
     const char *host = s->cfg.host;
     const int32_t port = s->cfg.port;
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -791,17 +803,19 @@ static int listen_on(srv *s, int *family) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     int e = getaddrinfo(host, ps, &hints, &ai);
-    if (e) return cli_error("cannot listen on %s:%d: %s", host, port, gai_strerror(e)), -1;
+    if (e)
+        return sl_fail(err, SL_ERR_IO, "cannot listen on %s:%d: %s", host, port, gai_strerror(e)),
+               -1;
     s->loopback = is_loopback(ai->ai_addr);
     if (!s->loopback && !s->cfg.api_key)
-        cli_warn("listening on %s without an API key: anyone who can reach this machine's port "
+        srv_warn("listening on %s without an API key: anyone who can reach this machine's port "
                  "%d can use the model (set one with --api-key-file FILE or $SLUICE_API_KEY)",
                  host, port);
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
         bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128)) {
-        cli_error("cannot listen on %s:%d: %s", host, port, strerror(errno));
+        sl_fail(err, SL_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(errno));
         if (fd >= 0) close(fd);
         freeaddrinfo(ai);
         return -1;
@@ -818,7 +832,7 @@ static int listen_on(srv *s, int *family) {
 
 /* Each connection holds two descriptors (libmicrohttpd's socket and the watchdog's dup):
  * raise the soft limit toward what max_conns needs, or say how far it falls short. */
-static void fd_limit(const srv_config *cfg) {
+static void fd_limit(const srv_params *cfg) {
     const rlim_t need = 2 * (rlim_t)cfg->max_conns + 256; /* + model files, reader threads */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
@@ -826,14 +840,14 @@ static void fd_limit(const srv_config *cfg) {
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < need)
-        cli_warn("--max-connections %d needs about %llu file descriptors, the limit is %llu "
+        srv_warn("--max-connections %d needs about %llu file descriptors, the limit is %llu "
                  "(ulimit -n): connections past it will fail",
                  cfg->max_conns, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
 }
 
-int srv_start(srv **out, cli_gen *g, const srv_config *cfg) {
+sl_status srv_start(srv **out, sl_gen *g, const srv_params *cfg, sl_error *err) {
     srv *s = calloc(1, sizeof *s);
-    if (!s) return cli_error("out of memory");
+    if (!s) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
     s->g = g;
     s->tok = g->tok;
@@ -851,13 +865,13 @@ int srv_start(srv **out, cli_gen *g, const srv_config *cfg) {
     sl_model_get_stats(g->m, &s->metrics.stats);
     *out = s;
     int family = AF_INET;
-    if ((s->listen_fd = listen_on(s, &family)) < 0) return 1;
+    if ((s->listen_fd = listen_on(s, &family, err)) < 0) return SL_ERR_IO;
     fd_limit(cfg);
     if (pthread_create(&s->worker, NULL, srv_worker_main, s))
-        return cli_error("cannot start the model worker thread");
+        return sl_fail(err, SL_ERR_NOMEM, "cannot start the model worker thread");
     s->worker_started = 1;
     if (pthread_create(&s->watchdog, NULL, watchdog_main, s))
-        return cli_error("cannot start the connection watchdog thread");
+        return sl_fail(err, SL_ERR_NOMEM, "cannot start the connection watchdog thread");
     s->watchdog_started = 1;
     /* At max_conns libmicrohttpd stops accepting (newcomers wait in the listen backlog); past
      * max_conns_per_ip it accepts and closes at once. */
@@ -870,8 +884,8 @@ int srv_start(srv **out, cli_gen *g, const srv_config *cfg) {
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)cfg->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)cfg->max_conns_per_ip, MHD_OPTION_END);
-    if (!s->daemon) return cli_error("cannot start the HTTP server (libmicrohttpd)");
-    return 0;
+    if (!s->daemon) return sl_fail(err, SL_ERR_IO, "cannot start the HTTP server (libmicrohttpd)");
+    return SL_OK;
 }
 
 int32_t srv_port(const srv *s) {

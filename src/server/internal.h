@@ -37,7 +37,7 @@ typedef struct srv_job {
     srv_job_state state;
     char *text; /* the reply so far (bytes; may end inside a UTF-8 character until done) */
     size_t text_len, text_cap;
-    cli_gen_result res;
+    sl_gen_result res;
     int32_t timed_out;
     int32_t failed; /* the HTTP status to answer (500, 503); error holds the message */
     char error[256];
@@ -83,9 +83,9 @@ typedef struct srv_conn {
 } srv_conn;
 
 struct srv {
-    srv_config cfg;
+    srv_params cfg;
     int loopback;            /* listening on a loopback address: the Host header is checked */
-    cli_gen *g;              /* the worker's alone once started */
+    sl_gen *g;               /* the worker's alone once started */
     const sl_tokenizer *tok; /* read-only: HTTP threads tokenize */
     sl_chat_template tpl;
     int32_t max_ctx, vocab;

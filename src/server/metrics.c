@@ -50,7 +50,7 @@ static void metric(buf *b, const char *name, const char *type, const char *help,
 
 char *srv_metrics_text(srv *s) {
     static const int codes[] = SRV_CODES;
-    static const char *const finish[] = {"stop", "length", "cancelled"}; /* cli_finish */
+    static const char *const finish[] = {"stop", "length", "cancelled"}; /* sl_gen_finish */
     pthread_mutex_lock(&s->mu);
     const srv_metrics m = s->metrics;
     const int32_t queued = s->n_queued, running = s->n_running, waiting = s->n_waiting;

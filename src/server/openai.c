@@ -287,7 +287,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     /* The legacy completions endpoint defaults to 16 tokens, chat to the context's end. */
     const int64_t room = s->max_ctx - (int64_t)j->prompt.n;
     if (max_tokens < 0) max_tokens = kind == SRV_CHAT ? room : 16;
-    j->max_tokens = (int32_t)SL_CLI_MIN(max_tokens, room);
+    j->max_tokens = (int32_t)SL_MIN(max_tokens, room);
     return 0;
 }
 
@@ -306,11 +306,11 @@ int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_j
 /* ---------------------------------------------------------------- responses */
 
 const char *srv_finish_reason(const srv_job *j) {
-    return j->res.finish == CLI_FINISH_STOP ? "stop" : "length";
+    return j->res.finish == SL_GEN_STOP ? "stop" : "length";
 }
 
 json_t *srv_usage_json(const srv_job *j) {
-    const cli_gen_result *r = &j->res;
+    const sl_gen_result *r = &j->res;
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", r->prompt_tokens,
                      "completion_tokens", r->completion_tokens, "total_tokens",
                      r->prompt_tokens + r->completion_tokens, "prompt_tokens_details",

@@ -2,7 +2,7 @@
  * sluice serve: an OpenAI-compatible HTTP server over one loaded model.
  *
  *   HTTP threads (libmicrohttpd, one per connection)      model worker (one thread)
- *   parse + validate JSON, template, tokenize  --FIFO-->  owns the cli_gen: prefill
+ *   parse + validate JSON, template, tokenize  --FIFO-->  owns the sl_gen: prefill
  *   stream SSE / wait for the reply            <--text--  (prefix reuse), sample, detok
  *
  * Requests are admitted up to `parallel` at a time (one generating, the rest
@@ -14,9 +14,10 @@
 #ifndef SL_SERVER_H
 #define SL_SERVER_H
 
-#include "cli/generate.h"
+#include "gen/generate.h"
 
-typedef struct srv_config {
+/* What `sluice serve` sets (cmd_serve.c reads it from the command line). */
+typedef struct srv_params {
     const char *host;           /* default 127.0.0.1 */
     int32_t port;               /* 0: any free port (srv_port tells which) */
     const char *api_key;        /* NULL: no authentication; never "" */
@@ -36,13 +37,14 @@ typedef struct srv_config {
     int32_t think;              /* default of chat_template_kwargs.enable_thinking */
     sl_sampler_params sp;       /* defaults when a request does not say */
     int32_t log;                /* one line per request on stderr */
-} srv_config;
+} srv_params;
 
 typedef struct srv srv;
 
-/* Listens and starts the model worker, which owns g from now until srv_free.
- * 0, or 1 with the error printed. */
-int srv_start(srv **out, cli_gen *g, const srv_config *cfg);
+/* Listens and starts the model worker, which owns g from now until srv_free. On failure the
+ * error is in err (warnings, such as a key-less public address, go to stderr) and *out is
+ * NULL or to be given to srv_free. */
+sl_status srv_start(srv **out, sl_gen *g, const srv_params *params, sl_error *err);
 /* The port listened on. */
 int32_t srv_port(const srv *s);
 /* 1 when the address listened on is a loopback one (127.0.0.0/8, ::1). */

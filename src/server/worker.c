@@ -85,7 +85,7 @@ srv_admit srv_submit(srv *s, srv_job *j, int (*gone)(void *), void *user) {
             s->wait_head = &w;
         s->wait_tail = &w;
         s->n_waiting++;
-        const double until = SL_CLI_MIN(sl_now() + s->cfg.queue_timeout_s, j->deadline);
+        const double until = SL_MIN(sl_now() + s->cfg.queue_timeout_s, j->deadline);
         srv_admit rc = SRV_ADMITTED;
         for (;;) {
             if (s->stopping) {
@@ -184,7 +184,7 @@ static int job_cancelled(void *user) {
 
 /* Ends a job: frees its slot and counts it first, so that a client seeing its reply
  * end can send the next request at once without finding the server full. */
-static void job_finish(srv *s, srv_job *j, const cli_gen_result *res, int status,
+static void job_finish(srv *s, srv_job *j, const sl_gen_result *res, int status,
                        const char *error) {
     pthread_mutex_lock(&s->mu);
     s->n_running--;
@@ -218,8 +218,8 @@ static int error_status(sl_status st) {
 }
 
 static void run_job(srv *s, srv_job *j) {
-    cli_gen *g = s->g;
-    cli_gen_result res = {.prompt_tokens = (int32_t)j->prompt.n, .finish = CLI_FINISH_CANCELLED};
+    sl_gen *g = s->g;
+    sl_gen_result res = {.prompt_tokens = (int32_t)j->prompt.n, .finish = SL_GEN_CANCELLED};
     if (job_cancelled(j)) { /* gone, or timed out, while queued */
         job_finish(s, j, &res, 503,
                    j->timed_out ? "the request timed out waiting for the model" : NULL);
@@ -232,21 +232,20 @@ static void run_job(srv *s, srv_job *j) {
         job_finish(s, j, &res, 500, err.msg);
         return;
     }
-    cli_gen_params p = {.max_tokens = j->max_tokens,
-                        .stops = (const char *const *)j->stops,
-                        .n_stops = j->n_stops,
-                        .accept_prompt = 1,
-                        .ignore_eos = j->ignore_eos,
-                        .emit = job_emit,
-                        .cancelled = job_cancelled,
-                        .user = j};
-    sl_status st = cli_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
+    sl_gen_params p = {.max_tokens = j->max_tokens,
+                       .stops = (const char *const *)j->stops,
+                       .n_stops = j->n_stops,
+                       .accept_prompt = 1,
+                       .ignore_eos = j->ignore_eos,
+                       .emit = job_emit,
+                       .cancelled = job_cancelled,
+                       .user = j};
+    sl_status st = sl_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
     if (st) {
         /* Whatever failed (a read, a checksum, non-finite logits), the KV cache may now hold
          * positions computed from bad data while ctx_ids still claims them: the next request
          * sharing the prefix would reuse them and answer nonsense (or ""). Start from empty. */
-        sl_session_reset(g->s);
-        g->n_ctx = 0;
+        sl_gen_reset(g);
         const char *msg = err.msg[0] ? err.msg : "the model failed to generate";
         if (s->cfg.log) fprintf(stderr, "sluice serve: generation failed: %s\n", msg);
         pthread_mutex_lock(&s->mu);
@@ -255,11 +254,11 @@ static void run_job(srv *s, srv_job *j) {
         job_finish(s, j, &res, error_status(st), msg);
         return;
     }
-    if (res.finish == CLI_FINISH_CANCELLED && !j->timed_out && !atomic_load(&j->cancel)) {
+    if (res.finish == SL_GEN_CANCELLED && !j->timed_out && !atomic_load(&j->cancel)) {
         job_finish(s, j, &res, 500, "out of memory"); /* job_emit failed */
         return;
     }
-    if (j->timed_out) res.finish = CLI_FINISH_LENGTH; /* what was generated is returned */
+    if (j->timed_out) res.finish = SL_GEN_LENGTH; /* what was generated is returned */
     job_finish(s, j, &res, 0, NULL);
 }
 

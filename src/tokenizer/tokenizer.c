@@ -922,19 +922,15 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
         snprintf(file, sizeof file, "%s/tokenizer.json", path);
     else
         snprintf(file, sizeof file, "%s", path);
-    char *text = NULL; /* sl_read_file refuses a FIFO or device rather than block on it */
-    size_t len = 0;
-    if (sl_read_file(file, &text, &len, err)) return SL_ERR_IO;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!root) return sl_fail(err, SL_ERR_FORMAT, "%s:%d:%d: %s", file, je.line, je.column, je.text);
+    json_t *root;
+    sl_status st = sl_json_load_file(file, &root, err);
+    if (st) return st;
     sl_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         json_decref(root);
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     }
-    sl_status st = load_json(t, root, file, err);
+    st = load_json(t, root, file, err);
     json_decref(root);
     if (st) {
         sl_tokenizer_free(t);

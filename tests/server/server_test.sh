@@ -11,17 +11,7 @@ set -u
 BIN=$(realpath "${1:-build/sluice}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$HERE/../lib.sh"
 t_start=$(date +%s)
 
 # The official client, in this folder (pinned by package-lock.json).
@@ -478,5 +468,4 @@ expect "completions: a raw prompt parses special tokens" 200 '"prompt_tokens":13
     "$URL/v1/completions"
 stop "$PID"
 
-echo "server test: $pass passed, $fail failed, $(($(date +%s) - t_start)) s"
-[ "$fail" -eq 0 ]
+finish "server test" "$(($(date +%s) - t_start)) s"

@@ -1,11 +1,11 @@
 /* The generation loop shared by run, chat and serve (see generate.h). */
-#include "cli/generate.h"
+#include "gen/generate.h"
 
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
-void cli_gen_free(cli_gen *g) {
+void sl_gen_free(sl_gen *g) {
     free(g->logits), free(g->ctx_ids), free(g->reply);
     sl_sampler_free(g->smp);
     sl_tokenizer_free(g->tok);
@@ -14,51 +14,53 @@ void cli_gen_free(cli_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
-int cli_gen_init(cli_gen *g, const cli_gen_setup *su) {
-    sl_error err = {0};
+void sl_gen_reset(sl_gen *g) {
+    sl_session_reset(g->s);
+    g->n_ctx = 0;
+}
+
+sl_status sl_gen_init(sl_gen *g, const sl_gen_setup *su, sl_error *err) {
     /* What MODEL is comes first (a file, a GGUF, a partial pack: the loader's one clear line),
      * since the tokenizer is read before the model. */
     int32_t packed;
-    if (sl_model_check_dir(su->model, &packed, &err)) return cli_error("%s", err.msg);
+    sl_status st = sl_model_check_dir(su->model, &packed, err);
+    if (st) return st;
     /* A model directory without its tokenizer (a pack made without one, a bare checkpoint):
      * say where else it can come from. */
     struct stat sb;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", su->model);
     if (!su->tokenizer && stat(path, &sb))
-        return cli_error("%s has no tokenizer.json: pass --tokenizer PATH (a tokenizer.json, or "
-                         "a directory with one)",
-                         su->model);
-    sl_status st = sl_tokenizer_load(su->tokenizer ? su->tokenizer : su->model, &g->tok, &err);
+        return sl_fail(err, SL_ERR_ARG,
+                       "%s has no tokenizer.json: pass --tokenizer PATH (a tokenizer.json, or "
+                       "a directory with one)",
+                       su->model);
+    st = sl_tokenizer_load(su->tokenizer ? su->tokenizer : su->model, &g->tok, err);
     if (!st)
-        st = su->template_name ? sl_chat_template_from_name(su->template_name, &g->tpl, &err)
-                               : sl_chat_template_detect(su->model, &g->tpl, &err);
-    if (!st) st = sl_gen_config_load(su->model, &g->gen, &err);
-    if (st) return cli_error("%s", err.msg);
+        st = su->template_name ? sl_chat_template_from_name(su->template_name, &g->tpl, err)
+                               : sl_chat_template_detect(su->model, &g->tpl, err);
+    if (!st) st = sl_gen_config_load(su->model, &g->gen, err);
+    if (st) return st;
     if (su->raw) g->tpl.kind = SL_TEMPLATE_RAW;
     /* End of turn: the template's <|im_end|> too. */
     int32_t im_end = sl_tokenizer_token_to_id(g->tok, "<|im_end|>");
     if (im_end >= 0 && !sl_gen_config_is_eos(&g->gen, im_end) && g->gen.n_eos < SL_MAX_EOS)
         g->gen.eos[g->gen.n_eos++] = im_end;
-    sl_model_params mp = su->mo->mp;
-    if (!(g->m = cli_load_model(su->model, &mp))) return 1;
+    if ((st = sl_model_load(su->model, &su->model_params, &g->m, err))) return st;
     sl_model_get_info(g->m, &g->info);
     if (sl_tokenizer_vocab_size(g->tok) > g->info.vocab_size)
-        return cli_error("%s: the tokenizer has %d ids but the model only %d",
-                         su->tokenizer ? su->tokenizer : su->model, sl_tokenizer_vocab_size(g->tok),
-                         g->info.vocab_size);
-    const int32_t ctx =
-        (int32_t)(su->mo->ctx ? su->mo->ctx : SL_CLI_MIN(g->info.max_position, 8192));
-    sl_session_params sp = {.max_ctx = ctx, .max_batch = (int32_t)su->mo->batch};
+        return sl_fail(err, SL_ERR_SHAPE, "%s: the tokenizer has %d ids but the model only %d",
+                       su->tokenizer ? su->tokenizer : su->model, sl_tokenizer_vocab_size(g->tok),
+                       g->info.vocab_size);
+    const int32_t ctx = su->max_ctx ? su->max_ctx : SL_MIN(g->info.max_position, 8192);
+    sl_session_params sp = {.max_ctx = ctx, .max_batch = su->max_batch};
     g->logits = malloc((size_t)g->info.vocab_size * sizeof(float));
     g->ctx_ids = malloc((size_t)ctx * sizeof(int32_t));
-    if (!g->logits || !g->ctx_ids) return cli_error("out of memory");
-    if (sl_session_create(g->m, &sp, &g->s, &err)) return cli_error("%s", err.msg);
-    cli_model_report(g->m, su->mo, ctx);
-    return 0;
+    if (!g->logits || !g->ctx_ids) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    return sl_session_create(g->m, &sp, &g->s, err);
 }
 
-static sl_status reply_append(cli_gen *g, const char *s, size_t n, sl_error *err) {
+static sl_status reply_append(sl_gen *g, const char *s, size_t n, sl_error *err) {
     if (g->reply_len + n + 1 > g->reply_cap) {
         size_t cap = (g->reply_len + n + 1) * 2;
         char *r = realloc(g->reply, cap);
@@ -73,8 +75,8 @@ static sl_status reply_append(cli_gen *g, const char *s, size_t n, sl_error *err
 }
 
 /* Prefills ids after the cached prefix; the last position's logits end in g->logits. */
-static sl_status prefill(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen_params *p,
-                         cli_gen_result *res, sl_error *err) {
+static sl_status prefill(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_params *p,
+                         sl_gen_result *res, sl_error *err) {
     const int32_t room = sl_session_max_ctx(g->s);
     if ((int64_t)n + 1 > room)
         return sl_fail(err, SL_ERR_ARG,
@@ -108,9 +110,9 @@ static sl_status prefill(cli_gen *g, const int32_t *ids, int32_t n, const cli_ge
     return SL_OK;
 }
 
-sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen_params *p,
-                        cli_gen_result *res, sl_error *err) {
-    *res = (cli_gen_result){.prompt_tokens = n, .finish = CLI_FINISH_LENGTH};
+sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_params *p,
+                       sl_gen_result *res, sl_error *err) {
+    *res = (sl_gen_result){.prompt_tokens = n, .finish = SL_GEN_LENGTH};
     g->reply_len = 0;
     if (g->reply) g->reply[0] = '\0';
     sl_status st = prefill(g, ids, n, p, res, err);
@@ -122,7 +124,7 @@ sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen
     sl_detok_init(&d, g->tok, 1);
     size_t printed = 0, hold = 0;
     for (int32_t i = 0; i < p->n_stops; i++)
-        hold = SL_CLI_MAX(hold, strlen(p->stops[i]) - 1);
+        hold = SL_MAX(hold, strlen(p->stops[i]) - 1);
     int stopped = 0, cancelled = 0, emit_failed = 0;
     for (int32_t k = 0; k < p->max_tokens && !stopped; k++) {
         if (p->cancelled && p->cancelled(p->user)) {
@@ -137,7 +139,7 @@ sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen
                 g->logits[g->gen.eos[i]] = -INFINITY;
         const int32_t id = sl_sampler_sample(g->smp, g->logits);
         if (sl_gen_config_is_eos(&g->gen, id)) {
-            res->finish = CLI_FINISH_STOP;
+            res->finish = SL_GEN_STOP;
             break;
         }
         res->completion_tokens++;
@@ -163,7 +165,7 @@ sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen
             printed = upto;
         }
         if (stopped) {
-            res->finish = CLI_FINISH_STOP;
+            res->finish = SL_GEN_STOP;
             g->reply_len = upto;
             g->reply[upto] = '\0';
             break;
@@ -188,6 +190,6 @@ sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen
     if (!st && !stopped && !emit_failed && g->reply_len > printed && p->emit)
         p->emit(p->user, g->reply + printed, g->reply_len - printed);
     sl_detok_free(&d);
-    if (cancelled) res->finish = CLI_FINISH_CANCELLED;
+    if (cancelled) res->finish = SL_GEN_CANCELLED;
     return st;
 }

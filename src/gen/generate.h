@@ -4,19 +4,23 @@
  * is reused between replies, and the loop prompt -> prefill -> sample ->
  * detokenize, with stop strings held back until they can be ruled out.
  *
- * A cli_gen is used by one thread at a time (the server's model worker owns
+ * Library code: errors come back as an sl_status with the sl_error filled;
+ * nothing is printed. What a caller may want to report comes back in the
+ * sl_gen (info: the load details, pack version) and in sl_gen_result (a
+ * reply cut by the end of the context).
+ *
+ * An sl_gen is used by one thread at a time (the server's model worker owns
  * it); the tokenizer alone may be shared with other threads (it is read-only).
  */
-#ifndef SL_CLI_GENERATE_H
-#define SL_CLI_GENERATE_H
+#ifndef SL_GEN_GENERATE_H
+#define SL_GEN_GENERATE_H
 
 #include "chat/genconfig.h"
 #include "chat/template.h"
-#include "cli/cli.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct cli_gen {
+typedef struct sl_gen {
     sl_model *m;
     sl_model_info info;
     sl_session *s;
@@ -29,58 +33,62 @@ typedef struct cli_gen {
     int32_t n_ctx;
     char *reply; /* the last reply's text, NUL-terminated (without a stop string) */
     size_t reply_len, reply_cap;
-} cli_gen;
+} sl_gen;
 
-/* What cli_gen_init loads. */
-typedef struct cli_gen_setup {
+/* What sl_gen_init loads. */
+typedef struct sl_gen_setup {
     const char *model;
     const char *tokenizer;     /* NULL: the model directory's tokenizer.json */
     const char *template_name; /* NULL: detected from the model */
-    int raw;                   /* no chat template */
-    const cli_model_opts *mo;  /* ctx and batch; mp is copied */
-} cli_gen_setup;
+    int32_t raw;               /* no chat template */
+    sl_model_params model_params;
+    int32_t max_ctx;   /* KV cache length; 0 = the model's positions, at most 8192 */
+    int32_t max_batch; /* 0 = the session's default */
+} sl_gen_setup;
 
-/* Loads tokenizer, template, generation_config, model and session (not the
- * sampler), then reports as cli_model_report does. 0, or 1 with the error printed;
- * cli_gen_free in both cases. */
-int cli_gen_init(cli_gen *g, const cli_gen_setup *setup);
-void cli_gen_free(cli_gen *g);
+/* Loads tokenizer, template, generation_config, model and session (not the sampler).
+ * On failure g->m is set when the model itself loaded (the caller may still report on
+ * it); call sl_gen_free in both cases. */
+sl_status sl_gen_init(sl_gen *g, const sl_gen_setup *setup, sl_error *err);
+void sl_gen_free(sl_gen *g);
+/* Forgets the KV cache (and what it held): the next reply runs its whole prompt. */
+void sl_gen_reset(sl_gen *g);
 
-typedef enum cli_finish {
-    CLI_FINISH_STOP = 0,      /* end-of-turn / EOS id, or a stop string */
-    CLI_FINISH_LENGTH = 1,    /* max_tokens reached or the context is full */
-    CLI_FINISH_CANCELLED = 2, /* cancelled() or emit() asked to stop */
-} cli_finish;
+typedef enum sl_gen_finish {
+    SL_GEN_STOP = 0,      /* end-of-turn / EOS id, or a stop string */
+    SL_GEN_LENGTH = 1,    /* max_tokens reached or the context is full */
+    SL_GEN_CANCELLED = 2, /* cancelled() or emit() asked to stop */
+} sl_gen_finish;
 
-typedef struct cli_gen_params {
+typedef struct sl_gen_params {
     int32_t max_tokens;
     const char *const *stops; /* end the reply just before any of these texts */
     int32_t n_stops;
     /* 1: the sampler's penalty history receives the whole prompt (a fresh sampler);
      * 0: only the part not already in the KV cache (a sampler kept across turns). */
-    int accept_prompt;
-    int ignore_eos; /* never sample the EOS / end-of-turn ids (benchmarks, tests) */
+    int32_t accept_prompt;
+    int32_t ignore_eos; /* never sample the EOS / end-of-turn ids (benchmarks, tests) */
     /* Text ready to show (whole UTF-8 characters, never part of a stop string);
      * nonzero return cancels. May be NULL. */
     int (*emit)(void *user, const char *text, size_t len);
     /* Polled once per token; nonzero cancels. May be NULL. */
     int (*cancelled)(void *user);
     void *user;
-} cli_gen_params;
+} sl_gen_params;
 
-typedef struct cli_gen_result {
+typedef struct sl_gen_result {
     int32_t prompt_tokens;     /* ids given */
     int32_t cached_tokens;     /* of which reused from the KV cache */
     int32_t completion_tokens; /* tokens sampled into the reply (EOS not counted) */
-    cli_finish finish;
-    int ctx_full; /* the reply stopped at the end of the context, before max_tokens */
-} cli_gen_result;
+    sl_gen_finish finish;
+    int32_t ctx_full; /* the reply stopped at the end of the context, before max_tokens */
+} sl_gen_result;
 
 /* Runs the prompt ids after the longest prefix of them already in the KV cache
  * (or from scratch for models that cannot rewind), then samples a reply with
  * g->smp, emitting its text as it forms; the full reply ends in g->reply.
  * SL_ERR_ARG when the prompt does not fit the context (message gives both numbers). */
-sl_status cli_gen_reply(cli_gen *g, const int32_t *ids, int32_t n, const cli_gen_params *p,
-                        cli_gen_result *res, sl_error *err);
+sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_params *p,
+                       sl_gen_result *res, sl_error *err);
 
-#endif /* SL_CLI_GENERATE_H */
+#endif /* SL_GEN_GENERATE_H */
