@@ -63,7 +63,8 @@ BUILD   := build
 LIB_SRC := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' \
                                -not -path 'src/kernels/cuda/*'))
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
-UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
+# The op table (tests/ops/) is one source run by the unit tests (CPU) and test_cuda (CUDA).
+UNIT_SRC := $(sort $(wildcard tests/unit/*.c)) tests/ops/ops_table.c
 
 # CUDA=1 builds the CUDA backend (src/kernels/cuda/*.cu, nvcc; sm_90 code plus PTX
 # that newer GPUs JIT-compile) in place of its stub; the default build has no CUDA.
@@ -225,7 +226,7 @@ clean:
 # parity of the CUDA backend with the CPU backend and transformers on the
 # fixtures and on a synthetic tiny-k64 checkpoint (test_cuda_model).
 # bench_cuda: tools/bench_cuda.sh's decode benchmark.
-$(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/libsluice.a
+$(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/tests/ops/ops_table.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/test_cuda_model: $(BUILD)/tests/cuda/test_cuda_model.o $(BUILD)/libsluice.a
