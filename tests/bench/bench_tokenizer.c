@@ -51,8 +51,7 @@ static char *corpus_text(const char *dir, size_t *len) {
     return text;
 }
 
-static int measure(const char *dir, const char *rel, const char *name, const char *text,
-                   size_t n) {
+static int measure(const char *dir, const char *rel, const char *name, const char *text, size_t n) {
     char p[1024];
     snprintf(p, sizeof p, "%s/%s", dir, rel);
     sl_tokenizer *tok = NULL;

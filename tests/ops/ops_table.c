@@ -217,8 +217,7 @@ static void weight_free(ot_run *r, ot_weight *w) {
 }
 
 /* y[t][n] = sum_k w[n][k] x[t][k] in double. */
-static void ref_matmul(double *y, const float *x, const float *w, int64_t N, int64_t K,
-                       int64_t T) {
+static void ref_matmul(double *y, const float *x, const float *w, int64_t N, int64_t K, int64_t T) {
     for (int64_t t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
             double acc = 0;
@@ -290,8 +289,7 @@ static void run_copies(ot_run *r, const ot_case *c) {
     const sl_ops *o = r->be->ops;
     const size_t n = (size_t)c->p[0], tot = n + 3;
     const int how = c->p[1];
-    if ((how == 1 && !o->pin) || (how == 2 && !o->to_host_begin) ||
-        (how == 4 && !o->graph_begin)) {
+    if ((how == 1 && !o->pin) || (how == 2 && !o->to_host_begin) || (how == 4 && !o->graph_begin)) {
         r->skipped++;
         return;
     }
@@ -685,9 +683,8 @@ static void qkv_ref(const qkv_case *s, double **q, double **k, double **kc, doub
     const size_t qn = (size_t)s->T * s->nh * s->hd, kn = (size_t)s->T * s->nkv * s->hd,
                  cn = (size_t)s->ctx * s->nkv * s->hd;
     *q = widen(s->q, qn), *k = widen(s->k, kn), *kc = widen(s->kc, cn), *vc = widen(s->vc, cn);
-    ref_qkv_prep(*q, *k, s->v, *kc, *vc, s->norms ? s->qn.wide : NULL,
-                 s->norms ? s->kn.wide : NULL, s->T, s->pos0, s->nh, s->nkv, s->hd, s->rot,
-                 s->a.w_offset, s->ct, s->st);
+    ref_qkv_prep(*q, *k, s->v, *kc, *vc, s->norms ? s->qn.wide : NULL, s->norms ? s->kn.wide : NULL,
+                 s->T, s->pos0, s->nh, s->nkv, s->hd, s->rot, s->a.w_offset, s->ct, s->st);
 }
 
 static void qkv_free(ot_run *r, qkv_case *s) {
@@ -890,7 +887,8 @@ static void run_hyper(ot_run *r, const ot_case *c) {
         for (int32_t t = 0; t < T; t++)
             for (int32_t h = 0; h < hc; h++)
                 for (int32_t i = 0; i < n; i++)
-                    ref[((size_t)t * hc + h) * n + i] += (double)inj[t * hc + h] * v[(size_t)t * n + i];
+                    ref[((size_t)t * hc + h) * n + i] +=
+                        (double)inj[t * hc + h] * v[(size_t)t * n + i];
         r->be->ops->hc_inject(r->be, dw, dv, dinj, T, hc, n);
         ot_check(r, "w", dw, ref, tot, c->tol);
         break;
@@ -901,7 +899,8 @@ static void run_hyper(ot_run *r, const ot_case *c) {
             for (int32_t i = 0; i < n; i++) {
                 double acc = 0;
                 for (int32_t h = 0; h < hc; h++)
-                    acc += (double)w[((size_t)t * hc + h) * n + i] * x[((size_t)t * hc + h) * n + i];
+                    acc +=
+                        (double)w[((size_t)t * hc + h) * n + i] * x[((size_t)t * hc + h) * n + i];
                 ref[(size_t)t * n + i] = acc / hc;
             }
         r->be->ops->hc_mix(r->be, dy, dw, dx, T, hc, n);
@@ -1004,7 +1003,8 @@ static void run_delta_rule(ot_run *r, const ot_case *c) {
                     Rh[(size_t)i * dv + j] *= exp(g), kv[j] += Rh[(size_t)i * dv + j] * kt[i];
             for (int32_t i = 0; i < dk; i++)
                 for (int32_t j = 0; j < dv; j++)
-                    Rh[(size_t)i * dv + j] += kt[i] * (v[((size_t)t * nv + h) * dv + j] - kv[j]) * beta;
+                    Rh[(size_t)i * dv + j] +=
+                        kt[i] * (v[((size_t)t * nv + h) * dv + j] - kv[j]) * beta;
             for (int32_t j = 0; j < dv; j++) {
                 double acc = 0;
                 for (int32_t i = 0; i < dk; i++)
@@ -1104,8 +1104,7 @@ static void run_moe_route(ot_run *r, const ot_case *c) {
             sum += p[got[j]];
         }
         for (int32_t j = 0; j < k; j++)
-            if (got[j] >= 0 && got[j] < E)
-                wref[(size_t)t * k + j] = p[got[j]] / (renorm ? sum : 1);
+            if (got[j] >= 0 && got[j] < E) wref[(size_t)t * k + j] = p[got[j]] / (renorm ? sum : 1);
     }
     ot_check(r, "w", dw, wref, kn + 2, tol);
     ot_check(r, "probs", dl, probs, ln, tol);
@@ -1126,7 +1125,8 @@ static void run_moe_experts(ot_run *r, const ot_case *c) {
         weight_make(r, &w[e][2], c->dt, H, I, 0.5f, 0);
     }
     const sl_tensor *proto[3] = {&w[0][0].d, &w[0][1].d, &w[0][2].d};
-    if (!o->moe_experts || !o->moe_experts(r->be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0, K)) {
+    if (!o->moe_experts ||
+        !o->moe_experts(r->be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0, K)) {
         r->skipped++;
         goto out;
     }
@@ -1200,8 +1200,9 @@ out:
         {"matmul", run_matmul, dt, {130, 257, 9, 1}, tol},                                         \
         {"matmul", run_matmul, dt, {17, 2049, 2, 2}, tol},                                         \
         {"matmul", run_matmul, dt, {64, 1024, 17, 0, 1}, tol},                                     \
-        {"matmul", run_matmul, dt, {129, 96, 70, 1}, tol},                                         \
-        {"matmul", run_matmul, dt, {300, 256, 4, 0}, tol}
+        {"matmul", run_matmul, dt, {129, 96, 70, 1}, tol}, {                                       \
+        "matmul", run_matmul, dt, {300, 256, 4, 0}, tol                                            \
+    }
 
 static const ot_case table[] = {
     {"alloc", run_alloc, F32, {1}, 0},
@@ -1335,9 +1336,8 @@ int ops_table_run(const sl_backend *be, const ops_table_params *p) {
             fprintf(stderr, "FAIL %-16s %s: %d of %d cases; first: %s\n", c->op, be->ops->name,
                     r.bad, r.cases, r.first_bad);
         else if (p->log)
-            fprintf(p->log, "ok   %-16s %s: %2d cases%s, max rel err %.2e\n", c->op,
-                    be->ops->name, r.cases - r.skipped, r.skipped ? " (some skipped)" : "",
-                    r.max_err);
+            fprintf(p->log, "ok   %-16s %s: %2d cases%s, max rel err %.2e\n", c->op, be->ops->name,
+                    r.cases - r.skipped, r.skipped ? " (some skipped)" : "", r.max_err);
     }
     return failed;
 }

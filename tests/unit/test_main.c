@@ -10,7 +10,7 @@
 static struct test_entry {
     const char *name;
     test_fn fn;
-} *tests;
+} * tests;
 static int n_tests, cap_tests;
 int test_failures;
 const char *test_fixtures = "tests/fixtures";
