@@ -30,12 +30,13 @@ typedef struct ot_run {
     char first_bad[320];
 } ot_run;
 
+/* One row of the table. Rows of one op sit together: the runner reports per op. */
 struct ot_case {
-    const char *op;
-    void (*run)(ot_run *r, const ot_case *c);
-    sl_dtype dt;
-    int32_t p[8];
-    double tol;
+    const char *op;                           /* the sl_ops field it tests */
+    void (*run)(ot_run *r, const ot_case *c); /* builds, runs and checks the case */
+    sl_dtype dt;                              /* the weight's dtype, where the op has one */
+    int32_t p[8];                             /* sizes and switches, as each runner documents */
+    double tol;                               /* relative to max(|ref|, rms(ref)); 0: exact */
 };
 
 static float frand(ot_run *r) { /* uniform in [-1, 1) */
