@@ -253,7 +253,8 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- CUDA (on a machine with nvcc and a GPU) ------------------------------
-# make test-cuda: every CUDA op against the CPU op (test_cuda), then end-to-end
+# make test-cuda: the op table (tests/ops/) on the CUDA backend and the GPU's own bitwise
+# contracts against the CPU (test_cuda; its benchmarks: make bench CUDA=1), then end-to-end
 # parity of the CUDA backend with the CPU backend and transformers on the
 # fixtures and on a synthetic tiny-k64 checkpoint (test_cuda_model).
 # bench_cuda: tools/bench_cuda.sh's decode benchmark.
