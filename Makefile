@@ -4,7 +4,9 @@
 #   make test       unit tests, parity against transformers, CLI checks,
 #                   sanitizer (ASan/UBSan) run, short fuzz runs
 #   make run        builds and runs the default job
-#   make format     clang-format every source file
+#   make bench      speed measurements, kept out of make test (tokenizer encoding; with CUDA=1
+#                   the CUDA op benchmarks too)
+#   make format     clang-format every source file (.c, .h, .cu, .cuh)
 #   make fuzz       longer libFuzzer runs (clang)
 #   make CUDA=1     build-cuda/sluice with the CUDA backend too (nvcc)
 #
@@ -63,7 +65,8 @@ BUILD   := build
 LIB_SRC := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' \
                                -not -path 'src/kernels/cuda/*'))
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
-UNIT_SRC := $(sort $(wildcard tests/unit/*.c))
+# The op table (tests/ops/) is one source run by the unit tests (CPU) and test_cuda (CUDA).
+UNIT_SRC := $(sort $(wildcard tests/unit/*.c)) tests/ops/ops_table.c
 
 # CUDA=1 builds the CUDA backend (src/kernels/cuda/*.cu, nvcc; sm_90 code plus PTX
 # that newer GPUs JIT-compile) in place of its stub; the default build has no CUDA.
@@ -93,7 +96,7 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/san/%.o)
 SAN_UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/san/%.o)
 
-.PHONY: all test unit parity cli-test server-test fault-test san fuzz-smoke fuzz run format clean
+.PHONY: all test unit parity cli-test server-test fault-test san fuzz-smoke fuzz bench run format clean
 
 all: $(BUILD)/sluice
 	@echo "sluice built: $(BUILD)/sluice ($(BACKENDS); SIMD chosen at run time$(if $(DEPS),; libraries from $(DEPS)))"
@@ -158,36 +161,48 @@ san: $(BUILD)/san/test_unit
 	    $(BUILD)/san/test_unit tests/fixtures
 
 # Fuzz targets: libFuzzer under clang when available; otherwise the same
-# targets replay their seed corpus through a plain driver.
+# targets replay their seed corpus through a plain driver. The library is compiled once,
+# instrumented (ASan, UBSan, and libFuzzer's coverage where it is there), into one archive
+# that every target links. Its kernels come uninstrumented from the plain build (clang 14 does
+# not know every CPU feature name of their run-time dispatch); no parser reaches them, but the
+# families' code the config parser's registry links does (libgomp: gcc's OpenMP).
+FUZZ_LIB_SRC := $(filter-out src/kernels/%,$(LIB_SRC))
+FUZZ_KERNELS := $(filter $(BUILD)/src/kernels/%,$(LIB_OBJ))
 FUZZ_TARGETS := safetensors config pack tokenizer tokjson
-FUZZ_LIB_SRC := src/core/common.c src/core/crc32c.c src/format/tensor.c src/format/safetensors.c \
-                src/format/pack.c \
-                src/model/config.c src/tokenizer/tokenizer.c
-FUZZ_LIBS    := -ljansson -lpcre2-8 -lutf8proc -lm
-# The config parser asks the families' registry for each family's own keys: the registry and
-# Qwen4-Exp's key reader are fuzzed with it, the families' other code comes from the library.
-$(BUILD)/fuzz/fuzz_config: src/families/families.c src/families/qwen4_exp/config.c \
-                           $(BUILD)/libsluice.a
-$(BUILD)/fuzz/fuzz_config: FUZZ_LIBS += $(LDLIBS) -lgomp
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -Iinclude -Isrc -MMD -MP \
+                $(if $(DEPS),-I$(DEPS)/include)
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
     | clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1)
 
 ifeq ($(HAVE_LIBFUZZER),1)
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_SRC)
-	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined $^ \
-	    $(FUZZ_LIBS) -o $@
+FUZZ_CC   := clang
+FUZZ_SAN  := -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_LINK := -fsanitize=fuzzer,address,undefined
+FUZZ_MAIN :=
 # In `make test` the runs are fixed in number and seed (about 10 s each), so CI is
 # reproducible; `make fuzz` runs for a time and keeps its corpus.
 FUZZ_RUN = $< $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS) -seed=1,-max_total_time=$(1)) -rss_limit_mb=2048 \
            $(BUILD)/fuzz/corpus_$* tests/fuzz/seeds_$*
 else
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(FUZZ_LIB_SRC)
-	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=address,undefined $^ \
-	    $(FUZZ_LIBS) -o $@
+FUZZ_CC   := $(CC)
+FUZZ_SAN  := -fsanitize=address,undefined
+FUZZ_LINK := -fsanitize=address,undefined
+FUZZ_MAIN := $(BUILD)/fuzz/obj/tests/fuzz/replay.o
 FUZZ_RUN = $< tests/fuzz/seeds_$*
 endif
+
+.PRECIOUS: $(BUILD)/fuzz/obj/%.o
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_SAN) -c $< -o $@
+
+$(BUILD)/fuzz/libsluice_fuzz.a: $(FUZZ_LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(FUZZ_KERNELS) \
+                     $(BUILD)/fuzz/libsluice_fuzz.a
+	$(FUZZ_CC) -fopenmp $(FUZZ_LINK) $^ $(LDLIBS) -lgomp -o $@
 
 fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@set -e; for t in $(FUZZ_TARGETS); do rm -rf $(BUILD)/fuzz/corpus_$$t; \
@@ -206,6 +221,17 @@ fuzz-run-%: $(BUILD)/fuzz/fuzz_%
 	    { tail -n 40 $(BUILD)/fuzz/$*.log; echo "fuzz $*: FAILED"; exit 1; }
 	@tail -n 1 $(BUILD)/fuzz/$*.log
 
+# ---- speed (make bench) ----------------------------------------------------
+
+# What prints a speed rather than passes or fails: out of `make test`, whose time it would
+# only add to.
+$(BUILD)/bench_tokenizer: $(BUILD)/tests/bench/bench_tokenizer.o $(BUILD)/libsluice.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench: $(BUILD)/bench_tokenizer $(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda)
+	$(BUILD)/bench_tokenizer tests/fixtures
+	$(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda bench)
+
 # ---- the default job -------------------------------------------------------
 
 # The demo model (tools/train_demo.py): a Qwen2-MoE trained on the King James
@@ -217,8 +243,12 @@ run: $(BUILD)/sluice
 	$(BUILD)/sluice run $(RUN_MODEL) --raw -p "$(RUN_PROMPT)" -n 160 --temp 0.8 --top-p 0.95 \
 	    --seed 1 --experts stream --cache-experts 4
 
+# Every C and CUDA source; .cu and .cuh files are C++ to clang-format, with the same style.
 format:
-	clang-format -i $$(find include src tests -name '*.[ch]')
+	@command -v clang-format >/dev/null || { echo "make format: clang-format is not installed" \
+	    "(Debian: apt-get install clang-format)"; exit 1; }
+	clang-format -i $$(find include src tests -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' \
+	    | grep -v '/node_modules/')
 
 clean:
 	rm -rf $(BUILD)
@@ -226,11 +256,12 @@ clean:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- CUDA (on a machine with nvcc and a GPU) ------------------------------
-# make test-cuda: every CUDA op against the CPU op (test_cuda), then end-to-end
+# make test-cuda: the op table (tests/ops/) on the CUDA backend and the GPU's own bitwise
+# contracts against the CPU (test_cuda; its benchmarks: make bench CUDA=1), then end-to-end
 # parity of the CUDA backend with the CPU backend and transformers on the
 # fixtures and on a synthetic tiny-k64 checkpoint (test_cuda_model).
 # bench_cuda: tools/bench_cuda.sh's decode benchmark.
-$(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/libsluice.a
+$(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/tests/ops/ops_table.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/test_cuda_model: $(BUILD)/tests/cuda/test_cuda_model.o $(BUILD)/libsluice.a

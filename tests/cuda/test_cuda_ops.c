@@ -7,11 +7,16 @@
  * buffer: elements the op must not write keep the poison on both sides
  * (compared exactly), the rest must agree to a relative tolerance measured
  * against max(|ref|, rms(ref)). One line per op, then "N passed, M failed".
- * Finally it times decode GEMV on large shapes (GB/s of weight bytes read), one decode
- * layer's ops at Qwen3-30B-A3B shapes
- * and the prefill matmul (GFLOP/s).
+ *
+ * First the op table (tests/ops/ops_table.c: every op against its plain reference, the table the
+ * unit tests run on the CPU) runs on the CUDA backend; the checks here are those the table has
+ * no place for: bitwise agreement among the GPU's own paths (batch items vs alone, the fused MoE
+ * step vs its parts, a norm left to the next GEMV), and Q4 on int8 activations.
+ * With "bench" it times instead decode GEMV on large shapes (GB/s of weight bytes read), one
+ * decode layer's ops at Qwen3-30B-A3B shapes and the prefill matmul (GFLOP/s).
  *
  *   build-cuda/test_cuda [fixtures-dir (unused)]
+ *   build-cuda/test_cuda bench
  */
 #include <float.h>
 #include <math.h>
@@ -23,6 +28,8 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+
+#include "../ops/ops_table.h"
 
 #define POISON 1e30f
 
@@ -38,10 +45,6 @@ static float frand(void) { /* uniform in [-1, 1) */
     rng_state ^= rng_state << 17;
     return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
-static int irand(int n) {
-    return (int)((frand() * 0.5f + 0.5f) * (float)n) % (n > 0 ? n : 1);
-}
-
 static float *rand_vec(size_t n, float scale) {
     float *v = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++)
@@ -220,227 +223,9 @@ static void wpair_free(wpair *w) {
     dfree(w->ddata_alloc), dfree(w->ds), dfree(w->db);
 }
 
-static const sl_dtype all_dtypes[] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16, SL_DTYPE_Q8,
-                                      SL_DTYPE_Q4};
 static const sl_dtype float_dtypes[] = {SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16};
 
 /* ------------------------------------------------------------- ops */
-
-static void test_memory(void) {
-    op_report r;
-    op_begin(&r, "alloc/copies");
-    /* alloc zero-fills */
-    float *d = gpu.ops->alloc(&gpu, 1001 * sizeof(float));
-    float *zero = calloc(1001, sizeof(float));
-    check(&r, "alloc zero", d, zero, 1001, 0);
-    dfree(d);
-    free(zero);
-    /* fill */
-    for (int c = 0; c < 2; c++) {
-        const size_t n = c ? 4097 : 1, tot = n + 9;
-        float *h = poison_vec(tot), *dh = UPF(h, tot);
-        cpu.ops->fill(&cpu, h, 0.25f, n);
-        gpu.ops->fill(&gpu, dh, 0.25f, n);
-        check(&r, "fill", dh, h, tot, 0);
-        free(h), dfree(dh);
-    }
-    /* pinned host memory round trip */
-    if (gpu.ops->pin && gpu.ops->unpin) {
-        const size_t n = 1 << 16;
-        float *h = rand_vec(n, 1), *dh = gpu.ops->alloc(&gpu, n * sizeof(float));
-        gpu.ops->pin(&gpu, h, n * sizeof(float));
-        gpu.ops->to_dev(&gpu, dh, h, n * sizeof(float));
-        check(&r, "pinned to_dev", dh, h, n, 0);
-        gpu.ops->unpin(&gpu, h);
-        free(h), dfree(dh);
-    }
-    /* copy2d with gaps */
-    {
-        const int rows = 5, cols = 7;
-        const size_t sld = 11, dld = 9, sn = rows * sld, dn = rows * dld + 3;
-        float *s = rand_vec(sn, 1), *dst = poison_vec(dn);
-        float *ds = UPF(s, sn), *dd = UPF(dst, dn);
-        cpu.ops->copy2d(&cpu, dst, dld, s, sld, rows, cols);
-        gpu.ops->copy2d(&gpu, dd, dld, ds, sld, rows, cols);
-        check(&r, "copy2d", dd, dst, dn, 0);
-        free(s), free(dst), dfree(ds), dfree(dd);
-    }
-    /* copy2d overlapping, destination before source (memmove row by row = read-all-first) */
-    {
-        const int rows = 6, cols = 10;
-        const size_t ld = 12, n = (rows + 2) * ld;
-        float *b = rand_vec(n, 1), *db = UPF(b, n);
-        cpu.ops->copy2d(&cpu, b, ld, b + 2 * ld + 1, ld, rows, cols);
-        gpu.ops->copy2d(&gpu, db, ld, db + 2 * ld + 1, ld, rows, cols);
-        check(&r, "copy2d overlap", db, b, n, 0);
-        free(b), dfree(db);
-    }
-    /* copy_rows, with and without index lists */
-    for (int c = 0; c < 4; c++) {
-        const int n = 5, cols = 33, src_rows = 8, dst_rows = 10;
-        int32_t si[5] = {7, 0, 3, 3, 5}, di[5] = {9, 2, 4, 0, 6};
-        float *s = rand_vec((size_t)src_rows * cols, 1), *dst = poison_vec((size_t)dst_rows * cols);
-        float *ds = UPF(s, src_rows * cols), *dd = UPF(dst, dst_rows * cols);
-        int32_t *dsi = up(si, sizeof si), *ddi = up(di, sizeof di);
-        cpu.ops->copy_rows(&cpu, dst, c & 1 ? di : NULL, s, c & 2 ? si : NULL, n, cols);
-        gpu.ops->copy_rows(&gpu, dd, c & 1 ? ddi : NULL, ds, c & 2 ? dsi : NULL, n, cols);
-        check(&r, "copy_rows", dd, dst, (size_t)dst_rows * cols, 0);
-        free(s), free(dst), dfree(ds), dfree(dd), dfree(dsi), dfree(ddi);
-    }
-    op_end(&r);
-}
-
-static void test_matmul(void) {
-    static const int shapes[][2] = {{5, 1},     {33, 63},   {7, 65},    {130, 200}, {17, 2049},
-                                    {300, 256}, {96, 2048}, {64, 1024}, {129, 96}};
-    static const int Ts[] = {1, 2, 3, 4, 17, 70};
-    for (size_t di = 0; di < 5; di++) {
-        const sl_dtype dt = all_dtypes[di];
-        char name[32];
-        snprintf(name, sizeof name, "matmul %s", sl_dtype_name(dt));
-        op_report r;
-        op_begin(&r, name);
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int N = shapes[si][0], K = shapes[si][1];
-            wpair w, bias;
-            wpair_make(&w, dt, N, K, 0.5f, si == 7);
-            const sl_dtype bdt = si % 4 == 1 ? SL_DTYPE_BF16 : SL_DTYPE_F32;
-            wpair_make(&bias, bdt, 0, N, 0.5f, 0);
-            const sl_tensor *hb = NULL, *db = NULL;
-            sl_tensor hnull = bias.h, dnull = bias.d;
-            hnull.data = dnull.data = NULL;
-            switch (si % 3) {
-            case 0: hb = &bias.h, db = &bias.d; break;
-            case 1: hb = &hnull, db = &dnull; break;
-            default: break;
-            }
-            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
-                const int T = Ts[ti];
-                const size_t yn = (size_t)T * N + 7;
-                float *x = rand_vec((size_t)T * K, 1), *y = poison_vec(yn);
-                float *dx = UPF(x, (size_t)T * K), *dy = UPF(y, yn);
-                cpu.ops->matmul(&cpu, y, x, &w.h, hb, T);
-                gpu.ops->matmul(&gpu, dy, dx, &w.d, db, T);
-                char what[64];
-                snprintf(what, sizeof what, "N=%d K=%d T=%d", N, K, T);
-                check(&r, what, dy, y, yn, 2e-5);
-                free(x), free(y), dfree(dx), dfree(dy);
-            }
-            wpair_free(&w), wpair_free(&bias);
-        }
-        op_end(&r);
-    }
-}
-
-static void test_embed(void) {
-    op_report r;
-    op_begin(&r, "embed");
-    static const int ns[] = {1, 63, 200, 2049};
-    for (size_t di = 0; di < 5; di++)
-        for (size_t ni = 0; ni < 4; ni++) {
-            const int V = 50, n = ns[ni], T = 6;
-            wpair w;
-            wpair_make(&w, all_dtypes[di], V, n, 1.0f, 0);
-            int32_t ids[6] = {0, 49, 7, 7, 13, 2};
-            int32_t *dids = up(ids, sizeof ids);
-            const size_t yn = (size_t)T * n + 5;
-            float *y = poison_vec(yn), *dy = UPF(y, yn);
-            cpu.ops->embed(&cpu, y, &w.h, ids, T);
-            gpu.ops->embed(&gpu, dy, &w.d, dids, T);
-            check(&r, sl_dtype_name(all_dtypes[di]), dy, y, yn, 1e-6);
-            free(y), dfree(dy), dfree(dids), wpair_free(&w);
-        }
-    op_end(&r);
-}
-
-static void test_norms(void) {
-    static const int ns[] = {1, 63, 2049};
-    op_report r;
-    op_begin(&r, "rmsnorm");
-    for (size_t di = 0; di < 3; di++)
-        for (size_t ni = 0; ni < 3; ni++)
-            for (int alias = 0; alias < 2; alias++) {
-                const int rows = 3, n = ns[ni];
-                const float off = alias ? 1.0f : 0.0f;
-                wpair w;
-                wpair_make(&w, float_dtypes[di], 0, n, 1.0f, 0);
-                const size_t tot = (size_t)rows * n + 4;
-                float *x = rand_vec(tot, 2), *y = poison_vec(tot);
-                float *dx = UPF(x, tot), *dy = UPF(y, tot);
-                if (alias) {
-                    cpu.ops->rmsnorm(&cpu, x, x, &w.h, rows, n, 1e-6f, off);
-                    gpu.ops->rmsnorm(&gpu, dx, dx, &w.d, rows, n, 1e-6f, off);
-                    check(&r, "in place", dx, x, tot, 2e-6);
-                } else {
-                    cpu.ops->rmsnorm(&cpu, y, x, &w.h, rows, n, 1e-6f, off);
-                    gpu.ops->rmsnorm(&gpu, dy, dx, &w.d, rows, n, 1e-6f, off);
-                    check(&r, "y", dy, y, tot, 2e-6);
-                }
-                free(x), free(y), dfree(dx), dfree(dy), wpair_free(&w);
-            }
-    op_end(&r);
-
-    op_begin(&r, "gated_rmsnorm");
-    static const int gn[] = {64, 257};
-    for (int g = 0; g < 2; g++)
-        for (size_t ni = 0; ni < 2; ni++)
-            for (int di = 0; di < 3; di += 2) {
-                const int rows = 5, n = gn[ni];
-                wpair w;
-                wpair_make(&w, float_dtypes[di], 0, n, 1.0f, 0);
-                const size_t tot = (size_t)rows * n + 3;
-                float *x = rand_vec(tot, 2), *z = rand_vec(tot, 3), *y = poison_vec(tot);
-                float *dx = UPF(x, tot), *dz = UPF(z, tot), *dy = UPF(y, tot);
-                cpu.ops->gated_rmsnorm(&cpu, y, x, z, &w.h, rows, n, 1e-6f, (sl_act)g);
-                gpu.ops->gated_rmsnorm(&gpu, dy, dx, dz, &w.d, rows, n, 1e-6f, (sl_act)g);
-                check(&r, g ? "sigmoid" : "silu", dy, y, tot, 2e-6);
-                free(x), free(z), free(y), dfree(dx), dfree(dz), dfree(dy), wpair_free(&w);
-            }
-    op_end(&r);
-
-    op_begin(&r, "l2norm");
-    static const int ln[] = {1, 128, 257};
-    for (size_t ni = 0; ni < 3; ni++) {
-        const int rows = 4, n = ln[ni];
-        const size_t tot = (size_t)rows * n + 2;
-        float *x = rand_vec(tot, 1), *dx = UPF(x, tot);
-        x[tot - 1] = x[tot - 2] = POISON;
-        gpu.ops->to_dev(&gpu, dx, x, tot * sizeof(float));
-        cpu.ops->l2norm(&cpu, x, rows, n, 1e-6f);
-        gpu.ops->l2norm(&gpu, dx, rows, n, 1e-6f);
-        check(&r, "x", dx, x, tot, 2e-6);
-        free(x), dfree(dx);
-    }
-    op_end(&r);
-}
-
-static void test_rope(void) {
-    static const int cases[][5] = {/* T, heads, head_dim, rot_dim, pos0 */
-                                   {1, 4, 64, 64, 37},
-                                   {17, 3, 128, 64, 0},
-                                   {3, 2, 8, 8, 5},
-                                   {5, 2, 256, 128, 100}};
-    op_report r;
-    op_begin(&r, "rope");
-    for (size_t c = 0; c < 4; c++) {
-        const int T = cases[c][0], nh = cases[c][1], hd = cases[c][2], rot = cases[c][3],
-                  pos0 = cases[c][4], half = rot / 2, P = pos0 + T + 2;
-        float *ct = malloc((size_t)P * half * sizeof(float)),
-              *st = malloc((size_t)P * half * sizeof(float));
-        for (int i = 0; i < P * half; i++) {
-            const float a = frand() * 3.14159f;
-            ct[i] = cosf(a), st[i] = sinf(a);
-        }
-        const size_t tot = (size_t)T * nh * hd;
-        float *x = rand_vec(tot, 1);
-        float *dx = UPF(x, tot), *dct = UPF(ct, (size_t)P * half), *dst = UPF(st, (size_t)P * half);
-        cpu.ops->rope(&cpu, x, T, nh, hd, rot, pos0, ct, st);
-        gpu.ops->rope(&gpu, dx, T, nh, hd, rot, pos0, dct, dst);
-        check(&r, "x", dx, x, tot, 1e-6);
-        free(ct), free(st), free(x), dfree(dx), dfree(dct), dfree(dst);
-    }
-    op_end(&r);
-}
 
 /* add_rmsnorm (x updated, y normed) and qkv_prep (norms, rope, cache rows) against the CPU. */
 static void test_fused_norms(void) {
@@ -590,64 +375,6 @@ static void test_norm_next(void) {
     op_end(&r);
 }
 
-static void test_attention(void) {
-    static const int cases[][6] = {
-        /* T, pos0, heads, kv heads, head_dim, selection; head_dim % 4 != 0 in the last two
-         * (rows read a float at a time) */
-        {1, 0, 4, 4, 64, 0},   {1, 2999, 8, 2, 128, 0}, {17, 0, 6, 2, 8, 0},
-        {3, 50, 4, 1, 256, 0}, {2, 5000, 2, 1, 64, 0},  {64, 100, 4, 2, 80, 0},
-        {3, 40, 4, 2, 64, 1},  {1, 700, 16, 4, 128, 1}, {5, 9, 2, 2, 16, 1},
-        {1, 90, 4, 2, 6, 0},   {4, 300, 6, 3, 18, 1}};
-    op_report r;
-    op_begin(&r, "attention");
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c][0], pos0 = cases[c][1], nh = cases[c][2], nkv = cases[c][3],
-                  hd = cases[c][4], use_sel = cases[c][5];
-        const int ctx = pos0 + T + 3;
-        const size_t qn = (size_t)T * nh * hd, kvn = (size_t)ctx * nkv * hd, on = qn + 5;
-        float *q = rand_vec(qn, 1), *kc = rand_vec(kvn, 1), *vc = rand_vec(kvn, 1),
-              *o = poison_vec(on);
-        float *scratch = malloc((size_t)cpu.n_threads * (pos0 + T) * sizeof(float));
-        const int stride = pos0 + T;
-        int32_t *sel = calloc((size_t)T * stride + 1, sizeof(int32_t)),
-                *nsel = calloc((size_t)T, sizeof(int32_t));
-        for (int t = 0; t < T && use_sel; t++) {
-            int m = 0;
-            for (int j = 0; j <= pos0 + t; j++)
-                if (irand(3) == 0 || j == pos0 + t) sel[(size_t)t * stride + m++] = j;
-            nsel[t] = (t == 1 && T > 2) ? 0 : m; /* one query with nothing selected */
-        }
-        float *dq = UPF(q, qn), *dk = UPF(kc, kvn), *dv = UPF(vc, kvn), *dout = UPF(o, on);
-        int32_t *dsel = up(sel, ((size_t)T * stride + 1) * sizeof(int32_t)),
-                *dnsel = up(nsel, (size_t)T * sizeof(int32_t));
-        sl_attn_args a = {.out = o,
-                          .q = q,
-                          .kcache = kc,
-                          .vcache = vc,
-                          .T = T,
-                          .pos0 = pos0,
-                          .n_heads = nh,
-                          .n_kv_heads = nkv,
-                          .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd),
-                          .scratch = scratch,
-                          .sel = use_sel ? sel : NULL,
-                          .n_sel = use_sel ? nsel : NULL,
-                          .sel_stride = stride};
-        cpu.ops->attention(&cpu, &a);
-        a.out = dout, a.q = dq, a.kcache = dk, a.vcache = dv, a.scratch = NULL;
-        a.sel = use_sel ? dsel : NULL, a.n_sel = use_sel ? dnsel : NULL;
-        gpu.ops->attention(&gpu, &a);
-        char what[96];
-        snprintf(what, sizeof what, "T=%d pos0=%d h=%d/%d hd=%d sel=%d", T, pos0, nh, nkv, hd,
-                 use_sel);
-        check(&r, what, dout, o, on, 2e-5);
-        free(q), free(kc), free(vc), free(o), free(scratch), free(sel), free(nsel);
-        dfree(dq), dfree(dk), dfree(dv), dfree(dout), dfree(dsel), dfree(dnsel);
-    }
-    op_end(&r);
-}
-
 /* attention with its qkv_prep (sl_attn_args.prep): the kernel that does both (decode, no
  * selection) bitwise against qkv_prep then attention on the GPU (out and both caches), and
  * against the CPU; head_dim 18 takes the two-launch path. */
@@ -737,226 +464,6 @@ static void test_attention_prep(void) {
         for (int g = 0; g < 2; g++)
             dfree(dq[g]), dfree(dk[g]), dfree(dv[g]), dfree(dkc[g]), dfree(dvc[g]), dfree(dout[g]);
         dfree(dct), dfree(dst), wpair_free(&qn), wpair_free(&kn);
-    }
-    op_end(&r);
-}
-
-static void test_elementwise(void) {
-    static const size_t ns[] = {1, 1000, 4097};
-    op_report r;
-    op_begin(&r, "swiglu");
-    for (int i = 0; i < 3; i++) {
-        const size_t n = ns[i], tot = n + 3;
-        float *g = rand_vec(n, 4), *u = rand_vec(n, 2), *o = poison_vec(tot);
-        float *dg = UPF(g, n), *du = UPF(u, n), *dout = UPF(o, tot);
-        cpu.ops->swiglu(&cpu, o, g, u, n);
-        gpu.ops->swiglu(&gpu, dout, dg, du, n);
-        check(&r, "out", dout, o, tot, 1e-6);
-        free(g), free(u), free(o), dfree(dg), dfree(du), dfree(dout);
-    }
-    op_end(&r);
-
-    op_begin(&r, "axpy");
-    for (int i = 0; i < 3; i++) {
-        const size_t n = ns[i], tot = n + 3;
-        float *x = rand_vec(n, 1), *y = rand_vec(tot, 1), *dx = UPF(x, n), *dy = UPF(y, tot);
-        cpu.ops->axpy(&cpu, y, 0.375f, x, n);
-        gpu.ops->axpy(&gpu, dy, 0.375f, dx, n);
-        check(&r, "y", dy, y, tot, 1e-6);
-        free(x), free(y), dfree(dx), dfree(dy);
-    }
-    op_end(&r);
-
-    op_begin(&r, "sigmoid_mul");
-    for (int i = 0; i < 3; i++) {
-        const size_t n = ns[i], tot = n + 3;
-        float *g = rand_vec(n, 4), *y = rand_vec(tot, 1), *dg = UPF(g, n), *dy = UPF(y, tot);
-        cpu.ops->sigmoid_mul(&cpu, y, g, n);
-        gpu.ops->sigmoid_mul(&gpu, dy, dg, n);
-        check(&r, "y", dy, y, tot, 1e-6);
-        free(g), free(y), dfree(dg), dfree(dy);
-    }
-    op_end(&r);
-
-    op_begin(&r, "activate");
-    for (int i = 0; i < 3; i++)
-        for (int act = 0; act <= SL_ACT_NONE; act++)
-            for (int alias = 0; alias < 2; alias++) {
-                const size_t n = ns[i], tot = n + 3;
-                float *x = rand_vec(tot, 5), *y = poison_vec(tot);
-                float *dx = UPF(x, tot), *dy = UPF(y, tot);
-                if (alias) {
-                    cpu.ops->activate(&cpu, x, x, n, 1.5f, 0.7f, (sl_act)act);
-                    gpu.ops->activate(&gpu, dx, dx, n, 1.5f, 0.7f, (sl_act)act);
-                    check(&r, "in place", dx, x, tot, 1e-6);
-                } else {
-                    cpu.ops->activate(&cpu, y, x, n, 1.5f, 0.7f, (sl_act)act);
-                    gpu.ops->activate(&gpu, dy, dx, n, 1.5f, 0.7f, (sl_act)act);
-                    check(&r, act ? "sigmoid" : "silu", dy, y, tot, 1e-6);
-                }
-                free(x), free(y), dfree(dx), dfree(dy);
-            }
-    op_end(&r);
-
-    op_begin(&r, "weighted_sum");
-    static const int ws[][3] = {{3, 8, 65}, {1, 1, 1}, {17, 4, 2048}};
-    for (int i = 0; i < 3; i++) {
-        const int T = ws[i][0], k = ws[i][1], n = ws[i][2];
-        const size_t xn = (size_t)T * k * n, tot = (size_t)T * n + 3;
-        float *x = rand_vec(xn, 1), *w = rand_vec((size_t)T * k, 1), *y = poison_vec(tot);
-        float *dx = UPF(x, xn), *dw = UPF(w, (size_t)T * k), *dy = UPF(y, tot);
-        cpu.ops->weighted_sum(&cpu, y, x, w, T, k, n);
-        gpu.ops->weighted_sum(&gpu, dy, dx, dw, T, k, n);
-        check(&r, "y", dy, y, tot, 1e-6);
-        free(x), free(w), free(y), dfree(dx), dfree(dw), dfree(dy);
-    }
-    op_end(&r);
-
-    op_begin(&r, "hc_inject");
-    for (int i = 0; i < 2; i++) {
-        const int T = i ? 3 : 1, hc = 4, n = i ? 65 : 1;
-        const size_t wn = (size_t)T * hc * n, tot = wn + 3;
-        float *w = rand_vec(tot, 1), *o = rand_vec((size_t)T * n, 1),
-              *inj = rand_vec((size_t)T * hc, 1);
-        float *dw = UPF(w, tot), *dout = UPF(o, (size_t)T * n), *dinj = UPF(inj, (size_t)T * hc);
-        cpu.ops->hc_inject(&cpu, w, o, inj, T, hc, n);
-        gpu.ops->hc_inject(&gpu, dw, dout, dinj, T, hc, n);
-        check(&r, "w", dw, w, tot, 1e-6);
-        free(w), free(o), free(inj), dfree(dw), dfree(dout), dfree(dinj);
-    }
-    op_end(&r);
-
-    op_begin(&r, "hc_mix");
-    for (int i = 0; i < 2; i++) {
-        const int T = i ? 3 : 1, hc = i ? 4 : 1, n = i ? 65 : 7;
-        const size_t wn = (size_t)T * hc * n, tot = (size_t)T * n + 3;
-        float *w = rand_vec(wn, 1), *x = rand_vec(wn, 1), *y = poison_vec(tot);
-        float *dw = UPF(w, wn), *dx = UPF(x, wn), *dy = UPF(y, tot);
-        cpu.ops->hc_mix(&cpu, y, w, x, T, hc, n);
-        gpu.ops->hc_mix(&gpu, dy, dw, dx, T, hc, n);
-        check(&r, "y", dy, y, tot, 1e-6);
-        free(w), free(x), free(y), dfree(dw), dfree(dx), dfree(dy);
-    }
-    op_end(&r);
-
-    op_begin(&r, "ple_gate");
-    static const int pn[] = {65, 256, 1};
-    for (int i = 0; i < 3; i++) {
-        const int T = 3, hc = 4, n = pn[i];
-        const size_t kn = (size_t)T * hc * n, tot = kn + 3;
-        float *k = rand_vec(kn, 1), *q = rand_vec(kn, 1), *v = rand_vec((size_t)T * n, 1),
-              *y = poison_vec(tot);
-        float *dk = UPF(k, kn), *dq = UPF(q, kn), *dv = UPF(v, (size_t)T * n), *dy = UPF(y, tot);
-        cpu.ops->ple_gate(&cpu, y, k, q, v, T, hc, n);
-        gpu.ops->ple_gate(&gpu, dy, dk, dq, dv, T, hc, n);
-        check(&r, "y", dy, y, tot, 2e-6);
-        free(k), free(q), free(v), free(y), dfree(dk), dfree(dq), dfree(dv), dfree(dy);
-    }
-    op_end(&r);
-
-    op_begin(&r, "qsa_scores");
-    static const int qs[][3] = {{16, 37, 128}, {1, 1, 1}, {5, 300, 65}};
-    for (int i = 0; i < 3; i++) {
-        const int nh = qs[i][0], nb = qs[i][1], d = qs[i][2];
-        float *q = rand_vec((size_t)nh * d, 1), *k = rand_vec((size_t)nb * d, 1),
-              *s = poison_vec((size_t)nb + 3);
-        float *dq = UPF(q, (size_t)nh * d), *dk = UPF(k, (size_t)nb * d),
-              *ds = UPF(s, (size_t)nb + 3);
-        cpu.ops->qsa_scores(&cpu, s, q, k, nh, nb, d);
-        gpu.ops->qsa_scores(&gpu, ds, dq, dk, nh, nb, d);
-        check(&r, "scores", ds, s, (size_t)nb + 3, 2e-6);
-        free(q), free(k), free(s), dfree(dq), dfree(dk), dfree(ds);
-    }
-    op_end(&r);
-}
-
-static void test_conv1d(void) {
-    static const int cases[][4] = {/* T, C, K, dilation */
-                                   {1, 37, 4, 1}, {17, 37, 4, 1}, {5, 64, 4, 2},
-                                   {2, 16, 4, 3}, {3, 10, 1, 1},  {9, 300, 3, 1}};
-    op_report r;
-    op_begin(&r, "conv1d_silu");
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c][0], C = cases[c][1], K = cases[c][2], d = cases[c][3];
-        const int S = (K - 1) * d;
-        wpair w;
-        wpair_make(&w, c % 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, C, K, 0.7f, 0);
-        w.h.ndim = w.d.ndim = 3; /* [C, 1, K] */
-        w.h.shape[1] = w.d.shape[1] = 1;
-        w.h.shape[2] = w.d.shape[2] = K;
-        const size_t xn = (size_t)T * C, sn = (size_t)C * S + 2, yn = xn + 3;
-        float *x = rand_vec(xn, 2), *st = rand_vec(sn, 2), *y = poison_vec(yn);
-        st[sn - 1] = st[sn - 2] = POISON;
-        float *dx = UPF(x, xn), *dst = UPF(st, sn), *dy = UPF(y, yn);
-        cpu.ops->conv1d_silu(&cpu, y, x, T, C, &w.h, K, d, st);
-        gpu.ops->conv1d_silu(&gpu, dy, dx, T, C, &w.d, K, d, dst);
-        char what[64];
-        snprintf(what, sizeof what, "T=%d C=%d K=%d d=%d", T, C, K, d);
-        check(&r, what, dy, y, yn, 2e-6);
-        check(&r, "state", dst, st, sn, 0);
-        free(x), free(st), free(y), dfree(dx), dfree(dst), dfree(dy), wpair_free(&w);
-    }
-    op_end(&r);
-}
-
-static void l2rows(float *x, int rows, int n) {
-    for (int r = 0; r < rows; r++) {
-        double ss = 0;
-        for (int i = 0; i < n; i++)
-            ss += (double)x[(size_t)r * n + i] * x[(size_t)r * n + i];
-        for (int i = 0; i < n; i++)
-            x[(size_t)r * n + i] = (float)(x[(size_t)r * n + i] / sqrt(ss + 1e-6));
-    }
-}
-
-static void test_delta_rule(void) {
-    static const int cases[][5] = {/* T, nk, nv, dk, dv */
-                                   {1, 2, 4, 128, 128}, {5, 2, 4, 128, 128}, {3, 1, 2, 256, 256},
-                                   {4, 1, 3, 8, 16},    {2, 2, 2, 64, 200},  {17, 1, 1, 32, 32},
-                                   {2, 1, 1, 100, 33}};
-    op_report r;
-    op_begin(&r, "delta_rule");
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c][0], nk = cases[c][1], nv = cases[c][2], dk = cases[c][3],
-                  dv = cases[c][4];
-        const size_t qn = (size_t)T * nk * dk, vn = (size_t)T * nv * dv, an = (size_t)T * nv;
-        const size_t sn = (size_t)nv * dk * dv, on = vn + 3;
-        float *q = rand_vec(qn, 1), *k = rand_vec(qn, 1), *v = rand_vec(vn, 1);
-        l2rows(q, T * nk, dk), l2rows(k, T * nk, dk);
-        float *a = rand_vec(an, 3), *b = rand_vec(an, 3), *st = rand_vec(sn, 0.3f),
-              *o = poison_vec(on);
-        wpair A, dtb;
-        wpair_make(&A, c % 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, nv, 1.0f, 0);
-        wpair_make(&dtb, SL_DTYPE_F32, 0, nv, 1.0f, 0);
-        float *dq = UPF(q, qn), *dk_ = UPF(k, qn), *dv_ = UPF(v, vn), *da = UPF(a, an),
-              *db = UPF(b, an);
-        float *dst = UPF(st, sn), *dout = UPF(o, on);
-        sl_delta_args args = {.out = o,
-                              .q = q,
-                              .k = k,
-                              .v = v,
-                              .a = a,
-                              .b = b,
-                              .A_log = &A.h,
-                              .dt_bias = &dtb.h,
-                              .state = st,
-                              .T = T,
-                              .nk = nk,
-                              .nv = nv,
-                              .dk = dk,
-                              .dv = dv,
-                              .q_scale = 1.0f / sqrtf((float)dk)};
-        cpu.ops->delta_rule(&cpu, &args);
-        args.out = dout, args.q = dq, args.k = dk_, args.v = dv_, args.a = da, args.b = db;
-        args.A_log = &A.d, args.dt_bias = &dtb.d, args.state = dst;
-        gpu.ops->delta_rule(&gpu, &args);
-        char what[80];
-        snprintf(what, sizeof what, "T=%d nk=%d nv=%d dk=%d dv=%d", T, nk, nv, dk, dv);
-        check(&r, what, dout, o, on, 2e-5);
-        check(&r, "state", dst, st, sn, 2e-5);
-        free(q), free(k), free(v), free(a), free(b), free(st), free(o);
-        dfree(dq), dfree(dk_), dfree(dv_), dfree(da), dfree(db), dfree(dst), dfree(dout);
-        wpair_free(&A), wpair_free(&dtb);
     }
     op_end(&r);
 }
@@ -1401,8 +908,8 @@ static void test_q4x(void) {
     sl_backend_cuda_free(&gq);
 }
 
-/* test_cuda [bench]: the op tests, then (unless SL_CUDA_NO_BENCH is set) the benchmarks; with
- * "bench", the benchmarks alone. */
+/* test_cuda: the op table (tests/ops/) on the CUDA backend, then the checks of this file;
+ * test_cuda bench: the benchmarks alone (make bench CUDA=1). */
 int main(int argc, char **argv) {
     const int bench_only = argc > 1 && !strcmp(argv[1], "bench");
     sl_error err = {0};
@@ -1416,37 +923,26 @@ int main(int argc, char **argv) {
     }
     /* The scalar ISA: float order everywhere (Q4 never takes the int8 activation path). */
     sl_backend_cpu_init(&cpu, 4, SL_ISA_SCALAR);
-    printf("CUDA ops vs CPU (scalar) on %s\n", sl_cuda_device_name(&gpu));
-    if (!bench_only) {
-        test_memory();
-        test_matmul();
-        test_matmul_batch();
-        test_moe();
-        test_q4x();
-        test_embed();
-        test_norms();
-        test_rope();
-        test_fused_norms();
-        test_norm_next();
-        test_attention();
-        test_attention_prep();
-        test_elementwise();
-        test_conv1d();
-        test_delta_rule();
-        printf("%d passed, %d failed\n", ops_passed, ops_failed);
-    }
-    if (!getenv("SL_CUDA_NO_BENCH")) {
-        if (!bench_only) { /* again, with the defaults */
-            sl_backend_cuda_free(&gpu);
-            if (sl_backend_cuda_init(&gpu, 0, NULL, &err) != SL_OK) {
-                fprintf(stderr, "test_cuda: %s\n", err.msg);
-                return 1;
-            }
-        }
+    if (bench_only) {
+        printf("CUDA op benchmarks on %s\n", sl_cuda_device_name(&gpu));
         bench_matmul();
         bench_layer();
         bench_attention();
+        sl_backend_cuda_free(&gpu);
+        return 0;
     }
+    printf("CUDA ops against the op table's references on %s\n", sl_cuda_device_name(&gpu));
+    const ops_table_params tp = {.q4_int8 = 0, .log = stdout};
+    const int table_failed = ops_table_run(&gpu, &tp);
+    printf("op table: %d cases failed\n", table_failed);
+    printf("CUDA ops vs CPU (scalar): bitwise contracts, fusions, int8 activations\n");
+    test_fused_norms();
+    test_norm_next();
+    test_attention_prep();
+    test_matmul_batch();
+    test_moe();
+    test_q4x();
+    printf("%d passed, %d failed\n", ops_passed, ops_failed);
     sl_backend_cuda_free(&gpu);
-    return ops_failed ? 1 : 0;
+    return ops_failed || table_failed ? 1 : 0;
 }

@@ -6,22 +6,27 @@
 
 #include "sluice.h"
 
-#define MAX_TESTS 256
-
-static struct {
+/* Filled by the TEST constructors before main; grows as they come (no limit to outgrow). */
+static struct test_entry {
     const char *name;
     test_fn fn;
-} tests[MAX_TESTS];
-static int n_tests;
+} * tests;
+static int n_tests, cap_tests;
 int test_failures;
 const char *test_fixtures = "tests/fixtures";
 static char tmpdir[256];
 
 void test_register(const char *name, test_fn fn) {
-    if (n_tests < MAX_TESTS) {
-        tests[n_tests].name = name;
-        tests[n_tests++].fn = fn;
+    if (n_tests == cap_tests) {
+        cap_tests = cap_tests ? 2 * cap_tests : 64;
+        tests = realloc(tests, (size_t)cap_tests * sizeof *tests);
+        if (!tests) {
+            fprintf(stderr, "test_register: out of memory at test %d (%s)\n", n_tests, name);
+            abort();
+        }
     }
+    tests[n_tests].name = name;
+    tests[n_tests++].fn = fn;
 }
 
 int test_write_file(const char *path, const void *data, size_t n) {
@@ -102,5 +107,6 @@ int main(int argc, char **argv) {
             passed++;
     }
     printf("%d passed, %d failed\n", passed, failed);
+    free(tests);
     return failed ? 1 : 0;
 }

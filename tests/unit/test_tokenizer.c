@@ -2,7 +2,7 @@
  * Tokenizer tests: Qwen3's tokenizer.json against ids from Hugging Face's Rust
  * tokenizers (tests/tokenizer/qwen3_ids.jsonl, written by tools/tokenizer_ref.js
  * from tests/tokenizer/corpus.jsonl), round trips, the streaming detokenizer,
- * malformed files, and an encoding speed measurement.
+ * and malformed files (the encoding speed is measured by make bench: tests/bench/).
  */
 #include <jansson.h>
 #include <sys/stat.h>
@@ -590,46 +590,6 @@ TEST(tokenizer_malformed_files) {
     CHECK(sl_tokenizer_load("/nonexistent/tokenizer.json", &tok, &err) == SL_ERR_IO && tok == NULL);
 }
 
-/* ---- speed ------------------------------------------------------------------------ */
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SPEED_BYTES (256u << 10)
-#else
-#define SPEED_BYTES (4u << 20)
-#endif
-
-static void measure_speed(sl_tokenizer *tok, const char *name) {
-    json_t *corpus = read_jsonl("corpus.jsonl");
-    CHECK(tok && corpus);
-    if (!tok || !corpus) {
-        json_decref(corpus);
-        return;
-    }
-    char *text = malloc(SPEED_BYTES + 4096);
-    size_t n = 0;
-    while (n < SPEED_BYTES)
-        for (size_t i = 0; i < json_array_size(corpus) && n < SPEED_BYTES; i++) {
-            json_t *s = json_array_get(corpus, i);
-            memcpy(text + n, json_string_value(s), json_string_length(s));
-            n += json_string_length(s);
-            text[n++] = '\n';
-        }
-    sl_token_ids ids = {0};
-    sl_error err = {0};
-    double t0 = sl_now();
-    CHECK(sl_tokenizer_encode(tok, text, n, &ids, &err) == SL_OK);
-    double dt = sl_now() - t0;
-    printf("  tokenizer %s: %.1f MB -> %zu tokens in %.3f s: %.0f tokens/s, %.1f MB/s\n", name,
-           n / 1e6, ids.n, dt, ids.n / dt, n / 1e6 / dt);
-    sl_token_ids_free(&ids);
-    free(text);
-    json_decref(corpus);
-}
-
-TEST(tokenizer_qwen3_speed) {
-    measure_speed(qwen3(), "qwen3");
-}
-
 /* ---- SentencePiece-style BPE with byte fallback (Llama 2 / Mistral layout) ---- */
 
 TEST(tokenizer_sp_reference_ids) {
@@ -910,8 +870,4 @@ TEST(tokenizer_sp_metaspace_reference_ids) {
         }
         sl_tokenizer_free(tok);
     }
-}
-
-TEST(tokenizer_sp_speed) {
-    measure_speed(sptok(), "lenml_llama2 (sentencepiece bpe)");
 }
