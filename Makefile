@@ -161,13 +161,12 @@ san: $(BUILD)/san/test_unit
 # targets replay their seed corpus through a plain driver.
 FUZZ_TARGETS := safetensors config pack tokenizer tokjson
 FUZZ_LIB_SRC := src/core/common.c src/core/crc32c.c src/format/tensor.c src/format/safetensors.c \
-                src/format/pack.c \
-                src/model/config.c src/tokenizer/tokenizer.c
+                src/format/pack.c src/tokenizer/tokenizer.c
 FUZZ_LIBS    := -ljansson -lpcre2-8 -lutf8proc -lm
 # The config parser asks the families' registry for each family's own keys: the registry and
 # Qwen4-Exp's key reader are fuzzed with it, the families' other code comes from the library.
-$(BUILD)/fuzz/fuzz_config: src/families/families.c src/families/qwen4_exp/config.c \
-                           $(BUILD)/libsluice.a
+$(BUILD)/fuzz/fuzz_config: src/model/config.c src/families/families.c \
+                           src/families/qwen4_exp/config.c $(BUILD)/libsluice.a
 $(BUILD)/fuzz/fuzz_config: FUZZ_LIBS += $(LDLIBS) -lgomp
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
     | clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1)
