@@ -11,7 +11,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "kernels/simd.h"
-#include "moe/router.h"
+#include "kernels/topk.h"
 
 static void *cpu_alloc(const sl_backend *be, size_t bytes) {
     (void)be;

@@ -113,6 +113,59 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
                         "layers.%d.mlp.shared_expert_gate.weight", l);
 }
 
+/* Layer l's routed experts of a Hugging Face checkpoint into ex[E]: fused tensors
+ * (gate_up_proj [E, 2I, H], down_proj [E, H, I]) if it has them, else one set per expert. */
+static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, int32_t E, int64_t H,
+                                 int64_t I, sl_error *err) {
+    sl_status st;
+    char name[160];
+    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj", l);
+    if (sl_ckpt_find(ck, name)) {
+        sl_tensor gu, down;
+        if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
+            (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
+                               "layers.%d.mlp.experts.down_proj", l)))
+            return st;
+        for (int32_t e = 0; e < E; e++) {
+            sl_tensor m = sl_tensor_slice(&gu, e);
+            ex[e].gate = sl_tensor_rows(&m, 0, I);
+            ex[e].up = sl_tensor_rows(&m, I, I);
+            ex[e].down = sl_tensor_slice(&down, e);
+        }
+        return SL_OK;
+    }
+    const char *fmt = "layers.%d.mlp.experts.%d.%s.weight";
+    for (int32_t e = 0; e < E; e++)
+        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
+                               "gate_proj")) ||
+            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
+                               "up_proj")) ||
+            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, e,
+                               "down_proj")))
+            return st;
+    return SL_OK;
+}
+
+sl_status blk_bind_experts(sl_model *m, sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const int32_t E = c->n_experts, nl = c->n_layers;
+    sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);
+    sl_status st = views ? SL_OK : SL_ERR_NOMEM;
+    for (int32_t l = 0; !st && l < nl; l++) {
+        if (!c->layer_is_moe[l] || E == 0) continue;
+        if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
+            st = SL_ERR_NOMEM;
+        else
+            st = bind_hf_experts(&m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
+                                 err);
+    }
+    if (!st) st = sl_experts_open_views(&m->experts, nl, E, (const sl_expert *const *)views, err);
+    for (int32_t l = 0; views && l < nl; l++)
+        free(views[l]);
+    free(views);
+    return st;
+}
+
 sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err) {
     const blk_attn_opts attn = {.qkv_bias = m->cfg.attention_bias,
                                 .o_bias = m->cfg.attention_bias,
@@ -206,273 +259,23 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
     op->matmul(be, b->out, b->attn, &L->wo, &L->bo, T);
 }
 
-/* out[T, H] = down(silu(gate x) * up x) for rows x[T, H]. */
-static void swiglu_mlp(sl_session *s, float *out, const float *x, const sl_tensor *g,
-                       const sl_tensor *u, const sl_tensor *d, int32_t T) {
-    const sl_backend *be = &s->model->be;
-    const size_t I = (size_t)g->shape[0];
-    be->ops->matmul(be, s->b.gate, x, g, NULL, T);
-    be->ops->matmul(be, s->b.up, x, u, NULL, T);
-    be->ops->swiglu(be, s->b.gate, s->b.gate, s->b.up, (size_t)T * I);
-    be->ops->matmul(be, out, s->b.gate, d, NULL, T);
-}
-
-/*
- * The fetched experts list[0..n) (their views), whose rows total at most max_batch,
- * in one pass each: gather every row they read into xg (expert by expert), the gate and up
- * matmuls of all of them as one batch, one SwiGLU, the down matmuls as another batch, one
- * scatter of the results
- * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
- */
-static void experts_batched(sl_session *s, const int32_t *list, const sl_expert *const *views,
-                            int32_t n, int32_t rows) {
-    const sl_model *m = s->model;
-    const sl_backend *be = &m->be;
-    sl_session_buf *b = &s->b;
-    const size_t H = (size_t)m->cfg.hidden_size, I = (size_t)m->cfg.moe_intermediate_size;
-    const int32_t k = m->cfg.n_experts_used;
-    int32_t off = 0;
-    for (int32_t j = 0; j < n; j++) {
-        const int32_t e = list[j], cnt = b->expert_count[e];
-        const int32_t *r = b->expert_rows + b->expert_start[e] - cnt;
-        for (int32_t i = 0; i < cnt; i++) {
-            b->h_grp[off + i] = r[i] / k;    /* token row read */
-            b->h_grp[rows + off + i] = r[i]; /* (token, rank) row written */
-        }
-        const sl_expert *ex = views[j];
-        /* items j (gate) and n + j (up) of one batch, then j of the down batch */
-        b->bx[j] = b->bx[n + j] = b->xg + (size_t)off * H;
-        b->bg[j] = b->gate + (size_t)off * I;
-        b->bg[n + j] = b->up + (size_t)off * I;
-        b->bo[j] = b->ffn_out + (size_t)off * H;
-        b->wg[j] = &ex->gate, b->wg[n + j] = &ex->up, b->wd[j] = &ex->down;
-        b->bT[j] = b->bT[n + j] = cnt;
-        off += cnt;
-    }
-    be->ops->to_dev(be, b->grp_idx, b->h_grp, 2 * (size_t)rows * sizeof(int32_t));
-    be->ops->copy_rows(be, b->xg, NULL, b->xn, b->grp_idx, rows, (int32_t)H);
-    be->ops->matmul_batch(be, b->bg, (const float *const *)b->bx, b->wg, b->bT, 2 * n);
-    be->ops->swiglu(be, b->gate, b->gate, b->up, (size_t)rows * I);
-    be->ops->matmul_batch(be, b->bo, (const float *const *)b->bg, b->wd, b->bT, n);
-    be->ops->copy_rows(be, b->expert_out, b->grp_idx + rows, b->ffn_out, NULL, rows, (int32_t)H);
-}
-
-/* The shapes and dtypes of layer l's expert slots in the device cache (all alike). */
-static void dev_proto(const sl_model *m, int32_t l, const sl_tensor *proto[3]) {
-    const sl_expert *v = &m->dev.layers[l].views[0];
-    proto[0] = &v->gate, proto[1] = &v->up, proto[2] = &v->down;
-}
-
-/* One token's k experts (picks ids, weights in topk_w_dev) through the backend's fused
- * kernels, on the device cache's table of layer l, combined into out; 0 when there is no such
- * cache or kernel. */
-static int fused_experts(sl_session *s, int32_t l, const int32_t *ids) {
-    const sl_model *m = s->model;
-    const sl_backend *be = &m->be;
-    if (!m->dev.layers || !be->ops->moe_experts) return 0;
-    const sl_tensor *proto[3];
-    dev_proto(m, l, proto);
-    return be->ops->moe_experts(be, s->b.out, s->b.moe_act, s->b.xn, ids, s->b.topk_w_dev,
-                                m->dev.layers[l].table, proto, 1, m->cfg.n_experts_used);
-}
-
-int blk_experts_need_no_host(const sl_model *m) {
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
-        if (!m->layers[l].is_moe) continue;
-        if (!m->dev.all || !m->dev.layers[l].views || !m->be.ops->moe_experts) return 0;
-        const sl_tensor *proto[3];
-        dev_proto(m, l, proto);
-        if (!m->be.ops->moe_experts(&m->be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0,
-                                    m->cfg.n_experts_used))
-            return 0;
-    }
-    return 1;
-}
-
-/* A decode step's picks at layer l against the last step's there (sl_stats.decode_repeats:
- * what a prefetch of the last step's experts would find), then kept for the next. */
-static void count_repeats(sl_session *s, int32_t l, const int32_t *ids) {
-    sl_session_buf *b = &s->b;
-    sl_stats *st = &s->model->stats;
-    const int32_t k = s->model->cfg.n_experts_used;
-    int32_t *prev = b->h_prev_ids + (size_t)l * (size_t)k;
-    if (b->prev_set[l]) {
-        st->decode_picks += k;
-        for (int32_t r = 0; r < k; r++)
-            for (int32_t q = 0; q < k; q++)
-                if (ids[r] == prev[q]) {
-                    st->decode_repeats++;
-                    break;
-                }
-    }
-    memcpy(prev, ids, (size_t)k * sizeof *prev);
-    b->prev_set[l] = 1;
-}
-
-/* The shared expert of layer l (when it has one) into sh_out: sigmoid(gate . x) * shared(x).
- * Queued where the routed experts leave the device idle or copying: after the host has read
- * the picks (their copies then overlap it), or after the fused kernels. */
-static void shared_expert(sl_session *s, const sl_layer *L, int32_t T) {
-    const sl_backend *be = &s->model->be;
-    sl_session_buf *b = &s->b;
-    if (!L->sh_router.data) return;
-    const double t0 = sl_now();
-    swiglu_mlp(s, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, T);
-    be->ops->matmul(be, b->sh_logit, b->xn, &L->sh_router, NULL, T);
-    be->ops->activate(be, b->sh_logit, b->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
-    be->ops->weighted_sum(be, b->sh_out, b->ffn_out, b->sh_logit, T, 1,
-                          (int32_t)s->model->cfg.hidden_size);
-    s->model->stats.t_expert_compute += sl_now() - t0;
-}
-
-/*
- * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
- * each expert's weights are fetched and streamed through once per chunk;
- * each (token, rank) result lands in its own row of expert_out, and the rows
- * are summed per token in router-rank order, so the sum never depends on the
- * chunk, the grouping or where the weights came from.
- */
-static sl_status moe(sl_session *s, int32_t l, int32_t T, sl_error *err) {
-    sl_model *m = s->model;
-    const sl_config *c = &m->cfg;
-    const sl_backend *be = &m->be;
-    const sl_layer *L = &m->layers[l];
-    sl_session_buf *b = &s->b;
-    sl_expert_store *store = &m->experts;
-    const int32_t E = c->n_experts, k = c->n_experts_used;
-    const size_t H = (size_t)c->hidden_size;
-
-    double t0 = sl_now();
-    /* Routing runs in backend memory; the picks and weights stay there for the experts. */
-    int32_t *ids_dev = T == 1 ? b->route_ids + (size_t)l * (size_t)k : b->topk_ids_dev;
-    be->ops->moe_route(be, ids_dev, b->topk_w_dev, b->router_logits, b->xn, &L->router, T, k,
-                       c->norm_topk_prob);
-    /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
-     * all; the histogram and cache counts wait for the end of the pass (blk_moe_settle). */
-    if (T == 1 && m->dev.all && fused_experts(s, l, ids_dev)) {
-        b->moe_pending[l] = 1;
-        double t1 = sl_now();
-        m->stats.t_router += t1 - t0;
-        shared_expert(s, L, T);
-        goto shared;
-    }
-    /* A decode step through an expert cache: the fused kernels start on the slots the cache
-     * has while the host reads the picks (a pick without a slot makes them skip the token).
-     * When every pick had a slot their result stands; else they run again below, once the
-     * misses are copied in. */
-    int spec = 0;
-    if (T == 1 && m->dev.layers && be->ops->to_host_begin) {
-        be->ops->to_host_begin(be, b->topk_ids, ids_dev, (size_t)k * sizeof(int32_t));
-        spec = fused_experts(s, l, ids_dev);
-        be->ops->to_host_end(be);
-    } else {
-        be->ops->to_host(be, b->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
-    }
-    memset(b->expert_count, 0, (size_t)E * sizeof(int32_t));
-    for (int32_t i = 0; i < T * k; i++) {
-        SL_ASSERT(b->topk_ids[i] >= 0 && b->topk_ids[i] < E);
-        b->expert_count[b->topk_ids[i]]++;
-    }
-    if (T == 1)
-        count_repeats(s, l, b->topk_ids);
-    else
-        b->prev_set[l] = 0; /* the next decode step's previous step is not a decode step */
-    /* Distinct experts in ascending order, and (counting sort) each one's
-     * (token*k + rank) rows, contiguous and in token order. */
-    int32_t n_used = 0, fill = 0;
-    int64_t *hist = store->layers[l].hist;
-    for (int32_t e = 0; e < E; e++) {
-        b->expert_start[e] = fill;
-        fill += b->expert_count[e];
-        hist[e] += b->expert_count[e];
-        if (b->expert_count[e]) b->expert_list[n_used++] = e;
-    }
-    for (int32_t i = 0; i < T * k; i++)
-        b->expert_rows[b->expert_start[b->topk_ids[i]]++] = i;
-    const int ahead = spec && sl_dev_cache_has(&m->dev, l, b->topk_ids, k);
-    m->stats.gpu_steps_ahead += ahead;
-    m->stats.gpu_steps_rerun += spec && !ahead;
-    int fused = 0;
-    double t1 = sl_now();
-    m->stats.t_router += t1 - t0;
-    shared_expert(s, L, T); /* a device runs it while the host fetches and copies experts */
-    t1 = sl_now();
-
-    /* Experts in groups the cache can hold at once, so each is read at most once
-     * per chunk; those already cached go first, before any miss can evict them.
-     * The order changes nothing in the result: every (token, rank) output has its
-     * own row. expert_start[e] now marks the end of e's rows. */
-    int32_t n_cached = 0;
-    for (int32_t j = 0; j < n_used; j++) {
-        const int32_t e = b->expert_list[j];
-        if (!sl_experts_cached(store, l, e)) continue;
-        memmove(b->expert_list + n_cached + 1, b->expert_list + n_cached,
-                (size_t)(j - n_cached) * sizeof(int32_t));
-        b->expert_list[n_cached++] = e;
-    }
-    int32_t cap = sl_experts_capacity(store, l);
-    if (m->dev.layers) cap = SL_MIN(cap, m->dev.n_slots);
-    for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
-        const int32_t nj = SL_MIN(cap, n_used - j0);
-        /* The previous group's queued copies read host slots this fetch may refill (and the
-         * router's to_host above already waited for those of earlier calls). */
-        if (j0 && m->dev.layers) be->ops->sync(be);
-        sl_status st = sl_experts_fetch(store, l, b->expert_list + j0, nj, b->fetched, err);
-        if (!st && m->dev.layers) {
-            sl_dev_cache_map(&m->dev, be, l, b->expert_list + j0, nj, b->fetched);
-            if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */
-        }
-        double t2 = sl_now();
-        m->stats.t_expert_io += t2 - t1;
-        if (st) return st;
-        /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
-         * bits as the batches), on the table rows the mapping just wrote. */
-        if (T == 1 && nj == n_used && (ahead || fused_experts(s, l, ids_dev))) {
-            fused = 1;
-        } else { /* runs of experts whose rows fit the activation buffers (one expert's do: a
-                  * token picks it at most once) */
-            for (int32_t a = 0, z; a < nj; a = z) {
-                int32_t rows = 0;
-                for (z = a;
-                     z < nj && rows + b->expert_count[b->expert_list[j0 + z]] <= s->max_batch; z++)
-                    rows += b->expert_count[b->expert_list[j0 + z]];
-                experts_batched(s, b->expert_list + j0 + a, b->fetched + a, z - a, rows);
-            }
-        }
-        t1 = sl_now();
-        m->stats.t_expert_compute += t1 - t2;
-    }
-    if (!fused) be->ops->weighted_sum(be, b->out, b->expert_out, b->topk_w_dev, T, k, (int32_t)H);
-shared:
-    if (L->sh_router.data) be->ops->axpy(be, b->out, 1.0f, b->sh_out, (size_t)T * H);
-    return SL_OK;
-}
-
-void blk_moe_settle(sl_session *s) {
-    sl_session_buf *b = &s->b;
-    sl_model *m = s->model;
-    if (!memchr(b->moe_pending, 1, (size_t)m->cfg.n_layers)) return;
-    const int32_t k = m->cfg.n_experts_used, E = m->cfg.n_experts;
-    m->be.ops->to_host(&m->be, b->h_route_ids, b->route_ids,
-                       (size_t)m->cfg.n_layers * (size_t)k * sizeof(int32_t));
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
-        if (!b->moe_pending[l]) continue;
-        const int32_t *ids = b->h_route_ids + (size_t)l * (size_t)k;
-        for (int32_t r = 0; r < k; r++) {
-            SL_ASSERT(ids[r] >= 0 && ids[r] < E);
-            m->experts.layers[l].hist[ids[r]]++;
-        }
-        sl_dev_cache_count(&m->dev, l, ids, k);
-        count_repeats(s, l, ids);
-        b->moe_pending[l] = 0;
-    }
-}
-
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const sl_layer *L = &s->model->layers[l];
-    if (L->is_moe) return moe(s, l, T, err);
-    swiglu_mlp(s, s->b.out, s->b.xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down, T);
-    return SL_OK;
+    sl_session_buf *b = &s->b;
+    if (!L->is_moe) {
+        sl_moe_swiglu_mlp(&s->model->be, b->out, b->xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down,
+                          b->gate, b->up, T);
+        return SL_OK;
+    }
+    const int shared = L->sh_router.data != NULL;
+    const sl_moe_weights w = {.router = &L->router,
+                              .sh_gate = &L->sh_gate,
+                              .sh_up = &L->sh_up,
+                              .sh_down = &L->sh_down,
+                              .sh_router = shared ? &L->sh_router : NULL};
+    const sl_moe_io io = {
+        .x = b->xn, .out = b->out, .gate = b->gate, .up = b->up, .rows = b->ffn_out};
+    return sl_moe_forward(&s->moe, l, &w, &io, T, err);
 }
 
 void blk_embed(sl_session *s, float *y, const int32_t *ids, int32_t T) {

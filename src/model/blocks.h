@@ -41,6 +41,9 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
 sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err);
 /* Layer l's FFN: dense MLP, or router (+ shared expert); routed experts bind in the store. */
 sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err);
+/* The routed experts of a Hugging Face checkpoint, by name, handed to the store as views
+ * into the checkpoint's mapping (a pack's experts are opened by the store itself). */
+sl_status blk_bind_experts(sl_model *m, sl_error *err);
 
 /* Sparse attention: query t sees only the n_sel[t] cache rows sel[t * stride ...], in
  * ascending order (backend memory, like sl_attn_args' own). */
@@ -55,15 +58,9 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
 /* s->b.xn -> s->b.out for T tokens through Gated DeltaNet, token by token, carrying the
  * layer's conv and recurrent state in the session (linear_attn.c). */
 void blk_linear_attention(sl_session *s, int32_t l, int32_t T);
-/* s->b.xn -> s->b.out: dense SwiGLU MLP or routed experts (+ shared expert). */
+/* s->b.xn -> s->b.out: dense SwiGLU MLP, or the MoE step (moe/moe.h) on the layer's router,
+ * routed experts (+ shared expert). */
 sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
-/* The bookkeeping the no-sync expert path left for later (router histogram, GPU cache counts):
- * after each forward pass, once its work is done. */
-void blk_moe_settle(sl_session *s);
-/* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
- * device slot and the backend's fused kernels taking their weights (the MoE block's no-sync
- * path). */
-int blk_experts_need_no_host(const sl_model *m);
 
 /* The token embedding of T host ids into y; the LM head over rows x [rows, H] into the
  * caller's host logits (NULL: none wanted). */

@@ -123,7 +123,8 @@ static void pin_store(sl_model *m, int pin) {
     for (int32_t l = 0; l < m->experts.n_layers; l++) {
         sl_expert_layer *L = &m->experts.layers[l];
         uint8_t *p = L->resident ? L->resident : L->slot_mem;
-        const size_t n = (size_t)(L->resident ? L->n_experts : L->n_slots) * L->hdr.blob_bytes;
+        const size_t n =
+            (size_t)(L->resident ? L->n_experts : L->slots.n_slots) * L->hdr.blob_bytes;
         if (!p || !n) continue;
         if (pin)
             m->be.ops->pin(&m->be, p, n);
@@ -313,8 +314,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         st = sl_experts_open_packed(&m->experts, dir, c->n_layers, c->layer_is_moe, c->n_experts,
                                     c->hidden_size, c->moe_intermediate_size, &sp, err);
     } else {
-        st = sl_experts_bind_hf(&m->experts, &m->ck, c->n_layers, c->layer_is_moe, c->n_experts,
-                                c->hidden_size, c->moe_intermediate_size, err);
+        st = blk_bind_experts(m, err);
     }
     if (!st && m->family->open) st = m->family->open(m, dir, p.experts == SL_EXPERTS_STREAM, err);
     /* A backend with memory of its own gets the weights and a cache of expert slots there,
@@ -327,7 +327,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st) sl_model_reset_stats(m);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
-                    blk_experts_need_no_host(m);
+                    sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
@@ -375,12 +375,12 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     int32_t slots = 0;
     if (first_moe >= 0) {
         const sl_expert_layer *L = &m->experts.layers[first_moe];
-        const sl_expert *e = L->n_slots ? &L->slot_views[0] : &L->views[0];
+        const sl_expert *e = L->slots.n_slots ? &L->slot_views[0] : &L->views[0];
         const sl_dtype dt = e->gate.dtype;
         weights = dt == SL_DTYPE_Q8 ? "int8" : dt == SL_DTYPE_Q4 ? "int4" : sl_dtype_name(dt);
         expert_bytes = m->packed ? (int64_t)L->hdr.blob_bytes
                                  : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
-        slots = L->n_slots;
+        slots = L->slots.n_slots;
     }
     static const char *const modes[] = {"mapped", "resident", "stream"};
     *info = (sl_model_info){
@@ -420,10 +420,28 @@ static void *carve(carver *cv, size_t n, size_t elem) {
     return sl_carve(cv, n, elem);
 }
 
+/* The MoE step's scratch (moe/moe.h): one block of each arena. */
+static void layout_moe(sl_session *s, carver *cv, carver *hv) {
+    sl_model *m = s->model;
+    const sl_config *c = &m->cfg;
+    const sl_moe_dims md = {.n_layers = c->n_layers,
+                            .n_experts = c->n_experts,
+                            .k = c->n_experts_used,
+                            .hidden = c->hidden_size,
+                            .inter = c->moe_intermediate_size,
+                            .max_batch = s->max_batch,
+                            .renormalize = c->norm_topk_prob,
+                            .shared = c->shared_intermediate_size > 0};
+    const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
+    size_t moe_dev, moe_host;
+    sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
+    uint8_t *dev = carve(cv, moe_dev, 1), *host = carve(hv, moe_host, 1);
+    if (cv->base) sl_moe_layout(&s->moe, &md, &env, dev, host, &moe_dev, &moe_host);
+}
+
 static void layout(sl_session *s, carver *cv, carver *hv) {
     const sl_config *c = &s->model->cfg;
     const size_t B = (size_t)s->max_batch, H = (size_t)c->hidden_size;
-    const size_t E = (size_t)SL_MAX(c->n_experts, 1), k = (size_t)SL_MAX(c->n_experts_used, 1);
     const size_t nq = (size_t)c->n_heads * (size_t)c->head_dim;
     const size_t nkv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     const size_t I = (size_t)SL_MAX(c->intermediate_size,
@@ -440,22 +458,6 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t V = (size_t)c->vocab_size;
     b->ids = carve(cv, B, sizeof(int32_t));
     b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
-    b->grp_idx = carve(cv, 2 * B, sizeof(int32_t));
-    b->h_grp = carve(hv, 2 * B, sizeof(int32_t));
-    b->bx = carve(hv, 2 * E, sizeof(float *));
-    b->bg = carve(hv, 2 * E, sizeof(float *));
-    b->bo = carve(hv, E, sizeof(float *));
-    b->wg = carve(hv, 2 * E, sizeof(sl_tensor *));
-    b->wd = carve(hv, E, sizeof(sl_tensor *));
-    b->bT = carve(hv, 2 * E, sizeof(int32_t));
-    b->topk_w_dev = carve(cv, B * k, sizeof(float));
-    b->topk_ids_dev = carve(cv, B * k, sizeof(int32_t));
-    b->route_ids = carve(cv, (size_t)c->n_layers * k, sizeof(int32_t));
-    b->h_route_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
-    b->moe_pending = carve(hv, (size_t)c->n_layers, 1);
-    b->h_prev_ids = carve(hv, (size_t)c->n_layers * k, sizeof(int32_t));
-    b->prev_set = carve(hv, (size_t)c->n_layers, 1);
-    b->moe_act = carve(cv, k * (size_t)SL_MAX(c->moe_intermediate_size, 1), sizeof(float));
     if (s->model->family->session_layout) s->model->family->session_layout(s, cv, hv);
     s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
     s->conv_state_n = nlin * cd * Km1;
@@ -489,19 +491,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->gate = carve(cv, B * I, sizeof(float));
     b->up = carve(cv, B * I, sizeof(float));
     b->ffn_out = carve(cv, B * H, sizeof(float));
-    b->xg = carve(cv, B * H, sizeof(float));
-    b->expert_out = carve(cv, B * k * H, sizeof(float));
-    b->router_logits = carve(cv, B * E, sizeof(float));
-    b->sh_logit = carve(cv, B, sizeof(float));
-    b->sh_out = carve(cv, c->shared_intermediate_size > 0 ? B * H : 0, sizeof(float));
-    b->topk_ids = carve(hv, B * k, sizeof(int32_t));
-    b->expert_list = carve(hv, E, sizeof(int32_t));
-    b->expert_rows = carve(hv, B * k, sizeof(int32_t));
-    b->expert_count = carve(hv, E, sizeof(int32_t));
-    b->expert_start = carve(hv, E, sizeof(int32_t));
-    b->fetched = carve(hv, E, sizeof(sl_expert *));
-    b->attn_scratch =
-        carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
+    layout_moe(s, cv, hv);
+    b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
     b->h_hidden = carve(hv, H, sizeof(float));
 }
 
@@ -551,7 +542,7 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     layout(s, &cv, &hv);
     const sl_backend *be = &m->be;
     s->arena = be->ops->alloc(be, cv.off);
-    s->host_arena = sl_calloc(1, hv.off, err); /* zeroed: flags such as moe_pending start clear */
+    s->host_arena = sl_calloc(1, hv.off, err); /* zeroed: the MoE step's flags start clear */
     if (!s->arena || !s->host_arena) {
         sl_session_free(s);
         return sl_fail(err, SL_ERR_NOMEM, "out of %s memory for a session of %d tokens",
@@ -587,7 +578,7 @@ void sl_session_free(sl_session *s) {
 void sl_session_reset(sl_session *s) {
     const sl_backend *be = &s->model->be;
     s->pos = 0;
-    memset(s->b.prev_set, 0, (size_t)s->model->cfg.n_layers); /* no previous decode step */
+    sl_moe_forget_steps(&s->moe);
     if (s->delta_state_n) be->ops->fill(be, s->delta_state, 0.0f, s->delta_state_n);
     if (s->conv_state_n) be->ops->fill(be, s->conv_state, 0.0f, s->conv_state_n);
     if (s->model->family->session_reset) s->model->family->session_reset(s);
@@ -607,7 +598,7 @@ int sl_session_rewind(sl_session *s, int32_t pos) {
     if (s->model->cfg.n_linear_layers > 0) return 1;
     if (s->model->family->session_rewind && s->model->family->session_rewind(s, pos)) return 1;
     s->pos = pos;
-    memset(s->b.prev_set, 0, (size_t)s->model->cfg.n_layers); /* no previous decode step */
+    sl_moe_forget_steps(&s->moe);
     return 0;
 }
 
@@ -630,7 +621,7 @@ static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_
         s->model->stats.graph_steps++;
         return SL_OK;
     }
-    memset(s->b.moe_pending, 0, (size_t)s->model->cfg.n_layers);
+    sl_moe_drop_pending(&s->moe);
     s->model->stats.graph_fallbacks++;
     return s->model->family->forward(s, id, 1, logits, 0, err);
 }
@@ -721,7 +712,7 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
                            ? graph_step(s, ids + done, dst, err)
                            : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
         if (!st && be->ops->status) st = be->ops->status(be, err);
-        if (!st) blk_moe_settle(s);
+        if (!st) sl_moe_settle(&s->moe);
         if (!st) st = check_finite(s, dst, T, all_logits, err);
         if (st) return st;
         s->pos += T;

@@ -8,8 +8,7 @@
 #include "kernels/ops.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "moe/dev_cache.h"
-#include "moe/experts.h"
+#include "moe/moe.h"
 
 /* One decoder layer. Absent tensors (no bias, no qk-norm, dense vs MoE) have data == NULL. */
 typedef struct sl_layer {
@@ -66,61 +65,33 @@ struct sl_model {
 /*
  * Activations, carved at session creation from two allocations: backend memory
  * (what ops compute on; host memory for the CPU backend, GPU memory for CUDA)
- * and host memory (fields marked "host": routing decisions and the mirrors of
- * the few values the host reads or writes).
- * B = max_batch (tokens per forward chunk), H = hidden, k = experts per token.
+ * and host memory (fields marked "host": the mirrors of the few values the host
+ * reads or writes); the MoE step's own scratch is sl_session.moe (moe/moe.h).
+ * B = max_batch (tokens per forward chunk), H = hidden.
  */
 typedef struct sl_session_buf {
-    int32_t *ids;     /* [B] token ids of the chunk */
-    float *logits;    /* [B, V] when the backend is not host memory, else NULL */
-    int32_t *grp_idx; /* [2 * B] a batch of experts' rows: read, then written */
-    int32_t *h_grp;   /* host [2 * B] */
-    /* host, per expert j of a batch of n (experts_batched): items j and n + j of the gate/up
-     * batch, item j of the down batch */
-    float **bx, **bg, **bo;     /* [2E] rows read (xg) and written (gate, then up); [E] ffn_out */
-    const sl_tensor **wg, **wd; /* [2E] gate, then up; [E] down */
-    int32_t *bT;                /* [2E] row counts */
-    float *topk_w_dev;          /* [B * k] router weights */
-    int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
-    /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync expert path
-     * can leave their bookkeeping to the end of the forward pass (blk_moe_settle). */
-    int32_t *route_ids;        /* [n_layers, k] */
-    int32_t *h_route_ids;      /* host [n_layers, k] */
-    uint8_t *moe_pending;      /* host [n_layers] picks not yet counted */
-    int32_t *h_prev_ids;       /* host [n_layers, k]: each layer's picks at the last decode */
-    uint8_t *prev_set;         /* host [n_layers]: step counted (sl_stats.decode_repeats) */
-    float *moe_act;            /* [k, I] SwiGLU rows of the fused expert path */
-    float *x;                  /* [B, H] residual stream */
-    float *x_alt;              /* [B, H] its other buffer (blk_prenorm_decoder swaps them) */
-    float *xn;                 /* [B, H] normed input of a sublayer */
-    float *out;                /* [B, H] sublayer output */
-    float *q;                  /* [B, nh*hd] */
-    float *k, *v;              /* [B, nkv*hd] */
-    float *attn;               /* [B, nh*hd] */
-    float *gate, *up;          /* [B, Imax] FFN hidden */
-    float *ffn_out;            /* [B, H] one expert's (or the shared expert's) output */
-    float *xg;                 /* [B, H] rows gathered for one expert */
-    float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
-    float *router_logits;      /* [B, E] */
-    float *sh_logit;           /* [B] */
-    float *sh_out;             /* [B, H] the shared expert's gated output (when there is one) */
-    int32_t *topk_ids;         /* host [B, k] */
-    int32_t *expert_list;      /* host [E] distinct experts of the chunk, ascending */
-    int32_t *expert_rows;      /* host [B * k] (token * k + rank) grouped by expert */
-    int32_t *expert_count;     /* host [E] rows per expert */
-    int32_t *expert_start;     /* host [E] scratch for the counting sort */
-    const sl_expert **fetched; /* host [E] */
-    float *attn_scratch;       /* [n_threads, max_ctx] */
-    float *qg;                 /* [B, nh*2*hd] gated q_proj output */
-    float *qgate;              /* [B, nh*hd] */
-    float *lin_proj;           /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
-    float *lin_ba;             /* [B, 2*nv] fused ba projection */
-    float *lin_mixed;          /* [B, conv_dim] conv input [q | k | v] */
-    float *lin_conv;           /* [B, conv_dim] conv output */
-    float *lin_q, *lin_k;      /* [B, key_dim] */
-    float *lin_v, *lin_z;      /* [B, value_dim] */
-    float *lin_a, *lin_b;      /* [B, nv] */
-    float *lin_o;              /* [B, value_dim] */
+    int32_t *ids;         /* [B] token ids of the chunk */
+    float *logits;        /* [B, V] when the backend is not host memory, else NULL */
+    float *x;             /* [B, H] residual stream */
+    float *x_alt;         /* [B, H] its other buffer (blk_prenorm_decoder swaps them) */
+    float *xn;            /* [B, H] normed input of a sublayer */
+    float *out;           /* [B, H] sublayer output */
+    float *q;             /* [B, nh*hd] */
+    float *k, *v;         /* [B, nkv*hd] */
+    float *attn;          /* [B, nh*hd] */
+    float *gate, *up;     /* [B, Imax] FFN hidden (dense, shared and routed experts) */
+    float *ffn_out;       /* [B, H] a batch of experts' (or the shared expert's) output */
+    float *attn_scratch;  /* [n_threads, max_ctx] */
+    float *qg;            /* [B, nh*2*hd] gated q_proj output */
+    float *qgate;         /* [B, nh*hd] */
+    float *lin_proj;      /* [B, 2*key_dim + 2*value_dim] fused qkvz projection */
+    float *lin_ba;        /* [B, 2*nv] fused ba projection */
+    float *lin_mixed;     /* [B, conv_dim] conv input [q | k | v] */
+    float *lin_conv;      /* [B, conv_dim] conv output */
+    float *lin_q, *lin_k; /* [B, key_dim] */
+    float *lin_v, *lin_z; /* [B, value_dim] */
+    float *lin_a, *lin_b; /* [B, nv] */
+    float *lin_o;         /* [B, value_dim] */
     /* The final hidden state as the LM head takes it (blk_head, each chunk; NULL before), and
      * a host row of it: what sl_session_forward checks when a chunk returns no logits. */
     const float *head_x; /* [head_rows, H], backend memory */
@@ -139,6 +110,7 @@ struct sl_session {
     float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
     size_t delta_state_n, conv_state_n; /* element counts */
     sl_session_buf b;
+    sl_moe_scratch moe;   /* the MoE step's buffers, carved with b */
     void *fam; /* what the family adds (sl_family.session_size bytes, carved by its layout) */
     int32_t defer_logits; /* blk_head leaves the logits in b.logits (a graph is recording) */
     void *arena;          /* backend memory */

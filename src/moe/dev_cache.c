@@ -13,7 +13,7 @@ static size_t scale_bytes(const sl_tensor *t) {
 /* Any host view of one of the layer's experts (they all share dtypes and shapes): a stream
  * slot's, else the mapped or resident view of expert 0. */
 static const sl_expert *sample_view(const sl_expert_layer *L) {
-    return L->n_slots ? &L->slot_views[0] : L->views ? &L->views[0] : NULL;
+    return L->slots.n_slots ? &L->slot_views[0] : L->views ? &L->views[0] : NULL;
 }
 
 sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expert_store *store,
@@ -51,16 +51,11 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
                            "use fewer (--gpu-experts)",
                            d->n_slots, (double)d->slot_bytes / 1e6);
         L->views = sl_calloc(n, sizeof(sl_expert), err);
-        L->slot_expert = sl_calloc(n, sizeof(int32_t), err);
-        L->slot_uses = sl_calloc(n, sizeof(int64_t), err);
-        L->slot_last = sl_calloc(n, sizeof(int64_t), err);
-        L->expert_slot = sl_calloc((size_t)d->n_experts, sizeof(int32_t), err);
         L->table = be->ops->alloc(be, (size_t)d->n_experts * sizeof(sl_expert_ptrs));
-        if (!L->views || !L->slot_expert || !L->slot_uses || !L->slot_last || !L->expert_slot ||
+        if (sl_slot_cache_init(&L->slots, d->n_slots, d->n_experts, policy, err) || !L->views ||
             !L->table)
             return sl_fail(err, SL_ERR_NOMEM, "out of memory for the GPU expert cache");
         for (size_t i = 0; i < n; i++) {
-            L->slot_expert[i] = -1;
             uint8_t *base = L->mem + i * d->slot_bytes;
             sl_expert *v = &L->views[i];
             *v = *ex;
@@ -71,8 +66,6 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
                 m[j]->biases = m[j]->biases ? (const uint16_t *)(base + d->off[3 * j + 2]) : NULL;
             }
         }
-        for (int32_t e = 0; e < d->n_experts; e++)
-            L->expert_slot[e] = -1;
     }
     return SL_OK;
 }
@@ -82,54 +75,34 @@ void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be) {
         sl_dev_layer *L = &d->layers[l];
         if (L->mem) be->ops->release(be, L->mem);
         if (L->table) be->ops->release(be, L->table);
-        free(L->views), free(L->slot_expert), free(L->slot_uses), free(L->slot_last);
-        free(L->expert_slot);
+        free(L->views);
+        sl_slot_cache_free(&L->slots);
     }
     free(d->layers);
     memset(d, 0, sizeof *d);
 }
 
-/* The slot to refill: an empty one, else by policy, never one used by this request. */
-static int32_t victim(const sl_dev_cache *d, const sl_dev_layer *L) {
-    int32_t best = -1;
-    for (int32_t i = 0; i < d->n_slots; i++) {
-        if (L->slot_expert[i] < 0) return i;
-        if (L->slot_last[i] == d->tick) continue; /* pinned by the request in flight */
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        const int older = L->slot_last[i] < L->slot_last[best];
-        if (d->policy == SL_CACHE_LRU ? older
-                                      : (L->slot_uses[i] < L->slot_uses[best] ||
-                                         (L->slot_uses[i] == L->slot_uses[best] && older)))
-            best = i;
-    }
-    return best;
-}
-
 void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
                       int32_t n, const sl_expert **views) {
     sl_dev_layer *L = &d->layers[layer];
+    sl_slot_cache *C = &L->slots;
     const double t0 = sl_now();
-    d->tick++;
+    sl_slot_begin(C);
     for (int32_t i = 0; i < n; i++) {
         const int32_t e = ids[i];
-        int32_t s = L->expert_slot[e];
+        int32_t s = sl_slot_lookup(C, e);
         d->requests++;
         if (s >= 0) {
             d->hits++;
-            L->slot_uses[s]++;
+            sl_slot_use(C, s);
         } else {
-            s = victim(d, L);
-            if (L->slot_expert[s] >= 0) { /* the evicted expert's row: zero, so no longer used */
+            s = sl_slot_victim(C);
+            SL_ASSERT(s >= 0);
+            const int32_t old = sl_slot_insert(C, s, e);
+            if (old >= 0) { /* the evicted expert's row: zero, so no longer used */
                 static const sl_expert_ptrs none;
-                be->ops->to_dev(be, &L->table[L->slot_expert[s]], &none, sizeof none);
-                L->expert_slot[L->slot_expert[s]] = -1;
+                be->ops->to_dev(be, &L->table[old], &none, sizeof none);
             }
-            L->slot_expert[s] = e;
-            L->expert_slot[e] = s;
-            L->slot_uses[s] = 1;
             const sl_tensor *src[3] = {&views[i]->gate, &views[i]->up, &views[i]->down};
             uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
             const sl_expert *v = &L->views[s];
@@ -150,7 +123,6 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
                 d->bytes += (int64_t)(src[j]->nbytes + 2 * scale_bytes(src[j]));
             }
         }
-        L->slot_last[s] = d->tick;
         views[i] = &L->views[s];
     }
     d->time += sl_now() - t0;
@@ -183,18 +155,17 @@ sl_status sl_dev_cache_fill(sl_dev_cache *d, const sl_backend *be, sl_expert_sto
 
 int sl_dev_cache_has(const sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n) {
     for (int32_t i = 0; i < n; i++)
-        if (d->layers[layer].expert_slot[ids[i]] < 0) return 0;
+        if (sl_slot_lookup(&d->layers[layer].slots, ids[i]) < 0) return 0;
     return 1;
 }
 
 void sl_dev_cache_count(sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n) {
-    sl_dev_layer *L = &d->layers[layer];
-    d->tick++;
+    sl_slot_cache *C = &d->layers[layer].slots;
+    sl_slot_begin(C);
     d->requests += n, d->hits += n;
     for (int32_t i = 0; i < n; i++) {
-        const int32_t s = L->expert_slot[ids[i]];
+        const int32_t s = sl_slot_lookup(C, ids[i]);
         SL_ASSERT(s >= 0);
-        L->slot_uses[s]++;
-        L->slot_last[s] = d->tick;
+        sl_slot_use(C, s);
     }
 }

@@ -3,9 +3,9 @@
  * expert store decides where an expert's bytes come from on the host (the
  * checkpoint mapping, resident memory, or a slot filled from disk); when the
  * backend computes in memory of its own, this cache keeps a number of expert
- * slots there per MoE layer and copies an expert in on a miss. Same policies
- * as the store's (LFU: empty slots first, then fewest uses, ties to the oldest;
- * or LRU); slots of the request in flight are never evicted.
+ * slots there per MoE layer and copies an expert in on a miss. The slots are
+ * decided as the store's are (moe/slot_cache.h, same policy); a request's slots
+ * are pinned as it goes, so a miss never evicts an expert it already placed.
  */
 #ifndef SL_DEV_CACHE_H
 #define SL_DEV_CACHE_H
@@ -14,12 +14,9 @@
 #include "moe/experts.h"
 
 typedef struct sl_dev_layer {
-    uint8_t *mem;         /* backend memory: n_slots x slot_bytes */
-    sl_expert *views;     /* [n_slots] views into mem */
-    int32_t *slot_expert; /* [n_slots], -1 when empty */
-    int64_t *slot_uses;   /* [n_slots] */
-    int64_t *slot_last;   /* [n_slots] tick of the last request */
-    int32_t *expert_slot; /* [n_experts], -1 when not cached */
+    uint8_t *mem;        /* backend memory: n_slots x slot_bytes */
+    sl_expert *views;    /* [n_slots] views into mem */
+    sl_slot_cache slots; /* which expert is in which slot */
     /* backend memory [n_experts]: where each cached expert's weights are (moe_experts'
      * table); rows of experts not cached are zero */
     sl_expert_ptrs *table;
@@ -31,8 +28,7 @@ typedef struct sl_dev_cache {
     size_t slot_bytes;
     size_t off[9];        /* gate, gate scales, gate biases, up ..., down ... inside a slot */
     sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
-    int64_t tick;
-    int32_t all; /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
+    int32_t all;          /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
     int64_t requests, hits, bytes;
     double time;
 } sl_dev_cache;

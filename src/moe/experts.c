@@ -1,4 +1,5 @@
-/* Expert store: HF views, packed mapped/resident/stream, the slot cache and the reader pool. */
+/* Expert store: mapped views, packed mapped/resident/stream, the stream slots and the reader pool.
+ */
 #include "moe/experts.h"
 
 #include <errno.h>
@@ -12,39 +13,6 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------ binding */
-
-/* One HF layer: fused tensors if the checkpoint has them, else one set per expert. */
-static sl_status bind_hf_layer(sl_expert *ex, const sl_ckpt *ck, int32_t l, int32_t E, int64_t H,
-                               int64_t I, sl_error *err) {
-    sl_status st;
-    char name[160];
-    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj", l);
-    if (sl_ckpt_find(ck, name)) {
-        sl_tensor gu, down;
-        if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
-            (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.mlp.experts.down_proj", l)))
-            return st;
-        for (int32_t e = 0; e < E; e++) {
-            sl_tensor m = sl_tensor_slice(&gu, e);
-            ex[e].gate = sl_tensor_rows(&m, 0, I);
-            ex[e].up = sl_tensor_rows(&m, I, I);
-            ex[e].down = sl_tensor_slice(&down, e);
-        }
-        return SL_OK;
-    }
-    for (int32_t e = 0; e < E; e++) {
-        const char *fmt = "layers.%d.mlp.experts.%d.%s.weight";
-        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
-                               "gate_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
-                               "up_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, e,
-                               "down_proj")))
-            return st;
-    }
-    return SL_OK;
-}
 
 static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
                             sl_error *err) {
@@ -68,15 +36,14 @@ static sl_status layer_init(sl_expert_layer *L, int32_t E, sl_error *err) {
     return L->views && L->hist ? SL_OK : SL_ERR_NOMEM;
 }
 
-sl_status sl_experts_bind_hf(sl_expert_store *s, const sl_ckpt *ck, int32_t n_layers,
-                             const uint8_t *layer_is_moe, int32_t n_experts, int64_t hidden,
-                             int64_t inter, sl_error *err) {
+sl_status sl_experts_open_views(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
+                                const sl_expert *const *views, sl_error *err) {
     sl_status st = store_init(s, n_layers, n_experts, err);
     s->mode = SL_EXPERTS_MAPPED;
     for (int32_t l = 0; !st && l < n_layers; l++) {
-        if (!layer_is_moe[l] || n_experts == 0) continue;
+        if (!views[l] || n_experts == 0) continue;
         if (!(st = layer_init(&s->layers[l], n_experts, err)))
-            st = bind_hf_layer(s->layers[l].views, ck, l, n_experts, hidden, inter, err);
+            memcpy(s->layers[l].views, views[l], (size_t)n_experts * sizeof(sl_expert));
     }
     return st;
 }
@@ -548,24 +515,14 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
                            (long long)n, n == 1 ? "" : "s", p->min_slots, need, p->min_slots, n_moe,
                            one);
         }
-        L->n_slots = (int32_t)SL_MIN(n, E);
-        L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)L->n_slots * h->blob_bytes);
-        L->slot_views = sl_calloc((size_t)L->n_slots, sizeof(sl_expert), err);
-        L->slot_expert = sl_calloc((size_t)L->n_slots, sizeof(int32_t), err);
-        L->slot_uses = sl_calloc((size_t)L->n_slots, sizeof(int64_t), err);
-        L->slot_last = sl_calloc((size_t)L->n_slots, sizeof(int64_t), err);
-        L->slot_pin = sl_calloc((size_t)L->n_slots, sizeof(int64_t), err);
-        L->expert_slot = sl_calloc((size_t)E, sizeof(int32_t), err);
-        if (!L->slot_mem || !L->slot_views || !L->slot_expert || !L->slot_uses || !L->slot_last ||
-            !L->slot_pin || !L->expert_slot)
-            return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", L->n_slots);
-        for (int32_t i = 0; i < L->n_slots; i++) {
-            L->slot_expert[i] = -1;
-            L->slot_pin[i] = -1;
+        const int32_t n_slots = (int32_t)SL_MIN(n, E);
+        L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)n_slots * h->blob_bytes);
+        L->slot_views = sl_calloc((size_t)n_slots, sizeof(sl_expert), err);
+        if (sl_slot_cache_init(&L->slots, n_slots, E, p->policy, err) || !L->slot_mem ||
+            !L->slot_views)
+            return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", n_slots);
+        for (int32_t i = 0; i < n_slots; i++)
             set_views(&L->slot_views[i], h, L->slot_mem + (uint64_t)i * h->blob_bytes);
-        }
-        for (int32_t e = 0; e < E; e++)
-            L->expert_slot[e] = -1;
         /* Parts of a blob: page multiples (O_DIRECT), the last one the rest. */
         const uint64_t B = h->blob_bytes, want = p->read_part ? p->read_part : SL_READ_PART;
         int32_t np = (int32_t)SL_MIN(SL_MAX(B / want, (uint64_t)1), SL_READ_MAX_PARTS);
@@ -625,8 +582,8 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->fd >= 0) close(L->fd);
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
-        free(L->verified), free(L->slot_views), free(L->slot_expert), free(L->slot_uses);
-        free(L->slot_last), free(L->slot_pin), free(L->expert_slot), free(L->path), free(L->shift);
+        free(L->verified), free(L->slot_views), free(L->path), free(L->shift);
+        sl_slot_cache_free(&L->slots);
     }
     free(s->layers), free(s->jobs), free(s->miss_slot), free(s->bounce);
     memset(s, 0, sizeof *s);
@@ -636,33 +593,12 @@ void sl_experts_free(sl_expert_store *s) {
 
 int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e) {
     const sl_expert_layer *L = &s->layers[layer];
-    return L->n_slots == 0 || L->expert_slot[e] >= 0;
+    return L->slots.n_slots == 0 || sl_slot_lookup(&L->slots, e) >= 0;
 }
 
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer) {
     const sl_expert_layer *L = &s->layers[layer];
-    return L->n_slots > 0 ? L->n_slots : L->n_experts;
-}
-
-/* The slot to refill: empty first; else among unpinned slots the policy's pick. */
-static int32_t pick_victim(const sl_expert_layer *L, sl_cache_policy policy, int64_t tick) {
-    int32_t best = -1;
-    for (int32_t i = 0; i < L->n_slots; i++) {
-        if (L->slot_pin[i] == tick) continue;
-        if (L->slot_expert[i] < 0) return i;
-        if (best < 0) {
-            best = i;
-            continue;
-        }
-        if (policy == SL_CACHE_LFU) {
-            if (L->slot_uses[i] < L->slot_uses[best] ||
-                (L->slot_uses[i] == L->slot_uses[best] && L->slot_last[i] < L->slot_last[best]))
-                best = i;
-        } else if (L->slot_last[i] < L->slot_last[best]) {
-            best = i;
-        }
-    }
-    return best;
+    return L->slots.n_slots > 0 ? L->slots.n_slots : L->n_experts;
 }
 
 /* Mapped: the file must still cover the mapping (a page past a shrunk end raises SIGBUS: a
@@ -696,7 +632,8 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
     SL_ASSERT(layer >= 0 && layer < s->n_layers);
     sl_expert_layer *L = &s->layers[layer];
     SL_ASSERT(L->n_experts > 0 && n <= sl_experts_capacity(s, layer));
-    if (!L->n_slots) {
+    sl_slot_cache *C = &L->slots;
+    if (!C->n_slots) {
         sl_status st = L->map ? check_mapped(L, layer, ids, n, err) : SL_OK;
         if (st) return st;
         s->requests += n;
@@ -708,7 +645,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
     /* Reads stalled past the timeout: fail before touching the cache, naming the file. */
     int any_miss = 0;
     for (int32_t i = 0; i < n && !any_miss; i++)
-        any_miss = L->expert_slot[ids[i]] < 0;
+        any_miss = sl_slot_lookup(C, ids[i]) < 0;
     if (any_miss && pool_stalled(s->pool)) {
         char why[256];
         const sl_read_job j = {.err = SL_READ_STALLED};
@@ -716,27 +653,23 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
                        sl_experts_read_error(s, &j, why, sizeof why));
     }
     s->requests += n;
-    const int64_t tick = ++s->tick;
+    sl_slot_begin(C);
     int32_t n_miss = 0;
     /* Pin every slot already holding a requested expert, then place the misses. */
     for (int32_t i = 0; i < n; i++) {
-        int32_t slot = L->expert_slot[ids[i]];
-        if (slot >= 0) L->slot_pin[slot] = tick;
+        const int32_t slot = sl_slot_lookup(C, ids[i]);
+        if (slot >= 0) sl_slot_pin(C, slot);
     }
     for (int32_t i = 0; i < n; i++) {
         const int32_t e = ids[i];
-        int32_t slot = L->expert_slot[e];
+        int32_t slot = sl_slot_lookup(C, e);
         if (slot >= 0) {
             s->hits++;
-            L->slot_uses[slot]++;
+            sl_slot_use(C, slot);
         } else {
-            slot = pick_victim(L, s->policy, tick);
+            slot = sl_slot_victim(C);
             SL_ASSERT(slot >= 0);
-            if (L->slot_expert[slot] >= 0) L->expert_slot[L->slot_expert[slot]] = -1;
-            L->slot_expert[slot] = e;
-            L->expert_slot[e] = slot;
-            L->slot_uses[slot] = 1;
-            L->slot_pin[slot] = tick;
+            sl_slot_insert(C, slot, e);
             const uint64_t at = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
             uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
             for (int32_t k = 0; k < L->n_parts; k++) {
@@ -753,7 +686,6 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
             }
             s->miss_slot[n_miss++] = slot;
         }
-        L->slot_last[slot] = tick;
         out[i] = &L->slot_views[slot];
     }
     if (!n_miss) return SL_OK;
@@ -763,7 +695,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
     sl_status st = SL_OK;
     for (int32_t j = 0; j < n_miss; j++) {
         const int32_t slot = s->miss_slot[j];
-        const int32_t e = L->slot_expert[slot];
+        const int32_t e = C->slot_key[slot];
         /* The blob's parts: the first that failed, else their sums joined and compared. */
         const sl_read_job *part = &s->jobs[j * L->n_parts];
         sl_read_job blob = {.offset = part->offset, .len = L->hdr.blob_bytes, .crc = part->crc};
@@ -778,8 +710,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         }
         /* A failed slot is emptied so nothing ever computes on its bytes, and the next fetch
          * of the expert reads it again. */
-        L->expert_slot[e] = -1;
-        L->slot_expert[slot] = -1;
+        sl_slot_drop(C, slot);
         if (!st) {
             char why[256];
             st = sl_fail(err, sl_experts_read_status(blob.err),

@@ -1,11 +1,11 @@
 /*
  * The expert store: where a layer's routed experts live and how the MoE
- * block gets at them. Each expert is three matrices in nn.Linear layout:
+ * step (moe.h) gets at them. Each expert is three matrices in nn.Linear layout:
  *   gate [I, H], up [I, H], down [H, I]   (I = moe_intermediate_size)
  *
  * Sources and modes:
- *   Hugging Face directory  views into the safetensors mapping (per-expert or
- *                           fused tensors); always "mapped"
+ *   views                   tensor views the model bound by name in a checkpoint's
+ *                           mapping (sl_experts_open_views); always "mapped"
  *   packed, mapped          views into mmaps of the experts-LLL.bin files
  *   packed, resident        every blob read into memory at load
  *   packed, stream          per-layer cache of slots, a miss read as one aligned range
@@ -13,8 +13,9 @@
  *
  * The MoE block asks for all experts a layer needs at once
  * (sl_experts_fetch, at most sl_experts_capacity of them), so every miss of
- * the layer is read in parallel by the reader pool. Slots holding experts of
- * the request in flight are pinned: a miss never evicts them. Which slot an
+ * the layer is read in parallel by the reader pool. Which expert is in which
+ * slot is decided by a slot cache (slot_cache.h): slots holding experts of the
+ * request in flight are pinned, so a miss never evicts them. Which slot an
  * expert lands in never affects results: callers sum in router-rank order.
  */
 #ifndef SL_EXPERTS_H
@@ -24,7 +25,8 @@
 
 #include "core/crc32c.h"
 #include "format/pack.h"
-#include "model/checkpoint.h"
+#include "format/tensor.h"
+#include "moe/slot_cache.h"
 
 typedef struct sl_expert {
     sl_tensor gate; /* [I, H] */
@@ -52,15 +54,10 @@ typedef struct sl_expert_layer {
     uint64_t part_bytes;
     sl_crc32c_shift *shift; /* [n_parts] (entry 0 unused) */
     uint8_t *verified; /* mapped: [n_experts] 1 once the blob matched its CRC (atomic access) */
-    /* stream cache */
-    int32_t n_slots;
+    /* stream cache: which expert is in which slot (slots.n_slots == 0 outside stream mode) */
+    sl_slot_cache slots;
     uint8_t *slot_mem;     /* n_slots x blob_bytes, page-aligned */
     sl_expert *slot_views; /* [n_slots] */
-    int32_t *slot_expert;  /* [n_slots] expert in the slot, -1 when empty */
-    int64_t *slot_uses;    /* [n_slots] requests since the expert was loaded */
-    int64_t *slot_last;    /* [n_slots] tick of the last request */
-    int64_t *slot_pin;     /* [n_slots] tick of the request that pinned it */
-    int32_t *expert_slot;  /* [n_experts] slot holding the expert, -1 when none */
 } sl_expert_layer;
 
 /* What a read came to, besides 0 (done) and an errno. */
@@ -109,18 +106,18 @@ typedef struct sl_expert_store {
     sl_reader_pool *pool;    /* stream mode */
     int32_t io_timeout_ms;   /* the longest wait for a batch of reads; < 0: no limit */
     uint8_t *bounce;         /* the loading thread's aligned buffer (O_DIRECT retries) */
-    int64_t tick;
-    sl_read_job *jobs;  /* [n_experts x SL_READ_MAX_PARTS] scratch for one fetch */
-    int32_t *miss_slot; /* [n_experts] */
+    sl_read_job *jobs;       /* [n_experts x SL_READ_MAX_PARTS] scratch for one fetch */
+    int32_t *miss_slot;      /* [n_experts] */
     /* counters (read by sl_model_get_stats) */
     int64_t requests, hits, bytes_read;
     double read_time;
 } sl_expert_store;
 
-/* Binds experts of a Hugging Face checkpoint (views into its mapping). */
-sl_status sl_experts_bind_hf(sl_expert_store *s, const sl_ckpt *ck, int32_t n_layers,
-                             const uint8_t *layer_is_moe, int32_t n_experts, int64_t hidden,
-                             int64_t inter, sl_error *err);
+/* Experts that lie in memory the caller keeps mapped (a checkpoint's): views[l] holds layer
+ * l's n_experts views, or is NULL for a dense layer; the store copies the views, not the
+ * bytes. Mode "mapped", with no checks on fetch. */
+sl_status sl_experts_open_views(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
+                                const sl_expert *const *views, sl_error *err);
 
 typedef struct sl_store_params {
     sl_experts_mode mode;

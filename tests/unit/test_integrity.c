@@ -309,7 +309,8 @@ TEST(test_flipped_expert_every_mode) {
                            strstr(err.msg, "checksum mismatch"),
                        "mode %d, try %d: %s", mode, k, err.msg);
             }
-            if (m && mode == SL_EXPERTS_STREAM) CHECK(m->experts.layers[1].expert_slot[e] < 0);
+            if (m && mode == SL_EXPERTS_STREAM)
+                CHECK(sl_slot_lookup(&m->experts.layers[1].slots, e) < 0);
         }
         sl_model_free(m);
     }
@@ -469,7 +470,8 @@ TEST(test_stream_reads_in_parts) {
         int fd = open(path, O_RDONLY);
         uint8_t *want = malloc(L->hdr.blob_bytes ? L->hdr.blob_bytes : 1);
         for (int32_t e = 0; !st && e < 8; e++) {
-            const uint8_t *got = L->slot_mem + (uint64_t)L->expert_slot[e] * L->hdr.blob_bytes;
+            const uint8_t *got =
+                L->slot_mem + (uint64_t)sl_slot_lookup(&L->slots, e) * L->hdr.blob_bytes;
             CHECK(pread(fd, want, L->hdr.blob_bytes,
                         (off_t)(L->hdr.data_offset + e * L->hdr.blob_bytes)) ==
                   (ssize_t)L->hdr.blob_bytes);
@@ -484,8 +486,9 @@ TEST(test_stream_reads_in_parts) {
             CHECK(sl_experts_open_packed(&s, dir, 4, moe, 8, 256, 192, &p, &err) == SL_OK);
             s.layers[1].crc[5] ^= 1;
             CHECK(sl_experts_fetch(&s, 1, (int32_t[]){4, 5}, 2, out, &err) == SL_ERR_FORMAT &&
-                  strstr(err.msg, "layer 1, expert 5") && s.layers[1].expert_slot[5] < 0 &&
-                  s.layers[1].expert_slot[4] >= 0);
+                  strstr(err.msg, "layer 1, expert 5") &&
+                  sl_slot_lookup(&s.layers[1].slots, 5) < 0 &&
+                  sl_slot_lookup(&s.layers[1].slots, 4) >= 0);
         }
         sl_experts_free(&s);
     }

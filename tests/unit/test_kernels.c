@@ -4,7 +4,7 @@
  */
 #include "core/common.h"
 #include "kernels/ops.h"
-#include "moe/router.h"
+#include "kernels/topk.h"
 #include "test.h"
 
 #define POISON 1234567.0f

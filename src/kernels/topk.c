@@ -1,5 +1,5 @@
 /* Router top-k (contract in router.h). */
-#include "moe/router.h"
+#include "kernels/topk.h"
 
 #include <math.h>
 

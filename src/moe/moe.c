@@ -1,0 +1,307 @@
+/* The MoE step (contracts in moe.h). */
+#include "moe/moe.h"
+
+/* ------------------------------------------------------------- scratch */
+
+void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *env, uint8_t *dev,
+                   uint8_t *host, size_t *dev_bytes, size_t *host_bytes) {
+    ms->d = *d;
+    ms->env = *env;
+    sl_carver cv = {.base = dev}, hv = {.base = host};
+    const size_t B = (size_t)d->max_batch, H = (size_t)d->hidden;
+    const size_t E = (size_t)SL_MAX(d->n_experts, 1), k = (size_t)SL_MAX(d->k, 1);
+    const size_t nl = (size_t)d->n_layers;
+    ms->grp_idx = sl_carve(&cv, 2 * B, sizeof(int32_t));
+    ms->h_grp = sl_carve(&hv, 2 * B, sizeof(int32_t));
+    ms->bx = sl_carve(&hv, 2 * E, sizeof(float *));
+    ms->bg = sl_carve(&hv, 2 * E, sizeof(float *));
+    ms->bo = sl_carve(&hv, E, sizeof(float *));
+    ms->wg = sl_carve(&hv, 2 * E, sizeof(sl_tensor *));
+    ms->wd = sl_carve(&hv, E, sizeof(sl_tensor *));
+    ms->bT = sl_carve(&hv, 2 * E, sizeof(int32_t));
+    ms->topk_w = sl_carve(&cv, B * k, sizeof(float));
+    ms->topk_ids_dev = sl_carve(&cv, B * k, sizeof(int32_t));
+    ms->route_ids = sl_carve(&cv, nl * k, sizeof(int32_t));
+    ms->h_route_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
+    ms->pending = sl_carve(&hv, nl, 1);
+    ms->h_prev_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
+    ms->prev_set = sl_carve(&hv, nl, 1);
+    ms->act = sl_carve(&cv, k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
+    ms->xg = sl_carve(&cv, B * H, sizeof(float));
+    ms->expert_out = sl_carve(&cv, B * k * H, sizeof(float));
+    ms->router_logits = sl_carve(&cv, B * E, sizeof(float));
+    ms->sh_logit = sl_carve(&cv, B, sizeof(float));
+    ms->sh_out = sl_carve(&cv, d->shared ? B * H : 0, sizeof(float));
+    ms->topk_ids = sl_carve(&hv, B * k, sizeof(int32_t));
+    ms->expert_list = sl_carve(&hv, E, sizeof(int32_t));
+    ms->expert_rows = sl_carve(&hv, B * k, sizeof(int32_t));
+    ms->expert_count = sl_carve(&hv, E, sizeof(int32_t));
+    ms->expert_start = sl_carve(&hv, E, sizeof(int32_t));
+    ms->fetched = sl_carve(&hv, E, sizeof(sl_expert *));
+    *dev_bytes = cv.off;
+    *host_bytes = hv.off;
+}
+
+void sl_moe_forget_steps(sl_moe_scratch *ms) {
+    memset(ms->prev_set, 0, (size_t)ms->d.n_layers);
+}
+
+void sl_moe_drop_pending(sl_moe_scratch *ms) {
+    memset(ms->pending, 0, (size_t)ms->d.n_layers);
+}
+
+/* ------------------------------------------------------------- compute */
+
+void sl_moe_swiglu_mlp(const sl_backend *be, float *out, const float *x, const sl_tensor *g,
+                       const sl_tensor *u, const sl_tensor *d, float *hg, float *hu, int32_t T) {
+    const size_t I = (size_t)g->shape[0];
+    be->ops->matmul(be, hg, x, g, NULL, T);
+    be->ops->matmul(be, hu, x, u, NULL, T);
+    be->ops->swiglu(be, hg, hg, hu, (size_t)T * I);
+    be->ops->matmul(be, out, hg, d, NULL, T);
+}
+
+/*
+ * The fetched experts list[0..n) (their views), whose rows total at most max_batch,
+ * in one pass each: gather every row they read into xg (expert by expert), the gate and up
+ * matmuls of all of them as one batch, one SwiGLU, the down matmuls as another batch, one
+ * scatter of the results
+ * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
+ */
+static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32_t *list,
+                            const sl_expert *const *views, int32_t n, int32_t rows) {
+    const sl_backend *be = ms->env.be;
+    const size_t H = (size_t)ms->d.hidden, I = (size_t)ms->d.inter;
+    const int32_t k = ms->d.k;
+    int32_t off = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t e = list[j], cnt = ms->expert_count[e];
+        const int32_t *r = ms->expert_rows + ms->expert_start[e] - cnt;
+        for (int32_t i = 0; i < cnt; i++) {
+            ms->h_grp[off + i] = r[i] / k;    /* token row read */
+            ms->h_grp[rows + off + i] = r[i]; /* (token, rank) row written */
+        }
+        const sl_expert *ex = views[j];
+        /* items j (gate) and n + j (up) of one batch, then j of the down batch */
+        ms->bx[j] = ms->bx[n + j] = ms->xg + (size_t)off * H;
+        ms->bg[j] = io->gate + (size_t)off * I;
+        ms->bg[n + j] = io->up + (size_t)off * I;
+        ms->bo[j] = io->rows + (size_t)off * H;
+        ms->wg[j] = &ex->gate, ms->wg[n + j] = &ex->up, ms->wd[j] = &ex->down;
+        ms->bT[j] = ms->bT[n + j] = cnt;
+        off += cnt;
+    }
+    be->ops->to_dev(be, ms->grp_idx, ms->h_grp, 2 * (size_t)rows * sizeof(int32_t));
+    be->ops->copy_rows(be, ms->xg, NULL, io->x, ms->grp_idx, rows, (int32_t)H);
+    be->ops->matmul_batch(be, ms->bg, (const float *const *)ms->bx, ms->wg, ms->bT, 2 * n);
+    be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
+    be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
+    be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, io->rows, NULL, rows, (int32_t)H);
+}
+
+/* The shapes and dtypes of layer l's expert slots in the device cache (all alike). */
+static void dev_proto(const sl_dev_cache *dev, int32_t l, const sl_tensor *proto[3]) {
+    const sl_expert *v = &dev->layers[l].views[0];
+    proto[0] = &v->gate, proto[1] = &v->up, proto[2] = &v->down;
+}
+
+/* One token's k experts (picks ids, weights in topk_w) through the backend's fused kernels,
+ * on the device cache's table of layer l, combined into out; 0 when there is no such cache or
+ * kernel. */
+static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, const int32_t *ids) {
+    const sl_backend *be = ms->env.be;
+    const sl_dev_cache *dev = ms->env.dev;
+    if (!dev->layers || !be->ops->moe_experts) return 0;
+    const sl_tensor *proto[3];
+    dev_proto(dev, l, proto);
+    return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, dev->layers[l].table,
+                                proto, 1, ms->d.k);
+}
+
+int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
+                        int32_t k) {
+    for (int32_t l = 0; l < store->n_layers; l++) {
+        if (!store->layers[l].n_experts) continue;
+        if (!dev->all || !dev->layers[l].views || !be->ops->moe_experts) return 0;
+        const sl_tensor *proto[3];
+        dev_proto(dev, l, proto);
+        if (!be->ops->moe_experts(be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0, k)) return 0;
+    }
+    return 1;
+}
+
+/* A decode step's picks at layer l against the last step's there (sl_stats.decode_repeats:
+ * what a prefetch of the last step's experts would find), then kept for the next. */
+static void count_repeats(sl_moe_scratch *ms, int32_t l, const int32_t *ids) {
+    sl_stats *st = ms->env.stats;
+    const int32_t k = ms->d.k;
+    int32_t *prev = ms->h_prev_ids + (size_t)l * (size_t)k;
+    if (ms->prev_set[l]) {
+        st->decode_picks += k;
+        for (int32_t r = 0; r < k; r++)
+            for (int32_t q = 0; q < k; q++)
+                if (ids[r] == prev[q]) {
+                    st->decode_repeats++;
+                    break;
+                }
+    }
+    memcpy(prev, ids, (size_t)k * sizeof *prev);
+    ms->prev_set[l] = 1;
+}
+
+/* The shared expert (when the layer has one) into sh_out: sigmoid(gate . x) * shared(x).
+ * Queued where the routed experts leave the device idle or copying: after the host has read
+ * the picks (their copies then overlap it), or after the fused kernels. */
+static void shared_expert(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_moe_io *io,
+                          int32_t T) {
+    const sl_backend *be = ms->env.be;
+    if (!w->sh_router) return;
+    const double t0 = sl_now();
+    sl_moe_swiglu_mlp(be, io->rows, io->x, w->sh_gate, w->sh_up, w->sh_down, io->gate, io->up, T);
+    be->ops->matmul(be, ms->sh_logit, io->x, w->sh_router, NULL, T);
+    be->ops->activate(be, ms->sh_logit, ms->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
+    be->ops->weighted_sum(be, ms->sh_out, io->rows, ms->sh_logit, T, 1, ms->d.hidden);
+    ms->env.stats->t_expert_compute += sl_now() - t0;
+}
+
+/*
+ * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
+ * each expert's weights are fetched and streamed through once per chunk;
+ * each (token, rank) result lands in its own row of expert_out, and the rows
+ * are summed per token in router-rank order, so the sum never depends on the
+ * chunk, the grouping or where the weights came from.
+ */
+sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
+                         const sl_moe_io *io, int32_t T, sl_error *err) {
+    const sl_backend *be = ms->env.be;
+    sl_expert_store *store = ms->env.store;
+    sl_dev_cache *dev = ms->env.dev;
+    sl_stats *stats = ms->env.stats;
+    const int32_t E = ms->d.n_experts, k = ms->d.k;
+    const size_t H = (size_t)ms->d.hidden;
+
+    double t0 = sl_now();
+    /* Routing runs in backend memory; the picks and weights stay there for the experts. */
+    int32_t *ids_dev = T == 1 ? ms->route_ids + (size_t)l * (size_t)k : ms->topk_ids_dev;
+    be->ops->moe_route(be, ids_dev, ms->topk_w, ms->router_logits, io->x, w->router, T, k,
+                       ms->d.renormalize);
+    /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
+     * all; the histogram and cache counts wait for the end of the pass (sl_moe_settle). */
+    if (T == 1 && dev->all && fused_experts(ms, io, l, ids_dev)) {
+        ms->pending[l] = 1;
+        double t1 = sl_now();
+        stats->t_router += t1 - t0;
+        shared_expert(ms, w, io, T);
+        goto shared;
+    }
+    /* A decode step through an expert cache: the fused kernels start on the slots the cache
+     * has while the host reads the picks (a pick without a slot makes them skip the token).
+     * When every pick had a slot their result stands; else they run again below, once the
+     * misses are copied in. */
+    int spec = 0;
+    if (T == 1 && dev->layers && be->ops->to_host_begin) {
+        be->ops->to_host_begin(be, ms->topk_ids, ids_dev, (size_t)k * sizeof(int32_t));
+        spec = fused_experts(ms, io, l, ids_dev);
+        be->ops->to_host_end(be);
+    } else {
+        be->ops->to_host(be, ms->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
+    }
+    memset(ms->expert_count, 0, (size_t)E * sizeof(int32_t));
+    for (int32_t i = 0; i < T * k; i++) {
+        SL_ASSERT(ms->topk_ids[i] >= 0 && ms->topk_ids[i] < E);
+        ms->expert_count[ms->topk_ids[i]]++;
+    }
+    if (T == 1)
+        count_repeats(ms, l, ms->topk_ids);
+    else
+        ms->prev_set[l] = 0; /* the next decode step's previous step is not a decode step */
+    /* Distinct experts in ascending order, and (counting sort) each one's
+     * (token*k + rank) rows, contiguous and in token order. */
+    int32_t n_used = 0, fill = 0;
+    int64_t *hist = store->layers[l].hist;
+    for (int32_t e = 0; e < E; e++) {
+        ms->expert_start[e] = fill;
+        fill += ms->expert_count[e];
+        hist[e] += ms->expert_count[e];
+        if (ms->expert_count[e]) ms->expert_list[n_used++] = e;
+    }
+    for (int32_t i = 0; i < T * k; i++)
+        ms->expert_rows[ms->expert_start[ms->topk_ids[i]]++] = i;
+    const int ahead = spec && sl_dev_cache_has(dev, l, ms->topk_ids, k);
+    stats->gpu_steps_ahead += ahead;
+    stats->gpu_steps_rerun += spec && !ahead;
+    int fused = 0;
+    double t1 = sl_now();
+    stats->t_router += t1 - t0;
+    shared_expert(ms, w, io, T); /* a device runs it while the host fetches and copies experts */
+    t1 = sl_now();
+
+    /* Experts in groups the cache can hold at once, so each is read at most once
+     * per chunk; those already cached go first, before any miss can evict them.
+     * The order changes nothing in the result: every (token, rank) output has its
+     * own row. expert_start[e] now marks the end of e's rows. */
+    int32_t n_cached = 0;
+    for (int32_t j = 0; j < n_used; j++) {
+        const int32_t e = ms->expert_list[j];
+        if (!sl_experts_cached(store, l, e)) continue;
+        memmove(ms->expert_list + n_cached + 1, ms->expert_list + n_cached,
+                (size_t)(j - n_cached) * sizeof(int32_t));
+        ms->expert_list[n_cached++] = e;
+    }
+    int32_t cap = sl_experts_capacity(store, l);
+    if (dev->layers) cap = SL_MIN(cap, dev->n_slots);
+    for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
+        const int32_t nj = SL_MIN(cap, n_used - j0);
+        /* The previous group's queued copies read host slots this fetch may refill (and the
+         * router's to_host above already waited for those of earlier calls). */
+        if (j0 && dev->layers) be->ops->sync(be);
+        sl_status st = sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
+        if (!st && dev->layers) {
+            sl_dev_cache_map(dev, be, l, ms->expert_list + j0, nj, ms->fetched);
+            if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */
+        }
+        double t2 = sl_now();
+        stats->t_expert_io += t2 - t1;
+        if (st) return st;
+        /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
+         * bits as the batches), on the table rows the mapping just wrote. */
+        if (T == 1 && nj == n_used && (ahead || fused_experts(ms, io, l, ids_dev))) {
+            fused = 1;
+        } else { /* runs of experts whose rows fit the activation buffers (one expert's do: a
+                  * token picks it at most once) */
+            for (int32_t a = 0, z; a < nj; a = z) {
+                int32_t rows = 0;
+                for (z = a;
+                     z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_batch;
+                     z++)
+                    rows += ms->expert_count[ms->expert_list[j0 + z]];
+                experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a, rows);
+            }
+        }
+        t1 = sl_now();
+        stats->t_expert_compute += t1 - t2;
+    }
+    if (!fused) be->ops->weighted_sum(be, io->out, ms->expert_out, ms->topk_w, T, k, (int32_t)H);
+shared:
+    if (w->sh_router) be->ops->axpy(be, io->out, 1.0f, ms->sh_out, (size_t)T * H);
+    return SL_OK;
+}
+
+void sl_moe_settle(sl_moe_scratch *ms) {
+    const int32_t n_layers = ms->d.n_layers, k = ms->d.k, E = ms->d.n_experts;
+    if (!memchr(ms->pending, 1, (size_t)n_layers)) return;
+    const sl_backend *be = ms->env.be;
+    be->ops->to_host(be, ms->h_route_ids, ms->route_ids,
+                     (size_t)n_layers * (size_t)k * sizeof(int32_t));
+    for (int32_t l = 0; l < n_layers; l++) {
+        if (!ms->pending[l]) continue;
+        const int32_t *ids = ms->h_route_ids + (size_t)l * (size_t)k;
+        for (int32_t r = 0; r < k; r++) {
+            SL_ASSERT(ids[r] >= 0 && ids[r] < E);
+            ms->env.store->layers[l].hist[ids[r]]++;
+        }
+        sl_dev_cache_count(ms->env.dev, l, ids, k);
+        count_repeats(ms, l, ids);
+        ms->pending[l] = 0;
+    }
+}
