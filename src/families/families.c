@@ -4,6 +4,14 @@
  */
 #include "model/model.h"
 
+extern const sl_family sl_family_qwen3_moe;
+extern const sl_family sl_family_qwen2_moe;
+extern const sl_family sl_family_qwen3_next;
+extern const sl_family sl_family_qwen3_5_moe;
+extern const sl_family sl_family_qwen3_5_moe_text;
+extern const sl_family sl_family_qwen4_exp;
+extern const sl_family sl_family_qwen4_exp_text;
+
 /* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
  * model runs) and as a text-only one. */
 static const sl_family *const families[] = {

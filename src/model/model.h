@@ -168,12 +168,4 @@ struct sl_family {
 const sl_family *sl_family_find(const char *arch);
 const char *sl_family_names(void);
 
-extern const sl_family sl_family_qwen3_moe;
-extern const sl_family sl_family_qwen2_moe;
-extern const sl_family sl_family_qwen3_next;
-extern const sl_family sl_family_qwen3_5_moe;
-extern const sl_family sl_family_qwen3_5_moe_text;
-extern const sl_family sl_family_qwen4_exp;
-extern const sl_family sl_family_qwen4_exp_text;
-
 #endif /* SL_MODEL_H */

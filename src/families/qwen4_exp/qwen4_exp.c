@@ -221,6 +221,8 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
 
 /* ------------------------------------------------------------- access */
 
+extern const sl_family sl_family_qwen4_exp, sl_family_qwen4_exp_text;
+
 const q4_config *q4_config_of(const sl_config *c) {
     return c->family == &sl_family_qwen4_exp || c->family == &sl_family_qwen4_exp_text ? c->fam
                                                                                        : NULL;
