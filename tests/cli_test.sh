@@ -256,9 +256,16 @@ if "${PYTHON:-python3}" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2
             bad "chat pty: $(tail -c 400 "$TMP/c2")"
         fi
     fi
-    # Ctrl-C stops a long reply and returns to the prompt, which still works.
+    # Ctrl-C stops a long reply and returns to the prompt, which still works. It is sent once
+    # the reply is under way (the banner, then some of the reply's text, seen in the output),
+    # not after a fixed time: a loaded machine may still be loading the model then.
     if command -v script >/dev/null; then
-        (printf 'Hi\n'; sleep 3; printf '\003'; sleep 1; printf '/exit\n') |
+        : >"$TMP/c3"
+        (printf 'Hi\n'
+            for _ in $(seq 500); do grep -q "sluice chat:" "$TMP/c3" && break; sleep 0.1; done
+            at=$(wc -c <"$TMP/c3")
+            for _ in $(seq 300); do [ "$(wc -c <"$TMP/c3")" -gt $((at + 40)) ] && break; sleep 0.1; done
+            printf '\003'; sleep 1; printf '/exit\n') |
             timeout 60 script -qec "$BIN chat $TMP/tq -n 100000 --ctx 32768 --chat-template chatml" \
                 /dev/null >"$TMP/c3" 2>&1
         if grep -q "(stopped)" "$TMP/c3" && grep -q "prompt .* tok" "$TMP/c3"; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU benchmark set (issue 3), in one session (docs/BENCHMARKS.md section 2 quotes its output).
+# The CPU benchmark set (issue 3), in one session (docs/BENCHMARKS.md sections 5 and 6 quote its output).
 # Needs: build/sluice; packs /tmp/synth/b8-q8 and b8-q4 of the bench-A shapes
 #   /usr/bin/python3 tools/make_synth.py /tmp/synth/bench8 --layers 8
 #   build/sluice pack /tmp/synth/bench8 /tmp/synth/b8-q8 --quant int8   (and int4)

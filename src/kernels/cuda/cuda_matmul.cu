@@ -15,7 +15,7 @@
  *                 Q4 takes the int8 formula of quant.h instead where K % 64 == 0
  *                 (SL_Q4X below; --cuda-int4-float-act keeps float x): x quantised per 64
  *                 columns while it is staged, and integer dot products, ~1 instruction
- *                 a weight instead of ~5 (decode 314 -> 373 tok/s, BENCHMARKS 6.6).
+ *                 a weight instead of ~5 (decode 314 -> 373 tok/s, BENCHMARKS 11.1).
  *   gemv_generic  decode, any K and alignment: a warp per row, element loads.
  *   gemm_tiled    prefill (T > 4): 64 tokens x 64 rows per block, K in steps of 32,
  *                 weights widened into shared memory once per tile and reused by all
@@ -29,14 +29,14 @@
 
 /* Warps of a GEMV block. Every block stages its own copy of x (and, taking a pending norm, adds
  * and normalises it), so fewer, larger blocks read less from L2 and repeat less work: on an H200
- * at Qwen3-30B-A3B shapes 8 warps decoded 7% faster than 4 (BENCHMARKS 6.5). */
+ * at Qwen3-30B-A3B shapes 8 warps decoded 7% faster than 4 (BENCHMARKS 11.1). */
 #define GEMV_WARPS 8
 
 /* Blocks of the experts' gate/up a SM must hold at 1 or 2 rows a warp (launch bounds), so that
  * gate_up_rows can count its waves: at Qwen3-30B-A3B shapes 768 blocks of one row a warp (76
  * registers, 3 a SM) took two waves of 396 slots, and 384 of two rows (97 registers unbounded,
  * 2 a SM) two of 264; bounded to 3 (80 registers, 24 bytes spilled) they take one: decode 3%
- * faster than at one row (BENCHMARKS 6.8). */
+ * faster than at one row (BENCHMARKS 11.1). */
 #define GU_MINB 3
 
 /* Weights per 16-byte chunk. */

@@ -841,7 +841,7 @@ static int prep_fusable(const sl_attn_args *a, const sl_qkv_args *p) {
 }
 
 /* Enough blocks to keep every SM's memory pipe busy, but no split under ATT_MIN_KEYS keys (32: at
- * 128-256 keys 1.5% faster decode than 64, 4.8% than 128, BENCHMARKS 6.6), nor over ATT_MAX_L. */
+ * 128-256 keys 1.5% faster decode than 64, 4.8% than 128, BENCHMARKS 11.1), nor over ATT_MAX_L. */
 #define ATT_MIN_KEYS 32
 int32_t cu_att_splits(const cu_ctx *c, int32_t n_items, int32_t max_keys) {
     const int32_t want = 8 * c->n_sm, m = ATT_MIN_KEYS;
