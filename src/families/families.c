@@ -8,21 +8,26 @@ extern const sl_family sl_family_qwen3_moe;
 extern const sl_family sl_family_qwen2_moe;
 extern const sl_family sl_family_qwen3_next;
 extern const sl_family sl_family_qwen3_5_moe;
-extern const sl_family sl_family_qwen3_5_moe_text;
 extern const sl_family sl_family_qwen4_exp;
-extern const sl_family sl_family_qwen4_exp_text;
 
 /* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
- * model runs) and as a text-only one. */
-static const sl_family *const families[] = {
-    &sl_family_qwen3_moe,      &sl_family_qwen2_moe,        &sl_family_qwen3_next,
-    &sl_family_qwen3_5_moe,    &sl_family_qwen3_5_moe_text, &sl_family_qwen4_exp,
-    &sl_family_qwen4_exp_text,
+ * model runs) and as a text-only one: two model_types, one family. */
+static const struct {
+    const char *model_type;
+    const sl_family *family;
+} families[] = {
+    {"qwen3_moe", &sl_family_qwen3_moe},
+    {"qwen2_moe", &sl_family_qwen2_moe},
+    {"qwen3_next", &sl_family_qwen3_next},
+    {"qwen3_5_moe", &sl_family_qwen3_5_moe},
+    {"qwen3_5_moe_text", &sl_family_qwen3_5_moe},
+    {"qwen4_exp", &sl_family_qwen4_exp},
+    {"qwen4_exp_text", &sl_family_qwen4_exp},
 };
 
 const sl_family *sl_family_find(const char *arch) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (strcmp(families[i]->arch, arch) == 0) return families[i];
+        if (strcmp(families[i].model_type, arch) == 0) return families[i].family;
     return NULL;
 }
 

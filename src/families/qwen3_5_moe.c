@@ -29,12 +29,3 @@ const sl_family sl_family_qwen3_5_moe = {
     .forward = blk_prenorm_decoder,
     .graph_steps = 1,
 };
-
-const sl_family sl_family_qwen3_5_moe_text = {
-    .arch = "qwen3_5_moe_text",
-    .norm_offset = 1.0f,
-    .read_config = qwen3_5_moe_read_config,
-    .bind = qwen3_5_moe_bind,
-    .forward = blk_prenorm_decoder,
-    .graph_steps = 1,
-};

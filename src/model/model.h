@@ -118,14 +118,14 @@ struct sl_session {
 };
 
 /*
- * A model family: which architectures it runs, how it reads its own config keys, what it binds
+ * A model family: how it reads its own config keys, what it binds
  * (into the shared sl_layer and into its own state, sl_model.fam), its forward pass over the
  * blocks, and what its sessions need beyond the shared buffers (sl_session.fam). Every hook
  * but bind and forward is optional. The registry (families/families.c) maps config.json's
  * model_type to a family.
  */
 struct sl_family {
-    const char *arch;
+    const char *arch; /* its name (the registry maps each model_type it runs to it) */
     float norm_offset;
     /* Its keys of config.json (root: the text model's object), once the shared ones are read;
      * fills the shared fields it decides and c->fam (one allocation, freed with the config).

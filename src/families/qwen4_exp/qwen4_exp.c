@@ -221,10 +221,10 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
 
 /* ------------------------------------------------------------- access */
 
-extern const sl_family sl_family_qwen4_exp, sl_family_qwen4_exp_text;
+extern const sl_family sl_family_qwen4_exp;
 
 const q4_config *q4_config_of(const sl_config *c) {
-    return c->family == &sl_family_qwen4_exp || c->family == &sl_family_qwen4_exp_text ? c->fam
+    return c->family == &sl_family_qwen4_exp ? c->fam
                                                                                        : NULL;
 }
 
@@ -238,25 +238,6 @@ static const char *const qwen4_exp_attn_types[] = {"qwen_sparse_attention", NULL
 
 const sl_family sl_family_qwen4_exp = {
     .arch = "qwen4_exp",
-    .norm_offset = 1.0f,
-    .read_config = q4_read_config,
-    .attn_layer_types = qwen4_exp_attn_types,
-    .bind = qwen4_exp_bind,
-    .open = qwen4_exp_open,
-    .weights = qwen4_exp_weights,
-    .free_model = qwen4_exp_free,
-    .info = qwen4_exp_info,
-    .session_size = sizeof(q4_session),
-    .session_layout = qwen4_exp_layout,
-    .session_init = qwen4_exp_session_init,
-    .session_reset = qwen4_exp_reset,
-    .session_rewind = qwen4_exp_rewind,
-    .forward = qwen4_exp_forward,
-    .own_norms = 1,
-};
-
-const sl_family sl_family_qwen4_exp_text = {
-    .arch = "qwen4_exp_text",
     .norm_offset = 1.0f,
     .read_config = q4_read_config,
     .attn_layer_types = qwen4_exp_attn_types,
