@@ -16,6 +16,7 @@ static const struct {
     const char *model_type;
     const sl_family *family;
 } families[] = {
+    /* clang-format off */
     {"qwen3_moe", &sl_family_qwen3_moe},
     {"qwen2_moe", &sl_family_qwen2_moe},
     {"qwen3_next", &sl_family_qwen3_next},
@@ -23,6 +24,7 @@ static const struct {
     {"qwen3_5_moe_text", &sl_family_qwen3_5_moe},
     {"qwen4_exp", &sl_family_qwen4_exp},
     {"qwen4_exp_text", &sl_family_qwen4_exp},
+    /* clang-format on */
 };
 
 const sl_family *sl_family_find(const char *arch) {
