@@ -109,9 +109,9 @@ typedef struct sl_stats {
     /* Decode picks (layer, rank) after a first step, and those the previous decode step had
      * also picked at that layer (what a prefetch of the last step's experts would find) */
     int64_t decode_picks, decode_repeats;
-    int64_t bytes_read;                   /* expert bytes read from disk (stream/resident) */
-    int64_t prefill_bytes_read;           /* the part read during prefill */
-    double read_time;                     /* waiting for expert reads */
+    int64_t bytes_read;         /* expert bytes read from disk (stream/resident) */
+    int64_t prefill_bytes_read; /* the part read during prefill */
+    double read_time;           /* waiting for expert reads */
     double t_attention, t_router, t_expert_io, t_expert_compute, t_other;
     int64_t ple_rows, ple_bytes; /* Qwen4-Exp: n-gram embedding rows read per token (PLE) */
     double t_ple_io;             /* time reading them */
@@ -167,8 +167,7 @@ typedef struct sl_model_info {
 sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err);
 /* The model's positions (max_position_embeddings) and vocabulary size from its config alone,
  * without reading a weight: a caller can refuse a prompt that cannot run before a load. */
-sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size,
-                        sl_error *err);
+sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size, sl_error *err);
 /* Loads a Hugging Face checkpoint directory (config.json + safetensors) or a sluice pack. */
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err);

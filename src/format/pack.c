@@ -212,7 +212,8 @@ sl_status sl_core_open(sl_st_file *f, const char *path, sl_error *err) {
     f->fd = fd;
     sl_status st = sl_core_parse(f, path, f->map, f->size, err);
     /* Once, at load: the core is read from the mapping at every step after. */
-#ifdef SL_NO_VERIFY /* a build for measuring what the checks cost (docs/BENCHMARKS.md section 10) */
+#ifdef SL_NO_VERIFY /* a build for measuring what the checks cost (docs/BENCHMARKS.md section 10)  \
+                     */
     return st;
 #else
     return st ? st : sl_core_verify(path, f->map, f->size, err);

@@ -110,7 +110,7 @@ struct sl_session {
     float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
     size_t delta_state_n, conv_state_n; /* element counts */
     sl_session_buf b;
-    sl_moe_scratch moe;   /* the MoE step's buffers, carved with b */
+    sl_moe_scratch moe; /* the MoE step's buffers, carved with b */
     void *fam; /* what the family adds (sl_family.session_size bytes, carved by its layout) */
     int32_t defer_logits; /* blk_head leaves the logits in b.logits (a graph is recording) */
     void *arena;          /* backend memory */

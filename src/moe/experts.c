@@ -433,7 +433,8 @@ static sl_status read_header(sl_expert_store *s, sl_expert_layer *L, int32_t l, 
         L->crc = st ? NULL : sl_calloc((size_t)h->n_experts, sizeof(uint32_t), err);
         if (!st && !L->crc) st = SL_ERR_NOMEM;
         if (!st) st = sl_experts_checksums(h, path, hb, (size_t)h->data_offset, L->crc, err);
-#ifdef SL_NO_VERIFY /* a build for measuring what the checks cost (docs/BENCHMARKS.md section 10) */
+#ifdef SL_NO_VERIFY /* a build for measuring what the checks cost (docs/BENCHMARKS.md section 10)  \
+                     */
         free(L->crc);
         L->crc = NULL;
 #endif

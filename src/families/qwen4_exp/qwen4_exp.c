@@ -224,8 +224,7 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
 extern const sl_family sl_family_qwen4_exp;
 
 const q4_config *q4_config_of(const sl_config *c) {
-    return c->family == &sl_family_qwen4_exp ? c->fam
-                                                                                       : NULL;
+    return c->family == &sl_family_qwen4_exp ? c->fam : NULL;
 }
 
 const sl_ngram_table *q4_ngram_table(const sl_model *m, int32_t l) {

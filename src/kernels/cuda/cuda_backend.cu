@@ -209,7 +209,7 @@ static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t 
         memcpy(c->stage + c->stage_off, host, bytes);
         /* from the pinned ring: allowed in a graph recording */
         CUDA_CHECK(c, cudaMemcpyAsync(dst, c->stage + c->stage_off, bytes, cudaMemcpyHostToDevice,
-                                   c->stream));
+                                      c->stream));
         c->stage_off = (c->stage_off + bytes + 255) & ~(size_t)255;
         return;
     }
@@ -361,7 +361,7 @@ static void cu_ctx_destroy(cu_ctx *c) {
 }
 
 extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p,
-                                         sl_error *err) {
+                                          sl_error *err) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -374,7 +374,8 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(gpu)) != cudaSuccess ||
         (e = cudaGetDeviceProperties(&prop, gpu)) != cudaSuccess)
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d: %s", (int)gpu, cudaGetErrorString(e));
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d: %s", (int)gpu,
+                       cudaGetErrorString(e));
     if (prop.major < 7)
         return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d (%s) has compute capability %d.%d",
                        (int)gpu, prop.name, prop.major, prop.minor);
@@ -448,4 +449,6 @@ extern "C" void sl_cuda_sync(const sl_backend *be) {
     CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
 }
 
-extern "C" const char *sl_cuda_device_name(const sl_backend *be) { return cu_of(be)->name; }
+extern "C" const char *sl_cuda_device_name(const sl_backend *be) {
+    return cu_of(be)->name;
+}

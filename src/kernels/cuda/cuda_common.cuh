@@ -80,7 +80,7 @@ struct cu_ctx {
      * (the recording is then dropped), and the executable graph updated from each one. */
     int capturing, broken;
     cudaGraphExec_t exec;
-    unsigned *done; /* device counter of the router kernel's finished blocks (zero between) */
+    unsigned *done;       /* device counter of the router kernel's finished blocks (zero between) */
     unsigned *att_counts; /* [CU_ATT_COUNTS] attention splits finished per item (zero between) */
 };
 
@@ -89,7 +89,9 @@ struct cu_ctx {
  * copy2d calls of up to 1 M floats. */
 #define CU_SCRATCH_MIN ((size_t)4 << 20)
 
-static inline cu_ctx *cu_of(const sl_backend *be) { return (cu_ctx *)be->ctx; }
+static inline cu_ctx *cu_of(const sl_backend *be) {
+    return (cu_ctx *)be->ctx;
+}
 
 /* While recording a graph, an operation that would wait for the device (or copy from pageable
  * memory) marks the recording broken and is skipped: returns 1 then. */
@@ -131,7 +133,9 @@ static inline cu_w cu_w_of(const sl_tensor *t) {
     return w;
 }
 
-__device__ __forceinline__ float cu_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float cu_bf16(uint16_t h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
 
 __device__ __forceinline__ float cu_f16(uint16_t h) {
     return __half2float(__ushort_as_half(h));
@@ -170,8 +174,10 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 /* Sums (or maxima) over the block of N values a thread at once, each as block_reduce gives it
- * alone, with one pass of barriers for all; sh holds N x 32 floats; every thread gets the results. */
-template <bool MAX, int N> __device__ __forceinline__ void block_reduce_n(float (&v)[N], float (*sh)[32]) {
+ * alone, with one pass of barriers for all; sh holds N x 32 floats; every thread gets the results.
+ */
+template <bool MAX, int N>
+__device__ __forceinline__ void block_reduce_n(float (&v)[N], float (*sh)[32]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
 #pragma unroll
     for (int i = 0; i < N; i++) {
@@ -201,7 +207,9 @@ template <bool MAX> __device__ float block_reduce(float v, float *sh) {
 }
 
 /* SwiGLU of one element: what the swiglu op and the fused expert kernel both compute. */
-__device__ __forceinline__ float cu_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float cu_silu_mul(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
 
 /*
  * Router top-k of one token's E logits p, by one warp, as sl_router_topk: softmax, then k
@@ -303,7 +311,8 @@ __device__ __forceinline__ void cu_route_row(int32_t *ids, float *w, float *p, i
 }
 
 /* The route of one token by the calling warp, in registers when E allows. */
-__device__ __forceinline__ void cu_route(int32_t *ids, float *w, float *p, int E, int k, int renorm) {
+__device__ __forceinline__ void cu_route(int32_t *ids, float *w, float *p, int E, int k,
+                                         int renorm) {
     if (E <= 128)
         cu_route_row<4>(ids, w, p, E, k, renorm);
     else if (E <= 256)

@@ -163,7 +163,8 @@ __device__ __forceinline__ xsrc quant_staged(const xsrc &src, int K, int nt) {
         const float *f = src.p + (size_t)t * src.ts + (size_t)c * src.cs + (s & 3) * 8;
         float v[8];
         *(float4 *)v = ok ? *(const float4 *)f : make_float4(0, 0, 0, 0); /* generic: */
-        *(float4 *)(v + 4) = ok ? *(const float4 *)(f + 4) : make_float4(0, 0, 0, 0); /* or shared */
+        *(float4 *)(v + 4) =
+            ok ? *(const float4 *)(f + 4) : make_float4(0, 0, 0, 0); /* or shared */
         float m = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -188,8 +189,10 @@ __device__ __forceinline__ xsrc quant_staged(const xsrc &src, int K, int nt) {
         }
         if (!ok) continue;
         /* lo: columns 0, 2, 4, 6 of the word; hi: 1, 3, 5, 7 (low byte of each code) */
-        const uint32_t lo = __byte_perm(__byte_perm(q[0], q[2], 0x0040), __byte_perm(q[4], q[6], 0x0040), 0x5410);
-        const uint32_t hi = __byte_perm(__byte_perm(q[1], q[3], 0x0040), __byte_perm(q[5], q[7], 0x0040), 0x5410);
+        const uint32_t lo =
+            __byte_perm(__byte_perm(q[0], q[2], 0x0040), __byte_perm(q[4], q[6], 0x0040), 0x5410);
+        const uint32_t hi =
+            __byte_perm(__byte_perm(q[1], q[3], 0x0040), __byte_perm(q[5], q[7], 0x0040), 0x5410);
         float *rec = rec0 + ((size_t)t * C + c) * Q4X_REC;
         *(uint2 *)(rec + 2 * (s & 3)) = make_uint2(lo, hi);
         if ((s & 3) == 0) {
@@ -250,8 +253,9 @@ struct npre {
 
 /* The pending norm's weight elements 4q .. 4q + 3. */
 __device__ __forceinline__ float4 norm_w4(const cu_prenorm &p, int q) {
-    return make_float4(cu_load_f(p.w, p.wdt, (size_t)q * 4), cu_load_f(p.w, p.wdt, (size_t)q * 4 + 1),
-                       cu_load_f(p.w, p.wdt, (size_t)q * 4 + 2), cu_load_f(p.w, p.wdt, (size_t)q * 4 + 3));
+    return make_float4(
+        cu_load_f(p.w, p.wdt, (size_t)q * 4), cu_load_f(p.w, p.wdt, (size_t)q * 4 + 1),
+        cu_load_f(p.w, p.wdt, (size_t)q * 4 + 2), cu_load_f(p.w, p.wdt, (size_t)q * 4 + 3));
 }
 
 __device__ __forceinline__ void norm_preload(npre &np, const cu_prenorm &p, int K) {
@@ -370,7 +374,8 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][NT], const uint4 (&wv)
                                           int c) {
     constexpr int E = chunk_elems<DT>::E;
     constexpr bool QUANT = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4;
-    constexpr float CZ = 8388608.0f + (DT == SL_DTYPE_Q8 ? 128.0f : 8.0f); /* code offset + centre */
+    constexpr float CZ =
+        8388608.0f + (DT == SL_DTYPE_Q8 ? 128.0f : 8.0f); /* code offset + centre */
     const float4 *xc = (const float4 *)(x.p + (size_t)c * x.cs);
     if (DT == SL_Q4X) {
         uint4 xa[NT], xb[NT];
@@ -398,8 +403,8 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][NT], const uint4 (&wv)
                 a = __dp4a(lo[1], (int)xa[t].z, a), a = __dp4a(hi[1], (int)xa[t].w, a);
                 a = __dp4a(lo[2], (int)xb[t].x, a), a = __dp4a(hi[2], (int)xb[t].y, a);
                 a = __dp4a(lo[3], (int)xb[t].z, a), a = __dp4a(hi[3], (int)xb[t].w, a);
-                acc[r][t] = __fadd_rn(acc[r][t], __fmaf_rn(s[r], __fmul_rn(dd[t], (float)a),
-                                                           __fmul_rn(b[r], xx[t])));
+                acc[r][t] = __fadd_rn(
+                    acc[r][t], __fmaf_rn(s[r], __fmul_rn(dd[t], (float)a), __fmul_rn(b[r], xx[t])));
             }
         }
     } else if (QUANT) {
@@ -523,21 +528,19 @@ __device__ __forceinline__ void gemv_ahead(wpre<DT, R, P> &pre, const cu_w &w, i
     pre.n = 0;
     if (row0 >= N) return;
     gemv_preload(pre, w, N, K, row0, ks, nks);
-    if (l2 && K / chunk_elems<DT>::E > P * 32 * nks)
-        l2_prefetch_rows(w, row0, R, N);
+    if (l2 && K / chunk_elems<DT>::E > P * 32 * nks) l2_prefetch_rows(w, row0, R, N);
 }
 
 /* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y),
  * its rows' first steps in pre (gemv_ahead). */
 template <int DT, int R, int NT, int P>
-__device__ __forceinline__ void gemv_fast_body(float *__restrict__ y, const float *x,
-                                               const cu_w &w, const void *__restrict__ bias,
-                                               int bias_dt, int N, int K, int64_t bx, bool staged,
-                                               const wpre<DT, R, P> &pre, const cu_prenorm &pn,
-                                               const npre &np, bool writer) {
+__device__ __forceinline__ void
+gemv_fast_body(float *__restrict__ y, const float *x, const cu_w &w, const void *__restrict__ bias,
+               int bias_dt, int N, int K, int64_t bx, bool staged, const wpre<DT, R, P> &pre,
+               const cu_prenorm &pn, const npre &np, bool writer) {
     if (bx * GEMV_WARPS * R >= N) return; /* no rows in this block (the writer always has) */
-    const xsrc xs = NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, writer, np)
-                                    : stage_x<DT>(x, K, NT, staged);
+    const xsrc xs =
+        NT == 1 && pn.x ? stage_x_prenorm<DT>(pn, K, writer, np) : stage_x<DT>(x, K, NT, staged);
     const int64_t row0 = gemv_row0<R>(bx);
     if (row0 >= N) return;
     float acc[R][NT];
@@ -660,8 +663,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 /* The tile of rows n0.. and tokens t0.. (a block of 256 threads). */
 template <int DT>
 __device__ __forceinline__ void gemm_tile(float *__restrict__ y, const float *__restrict__ x,
-                                          cu_w w, const void *__restrict__ bias, int bias_dt,
-                                          int N, int K, int T, int64_t n0, int64_t t0) {
+                                          cu_w w, const void *__restrict__ bias, int bias_dt, int N,
+                                          int K, int T, int64_t n0, int64_t t0) {
     __shared__ __align__(16) float xs[GM_BK][GM_BM + 4];
     __shared__ __align__(16) float wsm[GM_BK][GM_BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -729,8 +732,8 @@ __global__ void __launch_bounds__(256)
     cu_pdl_wait();
     const gemm_item it = items[map[blockIdx.x]];
     const int tile = (int)blockIdx.x - it.tile0;
-    gemm_tile<DT>(it.y, it.x, it.w, nullptr, 0, it.N, K, it.T,
-                  (int64_t)(tile % it.tiles_n) * GM_BN, (int64_t)(tile / it.tiles_n) * GM_BM);
+    gemm_tile<DT>(it.y, it.x, it.w, nullptr, 0, it.N, K, it.T, (int64_t)(tile % it.tiles_n) * GM_BN,
+                  (int64_t)(tile / it.tiles_n) * GM_BM);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -741,10 +744,22 @@ static void launch_fast_r(cu_ctx *c, float *y, const float *x, const cu_w &w, co
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
-    case 1: cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
-    case 2: cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
-    case 3: cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
-    default: cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K, sm > 0, pn); break;
+    case 1:
+        cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+                  sm > 0, pn);
+        break;
+    case 2:
+        cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+                  sm > 0, pn);
+        break;
+    case 3:
+        cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+                  sm > 0, pn);
+        break;
+    default:
+        cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+                  sm > 0, pn);
+        break;
     }
 }
 
@@ -762,8 +777,8 @@ static bool q4x_ok(const cu_ctx *c, int64_t K, int nt) {
 }
 
 template <int DT>
-static void launch_fast(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
-                        int bdt, int N, int K, int T, const cu_prenorm &pn) {
+static void launch_fast(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b, int bdt,
+                        int N, int K, int T, const cu_prenorm &pn) {
     switch (rows_per_warp(c, N)) {
     case 4: launch_fast_r<DT, 4>(c, y, x, w, b, bdt, N, K, T, pn); break;
     case 2: launch_fast_r<DT, 2>(c, y, x, w, b, bdt, N, K, T, pn); break;
@@ -795,29 +810,51 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     const void *b = bias && bias->data ? bias->data : NULL;
     const int bdt = b ? (int)bias->dtype : 0;
     const int E = chunk_of(dt);
-    const int fast = K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 &&
-                     ((uintptr_t)x & 15) == 0;
+    const int fast =
+        K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x (one token, fast path) */
-    const cu_prenorm pn =
-        cu_norm_take(be, x, T, K, fast && prenorm_fits(N, E, K));
+    const cu_prenorm pn = cu_norm_take(be, x, T, K, fast && prenorm_fits(N, E, K));
     if (T > 4) {
         dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
         switch (dt) {
-        case SL_DTYPE_F32: cu_launch(gemm_tiled<SL_DTYPE_F32>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_F16: cu_launch(gemm_tiled<SL_DTYPE_F16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_BF16: cu_launch(gemm_tiled<SL_DTYPE_BF16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        case SL_DTYPE_Q8: cu_launch(gemm_tiled<SL_DTYPE_Q8>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
-        default: cu_launch(gemm_tiled<SL_DTYPE_Q4>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K, T); break;
+        case SL_DTYPE_F32:
+            cu_launch(gemm_tiled<SL_DTYPE_F32>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
+                      T);
+            break;
+        case SL_DTYPE_F16:
+            cu_launch(gemm_tiled<SL_DTYPE_F16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
+                      T);
+            break;
+        case SL_DTYPE_BF16:
+            cu_launch(gemm_tiled<SL_DTYPE_BF16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
+                      T);
+            break;
+        case SL_DTYPE_Q8:
+            cu_launch(gemm_tiled<SL_DTYPE_Q8>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
+                      T);
+            break;
+        default:
+            cu_launch(gemm_tiled<SL_DTYPE_Q4>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
+                      T);
+            break;
         }
         CUDA_LAUNCHED(c);
         return;
     }
     if (fast) {
         switch (dt) {
-        case SL_DTYPE_F32: launch_fast<SL_DTYPE_F32>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
-        case SL_DTYPE_F16: launch_fast<SL_DTYPE_F16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
-        case SL_DTYPE_BF16: launch_fast<SL_DTYPE_BF16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
-        case SL_DTYPE_Q8: launch_fast<SL_DTYPE_Q8>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn); break;
+        case SL_DTYPE_F32:
+            launch_fast<SL_DTYPE_F32>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
+            break;
+        case SL_DTYPE_F16:
+            launch_fast<SL_DTYPE_F16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
+            break;
+        case SL_DTYPE_BF16:
+            launch_fast<SL_DTYPE_BF16>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
+            break;
+        case SL_DTYPE_Q8:
+            launch_fast<SL_DTYPE_Q8>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
+            break;
         default:
             if (q4x_ok(c, K, T))
                 launch_fast<SL_Q4X>(c, y, x, wv, b, bdt, (int)N, (int)K, T, pn);
@@ -829,10 +866,18 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS);
         const unsigned th = GEMV_WARPS * 32;
         switch (T) {
-        case 1: cu_launch(gemv_generic<1>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
-        case 2: cu_launch(gemv_generic<2>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
-        case 3: cu_launch(gemv_generic<3>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
-        default: cu_launch(gemv_generic<4>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K); break;
+        case 1:
+            cu_launch(gemv_generic<1>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K);
+            break;
+        case 2:
+            cu_launch(gemv_generic<2>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K);
+            break;
+        case 3:
+            cu_launch(gemv_generic<3>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K);
+            break;
+        default:
+            cu_launch(gemv_generic<4>, blocks, th, 0, c, y, x, wv, b, bdt, (int)N, (int)K);
+            break;
         }
     }
     CUDA_LAUNCHED(c);
@@ -852,24 +897,36 @@ static unsigned number_blocks(gemv_items &small, int n, unsigned rb) {
 }
 
 template <int DT, int R>
-static void launch_batch_r(cu_ctx *c, const gemv_item *items, gemv_items small, int n,
-                           int N, int K, int T, const cu_prenorm &pn) {
+static void launch_batch_r(cu_ctx *c, const gemv_item *items, gemv_items small, int n, int N, int K,
+                           int T, const cu_prenorm &pn) {
     const dim3 grid = items ? dim3(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n)
                             : dim3(number_blocks(small, n, GEMV_WARPS * R), 1);
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
-    case 1: cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
-    case 2: cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
-    case 3: cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
-    default: cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0, pn); break;
+    case 1:
+        cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
+                  pn);
+        break;
+    case 2:
+        cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
+                  pn);
+        break;
+    case 3:
+        cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
+                  pn);
+        break;
+    default:
+        cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
+                  pn);
+        break;
     }
 }
 
 /* items in device memory, or NULL and the n <= SMALL_BATCH of small; N: the largest item's
  * rows; rows: all items' together. */
 template <int DT>
-static void launch_batch(cu_ctx *c, const gemv_item *items, const gemv_items &small, int n,
-                         int N, int64_t rows, int K, int T, const cu_prenorm &pn) {
+static void launch_batch(cu_ctx *c, const gemv_item *items, const gemv_items &small, int n, int N,
+                         int64_t rows, int K, int T, const cu_prenorm &pn) {
     switch (rows_per_warp(c, rows)) {
     case 4: launch_batch_r<DT, 4>(c, items, small, n, N, K, T, pn); break;
     case 2: launch_batch_r<DT, 2>(c, items, small, n, N, K, T, pn); break;
@@ -903,7 +960,9 @@ static void gemv_batch(const sl_backend *be, float *const *y, const float *const
     switch (dt) {
     case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, K, T, pn); break;
     case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
-    case SL_DTYPE_BF16: launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    case SL_DTYPE_BF16:
+        launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T, pn);
+        break;
     case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T, pn); break;
     default:
         if (q4x_ok(c, K, T))
@@ -944,10 +1003,18 @@ static int gemm_batch(const sl_backend *be, float *const *y, const float *const 
     const gemm_item *di = (const gemm_item *)dev;
     const int32_t *dm = (const int32_t *)(dev + ib);
     switch (dt) {
-    case SL_DTYPE_F32: cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
-    case SL_DTYPE_F16: cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
-    case SL_DTYPE_BF16: cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
-    case SL_DTYPE_Q8: cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
+    case SL_DTYPE_F32:
+        cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        break;
+    case SL_DTYPE_F16:
+        cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        break;
+    case SL_DTYPE_BF16:
+        cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        break;
+    case SL_DTYPE_Q8:
+        cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        break;
     default: cu_launch(gemm_tiled_batch<SL_DTYPE_Q4>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
     }
     CUDA_LAUNCHED(c);
@@ -1025,8 +1092,8 @@ __device__ __forceinline__ cu_w expert_w(cu_w w, const sl_expert_ptrs &p, int j)
 template <int DT, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
-                const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table,
-                cu_w pg, cu_w pu, int k, int I, int H, bool staged) {
+                const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table, cu_w pg,
+                cu_w pu, int k, int I, int H, bool staged) {
     cu_pdl_wait();
     const int i = blockIdx.y;
     const int64_t row0 = gemv_row0<R>(blockIdx.x);
@@ -1046,7 +1113,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (row0 + r < I) act[(size_t)i * I + row0 + r] = cu_silu_mul(g[r][0] + 0.0f, u[r][0] + 0.0f);
+            if (row0 + r < I)
+                act[(size_t)i * I + row0 + r] = cu_silu_mul(g[r][0] + 0.0f, u[r][0] + 0.0f);
 }
 
 /* Experts per token the fused kernels take: a warp each in moe_down_sum (16: 512 threads, so
@@ -1102,14 +1170,15 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
  * the GEMVs. */
 static int gate_up_rows(const cu_ctx *c, int64_t rows) {
     for (int r = 1; r <= 2; r *= 2)
-        if ((int64_t)cu_blocks((size_t)rows, GEMV_WARPS * r) <= (int64_t)c->n_sm * GU_MINB) return r;
+        if ((int64_t)cu_blocks((size_t)rows, GEMV_WARPS * r) <= (int64_t)c->n_sm * GU_MINB)
+            return r;
     return rows_per_warp(c, rows);
 }
 
 template <int DT>
 static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
-                       const float *w, const sl_expert_ptrs *table,
-                       const sl_tensor *const proto[3], int T, int k) {
+                       const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
+                       int T, int k) {
     const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1], n = T * k;
     const cu_w pg = cu_w_of(proto[0]), pu = cu_w_of(proto[1]), pd = cu_w_of(proto[2]);
     const int rg = gate_up_rows(c, (int64_t)I * n);
@@ -1125,15 +1194,29 @@ static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const in
     const unsigned th = GEMV_WARPS * 32, td = 32 * k;
     const size_t sg = stage_bytes_of<DT>(H, 1), sd = stage_bytes_of<DT>(I, k);
     switch (rg) {
-    case 4: cu_launch(moe_gate_up<DT, 4>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
-    case 2: cu_launch(moe_gate_up<DT, 2>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
-    default: cu_launch(moe_gate_up<DT, 1>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0); break;
+    case 4:
+        cu_launch(moe_gate_up<DT, 4>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0);
+        break;
+    case 2:
+        cu_launch(moe_gate_up<DT, 2>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0);
+        break;
+    default:
+        cu_launch(moe_gate_up<DT, 1>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0);
+        break;
     }
     switch (rd) {
-    case 8: cu_launch(moe_down_sum<DT, 8>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    case 4: cu_launch(moe_down_sum<DT, 4>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    case 2: cu_launch(moe_down_sum<DT, 2>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
-    default: cu_launch(moe_down_sum<DT, 1>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0); break;
+    case 8:
+        cu_launch(moe_down_sum<DT, 8>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        break;
+    case 4:
+        cu_launch(moe_down_sum<DT, 4>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        break;
+    case 2:
+        cu_launch(moe_down_sum<DT, 2>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        break;
+    default:
+        cu_launch(moe_down_sum<DT, 1>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        break;
     }
 }
 
@@ -1279,10 +1362,22 @@ static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, cons
     const unsigned blocks = (unsigned)E, th = GEMV_WARPS * 32;
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
-    case 1: cu_launch(router_gemv<DT, 1>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
-    case 2: cu_launch(router_gemv<DT, 2>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
-    case 3: cu_launch(router_gemv<DT, 3>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
-    default: cu_launch(router_gemv<DT, 4>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm, c->done, sm > 0, pn); break;
+    case 1:
+        cu_launch(router_gemv<DT, 1>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+                  c->done, sm > 0, pn);
+        break;
+    case 2:
+        cu_launch(router_gemv<DT, 2>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+                  c->done, sm > 0, pn);
+        break;
+    case 3:
+        cu_launch(router_gemv<DT, 3>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+                  c->done, sm > 0, pn);
+        break;
+    default:
+        cu_launch(router_gemv<DT, 4>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+                  c->done, sm > 0, pn);
+        break;
     }
 }
 
@@ -1295,8 +1390,7 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
     const int fast = T <= 4 && C > 0 && K % C == 0 && E < INT32_MAX && K < INT32_MAX &&
                      ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x */
-    const cu_prenorm pn =
-        cu_norm_take(be, x, T, K, fast && prenorm_fits(E, C, K));
+    const cu_prenorm pn = cu_norm_take(be, x, T, K, fast && prenorm_fits(E, C, K));
     if (!fast) {
         cu_matmul(be, logits, x, router, NULL, T);
         cu_launch(route_kernel, (unsigned)T, 32, 0, c, ids, w, logits, (int)E, k, renormalize);
@@ -1305,15 +1399,27 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
     }
     const cu_w wv = cu_w_of(router);
     switch (dt) {
-    case SL_DTYPE_F32: launch_router<SL_DTYPE_F32>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
-    case SL_DTYPE_F16: launch_router<SL_DTYPE_F16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
-    case SL_DTYPE_BF16: launch_router<SL_DTYPE_BF16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
-    case SL_DTYPE_Q8: launch_router<SL_DTYPE_Q8>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn); break;
+    case SL_DTYPE_F32:
+        launch_router<SL_DTYPE_F32>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize,
+                                    pn);
+        break;
+    case SL_DTYPE_F16:
+        launch_router<SL_DTYPE_F16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize,
+                                    pn);
+        break;
+    case SL_DTYPE_BF16:
+        launch_router<SL_DTYPE_BF16>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize,
+                                     pn);
+        break;
+    case SL_DTYPE_Q8:
+        launch_router<SL_DTYPE_Q8>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn);
+        break;
     default:
         if (q4x_ok(c, K, T))
             launch_router<SL_Q4X>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn);
         else
-            launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize, pn);
+            launch_router<SL_DTYPE_Q4>(c, ids, w, logits, x, wv, (int)E, (int)K, T, k, renormalize,
+                                       pn);
         break;
     }
     CUDA_LAUNCHED(c);
@@ -1341,4 +1447,3 @@ void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int3
     cu_launch(embed_kernel, grid, 256, 0, c, y, w, ids, n);
     CUDA_LAUNCHED(c);
 }
-

@@ -10,7 +10,9 @@
 
 #define EW_THREADS 256
 
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoidf_(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 static unsigned ew_blocks(size_t n) {
     const unsigned b = cu_blocks(n, EW_THREADS);
@@ -49,10 +51,13 @@ void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src
         /* Overlapping: through scratch, as if every source row were read first. */
         float *tmp = (float *)cu_scratch(be, n * sizeof(float));
         if (!tmp) return;
-        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, tmp, (size_t)cols, src, src_ld, rows, cols);
-        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, dst_ld, tmp, (size_t)cols, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, tmp, (size_t)cols, src, src_ld,
+                  rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, dst_ld, tmp, (size_t)cols,
+                  rows, cols);
     } else {
-        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, dst_ld, src, src_ld, rows, cols);
+        cu_launch(copy2d_kernel, ew_blocks(n), EW_THREADS, 0, c, dst, dst_ld, src, src_ld, rows,
+                  cols);
     }
     CUDA_LAUNCHED(c);
 }
@@ -76,9 +81,9 @@ void cu_copy_rows(const sl_backend *be, float *dst, const int32_t *dst_idx, cons
     for (int32_t i0 = 0; i0 < n; i0 += 65535) { /* gridDim.y limit */
         const int32_t m = SL_MIN(65535, n - i0);
         dim3 grid(bx < 32 ? bx : 32, (unsigned)m);
-        cu_launch(copy_rows_kernel, grid, EW_THREADS, 0, c,
-            dst_idx ? dst : dst + (size_t)i0 * cols, dst_idx ? dst_idx + i0 : NULL,
-            src_idx ? src : src + (size_t)i0 * cols, src_idx ? src_idx + i0 : NULL, cols);
+        cu_launch(copy_rows_kernel, grid, EW_THREADS, 0, c, dst_idx ? dst : dst + (size_t)i0 * cols,
+                  dst_idx ? dst_idx + i0 : NULL, src_idx ? src : src + (size_t)i0 * cols,
+                  src_idx ? src_idx + i0 : NULL, cols);
     }
     CUDA_LAUNCHED(c);
 }
@@ -248,8 +253,8 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
                 int32_t n, float eps, float w_offset) {
     cu_ctx *c = cu_of(be);
     if (rows <= 0 || n <= 0) return;
-    cu_launch(rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, c,
-        y, x, w->data, (int)w->dtype, n, eps, w_offset);
+    cu_launch(rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, c, y, x, w->data, (int)w->dtype, n,
+              eps, w_offset);
     CUDA_LAUNCHED(c);
 }
 
@@ -263,8 +268,9 @@ void cu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl_tensor 
 /* x_out = x + d (x_out may be x: each thread reads its elements before writing them), then
  * y = rmsnorm(x_out); a row a block, ADD_NORM_V elements a thread held in registers. */
 __global__ void __launch_bounds__(1024)
-    add_rmsnorm_kernel(float *__restrict__ y, float *xo, const float *x, const float *__restrict__ d,
-                       const void *__restrict__ w, int wdt, int32_t n, float eps, float w_offset) {
+    add_rmsnorm_kernel(float *__restrict__ y, float *xo, const float *x,
+                       const float *__restrict__ d, const void *__restrict__ w, int wdt, int32_t n,
+                       float eps, float w_offset) {
     float wv[ADD_NORM_V]; /* the weights come from no earlier kernel: read before the wait */
 #pragma unroll
     for (int j = 0; j < ADD_NORM_V; j++) {
@@ -356,7 +362,7 @@ void cu_add_rmsnorm_next(const sl_backend *be, float *y, float *x_out, const flo
         add_rmsnorm_to(be, y, x_out, x, d, w->data, (int)w->dtype, rows, n, eps, w_offset);
     } else { /* wider rows: add_rmsnorm in place on a copy of x */
         CUDA_CHECK(c, cudaMemcpyAsync(x_out, x, (size_t)rows * n * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, c->stream));
+                                      cudaMemcpyDeviceToDevice, c->stream));
         cu_add_rmsnorm(be, y, x_out, d, w, rows, n, eps, w_offset);
     }
 }
@@ -374,7 +380,8 @@ __global__ void gated_rmsnorm_kernel(float *y, const float *x, const float *z, c
     const float inv = 1.0f / sqrtf(ss / (float)n + eps);
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float zi = zr[i], sg = sigmoidf_(zi);
-        yr[i] = cu_load_f(w, wdt, (size_t)i) * (xr[i] * inv) * (gate == SL_ACT_SIGMOID ? sg : zi * sg);
+        yr[i] =
+            cu_load_f(w, wdt, (size_t)i) * (xr[i] * inv) * (gate == SL_ACT_SIGMOID ? sg : zi * sg);
     }
 }
 
@@ -382,8 +389,8 @@ void cu_gated_rmsnorm(const sl_backend *be, float *y, const float *x, const floa
                       const sl_tensor *w, int32_t rows, int32_t n, float eps, sl_act gate) {
     cu_ctx *c = cu_of(be);
     if (rows <= 0 || n <= 0) return;
-    cu_launch(gated_rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, c,
-        y, x, z, w->data, (int)w->dtype, n, eps, (int)gate);
+    cu_launch(gated_rmsnorm_kernel, (unsigned)rows, row_threads(n), 0, c, y, x, z, w->data,
+              (int)w->dtype, n, eps, (int)gate);
     CUDA_LAUNCHED(c);
 }
 
@@ -431,8 +438,8 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
     const int32_t half = rot_dim / 2;
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     if (!total) return;
-    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c,
-        x, T, n_heads, head_dim, half, pos0, cos_tab, sin_tab);
+    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c, x, T, n_heads, head_dim, half, pos0,
+              cos_tab, sin_tab);
     CUDA_LAUNCHED(c);
 }
 
@@ -475,7 +482,8 @@ __device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x,
         const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
         if (tid < rt)
             for (int i = tid; i < hd; i += rt)
-                row[i] = __fmul_rn(__fmul_rn(row[i], inv), w_offset + cu_load_f(nw, ndt, (size_t)i));
+                row[i] =
+                    __fmul_rn(__fmul_rn(row[i], inv), w_offset + cu_load_f(nw, ndt, (size_t)i));
     }
     __syncthreads();
     if (tid < rt)
@@ -521,7 +529,8 @@ __device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, 
         sq = ss[0], sk = ss[1];
     }
     if (i < hd) {
-        if (qnorm) rq[i] = __fmul_rn(__fmul_rn(rq[i], 1.0f / sqrtf(sq / (float)hd + eps)), w_offset + wq);
+        if (qnorm)
+            rq[i] = __fmul_rn(__fmul_rn(rq[i], 1.0f / sqrtf(sq / (float)hd + eps)), w_offset + wq);
         if (k && knorm)
             rk[i] = __fmul_rn(__fmul_rn(rk[i], 1.0f / sqrtf(sk / (float)hd + eps)), w_offset + wk);
     }
@@ -563,12 +572,14 @@ __global__ void qkv_prep_kernel(qkv_params a) {
     const float *s = a.sin_tab + (size_t)(a.pos0 + t) * a.half;
     if (j < a.n_heads) {
         float *x = a.q + (t * a.n_heads + j) * hd;
-        cu_qk_prep(x, row, NULL, x, a.qn, a.qn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s, sh);
+        cu_qk_prep(x, row, NULL, x, a.qn, a.qn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s,
+                   sh);
     } else {
         const int h = j - a.n_heads;
         float *x = a.k + t * kv_row + (size_t)h * hd;
         float *cache = a.kc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
-        cu_qk_prep(x, row, cache, x, a.kn, a.kn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s, sh);
+        cu_qk_prep(x, row, cache, x, a.kn, a.kn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s,
+                   sh);
     }
 }
 
@@ -592,7 +603,7 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
     if (args->T <= 0 || per_t <= 0) return;
     const qkv_params a = qkv_params_of(args);
     cu_launch(qkv_prep_kernel, (unsigned)(args->T * per_t), row_threads(args->head_dim),
-                      (size_t)args->head_dim * sizeof(float), c, a);
+              (size_t)args->head_dim * sizeof(float), c, a);
     CUDA_LAUNCHED(c);
 }
 
@@ -612,7 +623,7 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
  * Splitting the keys keeps every SM busy when decode has few (t, h) items.
  */
 #define ATT_THREADS 256
-#define ATT_MAX_L 4096 /* keys per split: scores and row ids fit in 32 KiB */
+#define ATT_MAX_L   4096 /* keys per split: scores and row ids fit in 32 KiB */
 
 typedef struct att_params {
     float *out;
@@ -656,15 +667,21 @@ __device__ void attn_merge(const att_params &a, int item) {
  * (head_dim % 4 == 0, aligned buffers), else 1. */
 template <int W> struct att_vec { typedef float4 T; };
 template <> struct att_vec<1> { typedef float T; };
-__device__ __forceinline__ float att_dot(float a, float b) { return a * b; }
+__device__ __forceinline__ float att_dot(float a, float b) {
+    return a * b;
+}
 __device__ __forceinline__ float att_dot(float4 a, float4 b) {
     return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
-__device__ __forceinline__ void att_axpy(float &y, float p, float v) { y += p * v; }
+__device__ __forceinline__ void att_axpy(float &y, float p, float v) {
+    y += p * v;
+}
 __device__ __forceinline__ void att_axpy(float4 &y, float p, float4 v) {
     y.x += p * v.x, y.y += p * v.y, y.z += p * v.z, y.w += p * v.w;
 }
-__device__ __forceinline__ float att_comp(float v, int) { return v; }
+__device__ __forceinline__ float att_comp(float v, int) {
+    return v;
+}
 __device__ __forceinline__ float att_comp(float4 v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -693,7 +710,8 @@ __device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int 
  * there in this launch). q and k are left as they came. One launch instead of two at ~2.25 us
  * plus a gap each.
  */
-template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
+template <int W, bool PREP>
+__global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     typedef typename att_vec<W>::T V;
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
     const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * a.L;
@@ -719,12 +737,12 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
     if (!a.sel && h % group == 0) att_l2_prefetch(a, t, kvh, j0);
     cu_pdl_wait();
     extern __shared__ __align__(16) float smem[];
-    V *so = (V *)smem;                          /* [ATT_THREADS] partial outputs */
-    float *sq = smem + W * ATT_THREADS;         /* [hd] */
-    float *sk = sq + a.hd;                      /* PREP: [hd] the new key, [2 hd] two rows */
-    float *sh = PREP ? sk + 3 * a.hd : sk;      /* [32] reductions (PREP: [2][32]) */
-    float *sc = sh + (PREP ? 64 : 32);          /* [L] scores, then probabilities */
-    int32_t *rows = (int32_t *)(sc + a.L);      /* [L] cache rows */
+    V *so = (V *)smem;                     /* [ATT_THREADS] partial outputs */
+    float *sq = smem + W * ATT_THREADS;    /* [hd] */
+    float *sk = sq + a.hd;                 /* PREP: [hd] the new key, [2 hd] two rows */
+    float *sh = PREP ? sk + 3 * a.hd : sk; /* [32] reductions (PREP: [2][32]) */
+    float *sc = sh + (PREP ? 64 : 32);     /* [L] scores, then probabilities */
+    int32_t *rows = (int32_t *)(sc + a.L); /* [L] cache rows */
     const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
@@ -799,9 +817,9 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
 #pragma unroll 4
             for (int j = sl; j < nj; j += nsl)
                 att_axpy(acc, sc[j],
-                         ((const V *)(PREP && rows[j] == newj
-                                          ? vnew
-                                          : a.vc + (size_t)rows[j] * kv_stride + (size_t)kvh * hd))[d]);
+                         ((const V *)(PREP && rows[j] == newj ? vnew
+                                                              : a.vc + (size_t)rows[j] * kv_stride +
+                                                                    (size_t)kvh * hd))[d]);
         so[tid] = acc;
         __syncthreads();
         if (tid < P && d < hv) {
@@ -829,7 +847,9 @@ template <int W, bool PREP> __global__ void __launch_bounds__(ATT_THREADS) attn_
 }
 
 __global__ void attn_combine(att_params a) {
-    cu_pdl_wait(); attn_merge(a, blockIdx.x); }
+    cu_pdl_wait();
+    attn_merge(a, blockIdx.x);
+}
 
 /* Whether the attention kernel can do prep's qkv_prep itself (attn_kernel<W, true>): one decode
  * token without a selection, on the same buffers and shapes, rows a block's threads cover. */
@@ -868,7 +888,8 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.part = NULL;
     a.counts = n_items <= CU_ATT_COUNTS ? c->att_counts : NULL;
     if (splits > 1) {
-        a.part = (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
+        a.part =
+            (float *)cu_scratch(be, (size_t)n_items * splits * (size_t)(a.hd + 2) * sizeof(float));
         if (!a.part) return;
     }
     const int vec = a.hd % 4 == 0 && !(((uintptr_t)a.q | (uintptr_t)a.kc | (uintptr_t)a.vc) & 15);
@@ -878,7 +899,8 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     if (pr && !fuse) cu_qkv_prep(be, pr);
     if (fuse) a.prep = qkv_params_of(pr);
     const size_t smem =
-        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * a.L) * sizeof(float);
+        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * a.L) *
+        sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
     if (fuse)
         cu_launch(attn_kernel<4, true>, grid, ATT_THREADS, smem, c, a);
@@ -922,8 +944,8 @@ void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, i
                     const sl_tensor *w, int32_t K, int32_t d, float *state) {
     cu_ctx *c = cu_of(be);
     if (T <= 0 || C <= 0) return;
-    cu_launch(conv1d_silu_kernel, cu_blocks((size_t)C, 128), 128, 0, c,
-        y, x, T, C, w->data, (int)w->dtype, K, d, state);
+    cu_launch(conv1d_silu_kernel, cu_blocks((size_t)C, 128), 128, 0, c, y, x, T, C, w->data,
+              (int)w->dtype, K, d, state);
     CUDA_LAUNCHED(c);
 }
 
@@ -934,7 +956,7 @@ void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, i
  *   S *= decay; kv_j = sum_i S[i][j] k_i           (partials across warps, smem)
  *   kv_j = beta (v_j - kv_j); S[i][j] += k_i kv_j; o_j = sum_i S[i][j] q_i q_scale
  */
-#define DR_ROWS 16
+#define DR_ROWS      16
 #define DR_MAX_WARPS 32 /* dk <= 512 */
 
 typedef struct dr_params {
@@ -1056,8 +1078,8 @@ void cu_ple_gate(const sl_backend *be, float *y, const float *key, const float *
                  const float *value, int32_t T, int32_t hc, int32_t n) {
     cu_ctx *c = cu_of(be);
     if (T <= 0 || hc <= 0 || n <= 0) return;
-    cu_launch(ple_gate_kernel, (unsigned)(T * hc), row_threads(n), 0, c,
-        y, key, query, value, hc, n, (float)sqrt((double)n));
+    cu_launch(ple_gate_kernel, (unsigned)(T * hc), row_threads(n), 0, c, y, key, query, value, hc,
+              n, (float)sqrt((double)n));
     CUDA_LAUNCHED(c);
 }
 
@@ -1086,8 +1108,7 @@ void cu_qsa_scores(const sl_backend *be, float *scores, const float *q, const fl
                    int32_t n_heads, int32_t n_blocks, int32_t d) {
     cu_ctx *c = cu_of(be);
     if (n_blocks <= 0) return;
-    cu_launch(qsa_scores_kernel, (unsigned)n_blocks, 128, 0, c,
-        scores, q, keys, n_heads, d, (float)sqrt((double)d));
+    cu_launch(qsa_scores_kernel, (unsigned)n_blocks, 128, 0, c, scores, q, keys, n_heads, d,
+              (float)sqrt((double)d));
     CUDA_LAUNCHED(c);
 }
-
