@@ -168,7 +168,7 @@ san: $(BUILD)/san/test_unit
 # families' code the config parser's registry links does (libgomp: gcc's OpenMP).
 FUZZ_LIB_SRC := $(filter-out src/kernels/%,$(LIB_SRC))
 FUZZ_KERNELS := $(filter $(BUILD)/src/kernels/%,$(LIB_OBJ))
-FUZZ_TARGETS := safetensors config pack tokenizer tokjson
+FUZZ_TARGETS := safetensors config pack tokenizer tokjson gguf
 FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -Iinclude -Isrc -MMD -MP \
                 $(if $(DEPS),-I$(DEPS)/include)
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
@@ -207,7 +207,7 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(FUZZ_
 fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@set -e; for t in $(FUZZ_TARGETS); do rm -rf $(BUILD)/fuzz/corpus_$$t; \
 	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_RUNS=$$(case $$t in \
-	        tokenizer) echo 40000;; tokjson) echo 200000;; *) echo 1000000;; esac); done
+	        tokenizer) echo 40000;; tokjson|gguf) echo 200000;; *) echo 1000000;; esac); done
 
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done
