@@ -14,43 +14,29 @@
 
 /* ============================ type tables ============================ */
 
-typedef struct ttype_info {
-    const char *name;
-    uint32_t block; /* elements per block */
-    uint32_t bytes; /* bytes per block */
-} ttype_info;
-
-/* Block layouts from ggml's definition (ggml-common.h), e.g. Q4_K: f16 d, f16 dmin, 12 bytes of
- * 6-bit scales/mins, 128 bytes of nibbles = 144 bytes per 256 weights. */
-static ttype_info ttype(uint32_t t) {
+sl_dtype sl_gguf_dtype(uint32_t t) {
     switch (t) {
-    case SL_GGML_F32: return (ttype_info){"F32", 1, 4};
-    case SL_GGML_F16: return (ttype_info){"F16", 1, 2};
-    case SL_GGML_BF16: return (ttype_info){"BF16", 1, 2};
-    case SL_GGML_Q4_0: return (ttype_info){"Q4_0", 32, 18};
-    case SL_GGML_Q4_1: return (ttype_info){"Q4_1", 32, 20};
-    case SL_GGML_Q5_0: return (ttype_info){"Q5_0", 32, 22};
-    case SL_GGML_Q5_1: return (ttype_info){"Q5_1", 32, 24};
-    case SL_GGML_Q8_0: return (ttype_info){"Q8_0", 32, 34};
-    case SL_GGML_Q2_K: return (ttype_info){"Q2_K", 256, 84};
-    case SL_GGML_Q3_K: return (ttype_info){"Q3_K", 256, 110};
-    case SL_GGML_Q4_K: return (ttype_info){"Q4_K", 256, 144};
-    case SL_GGML_Q5_K: return (ttype_info){"Q5_K", 256, 176};
-    case SL_GGML_Q6_K: return (ttype_info){"Q6_K", 256, 210};
-    case SL_GGML_IQ4_XS: return (ttype_info){"IQ4_XS", 256, 136};
-    case SL_GGML_MXFP4: return (ttype_info){"MXFP4", 32, 17};
-    default: return (ttype_info){"?", 0, 0};
+    case SL_GGML_F32: return SL_DTYPE_F32;
+    case SL_GGML_F16: return SL_DTYPE_F16;
+    case SL_GGML_BF16: return SL_DTYPE_BF16;
+    case SL_GGML_Q4_0: return SL_DTYPE_Q4_0;
+    case SL_GGML_Q4_1: return SL_DTYPE_Q4_1;
+    case SL_GGML_Q5_0: return SL_DTYPE_Q5_0;
+    case SL_GGML_Q5_1: return SL_DTYPE_Q5_1;
+    case SL_GGML_Q8_0: return SL_DTYPE_Q8_0;
+    case SL_GGML_Q2_K: return SL_DTYPE_Q2_K;
+    case SL_GGML_Q3_K: return SL_DTYPE_Q3_K;
+    case SL_GGML_Q4_K: return SL_DTYPE_Q4_K;
+    case SL_GGML_Q5_K: return SL_DTYPE_Q5_K;
+    case SL_GGML_Q6_K: return SL_DTYPE_Q6_K;
+    case SL_GGML_IQ4_XS: return SL_DTYPE_IQ4_XS;
+    case SL_GGML_MXFP4: return SL_DTYPE_MXFP4;
+    default: return SL_DTYPE_NONE;
     }
 }
 
 const char *sl_gguf_type_name(uint32_t type) {
-    return ttype(type).name;
-}
-uint32_t sl_gguf_block_size(uint32_t type) {
-    return ttype(type).block;
-}
-uint32_t sl_gguf_block_bytes(uint32_t type) {
-    return ttype(type).bytes;
+    return sl_dtype_name(sl_gguf_dtype(type));
 }
 
 /* Bytes of one scalar value type; 0 for STRING, ARRAY and unknown types. */
@@ -210,16 +196,17 @@ static sl_status parse_tensor(sl_gguf_tensor *t, rd *r, const char *path, int64_
     if (!rd_u32(r, &t->type) || !rd_u64(r, &t->offset))
         return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': info runs past the end of the file",
                        path, nm);
-    ttype_info ti = ttype(t->type);
-    if (!ti.block)
+    t->dtype = sl_gguf_dtype(t->type);
+    if (t->dtype == SL_DTYPE_NONE)
         return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': unknown or unsupported ggml type %u",
                        path, nm, t->type);
-    if ((uint64_t)t->ne[0] % ti.block)
+    const uint64_t block = (uint64_t)sl_dtype_block_size(t->dtype);
+    if ((uint64_t)t->ne[0] % block)
         return sl_fail(err, SL_ERR_FORMAT,
                        "%s: tensor '%s': row length %lld is not a multiple of %s's block of %u",
-                       path, nm, (long long)t->ne[0], ti.name, ti.block);
+                       path, nm, (long long)t->ne[0], sl_dtype_name(t->dtype), (unsigned)block);
     /* count <= 2^60 and at most 4 bytes per element (F32): below 2^62. */
-    t->nbytes = count / ti.block * ti.bytes;
+    t->nbytes = count / block * sl_dtype_block_bytes(t->dtype);
     return SL_OK;
 }
 

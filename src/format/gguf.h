@@ -17,13 +17,14 @@
  *
  * The file is mapped read-only; string values and tensor data are views into the mapping.
  * Every count, length and offset is checked against the bytes left and against overflow
- * before use; tensor byte sizes come from the type table (block size, bytes per block) and
- * each tensor's bytes must lie inside the file. Errors name the file and the key or tensor.
+ * before use; tensor byte sizes come from the dtype table (format/tensor.h: block size, bytes
+ * per block) and each tensor's bytes must lie inside the file. Errors name the file and the key or tensor.
  */
 #ifndef SL_GGUF_H
 #define SL_GGUF_H
 
 #include "core/common.h"
+#include "format/tensor.h"
 
 /* Metadata value types, as numbered in the file. */
 typedef enum sl_gguf_vtype {
@@ -83,6 +84,7 @@ typedef struct sl_gguf_kv {
 typedef struct sl_gguf_tensor {
     char *name;                   /* heap copy, NUL-terminated */
     uint32_t type;                /* sl_gguf_ttype */
+    sl_dtype dtype;               /* the same type as sluice names it */
     int32_t n_dims;               /* 1..4 */
     int64_t ne[SL_GGUF_MAX_DIMS]; /* ne[0] innermost (row length); unused dims are 1 */
     uint64_t offset;              /* from the start of the data section */
@@ -112,11 +114,10 @@ sl_status sl_gguf_parse(sl_gguf_file *f, const char *path, const void *bytes, si
 sl_status sl_gguf_open(sl_gguf_file *f, const char *path, sl_error *err);
 void sl_gguf_close(sl_gguf_file *f);
 
-/* Name of a ggml type ("Q4_K"), "?" if unknown; block size in elements and bytes per block
- * (both 0 for a type this reader refuses). */
+/* The sl_dtype of a ggml type id (SL_DTYPE_NONE for one this reader refuses; block sizes and
+ * bytes come from format/tensor.h), and its name ("Q4_K"; "?" if refused). */
+sl_dtype sl_gguf_dtype(uint32_t type);
 const char *sl_gguf_type_name(uint32_t type);
-uint32_t sl_gguf_block_size(uint32_t type);
-uint32_t sl_gguf_block_bytes(uint32_t type);
 
 /* Metadata. find returns NULL when absent. The getters fail with SL_ERR_FORMAT naming the file
  * and key when the key is absent or its type does not fit: integer getters take any integer

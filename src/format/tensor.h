@@ -27,6 +27,21 @@ typedef enum sl_dtype {
      * w = q * scale + bias with BF16 scale and bias per group. */
     SL_DTYPE_Q8, /* one byte per weight, q in [0, 255] */
     SL_DTYPE_Q4, /* two per byte, low nibble first, q in [0, 15]; rows padded to whole bytes */
+    /* ggml's block formats (GGUF files): a row is a whole number of self-contained blocks
+     * (scales inside), laid out as ggml defines them (ggml-common.h); sl_dtype_block_size
+     * elements in sl_dtype_block_bytes bytes. */
+    SL_DTYPE_Q8_0,
+    SL_DTYPE_Q4_0,
+    SL_DTYPE_Q4_1,
+    SL_DTYPE_Q5_0,
+    SL_DTYPE_Q5_1,
+    SL_DTYPE_Q2_K,
+    SL_DTYPE_Q3_K,
+    SL_DTYPE_Q4_K,
+    SL_DTYPE_Q5_K,
+    SL_DTYPE_Q6_K,
+    SL_DTYPE_IQ4_XS,
+    SL_DTYPE_MXFP4,
     SL_DTYPE_COUNT
 } sl_dtype;
 
@@ -46,10 +61,19 @@ typedef struct sl_tensor {
     const uint16_t *biases;
 } sl_tensor;
 
-/* Bytes per element; 0 for NONE and for Q4 (half a byte: use sl_row_bytes). */
+/* Bytes per element; 0 for NONE, for Q4 (half a byte) and for block types: use sl_row_bytes. */
 size_t sl_dtype_size(sl_dtype t);
-/* Bytes of one row of cols elements (Q4 rounds up to whole bytes). */
+/* Bytes of one row of cols elements (Q4 rounds up to whole bytes; a block type's cols must be
+ * a multiple of its block size, which loaders check). */
 size_t sl_row_bytes(sl_dtype t, int64_t cols);
+/* Block types: elements per block and bytes per block; 1 and sl_dtype_size for the others. */
+int32_t sl_dtype_block_size(sl_dtype t);
+size_t sl_dtype_block_bytes(sl_dtype t);
+static inline int sl_dtype_is_block(sl_dtype t) {
+    return t >= SL_DTYPE_Q8_0 && t <= SL_DTYPE_MXFP4;
+}
+/* Bits per weight as stored ("4.5" for Q4_0); scales and biases of Q8/Q4 counted. */
+double sl_dtype_bits(sl_dtype t);
 /* Quantisation groups in a row of cols elements. */
 static inline int64_t sl_qgroups(int64_t cols) {
     return (cols + SL_QGROUP - 1) / SL_QGROUP;
@@ -57,7 +81,7 @@ static inline int64_t sl_qgroups(int64_t cols) {
 static inline int sl_dtype_is_quant(sl_dtype t) {
     return t == SL_DTYPE_Q8 || t == SL_DTYPE_Q4;
 }
-/* Safetensors spelling ("BF16"); "?" for NONE. */
+/* Safetensors spelling ("BF16"), ggml's for block types ("Q4_K"); "?" for NONE. */
 const char *sl_dtype_name(sl_dtype t);
 /* Parses the safetensors spelling; SL_DTYPE_NONE if unknown. */
 sl_dtype sl_dtype_from_name(const char *s);

@@ -256,11 +256,16 @@ TEST(gguf_type_table) {
     } want[] = {{0, 1, 4},      {1, 1, 2},      {30, 1, 2},     {2, 32, 18},    {3, 32, 20},
                 {6, 32, 22},    {7, 32, 24},    {8, 32, 34},    {10, 256, 84},  {11, 256, 110},
                 {12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {23, 256, 136}, {39, 32, 17}};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        CHECKF(sl_gguf_block_size(want[i].id) == want[i].block &&
-                   sl_gguf_block_bytes(want[i].id) == want[i].bytes,
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        sl_dtype dt = sl_gguf_dtype(want[i].id);
+        CHECKF(dt != SL_DTYPE_NONE && (uint32_t)sl_dtype_block_size(dt) == want[i].block &&
+                   sl_dtype_block_bytes(dt) == want[i].bytes &&
+                   sl_row_bytes(dt, 2 * want[i].block) == 2 * want[i].bytes,
                "type %u", want[i].id);
-    CHECK(sl_gguf_block_size(9) == 0 && sl_gguf_block_size(1000) == 0);
+    }
+    CHECK(sl_gguf_dtype(9) == SL_DTYPE_NONE && sl_gguf_dtype(1000) == SL_DTYPE_NONE);
+    CHECK(sl_dtype_bits(SL_DTYPE_Q4_0) == 4.5 && sl_dtype_bits(SL_DTYPE_Q4_K) == 4.5 &&
+          sl_dtype_bits(SL_DTYPE_Q6_K) == 6.5625 && sl_dtype_bits(SL_DTYPE_BF16) == 16.0);
     CHECK(strcmp(sl_gguf_type_name(1000), "?") == 0);
 }
 
