@@ -144,7 +144,8 @@ typedef struct sl_model_info {
     int32_t n_heads, n_kv_heads, head_dim;
     int32_t moe_intermediate_size;
     int32_t shared_expert;      /* has a shared expert */
-    int32_t packed;             /* a sluice pack (else a Hugging Face directory) */
+    int32_t packed;             /* a sluice pack */
+    const char *source;         /* "Hugging Face checkpoint", "sluice pack" or "GGUF" */
     const char *weights;        /* storage of the routed experts: "int8", "int4", "BF16", ... */
     int64_t resident_bytes;     /* every tensor except routed experts */
     int64_t expert_bytes;       /* one routed expert (gate, up, down, scales) */
@@ -160,15 +161,23 @@ typedef struct sl_model_info {
                                  * verified; 'sluice verify --upgrade' adds them) */
 } sl_model_info;
 
-/* Says whether path is a model directory sluice reads: *packed = 1 for a sluice pack
- * (manifest.json, core.bin), 0 for a Hugging Face checkpoint (config.json). Anything else
- * (no such path, a file, GGUF, a pack without core.bin) is an error of one line naming
- * path and saying what to give instead. sl_model_load starts with it. */
-sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err);
+/* What a MODEL path can be. */
+typedef enum sl_model_kind {
+    SL_MODEL_HF = 0,   /* a Hugging Face checkpoint directory (config.json, *.safetensors) */
+    SL_MODEL_PACK = 1, /* a directory made by 'sluice pack' (manifest.json, core.bin) */
+    SL_MODEL_GGUF = 2, /* a GGUF file, or the first of a split set (-00001-of-0000N.gguf) */
+} sl_model_kind;
+
+/* Says whether path is a model sluice reads, and which kind (*kind, an sl_model_kind).
+ * Anything else (no such path, another file, a directory of GGUF files, a pack without
+ * core.bin) is an error of one line naming path and saying what to give instead.
+ * sl_model_load starts with it. */
+sl_status sl_model_check_dir(const char *path, int32_t *kind, sl_error *err);
 /* The model's positions (max_position_embeddings) and vocabulary size from its config alone,
  * without reading a weight: a caller can refuse a prompt that cannot run before a load. */
 sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size, sl_error *err);
-/* Loads a Hugging Face checkpoint directory (config.json + safetensors) or a sluice pack. */
+/* Loads a Hugging Face checkpoint directory (config.json + safetensors), a sluice pack or a
+ * GGUF file. */
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err);
 void sl_model_free(sl_model *model);

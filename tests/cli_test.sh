@@ -10,17 +10,9 @@ FIX=${2:-tests/fixtures}
 
 json_field() { python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))' "$@"; }
 
-for dir in "$FIX"/*/; do
-    dir=${dir%/}
-    [ -f "$dir/ref.json" ] || continue
-    name=$(basename "$dir")
-    ids=$(json_field "$dir/ref.json" ids)
-    greedy=$(json_field "$dir/ref.json" greedy)
-    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$dir/ref.json")
-    got=$("$BIN" generate "$dir" --ids "$ids" -n "$n" 2>/dev/null | tail -n 1)
-    if [ "$got" = "$greedy" ]; then ok "generate $name"; else bad "generate $name: got '$got' want '$greedy'"; fi
-    if "$BIN" logits "$dir" --ids "$ids" --out "$TMP/l.f32" 2>"$TMP/err" &&
-        python3 - "$TMP/l.f32" "$dir/logits.f32" <<'PY'; then
+# logits_close NAME FILE REF: relative L2 distance of two T x V float32 files at most 1e-4.
+logits_close() {
+    python3 - "$2" "$3" <<'PY'
 import array, math, sys
 a, b = array.array("f"), array.array("f")
 a.frombytes(open(sys.argv[1], "rb").read())
@@ -30,10 +22,34 @@ num = sum((x - y) ** 2 for x, y in zip(a, b))
 den = sum(y * y for y in b)
 sys.exit(0 if math.sqrt(num / den) <= 1e-4 else 1)
 PY
+}
+
+# check_ref NAME MODEL REFDIR: greedy ids and logits of MODEL against REFDIR's transformers run.
+check_ref() {
+    local name=$1 model=$2 dir=$3
+    ids=$(json_field "$dir/ref.json" ids)
+    greedy=$(json_field "$dir/ref.json" greedy)
+    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$dir/ref.json")
+    got=$("$BIN" generate "$model" --ids "$ids" -n "$n" 2>/dev/null | tail -n 1)
+    if [ "$got" = "$greedy" ]; then ok "generate $name"; else bad "generate $name: got '$got' want '$greedy'"; fi
+    if "$BIN" logits "$model" --ids "$ids" --out "$TMP/l.f32" 2>"$TMP/err" &&
+        logits_close "$name" "$TMP/l.f32" "$dir/logits.f32"; then
         ok "logits $name"
     else
         bad "logits $name $(cat "$TMP/err")"
     fi
+}
+
+for dir in "$FIX"/*/; do
+    dir=${dir%/}
+    [ -f "$dir/ref.json" ] || continue
+    check_ref "$(basename "$dir")" "$dir" "$dir"
+done
+# GGUF files llama.cpp's converter made of the fixtures (tests/fixtures/gguf/README.md): the
+# same weights, so the same transformers reference.
+for f in "$FIX"/gguf/*.gguf; do
+    base=$(basename "$f" .gguf)
+    check_ref "gguf $base" "$f" "$FIX/${base%.*}"
 done
 
 M="$FIX/qwen3_gqa_untied"
@@ -339,13 +355,13 @@ expect_fail "generate: a file as MODEL names its directory" "$W" "$BIN" generate
 expect_fail "logits: a file as MODEL names its directory" "$W" "$BIN" logits "$F" --ids 1 --out "$TMP/l.f32"
 expect_fail "pack: a file as SRC names its directory" "$W" "$BIN" pack "$F" "$TMP/pk"
 printf 'GGUF\3\0\0\0' >"$TMP/model-Q4_K_M.gguf"
-expect_fail "inspect a .gguf file" "model-Q4_K_M.gguf is a GGUF file: GGUF is not supported yet; download the model's Hugging Face checkpoint.*sluice pack" \
+expect_fail "inspect a truncated .gguf file" "model-Q4_K_M.gguf: 8 bytes, too short for a GGUF file" \
     "$BIN" inspect "$TMP/model-Q4_K_M.gguf"
 mkdir -p "$TMP/gguf" && cp "$TMP/model-Q4_K_M.gguf" "$TMP/gguf/"
-expect_fail "generate on a directory of .gguf files" "holds only GGUF files: GGUF is not supported yet" "$BIN" generate "$TMP/gguf" --ids 1
+expect_fail "generate on a directory of .gguf files" "holds only GGUF files: give the GGUF file itself .*model-Q4_K_M.gguf" "$BIN" generate "$TMP/gguf" --ids 1
 expect_fail "pack a directory of .gguf files" "holds only GGUF files" "$BIN" pack "$TMP/gguf" "$TMP/pg"
 # run, chat and serve read the tokenizer before the model: the same one line first
-expect_fail "run on a .gguf file" "is a GGUF file: GGUF is not supported yet" "$BIN" run "$TMP/model-Q4_K_M.gguf" -p hi
+expect_fail "run on a truncated .gguf file" "model-Q4_K_M.gguf: 8 bytes, too short for a GGUF file" "$BIN" run "$TMP/model-Q4_K_M.gguf" -p hi
 expect_fail "chat on a directory of .gguf files" "holds only GGUF files" "$BIN" chat "$TMP/gguf" </dev/null
 expect_fail "serve on a model's file" "is a file: MODEL is the directory that holds the model" \
     "$BIN" serve "$FIX/qwen2_odd/config.json" --port 0

@@ -46,7 +46,7 @@ int cli_inspect(int argc, char **argv) {
     char s1[32], s2[32], s3[32];
     const double active = (double)i.resident_bytes +
                           (double)i.n_moe_layers * i.n_experts_used * (double)i.expert_bytes;
-    printf("model          %s (%s)\n", dir, i.packed ? "sluice pack" : "Hugging Face checkpoint");
+    printf("model          %s (%s)\n", dir, i.source);
     printf("architecture   %s\n", i.arch);
     printf("layers         %d (%d with routed experts)\n", i.n_layers, i.n_moe_layers);
     printf("hidden         %d, %d heads / %d KV heads of %d\n", i.hidden_size, i.n_heads,

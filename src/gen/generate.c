@@ -1,6 +1,8 @@
 /* The generation loop shared by run, chat and serve (see generate.h). */
 #include "gen/generate.h"
 
+#include "format/gguf.h"
+
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,9 +24,15 @@ void sl_gen_reset(sl_gen *g) {
 sl_status sl_gen_init(sl_gen *g, const sl_gen_setup *su, sl_error *err) {
     /* What MODEL is comes first (a file, a GGUF, a partial pack: the loader's one clear line),
      * since the tokenizer is read before the model. */
-    int32_t packed;
-    sl_status st = sl_model_check_dir(su->model, &packed, err);
+    int32_t kind;
+    sl_status st = sl_model_check_dir(su->model, &kind, err);
     if (st) return st;
+    if (kind == SL_MODEL_GGUF) { /* a GGUF that does not parse says so before anything else */
+        sl_gguf_file f = {0};
+        st = sl_gguf_open(&f, su->model, err);
+        sl_gguf_close(&f);
+        if (st) return st;
+    }
     /* A model directory without its tokenizer (a pack made without one, a bare checkpoint):
      * say where else it can come from. */
     struct stat sb;

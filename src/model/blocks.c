@@ -113,8 +113,9 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
                         "layers.%d.mlp.shared_expert_gate.weight", l);
 }
 
-/* Layer l's routed experts of a Hugging Face checkpoint into ex[E]: fused tensors
- * (gate_up_proj [E, 2I, H], down_proj [E, H, I]) if it has them, else one set per expert. */
+/* Layer l's routed experts of a checkpoint into ex[E]: fused tensors (gate_up_proj [E, 2I, H],
+ * down_proj [E, H, I]) if it has them, else stacked ones (gate_proj and up_proj [E, I, H],
+ * down_proj: GGUF's ffn_*_exps), else one set per expert. */
 static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, int32_t E, int64_t H,
                                  int64_t I, sl_error *err) {
     sl_status st;
@@ -131,6 +132,22 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
             ex[e].gate = sl_tensor_rows(&m, 0, I);
             ex[e].up = sl_tensor_rows(&m, I, I);
             ex[e].down = sl_tensor_slice(&down, e);
+        }
+        return SL_OK;
+    }
+    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_proj", l);
+    if (sl_ckpt_find(ck, name)) {
+        sl_tensor g, u, d;
+        if ((st = sl_ckpt_bind(ck, &g, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err, "%s", name)) ||
+            (st = sl_ckpt_bind(ck, &u, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
+                               "layers.%d.mlp.experts.up_proj", l)) ||
+            (st = sl_ckpt_bind(ck, &d, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
+                               "layers.%d.mlp.experts.down_proj", l)))
+            return st;
+        for (int32_t e = 0; e < E; e++) {
+            ex[e].gate = sl_tensor_slice(&g, e);
+            ex[e].up = sl_tensor_slice(&u, e);
+            ex[e].down = sl_tensor_slice(&d, e);
         }
         return SL_OK;
     }

@@ -2,6 +2,7 @@
 #include "model/checkpoint.h"
 
 #include "format/pack.h"
+#include "model/gguf_ckpt.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -104,14 +105,37 @@ static sl_status shards_from_dir(const char *dir, char ***names, int32_t *n, sl_
     return st;
 }
 
+const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e) {
+    return ck->gguf ? ck->gguf[e->file].path : ck->files[e->file].path;
+}
+
+/* Sorts the entries by name, refuses a name twice and picks the name prefix. */
+static sl_status index_entries(sl_ckpt *ck, sl_error *err) {
+    qsort(ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);
+    for (int32_t i = 1; i < ck->n_entries; i++)
+        if (strcmp(ck->entries[i].t->name, ck->entries[i - 1].t->name) == 0)
+            return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s' appears twice (%s, %s)", ck->dir,
+                           ck->entries[i].t->name, sl_ckpt_path(ck, &ck->entries[i - 1]),
+                           sl_ckpt_path(ck, &ck->entries[i]));
+    /* The multimodal layout nests the text model one level deeper. */
+    for (int32_t i = 0; i < ck->n_entries; i++)
+        if (strncmp(ck->entries[i].t->name, "model.language_model.", 21) == 0) {
+            ck->prefix = "model.language_model.";
+            break;
+        }
+    return SL_OK;
+}
+
 sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     memset(ck, 0, sizeof *ck);
     ck->prefix = "model.";
     if (!(ck->dir = strdup(dir))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    sl_status st;
+    if (file_exists(dir) && sl_gguf_is_file(dir))
+        return (st = sl_gguf_ckpt_open(ck, dir, err)) ? st : index_entries(ck, err);
     char path[4096];
     char **names = NULL;
     int32_t n = 0;
-    sl_status st;
     /* A packed directory has one core.bin; a Hugging Face one has safetensors. */
     snprintf(path, sizeof path, "%s/core.bin", dir);
     const int packed = file_exists(path);
@@ -147,19 +171,7 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     for (int32_t f = 0; f < ck->n_files; f++)
         for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
             ck->entries[ck->n_entries++] = (sl_ckpt_entry){&ck->files[f].tensors[i], f};
-    qsort(ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);
-    for (int32_t i = 1; i < ck->n_entries; i++)
-        if (strcmp(ck->entries[i].t->name, ck->entries[i - 1].t->name) == 0)
-            return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s' appears in two shards (%s, %s)",
-                           dir, ck->entries[i].t->name, ck->files[ck->entries[i - 1].file].path,
-                           ck->files[ck->entries[i].file].path);
-    /* The multimodal layout nests the text model one level deeper. */
-    for (int32_t i = 0; i < ck->n_entries; i++)
-        if (strncmp(ck->entries[i].t->name, "model.language_model.", 21) == 0) {
-            ck->prefix = "model.language_model.";
-            break;
-        }
-    return SL_OK;
+    return index_entries(ck, err);
 }
 
 void sl_ckpt_close(sl_ckpt *ck) {
@@ -167,6 +179,11 @@ void sl_ckpt_close(sl_ckpt *ck) {
     for (int32_t i = 0; i < ck->n_files; i++)
         sl_st_close(&ck->files[i]);
     free(ck->files);
+    for (int32_t i = 0; i < ck->n_gguf; i++)
+        sl_gguf_close(&ck->gguf[i]);
+    free(ck->gguf);
+    free(ck->views);
+    free(ck->names);
     free(ck->entries);
     free(ck->dir);
     memset(ck, 0, sizeof *ck);
@@ -176,6 +193,12 @@ sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err) {
     for (int32_t i = 0; i < ck->n_files; i++) {
         sl_status st = sl_st_check_size(&ck->files[i], err);
         if (st) return st;
+    }
+    for (int32_t i = 0; i < ck->n_gguf; i++) {
+        struct stat sb;
+        if (stat(ck->gguf[i].path, &sb) != 0 || (uint64_t)sb.st_size < ck->gguf[i].size)
+            return sl_fail(err, SL_ERR_IO, "%s: the file shrank or went away under the model",
+                           ck->gguf[i].path);
     }
     return SL_OK;
 }
@@ -210,9 +233,10 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
                        name[0] == '/' ? "" : ck->prefix, name[0] == '/' ? name + 1 : name);
     }
     const sl_tensor *t = e->t;
-    const char *file = ck->files[e->file].path;
+    const char *file = sl_ckpt_path(ck, e);
+    /* Block types hold matrices (rows of whole blocks): never a vector. */
     if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
-        !(sl_dtype_is_quant(t->dtype) && ndim == 2))
+        !(sl_dtype_is_quant(t->dtype) && ndim == 2) && !(sl_dtype_is_block(t->dtype) && ndim >= 2))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: tensor '%s': dtype %s (expected BF16, F16 "
                        "or F32)",
@@ -250,7 +274,7 @@ sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
 sl_tensor sl_tensor_slice(const sl_tensor *t, int64_t i) {
     SL_ASSERT(t->ndim == 3 && i >= 0 && i < t->shape[0]);
     sl_tensor v = *t;
-    size_t mat_bytes = (size_t)(t->shape[1] * t->shape[2]) * sl_dtype_size(t->dtype);
+    size_t mat_bytes = (size_t)t->shape[1] * sl_row_bytes(t->dtype, t->shape[2]);
     v.data = (const uint8_t *)t->data + (size_t)i * mat_bytes;
     v.ndim = 2;
     v.shape[0] = t->shape[1];

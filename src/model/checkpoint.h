@@ -14,25 +14,35 @@
 
 #include "format/safetensors.h"
 
+typedef struct sl_gguf_file sl_gguf_file;
+
 typedef struct sl_ckpt_entry {
     const sl_tensor *t;
-    int32_t file; /* index into files */
+    int32_t file; /* index into files (or gguf) */
 } sl_ckpt_entry;
 
 typedef struct sl_ckpt {
-    char *dir;
+    char *dir; /* the directory, or the GGUF file */
     int32_t n_files;
-    sl_st_file *files;
+    sl_st_file *files; /* safetensors shards, or a pack's core.bin */
+    int32_t n_gguf;
+    sl_gguf_file *gguf; /* a GGUF file and the rest of its split set (gguf_ckpt.h) */
+    sl_tensor *views;   /* GGUF: the tensors under Hugging Face names */
+    char *names;        /* GGUF: those names, one allocation */
     int32_t n_entries;
     sl_ckpt_entry *entries; /* sorted by name */
     const char *prefix;     /* "model." or "model.language_model." */
 } sl_ckpt;
 
+/* dir: a checkpoint directory, a pack, or a GGUF file (gguf_ckpt.h). */
 sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err);
 void sl_ckpt_close(sl_ckpt *ck);
 /* Every mapped file still as long as its mapping (sl_st_check_size): a cheap fstat each, so
  * a file truncated under a running model fails a request instead of raising SIGBUS. */
 sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err);
+
+/* The file an entry is in, for messages. */
+const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e);
 
 /* Looks a tensor up by (unprefixed) name; NULL when absent. */
 const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name);

@@ -16,6 +16,7 @@
 
 #include "format/pack.h"
 #include "model/blocks.h"
+#include "model/gguf_ckpt.h"
 
 /* A packed model's config is the "config" object of its manifest; *version its format. */
 static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
@@ -159,28 +160,14 @@ static int is_other_in(const char *dir, const char *name, sl_error *err) {
     return fd < 0;
 }
 
-/* A GGUF file by name or by its magic (a renamed download still says what it is). */
-static int is_gguf(const char *path) {
-    if (has_suffix(path, ".gguf")) return 1;
-    char magic[4] = {0};
-    int fd = sl_open_regular(path, O_RDONLY, NULL, NULL); /* a FIFO would block fopen */
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, magic, 4);
-    close(fd);
-    return n == 4 && memcmp(magic, "GGUF", 4) == 0;
-}
-
-/* Every message about a GGUF model ends with what to get instead. */
-#define GGUF_INSTEAD                                                                               \
-    "GGUF is not supported yet; download the model's Hugging Face checkpoint (a directory with "   \
-    "config.json and *.safetensors) and give that directory, or pack it once with 'sluice pack'"
-
-sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err) {
+sl_status sl_model_check_dir(const char *path, int32_t *kind, sl_error *err) {
     struct stat sb;
     if (stat(path, &sb) != 0) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) {
-        if (is_gguf(path))
-            return sl_fail(err, SL_ERR_UNSUPPORTED, "%s is a GGUF file: " GGUF_INSTEAD, path);
+        if (S_ISREG(sb.st_mode) && sl_gguf_is_file(path)) {
+            *kind = SL_MODEL_GGUF;
+            return SL_OK;
+        }
         /* A file of a model directory (config.json, a shard, core.bin): name the directory. */
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", path);
@@ -208,44 +195,57 @@ sl_status sl_model_check_dir(const char *path, int32_t *packed, sl_error *err) {
                            "copy the whole pack again, or pack the checkpoint again with "
                            "'sluice pack'",
                            path);
-        *packed = 1;
+        *kind = SL_MODEL_PACK;
         return SL_OK;
     }
     int32_t n_safetensors = 0, n_gguf = 0;
+    char first_gguf[256] = "";
     DIR *d = opendir(path);
     if (!d) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
     for (struct dirent *e; (e = readdir(d));) {
         n_safetensors += has_suffix(e->d_name, ".safetensors");
-        n_gguf += has_suffix(e->d_name, ".gguf");
+        if (has_suffix(e->d_name, ".gguf") && n_gguf++ == 0)
+            snprintf(first_gguf, sizeof first_gguf, "%s", e->d_name);
     }
     closedir(d);
     if (n_gguf && !n_safetensors)
-        return sl_fail(err, SL_ERR_UNSUPPORTED, "%s holds only GGUF files: " GGUF_INSTEAD, path);
+        return sl_fail(err, SL_ERR_ARG,
+                       "%s holds only GGUF files: give the GGUF file itself (the first part of a "
+                       "split set), e.g. %s/%s",
+                       path, path, first_gguf);
     if (!is_file_in(path, "config.json"))
         return sl_fail(err, SL_ERR_IO,
                        "%s is not a model directory: it has neither config.json (a Hugging Face "
                        "checkpoint) nor manifest.json (a directory made by 'sluice pack')",
                        path);
-    *packed = 0;
+    *kind = SL_MODEL_HF;
     return SL_OK;
 }
 
-/* The config of the model in dir (config.json, or a pack's manifest), its path into path. */
-static sl_status read_config(const char *dir, sl_config *cfg, int32_t *packed,
-                             int32_t *pack_version, char *path, size_t path_size, sl_error *err) {
-    sl_status st = sl_model_check_dir(dir, packed, err);
+/* The config of the model in dir (config.json, a pack's manifest, or a GGUF file's metadata),
+ * its path into path. */
+static sl_status read_config(const char *dir, sl_config *cfg, int32_t *kind, int32_t *pack_version,
+                             char *path, size_t path_size, sl_error *err) {
+    sl_status st = sl_model_check_dir(dir, kind, err);
     if (st) return st;
-    snprintf(path, path_size, "%s/%s", dir, *packed ? "manifest.json" : "config.json");
-    return *packed ? load_manifest_config(cfg, path, pack_version, err)
-                   : sl_config_load(cfg, path, err);
+    if (*kind == SL_MODEL_GGUF) {
+        snprintf(path, path_size, "%s", dir);
+        char *text = NULL;
+        if (!(st = sl_gguf_config_text(dir, &text, err))) st = sl_config_parse(cfg, text, dir, err);
+        free(text);
+        return st;
+    }
+    snprintf(path, path_size, "%s/%s", dir, *kind == SL_MODEL_PACK ? "manifest.json" : "config.json");
+    return *kind == SL_MODEL_PACK ? load_manifest_config(cfg, path, pack_version, err)
+                                  : sl_config_load(cfg, path, err);
 }
 
 sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_size,
                         sl_error *err) {
     sl_config cfg = {0};
-    int32_t packed, version;
+    int32_t kind, version;
     char path[4096];
-    sl_status st = read_config(dir, &cfg, &packed, &version, path, sizeof path, err);
+    sl_status st = read_config(dir, &cfg, &kind, &version, path, sizeof path, err);
     if (!st) {
         *max_position = cfg.max_position;
         *vocab_size = cfg.vocab_size;
@@ -261,13 +261,14 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m) return SL_ERR_NOMEM;
     const sl_model_params p = params ? *params : (sl_model_params){0};
     char path[4096];
-    sl_status st = read_config(dir, &m->cfg, &m->packed, &m->pack_version, path, sizeof path, err);
+    sl_status st = read_config(dir, &m->cfg, &m->kind, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
+    m->packed = m->kind == SL_MODEL_PACK;
     if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
         st = sl_fail(err, SL_ERR_ARG,
                      "%s: --experts resident/stream need a packed model "
-                     "(sluice pack); a Hugging Face directory is always memory-mapped",
-                     dir);
+                     "(sluice pack); a %s is always memory-mapped",
+                     dir, m->kind == SL_MODEL_GGUF ? "GGUF file" : "Hugging Face directory");
         goto fail;
     }
     m->family = m->cfg.family;
@@ -398,6 +399,9 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .moe_intermediate_size = c->moe_intermediate_size,
         .shared_expert = shared,
         .packed = m->packed,
+        .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
+                  : m->kind == SL_MODEL_GGUF ? "GGUF"
+                                             : "Hugging Face checkpoint",
         .pack_version = m->packed ? m->pack_version : 0,
         .weights = weights,
         .resident_bytes = resident,

@@ -287,7 +287,7 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
             t->dtype != SL_DTYPE_I64) {
             free(items);
             return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s cannot be packed",
-                           ck->files[ck->entries[i].file].path, t->name, sl_dtype_name(t->dtype));
+                           sl_ckpt_path(ck, &ck->entries[i]), t->name, sl_dtype_name(t->dtype));
         }
         core_item *it = &items[n++];
         it->src = t;
@@ -614,11 +614,16 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     sl_pack_params p = params ? *params : (sl_pack_params){0};
     char path[4096], src[4200], hex[65];
     struct stat sb;
-    int32_t src_packed = 0;
+    int32_t src_kind = 0;
     int created = 0;
-    sl_status st = sl_model_check_dir(src_dir, &src_packed, err);
+    sl_status st = sl_model_check_dir(src_dir, &src_kind, err);
     if (st) return st;
-    if (src_packed)
+    if (src_kind == SL_MODEL_GGUF)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: packing a GGUF file is not supported yet; run it directly (sluice "
+                       "run|generate|serve %s)",
+                       src_dir, src_dir);
+    if (src_kind == SL_MODEL_PACK)
         return sl_fail(err, SL_ERR_ARG,
                        "%s is already packed: pack reads Hugging Face checkpoints; give the "
                        "checkpoint it was made from ('sluice verify --upgrade' brings an older "
@@ -750,14 +755,13 @@ static int is_hex64(const char *s) {
 static sl_status pack_describe(const char *dir, pack_desc *d, sl_error *err) {
     memset(d, 0, sizeof *d);
     char path[4096];
-    int32_t packed = 0;
-    sl_status st = sl_model_check_dir(dir, &packed, err);
+    int32_t kind = 0;
+    sl_status st = sl_model_check_dir(dir, &kind, err);
     if (st) return st;
-    if (!packed)
+    if (kind != SL_MODEL_PACK)
         return sl_fail(err, SL_ERR_ARG,
-                       "%s is a Hugging Face checkpoint, not a sluice pack: verify checks packs "
-                       "made by 'sluice pack'",
-                       dir);
+                       "%s is a %s, not a sluice pack: verify checks packs made by 'sluice pack'",
+                       dir, kind == SL_MODEL_GGUF ? "GGUF file" : "Hugging Face checkpoint");
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     if (!(d->man = load_json(path, err))) return SL_ERR_FORMAT;
     json_t *ver = json_object_get(d->man, "version"), *cj = json_object_get(d->man, "config");

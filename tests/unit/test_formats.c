@@ -366,18 +366,21 @@ TEST(test_model_dir_errors) {
     snprintf(path, sizeof path, "%s/notes.txt", tmp);
     test_write_file(path, "x", 1);
     expect_load_error(path, SL_ERR_ARG, "notes.txt is a file, not a model directory", NULL);
-    /* GGUF: a file by name, one by magic, and a directory of them. */
+    /* GGUF: a file by name, one by magic (both GGUF models, these ones truncated), and a
+     * directory of them. */
     snprintf(path, sizeof path, "%s/model-Q4_K_M.gguf", tmp);
     test_write_file(path, "GGUF\3\0\0\0", 8);
-    expect_load_error(path, SL_ERR_UNSUPPORTED, "GGUF is not supported yet", "sluice pack");
+    CHECK(sl_model_check_dir(path, &packed, &err) == SL_OK && packed == SL_MODEL_GGUF);
+    expect_load_error(path, SL_ERR_FORMAT, "model-Q4_K_M.gguf: 8 bytes, too short", NULL);
     snprintf(path, sizeof path, "%s/renamed.bin", tmp);
     test_write_file(path, "GGUF\3\0\0\0", 8);
-    expect_load_error(path, SL_ERR_UNSUPPORTED, "renamed.bin is a GGUF file", "safetensors");
+    CHECK(sl_model_check_dir(path, &packed, &err) == SL_OK && packed == SL_MODEL_GGUF);
+    expect_load_error(path, SL_ERR_FORMAT, "renamed.bin: 8 bytes, too short", NULL);
     snprintf(dir, sizeof dir, "%s/gguf-only", tmp);
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/m.gguf", dir);
     test_write_file(path, "GGUF", 4);
-    expect_load_error(dir, SL_ERR_UNSUPPORTED, "holds only GGUF files", "config.json");
+    expect_load_error(dir, SL_ERR_ARG, "holds only GGUF files: give the GGUF file itself", "m.gguf");
     /* Neither kind of directory. */
     snprintf(dir, sizeof dir, "%s/empty-dir", tmp);
     mkdir(dir, 0755);
