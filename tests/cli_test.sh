@@ -49,7 +49,21 @@ done
 # same weights, so the same transformers reference.
 for f in "$FIX"/gguf/*.gguf; do
     base=$(basename "$f" .gguf)
-    check_ref "gguf $base" "$f" "$FIX/${base%.*}"
+    dir="$FIX/${base%.*}"
+    check_ref "gguf $base" "$f" "$dir"
+    # Experts streamed from the GGUF file itself: the same bits in every mode and cache size.
+    k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
+    ids=$(json_field "$dir/ref.json" ids)
+    "$BIN" logits "$f" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
+    same=1
+    for mode in "--experts resident" "--experts stream --cache-experts $k" \
+        "--experts stream --cache-experts $k --cache-policy lru --batch 3" \
+        "--experts stream --direct-io --cache-experts $((k + 1))"; do
+        # shellcheck disable=SC2086
+        "$BIN" logits "$f" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "gguf $base $mode: $(cat "$TMP/err")"; }
+    done
+    [ $same = 1 ] && ok "gguf $base: resident and streamed experts give the mapped bits"
 done
 
 M="$FIX/qwen3_gqa_untied"

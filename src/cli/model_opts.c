@@ -201,8 +201,8 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
     fprintf(stderr,
             "sluice: %s, experts %s %s (%.2f MB each), resident core %.1f MB, backend %s, "
             "%d threads, context %lld tokens\n",
-            in.source, in.weights, in.experts_mode,
-            (double)in.expert_bytes / 1e6, (double)in.resident_bytes / 1e6, in.backend,
+            in.source, in.weights, in.experts_mode, (double)in.expert_bytes / 1e6,
+            (double)in.resident_bytes / 1e6, in.backend,
             o->mp.n_threads ? o->mp.n_threads : (int)cores, (long long)ctx);
     if (!strcmp(in.experts_mode, "stream"))
         fprintf(stderr, "sluice: expert cache %d slots per MoE layer (%.1f MB), %s\n",

@@ -18,7 +18,8 @@
  * The file is mapped read-only; string values and tensor data are views into the mapping.
  * Every count, length and offset is checked against the bytes left and against overflow
  * before use; tensor byte sizes come from the dtype table (format/tensor.h: block size, bytes
- * per block) and each tensor's bytes must lie inside the file. Errors name the file and the key or tensor.
+ * per block) and each tensor's bytes must lie inside the file. Errors name the file and the key or
+ * tensor.
  */
 #ifndef SL_GGUF_H
 #define SL_GGUF_H

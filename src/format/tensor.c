@@ -12,11 +12,11 @@ static const struct {
     int32_t block;
     size_t bytes;
 } block_table[SL_DTYPE_COUNT] = {
-    [SL_DTYPE_Q8_0] = {"Q8_0", 32, 34},     [SL_DTYPE_Q4_0] = {"Q4_0", 32, 18},
-    [SL_DTYPE_Q4_1] = {"Q4_1", 32, 20},     [SL_DTYPE_Q5_0] = {"Q5_0", 32, 22},
-    [SL_DTYPE_Q5_1] = {"Q5_1", 32, 24},     [SL_DTYPE_Q2_K] = {"Q2_K", 256, 84},
-    [SL_DTYPE_Q3_K] = {"Q3_K", 256, 110},   [SL_DTYPE_Q4_K] = {"Q4_K", 256, 144},
-    [SL_DTYPE_Q5_K] = {"Q5_K", 256, 176},   [SL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
+    [SL_DTYPE_Q8_0] = {"Q8_0", 32, 34},       [SL_DTYPE_Q4_0] = {"Q4_0", 32, 18},
+    [SL_DTYPE_Q4_1] = {"Q4_1", 32, 20},       [SL_DTYPE_Q5_0] = {"Q5_0", 32, 22},
+    [SL_DTYPE_Q5_1] = {"Q5_1", 32, 24},       [SL_DTYPE_Q2_K] = {"Q2_K", 256, 84},
+    [SL_DTYPE_Q3_K] = {"Q3_K", 256, 110},     [SL_DTYPE_Q4_K] = {"Q4_K", 256, 144},
+    [SL_DTYPE_Q5_K] = {"Q5_K", 256, 176},     [SL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
     [SL_DTYPE_IQ4_XS] = {"IQ4_XS", 256, 136}, [SL_DTYPE_MXFP4] = {"MXFP4", 32, 17},
 };
 

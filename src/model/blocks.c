@@ -163,7 +163,47 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
     return SL_OK;
 }
 
-sl_status blk_bind_experts(sl_model *m, sl_error *err) {
+/* The store reads the bound experts from the checkpoint's files itself (modes resident and
+ * stream): each matrix's file and offset from where its view lies in the mappings. */
+static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_params *sp,
+                                 sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const int32_t E = c->n_experts, nl = c->n_layers, nf = sl_ckpt_n_files(&m->ck);
+    sl_expert_src *src = sl_calloc((size_t)nl, sizeof *src, err);
+    const char **paths = sl_calloc((size_t)SL_MAX(nf, 1), sizeof(char *), err);
+    sl_status st = src && paths ? SL_OK : SL_ERR_NOMEM;
+    for (int32_t i = 0; !st && i < nf; i++)
+        paths[i] = sl_ckpt_file(&m->ck, i);
+    for (int32_t l = 0; !st && l < nl; l++) {
+        if (!views[l]) continue;
+        sl_expert_extent *ext = sl_calloc((size_t)E * 3, sizeof *ext, err);
+        if (!ext) {
+            st = SL_ERR_NOMEM;
+            break;
+        }
+        src[l].ext = ext;
+        for (int32_t e = 0; !st && e < E; e++) {
+            const sl_tensor *mat[3] = {&views[l][e].gate, &views[l][e].up, &views[l][e].down};
+            for (int k = 0; !st && k < 3; k++) {
+                if (e == 0) src[l].proto[k] = *mat[k];
+                ext[3 * e + k].file = sl_ckpt_locate(&m->ck, mat[k]->data, &ext[3 * e + k].off);
+                if (ext[3 * e + k].file < 0 || mat[k]->dtype != src[l].proto[k].dtype)
+                    st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                                 "%s: layer %d, expert %d: %s is not a tensor of the files, or its "
+                                 "type differs from expert 0's",
+                                 m->ck.dir, l, e, mat[k]->name);
+            }
+        }
+    }
+    if (!st) st = sl_experts_open_files(&m->experts, nl, E, nf, paths, src, sp, err);
+    for (int32_t l = 0; src && l < nl; l++)
+        free((void *)src[l].ext);
+    free(src);
+    free(paths);
+    return st;
+}
+
+sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers;
     sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);
@@ -176,7 +216,10 @@ sl_status blk_bind_experts(sl_model *m, sl_error *err) {
             st = bind_hf_experts(&m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
                                  err);
     }
-    if (!st) st = sl_experts_open_views(&m->experts, nl, E, (const sl_expert *const *)views, err);
+    if (!st && sp->mode != SL_EXPERTS_MAPPED)
+        st = open_from_files(m, views, sp, err);
+    else if (!st)
+        st = sl_experts_open_views(&m->experts, nl, E, (const sl_expert *const *)views, err);
     for (int32_t l = 0; views && l < nl; l++)
         free(views[l]);
     free(views);

@@ -109,6 +109,26 @@ const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e) {
     return ck->gguf ? ck->gguf[e->file].path : ck->files[e->file].path;
 }
 
+int32_t sl_ckpt_n_files(const sl_ckpt *ck) {
+    return ck->gguf ? ck->n_gguf : ck->n_files;
+}
+
+const char *sl_ckpt_file(const sl_ckpt *ck, int32_t i) {
+    return ck->gguf ? ck->gguf[i].path : ck->files[i].path;
+}
+
+int32_t sl_ckpt_locate(const sl_ckpt *ck, const void *p, uint64_t *off) {
+    for (int32_t i = 0; i < sl_ckpt_n_files(ck); i++) {
+        const uint8_t *base = ck->gguf ? ck->gguf[i].map : ck->files[i].map;
+        const size_t size = ck->gguf ? ck->gguf[i].size : ck->files[i].size;
+        if (base && (const uint8_t *)p >= base && (const uint8_t *)p < base + size) {
+            *off = (uint64_t)((const uint8_t *)p - base);
+            return i;
+        }
+    }
+    return -1;
+}
+
 /* Sorts the entries by name, refuses a name twice and picks the name prefix. */
 static sl_status index_entries(sl_ckpt *ck, sl_error *err) {
     qsort(ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);

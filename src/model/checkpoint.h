@@ -41,6 +41,13 @@ void sl_ckpt_close(sl_ckpt *ck);
  * a file truncated under a running model fails a request instead of raising SIGBUS. */
 sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err);
 
+/* The checkpoint's files in order (safetensors shards, or GGUF parts): their count, file i's
+ * path, and which of them a pointer into their mappings lies in (-1: none), *off the byte
+ * offset there. The expert store reads experts from the files themselves with these. */
+int32_t sl_ckpt_n_files(const sl_ckpt *ck);
+const char *sl_ckpt_file(const sl_ckpt *ck, int32_t i);
+int32_t sl_ckpt_locate(const sl_ckpt *ck, const void *p, uint64_t *off);
+
 /* The file an entry is in, for messages. */
 const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e);
 

@@ -225,10 +225,10 @@ static sl_status config_json(const sl_gguf_file *parts, int32_t n_parts, json_t 
         uint32_t vl;
         if ((st = sl_gguf_get_u32(f, k, &vl, err))) goto fail;
         if ((json_int_t)vl != json_integer_value(json_object_get(o, "head_dim"))) {
-            st = sl_fail(err, SL_ERR_UNSUPPORTED,
-                         "%s: %s = %u differs from the key length %lld (sluice needs one head size)",
-                         f->path, k, vl,
-                         (long long)json_integer_value(json_object_get(o, "head_dim")));
+            st = sl_fail(
+                err, SL_ERR_UNSUPPORTED,
+                "%s: %s = %u differs from the key length %lld (sluice needs one head size)",
+                f->path, k, vl, (long long)json_integer_value(json_object_get(o, "head_dim")));
             goto fail;
         }
     }
@@ -330,7 +330,8 @@ sl_status sl_gguf_ckpt_open(sl_ckpt *ck, const char *path, sl_error *err) {
                 v->shape[d] = g->ne[g->n_dims - 1 - d];
             /* The shared expert's gate is a vector in GGUF, a [1, H] Linear in Hugging Face. */
             const size_t nl = strlen(name), sl = strlen("shared_expert_gate.weight");
-            if (g->n_dims == 1 && nl > sl && strcmp(name + nl - sl, "shared_expert_gate.weight") == 0) {
+            if (g->n_dims == 1 && nl > sl &&
+                strcmp(name + nl - sl, "shared_expert_gate.weight") == 0) {
                 v->ndim = 2;
                 v->shape[1] = v->shape[0];
                 v->shape[0] = 1;

@@ -235,7 +235,8 @@ static sl_status read_config(const char *dir, sl_config *cfg, int32_t *kind, int
         free(text);
         return st;
     }
-    snprintf(path, path_size, "%s/%s", dir, *kind == SL_MODEL_PACK ? "manifest.json" : "config.json");
+    snprintf(path, path_size, "%s/%s", dir,
+             *kind == SL_MODEL_PACK ? "manifest.json" : "config.json");
     return *kind == SL_MODEL_PACK ? load_manifest_config(cfg, path, pack_version, err)
                                   : sl_config_load(cfg, path, err);
 }
@@ -264,11 +265,12 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     sl_status st = read_config(dir, &m->cfg, &m->kind, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
     m->packed = m->kind == SL_MODEL_PACK;
-    if (!m->packed && p.experts != SL_EXPERTS_MAPPED) {
+    if (m->kind == SL_MODEL_HF && p.experts != SL_EXPERTS_MAPPED) {
         st = sl_fail(err, SL_ERR_ARG,
                      "%s: --experts resident/stream need a packed model "
-                     "(sluice pack); a %s is always memory-mapped",
-                     dir, m->kind == SL_MODEL_GGUF ? "GGUF file" : "Hugging Face directory");
+                     "(sluice pack) or a GGUF file; a Hugging Face directory is always "
+                     "memory-mapped",
+                     dir);
         goto fail;
     }
     m->family = m->cfg.family;
@@ -300,23 +302,22 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     }
     if ((st = m->family->bind(m, err))) goto fail;
     const sl_config *c = &m->cfg;
-    if (m->packed) {
-        const sl_store_params sp = {.mode = p.experts,
-                                    .policy = p.cache_policy,
-                                    .cache_experts = p.cache_experts,
-                                    .cache_mem = p.cache_mem,
-                                    .direct_io = p.direct_io,
-                                    .io_threads = p.io_threads,
-                                    .io_timeout_ms = p.io_timeout_ms,
-                                    .min_slots = c->n_experts_used,
-                                    .pack_version = (uint32_t)m->pack_version,
-                                    .progress = p.progress,
-                                    .progress_user = p.progress_user};
+    const sl_store_params sp = {.mode = p.experts,
+                                .policy = p.cache_policy,
+                                .cache_experts = p.cache_experts,
+                                .cache_mem = p.cache_mem,
+                                .direct_io = p.direct_io,
+                                .io_threads = p.io_threads,
+                                .io_timeout_ms = p.io_timeout_ms,
+                                .min_slots = c->n_experts_used,
+                                .pack_version = (uint32_t)m->pack_version,
+                                .progress = p.progress,
+                                .progress_user = p.progress_user};
+    if (m->packed)
         st = sl_experts_open_packed(&m->experts, dir, c->n_layers, c->layer_is_moe, c->n_experts,
                                     c->hidden_size, c->moe_intermediate_size, &sp, err);
-    } else {
-        st = blk_bind_experts(m, err);
-    }
+    else
+        st = blk_bind_experts(m, &sp, err);
     if (!st && m->family->open) st = m->family->open(m, dir, p.experts == SL_EXPERTS_STREAM, err);
     /* A backend with memory of its own gets the weights and a cache of expert slots there,
      * filled from the store's host memory, which is pinned for fast copies. */

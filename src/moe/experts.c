@@ -20,7 +20,9 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_layers = n_layers;
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
-    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
+    /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per matrix of a files layer */
+    s->jobs =
+        sl_calloc((size_t)SL_MAX(n_experts, 1) * 3 * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
@@ -452,6 +454,53 @@ static sl_status blob_mismatch(const sl_expert_layer *L, int32_t l, int32_t e, c
                    L->path, l, e, when, L->crc[e]);
 }
 
+/* A blob's matrices: a pack's from its header, a files layer's from the protos. */
+static void blob_views(const sl_expert_layer *L, sl_expert *v, const uint8_t *blob) {
+    if (!L->ext) {
+        set_views(v, &L->hdr, blob);
+        return;
+    }
+    sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
+    for (int i = 0; i < 3; i++) {
+        *m[i] = L->proto[i];
+        m[i]->data = blob + L->mat_off[i];
+    }
+}
+
+/* Stream mode's slots of blob bytes each: as many as --cache-experts, or as --cache-mem buys
+ * over the n_moe layers, at least min_slots (what one token needs), at most every expert. */
+static sl_status make_slots(sl_expert_layer *L, uint64_t blob, const sl_store_params *p,
+                            int32_t n_moe, sl_error *err) {
+    const int32_t E = L->n_experts;
+    int64_t n = p->cache_experts;
+    if (n <= 0 && p->cache_mem > 0) n = p->cache_mem / ((int64_t)blob * n_moe);
+    if (n <= 0 && p->cache_mem <= 0) n = E;
+    if (n < p->min_slots && p->cache_experts > 0)
+        return sl_fail(err, SL_ERR_ARG,
+                       "expert cache of %lld slot%s per layer is smaller than the %d "
+                       "experts one token uses: --cache-experts must be at least %d",
+                       (long long)n, n == 1 ? "" : "s", p->min_slots, p->min_slots);
+    if (n < p->min_slots) {
+        char need[32], one[32];
+        size_up((int64_t)blob * p->min_slots * n_moe, need, sizeof need);
+        size_up((int64_t)blob, one, sizeof one);
+        return sl_fail(err, SL_ERR_ARG,
+                       "expert cache of %lld slot%s per layer is smaller than the %d "
+                       "experts one token uses: --cache-mem must be at least %s (top-k %d "
+                       "experts x %d layers x %s)",
+                       (long long)n, n == 1 ? "" : "s", p->min_slots, need, p->min_slots, n_moe,
+                       one);
+    }
+    const int32_t n_slots = (int32_t)SL_MIN(n, E);
+    L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)n_slots * blob);
+    L->slot_views = sl_calloc((size_t)n_slots, sizeof(sl_expert), err);
+    if (sl_slot_cache_init(&L->slots, n_slots, E, p->policy, err) || !L->slot_mem || !L->slot_views)
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", n_slots);
+    for (int32_t i = 0; i < n_slots; i++)
+        blob_views(L, &L->slot_views[i], L->slot_mem + (uint64_t)i * blob);
+    return SL_OK;
+}
+
 static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int64_t H, int64_t I,
                             const sl_store_params *p, int32_t n_moe, sl_error *err) {
     sl_expert_layer *L = &s->layers[l];
@@ -497,33 +546,7 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
             set_views(&L->views[e], h, blob);
         }
     } else {
-        int64_t n = p->cache_experts;
-        if (n <= 0 && p->cache_mem > 0) n = p->cache_mem / ((int64_t)h->blob_bytes * n_moe);
-        if (n <= 0 && p->cache_mem <= 0) n = E;
-        if (n < p->min_slots && p->cache_experts > 0)
-            return sl_fail(err, SL_ERR_ARG,
-                           "expert cache of %lld slot%s per layer is smaller than the %d "
-                           "experts one token uses: --cache-experts must be at least %d",
-                           (long long)n, n == 1 ? "" : "s", p->min_slots, p->min_slots);
-        if (n < p->min_slots) {
-            char need[32], one[32];
-            size_up((int64_t)h->blob_bytes * p->min_slots * n_moe, need, sizeof need);
-            size_up((int64_t)h->blob_bytes, one, sizeof one);
-            return sl_fail(err, SL_ERR_ARG,
-                           "expert cache of %lld slot%s per layer is smaller than the %d "
-                           "experts one token uses: --cache-mem must be at least %s (top-k %d "
-                           "experts x %d layers x %s)",
-                           (long long)n, n == 1 ? "" : "s", p->min_slots, need, p->min_slots, n_moe,
-                           one);
-        }
-        const int32_t n_slots = (int32_t)SL_MIN(n, E);
-        L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)n_slots * h->blob_bytes);
-        L->slot_views = sl_calloc((size_t)n_slots, sizeof(sl_expert), err);
-        if (sl_slot_cache_init(&L->slots, n_slots, E, p->policy, err) || !L->slot_mem ||
-            !L->slot_views)
-            return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", n_slots);
-        for (int32_t i = 0; i < n_slots; i++)
-            set_views(&L->slot_views[i], h, L->slot_mem + (uint64_t)i * h->blob_bytes);
+        if ((st = make_slots(L, h->blob_bytes, p, n_moe, err))) return st;
         /* Parts of a blob: page multiples (O_DIRECT), the last one the rest. */
         const uint64_t B = h->blob_bytes, want = p->read_part ? p->read_part : SL_READ_PART;
         int32_t np = (int32_t)SL_MIN(SL_MAX(B / want, (uint64_t)1), SL_READ_MAX_PARTS);
@@ -541,9 +564,9 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
     return SL_OK;
 }
 
-sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_layers,
-                                 const uint8_t *layer_is_moe, int32_t n_experts, int64_t hidden,
-                                 int64_t inter, const sl_store_params *p, sl_error *err) {
+/* What a store that reads files starts with: mode, policy, timeout, the bounce buffer. */
+static sl_status store_open(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
+                            const sl_store_params *p, sl_error *err) {
     sl_status st = store_init(s, n_layers, n_experts, err);
     if (st) return st;
     s->mode = p->mode;
@@ -552,6 +575,93 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
     if (s->io_timeout_ms < 0) s->io_timeout_ms = -1;
     if (!(s->bounce = aligned_alloc(SL_PACK_PAGE, SL_BOUNCE)))
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    return SL_OK;
+}
+
+/* A files layer: extents copied, blob layout from the protos (each matrix 64-byte aligned),
+ * then every expert read (resident) or the slots made (stream). */
+static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert_src *src,
+                                  const sl_store_params *p, int32_t n_moe, sl_error *err) {
+    sl_expert_layer *L = &s->layers[l];
+    const int32_t E = s->n_experts;
+    sl_status st = layer_init(L, E, err);
+    if (st) return st;
+    if (!(L->ext = sl_calloc((size_t)E * 3, sizeof(sl_expert_extent), err))) return SL_ERR_NOMEM;
+    memcpy(L->ext, src->ext, (size_t)E * 3 * sizeof(sl_expert_extent));
+    uint64_t blob = 0, big = 0;
+    for (int m = 0; m < 3; m++) {
+        L->proto[m] = src->proto[m];
+        L->proto[m].data = NULL;
+        L->mat_off[m] = blob;
+        L->mat_len[m] = L->proto[m].nbytes;
+        blob = align_up(blob + L->mat_len[m], 64);
+        big = SL_MAX(big, L->mat_len[m]);
+    }
+    for (int32_t i = 0; i < E * 3; i++)
+        if (L->ext[i].file < 0 || L->ext[i].file >= s->n_files)
+            return sl_fail(err, SL_ERR_ARG, "layer %d: expert %d: no such file", l, i / 3);
+    blob = align_up(blob, SL_PACK_PAGE);
+    L->hdr.blob_bytes = blob;
+    L->path = strdup(s->paths[L->ext[0].file]);
+    if (!L->path) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    const uint64_t want = p->read_part ? p->read_part : SL_READ_PART;
+    L->n_parts = (int32_t)SL_MIN(SL_MAX((big + want - 1) / want, (uint64_t)1), SL_READ_MAX_PARTS);
+    if (p->mode == SL_EXPERTS_STREAM) return make_slots(L, blob, p, n_moe, err);
+    if (!(L->resident = aligned_alloc(SL_PACK_PAGE, (size_t)E * blob)))
+        return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", L->path);
+    for (int32_t e = 0; e < E; e++) {
+        uint8_t *b = L->resident + (uint64_t)e * blob;
+        for (int m = 0; m < 3; m++) {
+            const sl_expert_extent *x = &L->ext[3 * e + m];
+            int r = read_full(s->fds[x->file], b + L->mat_off[m], L->mat_len[m], x->off,
+                              s->layers[l].align, s->bounce, SL_BOUNCE, NULL);
+            if (r)
+                return sl_fail(err, SL_ERR_IO, "%s: layer %d, reading expert %d (%s): %s",
+                               s->paths[x->file], l, e, L->proto[m].name,
+                               r == SL_READ_SHORT ? "short read (file truncated?)" : strerror(r));
+        }
+        blob_views(L, &L->views[e], b);
+    }
+    return SL_OK;
+}
+
+sl_status sl_experts_open_files(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
+                                int32_t n_files, const char *const *paths, const sl_expert_src *src,
+                                const sl_store_params *p, sl_error *err) {
+    SL_ASSERT(p->mode == SL_EXPERTS_RESIDENT || p->mode == SL_EXPERTS_STREAM);
+    sl_status st = store_open(s, n_layers, n_experts, p, err);
+    if (st) return st;
+    s->fds = sl_calloc((size_t)SL_MAX(n_files, 1), sizeof(int), err);
+    s->paths = sl_calloc((size_t)SL_MAX(n_files, 1), sizeof(char *), err);
+    if (!s->fds || !s->paths) return SL_ERR_NOMEM;
+    const int direct = p->mode == SL_EXPERTS_STREAM && p->direct_io;
+    for (int32_t i = 0; i < n_files; i++) {
+        s->fds[s->n_files] = -1;
+        if (!(s->paths[s->n_files] = strdup(paths[i])))
+            return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+        s->n_files++;
+        s->fds[i] = sl_open_regular(paths[i], O_RDONLY | (direct ? O_DIRECT : 0), NULL, err);
+        if (s->fds[i] < 0) return SL_ERR_IO;
+    }
+    int32_t n_moe = 0;
+    for (int32_t l = 0; l < n_layers; l++)
+        n_moe += src[l].ext != NULL && n_experts > 0;
+    for (int32_t l = 0, done = 0; !st && l < n_layers; l++) {
+        if (!src[l].ext || n_experts == 0) continue;
+        s->layers[l].align = direct ? SL_PACK_PAGE : 0;
+        st = open_files_layer(s, l, &src[l], p, n_moe, err);
+        if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
+    }
+    if (!st && p->mode == SL_EXPERTS_STREAM)
+        st = pool_start(&s->pool, p->io_threads > 0 ? p->io_threads : 8, n_layers, err);
+    return st;
+}
+
+sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_layers,
+                                 const uint8_t *layer_is_moe, int32_t n_experts, int64_t hidden,
+                                 int64_t inter, const sl_store_params *p, sl_error *err) {
+    sl_status st = store_open(s, n_layers, n_experts, p, err);
+    if (st) return st;
     int32_t n_moe = 0;
     for (int32_t l = 0; l < n_layers; l++)
         n_moe += layer_is_moe[l] && n_experts > 0;
@@ -583,9 +693,14 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->fd >= 0) close(L->fd);
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
-        free(L->verified), free(L->slot_views), free(L->path), free(L->shift);
+        free(L->verified), free(L->slot_views), free(L->path), free(L->shift), free(L->ext);
         sl_slot_cache_free(&L->slots);
     }
+    for (int32_t i = 0; i < s->n_files; i++) {
+        if (s->fds[i] >= 0) close(s->fds[i]);
+        free(s->paths[i]);
+    }
+    free(s->fds), free(s->paths);
     free(s->layers), free(s->jobs), free(s->miss_slot), free(s->bounce);
     memset(s, 0, sizeof *s);
 }
@@ -626,6 +741,28 @@ static sl_status check_mapped(sl_expert_layer *L, int32_t layer, const int32_t *
         __atomic_store_n(&L->verified[e], 1, __ATOMIC_RELEASE);
     }
     return SL_OK;
+}
+
+/* The reads of expert e of a files layer into blob dst: each matrix in n_parts parts (the last
+ * ones may be empty), 3 n_parts jobs at jobs. */
+static void add_matrix_jobs(const sl_expert_store *s, const sl_expert_layer *L, int32_t e,
+                            uint8_t *dst, sl_read_job *jobs) {
+    for (int m = 0; m < 3; m++) {
+        const sl_expert_extent *x = &L->ext[3 * e + m];
+        const uint64_t len = L->mat_len[m];
+        const uint64_t part = (len + (uint64_t)L->n_parts - 1) / (uint64_t)L->n_parts;
+        for (int32_t k = 0; k < L->n_parts; k++) {
+            const uint64_t off = SL_MIN((uint64_t)k * part, len);
+            jobs[m * L->n_parts + k] = (sl_read_job){
+                .fd = s->fds[x->file],
+                .offset = x->off + off,
+                .len = SL_MIN(part, len - off),
+                .dst = dst + L->mat_off[m] + off,
+                .align = L->align,
+                .path = s->paths[x->file],
+            };
+        }
+    }
 }
 
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
@@ -671,8 +808,14 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
             slot = sl_slot_victim(C);
             SL_ASSERT(slot >= 0);
             sl_slot_insert(C, slot, e);
-            const uint64_t at = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
             uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
+            if (L->ext) {
+                add_matrix_jobs(s, L, e, dst, &s->jobs[n_miss * 3 * L->n_parts]);
+                s->miss_slot[n_miss++] = slot;
+                out[i] = &L->slot_views[slot];
+                continue;
+            }
+            const uint64_t at = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
             for (int32_t k = 0; k < L->n_parts; k++) {
                 const uint64_t off = (uint64_t)k * L->part_bytes;
                 s->jobs[n_miss * L->n_parts + k] = (sl_read_job){
@@ -690,18 +833,21 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         out[i] = &L->slot_views[slot];
     }
     if (!n_miss) return SL_OK;
+    /* A blob's jobs: its parts (a pack), or each matrix's parts (files). */
+    const int32_t per = L->ext ? 3 * L->n_parts : L->n_parts;
     double t0 = sl_now();
-    sl_experts_read(s, s->jobs, n_miss * L->n_parts);
+    sl_experts_read(s, s->jobs, n_miss * per);
     s->read_time += sl_now() - t0;
     sl_status st = SL_OK;
     for (int32_t j = 0; j < n_miss; j++) {
         const int32_t slot = s->miss_slot[j];
         const int32_t e = C->slot_key[slot];
         /* The blob's parts: the first that failed, else their sums joined and compared. */
-        const sl_read_job *part = &s->jobs[j * L->n_parts];
+        const sl_read_job *part = &s->jobs[j * per];
         sl_read_job blob = {.offset = part->offset, .len = L->hdr.blob_bytes, .crc = part->crc};
-        for (int32_t k = 0; k < L->n_parts && !blob.err; k++)
-            blob.err = part[k].err;
+        for (int32_t k = 0; k < per && !blob.err; k++)
+            if ((blob.err = part[k].err)) blob.offset = part[k].offset, blob.path = part[k].path;
+        if (L->ext) blob.len = L->mat_len[0] + L->mat_len[1] + L->mat_len[2];
         for (int32_t k = 1; k < L->n_parts && !blob.err && L->crc; k++)
             blob.crc = sl_crc32c_combine(&L->shift[k], blob.crc, part[k].crc);
         if (!blob.err && L->crc && blob.crc != L->crc[e]) blob.err = SL_READ_CRC;
@@ -715,8 +861,9 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         if (!st) {
             char why[256];
             st = sl_fail(err, sl_experts_read_status(blob.err),
-                         "%s: layer %d, expert %d (%llu bytes at %llu): %s", L->path, layer, e,
-                         (unsigned long long)blob.len, (unsigned long long)blob.offset,
+                         "%s: layer %d, expert %d (%llu bytes at %llu): %s",
+                         blob.path ? blob.path : L->path, layer, e, (unsigned long long)blob.len,
+                         (unsigned long long)blob.offset,
                          sl_experts_read_error(s, &blob, why, sizeof why));
         }
     }

@@ -10,6 +10,9 @@
  *   packed, resident        every blob read into memory at load
  *   packed, stream          per-layer cache of slots, a miss read as one aligned range
  *                           (in parts of about 1 MiB, by several reader threads)
+ *   files, resident/stream  the same over experts whose three matrices lie anywhere in files
+ *                           the store opens itself (a GGUF's stacked ffn_*_exps, a
+ *                           safetensors checkpoint): a miss is three reads (sl_experts_open_files)
  *
  * The MoE block asks for all experts a layer needs at once
  * (sl_experts_fetch, at most sl_experts_capacity of them), so every miss of
@@ -58,6 +61,12 @@ typedef struct sl_expert_layer {
     sl_slot_cache slots;
     uint8_t *slot_mem;     /* n_slots x blob_bytes, page-aligned */
     sl_expert *slot_views; /* [n_slots] */
+    /* files: where each matrix of each expert is, [n_experts x 3]; each blob (a slot, a
+     * resident expert) holds matrix m at mat_off[m], mat_len[m] bytes, typed as proto[m];
+     * hdr.blob_bytes is the blob's size. A matrix is read in n_parts parts. */
+    struct sl_expert_extent *ext;
+    sl_tensor proto[3];
+    uint64_t mat_off[3], mat_len[3];
 } sl_expert_layer;
 
 /* What a read came to, besides 0 (done) and an errno. */
@@ -98,8 +107,17 @@ typedef struct sl_reader_pool sl_reader_pool;
 /* The default I/O timeout: a batch of reads not done after this long fails the forward. */
 #define SL_IO_TIMEOUT_MS 30000
 
+/* Where one matrix of one expert lies: bytes [off, off + its size) of the store's file `file`. */
+typedef struct sl_expert_extent {
+    int32_t file;
+    uint64_t off;
+} sl_expert_extent;
+
 typedef struct sl_expert_store {
     int32_t n_layers, n_experts;
+    int32_t n_files; /* files: the files opened, their descriptors and paths */
+    int *fds;
+    char **paths;
     sl_experts_mode mode;
     sl_cache_policy policy;
     sl_expert_layer *layers; /* [n_layers] */
@@ -134,6 +152,19 @@ typedef struct sl_store_params {
     void *progress_user;
 } sl_store_params;
 
+/* One MoE layer's experts in files (sl_experts_open_files): ext[3 e + m] is matrix m (gate, up,
+ * down) of expert e, typed and shaped like proto[m] (its data unused). ext NULL: a dense layer. */
+typedef struct sl_expert_src {
+    const sl_expert_extent *ext;
+    sl_tensor proto[3];
+} sl_expert_src;
+
+/* Modes resident and stream over experts in files (paths[n_files]), src[n_layers]: slots,
+ * budget, reads and statistics as for a pack. These files carry no checksums: a read is checked
+ * for its length only. */
+sl_status sl_experts_open_files(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
+                                int32_t n_files, const char *const *paths, const sl_expert_src *src,
+                                const sl_store_params *p, sl_error *err);
 /* Opens the experts-LLL.bin files of a packed directory in the given mode. */
 sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_layers,
                                  const uint8_t *layer_is_moe, int32_t n_experts, int64_t hidden,

@@ -380,7 +380,8 @@ TEST(test_model_dir_errors) {
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/m.gguf", dir);
     test_write_file(path, "GGUF", 4);
-    expect_load_error(dir, SL_ERR_ARG, "holds only GGUF files: give the GGUF file itself", "m.gguf");
+    expect_load_error(dir, SL_ERR_ARG, "holds only GGUF files: give the GGUF file itself",
+                      "m.gguf");
     /* Neither kind of directory. */
     snprintf(dir, sizeof dir, "%s/empty-dir", tmp);
     mkdir(dir, 0755);

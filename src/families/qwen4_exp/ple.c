@@ -197,9 +197,9 @@ static sl_status open_table_hf(sl_model *m, int32_t l, sl_ple *P, sl_error *err)
         if (t->ndim != 2 || t->shape[1] != c->ple_embed_dim / q4_ngram_heads(c) ||
             !(t->dtype == SL_DTYPE_BF16 || t->dtype == SL_DTYPE_F16 || t->dtype == SL_DTYPE_F32) ||
             (i > 0 && t->dtype != tb->parts[0].dtype))
-            return sl_fail(
-                err, SL_ERR_FORMAT, "%s: tensor '%s': expected a float [rows, %d] n-gram table",
-                sl_ckpt_path(&m->ck, e), t->name, c->ple_embed_dim / q4_ngram_heads(c));
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: tensor '%s': expected a float [rows, %d] n-gram table",
+                           sl_ckpt_path(&m->ck, e), t->name, c->ple_embed_dim / q4_ngram_heads(c));
         tb->parts[i] = *t;
         tb->rows += t->shape[0];
     }
