@@ -369,6 +369,18 @@ expect_fail "generate: a file as MODEL names its directory" "$W" "$BIN" generate
 expect_fail "logits: a file as MODEL names its directory" "$W" "$BIN" logits "$F" --ids 1 --out "$TMP/l.f32"
 expect_fail "pack: a file as SRC names its directory" "$W" "$BIN" pack "$F" "$TMP/pk"
 printf 'GGUF\3\0\0\0' >"$TMP/model-Q4_K_M.gguf"
+G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
+for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
+expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \
+    "bad-embd.gguf: tensor 'token_embd.weight': expected shape \\[400, 48\\], got \\[400, 64\\]" "$BIN" generate "$TMP/bad-embd.gguf" --ids 1
+expect_fail "gguf: an expert count the router disagrees with" \
+    "bad-experts.gguf: tensor 'blk.0.ffn_gate_inp.weight': expected shape \\[17, 64\\]" "$BIN" logits "$TMP/bad-experts.gguf" --ids 1 --out "$TMP/x.f32"
+expect_fail "gguf: an architecture sluice does not run" \
+    "bad-arch.gguf: architecture 'llama99x' is not one sluice runs from GGUF (it runs: qwen2moe" "$BIN" inspect "$TMP/bad-arch.gguf"
+expect_fail "gguf: an unknown tensor type" \
+    "bad-type.gguf: tensor 'blk.0.attn_q.weight': unknown or unsupported ggml type 99" "$BIN" generate "$TMP/bad-type.gguf" --ids 1
+expect_fail "gguf: a truncated file names the tensor cut" \
+    "bad-cut.gguf: tensor 'blk.1.attn_v.weight': F32 bytes .* run past the end of the data section" "$BIN" generate "$TMP/bad-cut.gguf" --ids 1 --experts stream
 expect_fail "inspect a truncated .gguf file" "model-Q4_K_M.gguf: 8 bytes, too short for a GGUF file" \
     "$BIN" inspect "$TMP/model-Q4_K_M.gguf"
 mkdir -p "$TMP/gguf" && cp "$TMP/model-Q4_K_M.gguf" "$TMP/gguf/"

@@ -135,7 +135,7 @@ static sl_status index_entries(sl_ckpt *ck, sl_error *err) {
     for (int32_t i = 1; i < ck->n_entries; i++)
         if (strcmp(ck->entries[i].t->name, ck->entries[i - 1].t->name) == 0)
             return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s' appears twice (%s, %s)", ck->dir,
-                           ck->entries[i].t->name, sl_ckpt_path(ck, &ck->entries[i - 1]),
+                           ck->entries[i].label, sl_ckpt_path(ck, &ck->entries[i - 1]),
                            sl_ckpt_path(ck, &ck->entries[i]));
     /* The multimodal layout nests the text model one level deeper. */
     for (int32_t i = 0; i < ck->n_entries; i++)
@@ -190,7 +190,8 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     for (int32_t f = 0; f < ck->n_files; f++)
         for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
-            ck->entries[ck->n_entries++] = (sl_ckpt_entry){&ck->files[f].tensors[i], f};
+            ck->entries[ck->n_entries++] = (sl_ckpt_entry){&ck->files[f].tensors[i], f,
+                                                           ck->files[f].tensors[i].name};
     return index_entries(ck, err);
 }
 
@@ -260,7 +261,7 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: tensor '%s': dtype %s (expected BF16, F16 "
                        "or F32)",
-                       file, t->name, sl_dtype_name(t->dtype));
+                       file, e->label, sl_dtype_name(t->dtype));
     int ok = t->ndim == ndim;
     for (int32_t i = 0; ok && i < ndim; i++)
         ok = t->shape[i] == shape[i];
@@ -269,7 +270,7 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
         sl_tensor w = {.ndim = ndim};
         memcpy(w.shape, shape, sizeof(int64_t) * (size_t)ndim);
         return sl_fail(err, SL_ERR_SHAPE, "%s: tensor '%s': expected shape %s, got %s", file,
-                       t->name, sl_shape_str(&w, want, sizeof want),
+                       e->label, sl_shape_str(&w, want, sizeof want),
                        sl_shape_str(t, got, sizeof got));
     }
     *out = *t;

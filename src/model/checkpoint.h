@@ -18,7 +18,8 @@ typedef struct sl_gguf_file sl_gguf_file;
 
 typedef struct sl_ckpt_entry {
     const sl_tensor *t;
-    int32_t file; /* index into files (or gguf) */
+    int32_t file;      /* index into files (or gguf) */
+    const char *label; /* the name the file gives it, for messages (GGUF: "blk.0.attn_q.weight") */
 } sl_ckpt_entry;
 
 typedef struct sl_ckpt {

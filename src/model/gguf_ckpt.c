@@ -336,7 +336,7 @@ sl_status sl_gguf_ckpt_open(sl_ckpt *ck, const char *path, sl_error *err) {
                 v->shape[1] = v->shape[0];
                 v->shape[0] = 1;
             }
-            ck->entries[ck->n_entries++] = (sl_ckpt_entry){v, p};
+            ck->entries[ck->n_entries++] = (sl_ckpt_entry){v, p, g->name};
         }
     return SL_OK;
 }

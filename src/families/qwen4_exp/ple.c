@@ -84,7 +84,7 @@ static sl_status read_i64(const sl_ckpt *ck, const char *name, int64_t n, int64_
     if (t->dtype != SL_DTYPE_I64 || t->ndim != 1 || t->shape[0] != n)
         return sl_fail(
             err, SL_ERR_FORMAT, "%s: tensor '%s': expected I64 [%lld], got %s of %d dims",
-            sl_ckpt_path(ck, e), t->name, (long long)n, sl_dtype_name(t->dtype), t->ndim);
+            sl_ckpt_path(ck, e), e->label, (long long)n, sl_dtype_name(t->dtype), t->ndim);
     memcpy(out, t->data, (size_t)n * sizeof(int64_t));
     return SL_OK;
 }
@@ -199,7 +199,7 @@ static sl_status open_table_hf(sl_model *m, int32_t l, sl_ple *P, sl_error *err)
             (i > 0 && t->dtype != tb->parts[0].dtype))
             return sl_fail(err, SL_ERR_FORMAT,
                            "%s: tensor '%s': expected a float [rows, %d] n-gram table",
-                           sl_ckpt_path(&m->ck, e), t->name, c->ple_embed_dim / q4_ngram_heads(c));
+                           sl_ckpt_path(&m->ck, e), e->label, c->ple_embed_dim / q4_ngram_heads(c));
         tb->parts[i] = *t;
         tb->rows += t->shape[0];
     }
