@@ -147,6 +147,9 @@ typedef struct sl_model_info {
     int32_t packed;             /* a sluice pack */
     const char *source;         /* "Hugging Face checkpoint", "sluice pack" or "GGUF" */
     const char *weights;        /* storage of the routed experts: "int8", "int4", "BF16", ... */
+    const char *types;          /* per group of weights, each storage type and its bits per
+                                 * weight: "experts Q4_K 4.50 bpw (67%), Q6_K 6.56 bpw (33%);
+                                 * attention ..." */
     int64_t resident_bytes;     /* every tensor except routed experts */
     int64_t expert_bytes;       /* one routed expert (gate, up, down, scales) */
     const char *experts_mode;   /* "mapped", "resident" or "stream" */

@@ -57,6 +57,7 @@ int cli_inspect(int argc, char **argv) {
     printf("weights        experts %s; resident core %s; one expert %s; all experts %s\n",
            i.weights, size_str((double)i.resident_bytes, s1), size_str((double)i.expert_bytes, s2),
            size_str((double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes, s3));
+    printf("types          %s\n", i.types);
     printf("per token      at most %s read (resident core + %d experts x %d layers)\n",
            size_str(active, s1), i.n_experts_used, i.n_moe_layers);
     printf("backend        %s", i.backend);

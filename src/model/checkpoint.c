@@ -190,8 +190,8 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     for (int32_t f = 0; f < ck->n_files; f++)
         for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
-            ck->entries[ck->n_entries++] = (sl_ckpt_entry){&ck->files[f].tensors[i], f,
-                                                           ck->files[f].tensors[i].name};
+            ck->entries[ck->n_entries++] =
+                (sl_ckpt_entry){&ck->files[f].tensors[i], f, ck->files[f].tensors[i].name};
     return index_entries(ck, err);
 }
 

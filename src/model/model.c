@@ -255,6 +255,60 @@ sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_s
     return st;
 }
 
+/* Which group of weights a checkpoint tensor belongs to, by its (Hugging Face) name. */
+static int weight_group(const sl_tensor *t) {
+    const char *n = t->name;
+    if (strstr(n, ".mlp.experts.")) return 0;
+    if (strstr(n, "shared_expert")) return 1;
+    if (t->ndim < 2) return 7;
+    if (strstr(n, ".self_attn.")) return 2;
+    if (strstr(n, ".linear_attn.")) return 3;
+    if (strstr(n, "mlp.gate.weight")) return 4;
+    if (strstr(n, "embed_tokens")) return 5;
+    if (strstr(n, "lm_head")) return 6;
+    return 8;
+}
+
+/* "experts Q4_K 4.50 bpw (67%), Q6_K 6.56 (33%); attention ..." : per group of weights, each
+ * storage type with its bits per weight and its share of the group's weights. */
+static void describe_types(const sl_model *m, char *buf, size_t cap) {
+    static const char *const names[] = {"experts", "shared expert", "attention", "linear attention",
+                                        "router",  "embedding",     "head",      "vectors",
+                                        "other"};
+    enum { G = 9 };
+    double count[G][SL_DTYPE_COUNT] = {{0}};
+    for (int32_t i = 0; i < m->ck.n_entries; i++) {
+        const sl_tensor *t = m->ck.entries[i].t;
+        double n = 1;
+        for (int32_t d = 0; d < t->ndim; d++)
+            n *= (double)t->shape[d];
+        count[weight_group(t)][t->dtype] += n;
+    }
+    /* A pack's experts are in the store, not the checkpoint. */
+    for (int32_t l = 0; m->packed && l < m->cfg.n_layers; l++) {
+        const sl_expert_layer *L = &m->experts.layers[l];
+        if (L->n_experts)
+            count[0][L->hdr.dtype] += 3.0 * L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+    }
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int g = 0; g < G && k < cap; g++) {
+        double total = 0;
+        for (int d = 0; d < SL_DTYPE_COUNT; d++)
+            total += count[g][d];
+        if (total == 0) continue;
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? "; " : "", names[g]);
+        for (int d = 0, first = 1; d < SL_DTYPE_COUNT && k < cap; d++) {
+            if (count[g][d] == 0) continue;
+            k += (size_t)snprintf(buf + k, cap - k, "%s %s %.2f bpw", first ? "" : ",",
+                                  sl_dtype_name((sl_dtype)d), sl_dtype_bits((sl_dtype)d));
+            if (count[g][d] < total && k < cap)
+                k += (size_t)snprintf(buf + k, cap - k, " (%.0f%%)", 100.0 * count[g][d] / total);
+            first = 0;
+        }
+    }
+}
+
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -327,6 +381,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     /* A slot per expert: all of them in GPU memory now, so decode needs no host step. */
     if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
+    if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used);
@@ -400,6 +455,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .moe_intermediate_size = c->moe_intermediate_size,
         .shared_expert = shared,
         .packed = m->packed,
+        .types = m->types,
         .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
                   : m->kind == SL_MODEL_GGUF ? "GGUF"
                                              : "Hugging Face checkpoint",
