@@ -369,6 +369,21 @@ expect_fail "generate: a file as MODEL names its directory" "$W" "$BIN" generate
 expect_fail "logits: a file as MODEL names its directory" "$W" "$BIN" logits "$F" --ids 1 --out "$TMP/l.f32"
 expect_fail "pack: a file as SRC names its directory" "$W" "$BIN" pack "$F" "$TMP/pk"
 printf 'GGUF\3\0\0\0' >"$TMP/model-Q4_K_M.gguf"
+# A split set (llama-gguf-split --split-max-tensors 12 of the BF16 file): the same bits, mapped
+# or streamed, from its first part; a missing part is named.
+S="$FIX/gguf/split/qwen3_prefix_sharded-00001-of-00003.gguf"
+ids=$(json_field "$FIX/qwen3_prefix_sharded/ref.json" ids)
+"$BIN" logits "$FIX/gguf/qwen3_prefix_sharded.bf16.gguf" --ids "$ids" --out "$TMP/whole.f32" 2>/dev/null
+if "$BIN" logits "$S" --ids "$ids" --out "$TMP/split.f32" 2>"$TMP/err" && cmp -s "$TMP/whole.f32" "$TMP/split.f32" &&
+    "$BIN" logits "$S" --ids "$ids" --out "$TMP/split.f32" --experts stream --cache-experts 4 2>"$TMP/err" &&
+    cmp -s "$TMP/whole.f32" "$TMP/split.f32"; then
+    ok "gguf: a split set gives the bits of the whole file (mapped and streamed)"
+else
+    bad "gguf split set: $(cat "$TMP/err")"
+fi
+mkdir -p "$TMP/split2" && cp "$FIX"/gguf/split/*-0000[12]-of-00003.gguf "$TMP/split2/"
+expect_fail "gguf: a split set with a part missing names it" "qwen3_prefix_sharded-00003-of-00003.gguf: " \
+    "$BIN" generate "$TMP/split2/qwen3_prefix_sharded-00001-of-00003.gguf" --ids 1
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \
