@@ -10,7 +10,7 @@ static const char inspect_help[] =
     "usage: sluice inspect MODEL\n"
     "\n"
     "Prints the architecture, sizes, quantisation, chat template and end-of-turn\n"
-    "tokens found in MODEL (a Hugging Face directory or a sluice pack).\n";
+    "tokens found in MODEL (a Hugging Face directory, a sluice pack or a GGUF file).\n";
 
 /* bytes in the unit its size calls for, so a 7 MB model does not print "0.00 GB". Decimal
  * units, as the statistics lines print MB. buf: 32 bytes; returns buf. */

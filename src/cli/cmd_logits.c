@@ -21,7 +21,7 @@ static const char logits_help[] =
     "\n"
     "Runs the prompt through the model in one prefill pass and writes the logits\n"
     "of every position: T rows of vocab_size float32 values, little-endian.\n"
-    "MODEL is a Hugging Face checkpoint directory or a sluice pack.\n"
+    "MODEL is a Hugging Face checkpoint directory, a sluice pack or a GGUF file.\n"
     "\n"
     "  --ids LIST             comma-separated prompt token ids\n"
     "  --out FILE             where to write the T x V logits ('-': standard output,\n"
