@@ -9,7 +9,7 @@
 static const char usage[] =
     "usage: sluice <command> [options]\n"
     "\n"
-    "Runs Mixture-of-Experts language models from Hugging Face checkpoints.\n"
+    "Runs Mixture-of-Experts language models from Hugging Face checkpoints and GGUF files.\n"
     "\n"
     "commands:\n"
     "  run MODEL -p TEXT                     stream the reply to a prompt\n"
@@ -20,11 +20,12 @@ static const char usage[] =
     "  pack SRC OUT --quant int8|int4|bf16   convert a checkpoint to the streaming format\n"
     "  verify DIR                            check a pack's sizes and SHA-256 hashes\n"
     "  inspect MODEL                         architecture, sizes, quantisation, template\n"
+    "  perplexity MODEL -f TEXT              perplexity, and KL divergence from a base run\n"
     "  tokenize TOKENIZER --jsonl FILE       token ids of JSON-string lines\n"
     "  detokenize TOKENIZER --ids 1,2,3      the text of token ids\n"
     "\n"
-    "MODEL is a Hugging Face checkpoint directory (config.json, *.safetensors)\n"
-    "or a directory made by 'sluice pack'.\n"
+    "MODEL is a Hugging Face checkpoint directory (config.json, *.safetensors),\n"
+    "a directory made by 'sluice pack', or a GGUF file (the first of a split set).\n"
     "'sluice <command> --help' describes each command's options.\n";
 
 /* The commands, in the order of the usage above. */
@@ -36,6 +37,7 @@ static const struct {
     {"serve", cli_serve},       {"logits", cli_logits},
     {"generate", cli_generate}, {"pack", cli_pack},
     {"verify", cli_verify},     {"inspect", cli_inspect},
+    {"perplexity", cli_perplexity},
     {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
 };
 
