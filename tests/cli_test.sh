@@ -67,7 +67,7 @@ for f in "$FIX"/gguf/*.gguf; do
 done
 
 M="$FIX/qwen3_gqa_untied"
-for cmd in "" logits generate; do
+for cmd in "" logits generate perplexity; do
     if "$BIN" $cmd --help >"$TMP/out" 2>&1 && grep -q usage "$TMP/out"; then ok "help '$cmd'"; else bad "help '$cmd'"; fi
 done
 if "$BIN" --version | grep -q '^sluice '; then ok "version"; else bad "version"; fi
@@ -407,6 +407,24 @@ expect_fail "chat on a directory of .gguf files" "holds only GGUF files" "$BIN" 
 expect_fail "serve on a model's file" "is a file: MODEL is the directory that holds the model" \
     "$BIN" serve "$FIX/qwen2_odd/config.json" --port 0
 expect_fail "pack with -ngl" "unknown option '-ngl'" "$BIN" pack a b -ngl 99
+# perplexity: a base run's predictions saved, then the same model against them (KL 0, every
+# top-1 the same), and a base of another --ctx-size refused.
+D="$FIX/demo_kjv"
+for i in 1 2 3 4 5 6; do
+    echo "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
+done >"$TMP/text.txt"
+if "$BIN" perplexity "$D" -f "$TMP/text.txt" -c 64 --chunks 2 --kl-base "$TMP/base.kl" >"$TMP/p1" 2>/dev/null &&
+    grep -q "^perplexity  *[0-9.]* +/- [0-9.]* (62 tokens scored in 2 chunks of 64)" "$TMP/p1" &&
+    "$BIN" perplexity "$D" -f "$TMP/text.txt" -c 64 --chunks 2 --kl-base "$TMP/base.kl" --kl --experts mapped >"$TMP/p2" 2>/dev/null &&
+    grep -q "^KL divergence  0.000000 " "$TMP/p2" && grep -q "^same top-1     100.000%" "$TMP/p2"; then
+    ok "perplexity: a base run saved, the same model against it has KL 0"
+else
+    bad "perplexity: $(cat "$TMP/p1" "$TMP/p2" 2>&1 | head -c 600)"
+fi
+expect_fail "perplexity: a base of another --ctx-size" "base.kl is not a base run of this text" \
+    "$BIN" perplexity "$D" -f "$TMP/text.txt" -c 32 --chunks 2 --kl-base "$TMP/base.kl" --kl
+expect_fail "perplexity: --kl without --kl-base" "--kl needs --kl-base FILE" "$BIN" perplexity "$D" -f "$TMP/text.txt" --kl
+expect_fail "perplexity: a text shorter than a chunk" "fewer than one chunk of 400" "$BIN" perplexity "$D" -f "$TMP/text.txt" -c 400
 if "$BIN" inspect models/kjv-moe >"$TMP/out" 2>&1 && ! grep -q " 0\.00 " "$TMP/out" &&
     grep -q "resident core [0-9.]* MB; one expert [0-9.]* KB; all experts [0-9.]* MB" "$TMP/out" &&
     grep -q "per token *at most [0-9.]* MB read" "$TMP/out"; then
