@@ -4,6 +4,8 @@
 #include <jansson.h>
 #include <sys/stat.h>
 
+#include "format/gguf.h"
+
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
@@ -63,6 +65,21 @@ sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error
     }
     sl_chat_template_from_source(json_string_value(ct), t);
     json_decref(root);
+    return SL_OK;
+}
+
+sl_status sl_chat_template_from_gguf(const sl_gguf_file *f, sl_chat_template *t, sl_error *err) {
+    memset(t, 0, sizeof *t);
+    if (!sl_gguf_find_kv(f, "tokenizer.chat_template")) return SL_OK;
+    sl_gguf_str s;
+    sl_status st = sl_gguf_get_str(f, "tokenizer.chat_template", &s, err);
+    if (st) return st;
+    char *src = malloc((size_t)s.len + 1); /* the file's string has no NUL */
+    if (!src) return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", f->path);
+    memcpy(src, s.s, (size_t)s.len);
+    src[s.len] = '\0';
+    sl_chat_template_from_source(src, t);
+    free(src);
     return SL_OK;
 }
 

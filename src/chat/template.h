@@ -38,6 +38,12 @@ typedef struct sl_chat_msg {
 /* Finds the template of a model directory (tokenizer_config.json's chat_template, or
  * chat_template.jinja). No template found: RAW. */
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *out, sl_error *err);
+/* The template of a GGUF file: its tokenizer.chat_template (the Jinja source
+ * tokenizer_config.json held). No template: RAW; a value that is not a string is
+ * SL_ERR_FORMAT naming the file and the key. */
+struct sl_gguf_file;
+sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_template *out,
+                                     sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
 /* By name: "chatml", "chatml-think" (with the thinking switch), "raw". */

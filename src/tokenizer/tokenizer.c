@@ -925,13 +925,18 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
     json_t *root;
     sl_status st = sl_json_load_file(file, &root, err);
     if (st) return st;
-    sl_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) {
-        json_decref(root);
-        return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    }
-    st = load_json(t, root, file, err);
+    st = sl_tokenizer_from_json(root, file, out, err);
     json_decref(root);
+    return st;
+}
+
+sl_status sl_tokenizer_from_json(const struct json_t *root, const char *name, sl_tokenizer **out,
+                                 sl_error *err) {
+    *out = NULL;
+    sl_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    /* jansson's getters take a non-const json_t; nothing here changes the document */
+    sl_status st = load_json(t, (json_t *)root, name, err);
     if (st) {
         sl_tokenizer_free(t);
         return st;

@@ -49,6 +49,22 @@ void sl_token_ids_free(sl_token_ids *v);
 
 /* path is a tokenizer.json file or a directory holding one. */
 sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err);
+
+/* A tokenizer.json document already parsed (jansson); name is what errors call it. The
+ * document is only read. */
+struct json_t;
+sl_status sl_tokenizer_from_json(const struct json_t *root, const char *name, sl_tokenizer **out,
+                                 sl_error *err);
+
+/*
+ * The tokenizer a GGUF file carries in its metadata (tokenizer.ggml.*: see tokenizer_gguf.c),
+ * giving the ids of the tokenizer.json it was converted from. Byte-level BPE ("gpt2") with the
+ * pre-tokenizers "qwen2", "qwen35", "llama3"/"llama-bpe", "gpt-2", "deepseek-v3" and llama.cpp's
+ * "default"; SentencePiece-style BPE ("llama"). Anything else, or metadata that does not hold
+ * together (array lengths, types, ids, merges), is an error naming the file and the key.
+ */
+struct sl_gguf_file;
+sl_status sl_tokenizer_load_gguf(const struct sl_gguf_file *f, sl_tokenizer **out, sl_error *err);
 void sl_tokenizer_free(sl_tokenizer *tok);
 
 /* Encodes len bytes of text (no BOS/EOS added). out->n is reset to 0, then ids

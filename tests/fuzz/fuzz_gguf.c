@@ -1,5 +1,10 @@
-/* Fuzz target: the GGUF parser on arbitrary bytes, then every accessor on what it accepted. */
+/* Fuzz target: the GGUF parser on arbitrary bytes, then every accessor on what it accepted, and
+ * the readers of its metadata: tokenizer (with one encode and decode), chat template, generation
+ * settings. */
+#include "chat/genconfig.h"
+#include "chat/template.h"
 #include "format/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -45,6 +50,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
         }
         (void)sink;
+        sl_tokenizer *tok = NULL;
+        if (sl_tokenizer_load_gguf(&f, &tok, &err) == SL_OK) {
+            sl_token_ids ids = {0};
+            if (sl_tokenizer_encode(tok, "ab c<s>abc \xff x\n\n", 17, &ids, &err) == SL_OK) {
+                char *text = NULL;
+                size_t len;
+                SL_ASSERT(sl_tokenizer_decode(tok, ids.ids, ids.n, 0, &text, &len, &err) == SL_OK);
+                free(text);
+            }
+            sl_token_ids_free(&ids);
+            sl_tokenizer_free(tok);
+        }
+        sl_chat_template tpl;
+        sl_gen_config gc;
+        (void)sl_chat_template_from_gguf(&f, &tpl, &err);
+        (void)sl_gen_config_from_gguf(&f, &gc, &err);
     }
     sl_gguf_close(&f);
     return 0;

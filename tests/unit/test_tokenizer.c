@@ -59,8 +59,10 @@ static sl_tokenizer *sptok(void) {
     return load_once(&sp_tok, &tried, "lenml_llama2");
 }
 
-/* Lines of a JSONL file, each parsed as any JSON value. */
-static json_t *read_jsonl(const char *rel) {
+/* Lines of a JSONL file, each parsed as any JSON value (test_tokenizer_gguf.c uses these
+ * helpers too). */
+json_t *test_read_jsonl(const char *rel);
+json_t *test_read_jsonl(const char *rel) {
     char p[1024];
     tok_path(p, sizeof p, rel);
     char *data = NULL;
@@ -104,10 +106,12 @@ static int valid_utf8(const char *s, size_t n) {
 
 /* Every line of corpus_rel encodes (under SL_TOK_* flags) to exactly the ids on the same line
  * of ids_rel. */
-static void check_reference_ex(sl_tokenizer *tok, const char *corpus_rel, const char *ids_rel,
-                               size_t min_lines, uint32_t flags) {
+void test_check_ids(sl_tokenizer *tok, const char *corpus_rel, const char *ids_rel,
+                    size_t min_lines, uint32_t flags);
+void test_check_ids(sl_tokenizer *tok, const char *corpus_rel, const char *ids_rel,
+                    size_t min_lines, uint32_t flags) {
     CHECK(tok != NULL);
-    json_t *corpus = read_jsonl(corpus_rel), *ref = read_jsonl(ids_rel);
+    json_t *corpus = test_read_jsonl(corpus_rel), *ref = test_read_jsonl(ids_rel);
     CHECK(corpus && ref);
     if (!tok || !corpus || !ref) goto done;
     CHECK(json_array_size(corpus) >= min_lines);
@@ -141,7 +145,7 @@ done:
 
 static void check_reference(sl_tokenizer *tok, const char *corpus_rel, const char *ids_rel,
                             size_t min_lines) {
-    check_reference_ex(tok, corpus_rel, ids_rel, min_lines, 0);
+    test_check_ids(tok, corpus_rel, ids_rel, min_lines, 0);
 }
 
 /* The hand-written corpus: scripts, code, whitespace runs, special tokens. */
@@ -189,9 +193,9 @@ TEST(tokenizer_qwen3_special_tokens) {
  * --split-special): special tokens' text is BPE'd as text, <think> and <tool_call> (added but
  * not special) still match. The random corpus holds special tokens' text in 279 lines. */
 TEST(tokenizer_qwen3_no_special_reference_ids) {
-    check_reference_ex(qwen3(), "corpus.jsonl", "qwen3_nospecial_ids.jsonl", 60, SL_TOK_NO_SPECIAL);
-    check_reference_ex(qwen3(), "random_corpus.jsonl", "qwen3_random_nospecial_ids.jsonl", 1000,
-                       SL_TOK_NO_SPECIAL);
+    test_check_ids(qwen3(), "corpus.jsonl", "qwen3_nospecial_ids.jsonl", 60, SL_TOK_NO_SPECIAL);
+    test_check_ids(qwen3(), "random_corpus.jsonl", "qwen3_random_nospecial_ids.jsonl", 1000,
+                   SL_TOK_NO_SPECIAL);
 }
 
 static int ids_equal(const sl_token_ids *a, const int32_t *b, size_t n) {
@@ -272,9 +276,10 @@ TEST(tokenizer_qwen3_no_special_text) {
 
 /* decode(encode(x)) == NFC(x), or the reference decode when decoded_rel is given;
  * streamed chunks are valid UTF-8 and add up to the decode. */
-static void check_roundtrip(sl_tokenizer *tok, const char *corpus_rel, const char *decoded_rel) {
-    json_t *corpus = read_jsonl(corpus_rel);
-    json_t *decoded = decoded_rel ? read_jsonl(decoded_rel) : NULL;
+void test_check_roundtrip(sl_tokenizer *tok, const char *corpus_rel, const char *decoded_rel);
+void test_check_roundtrip(sl_tokenizer *tok, const char *corpus_rel, const char *decoded_rel) {
+    json_t *corpus = test_read_jsonl(corpus_rel);
+    json_t *decoded = decoded_rel ? test_read_jsonl(decoded_rel) : NULL;
     CHECK(tok && corpus && (decoded || !decoded_rel));
     if (!tok || !corpus || (!decoded && decoded_rel)) {
         json_decref(corpus);
@@ -333,8 +338,8 @@ static void check_roundtrip(sl_tokenizer *tok, const char *corpus_rel, const cha
 }
 
 TEST(tokenizer_qwen3_roundtrip_and_stream) {
-    check_roundtrip(qwen3(), "corpus.jsonl", NULL);
-    check_roundtrip(qwen3(), "random_corpus.jsonl", NULL);
+    test_check_roundtrip(qwen3(), "corpus.jsonl", NULL);
+    test_check_roundtrip(qwen3(), "random_corpus.jsonl", NULL);
 }
 
 TEST(tokenizer_qwen3_bytes_and_partial_characters) {
@@ -599,8 +604,8 @@ TEST(tokenizer_sp_reference_ids) {
 
 /* the reference decode (tokenizers' own decoder: Replace, ByteFallback, Fuse, Strip) */
 TEST(tokenizer_sp_roundtrip_and_stream) {
-    check_roundtrip(sptok(), "corpus.jsonl", "lenml_llama2/decoded.jsonl");
-    check_roundtrip(sptok(), "random_corpus.jsonl", "lenml_llama2/random_decoded.jsonl");
+    test_check_roundtrip(sptok(), "corpus.jsonl", "lenml_llama2/decoded.jsonl");
+    test_check_roundtrip(sptok(), "random_corpus.jsonl", "lenml_llama2/random_decoded.jsonl");
 }
 
 static void expect_decode(sl_tokenizer *tok, const int32_t *ids, size_t n, int32_t skip,
@@ -866,7 +871,7 @@ TEST(tokenizer_sp_metaspace_reference_ids) {
         if (k == 0) {
             check_reference(tok, "random_corpus.jsonl",
                             "lenml_llama2/metaspace_first_random_ids.jsonl", 1000);
-            check_roundtrip(tok, "corpus.jsonl", "lenml_llama2/metaspace_first_decoded.jsonl");
+            test_check_roundtrip(tok, "corpus.jsonl", "lenml_llama2/metaspace_first_decoded.jsonl");
         }
         sl_tokenizer_free(tok);
     }
