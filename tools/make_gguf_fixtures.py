@@ -11,8 +11,9 @@ For each fixture it writes OUTDIR/<fixture>/{f32,bf16}.gguf (convert_hf_to_gguf.
 and OUTDIR/<fixture>/log.txt (bf16 only for a fixture over 5 MB). A fixture without tokenizer.json gets a byte-level BPE tokenizer
 (the first min(256, vocab_size) bytes one token each, no merges) with Qwen2's pre-tokenizer, so
 that the converter has a vocabulary to write. The converter recognises a pre-tokenizer by a
-hash of how it splits a test text; an unknown one (the tiny tokenizers here) is written as
-"qwen2" (their pre-tokenizer is Qwen2's), a known one as what the converter says.
+hash of how it splits a test text; an unknown one is written as "gpt-2" when it is a plain
+ByteLevel pre-tokenizer (the demo model's), else "qwen2" (the tiny tokenizers here, Qwen2's
+Split), a known one as what the converter says.
 
 --vocab-only NAME:TOKENIZER_DIR:CONFIG_DIR writes OUTDIR/NAME/vocab.gguf, the converter's
 --vocab-only output for the tokenizer files of TOKENIZER_DIR with the config.json of CONFIG_DIR
@@ -89,7 +90,11 @@ def patch_converter():
         try:
             return orig(self, tokenizer)
         except NotImplementedError:
-            return "qwen2"
+            # GPT-2's pre-tokenizer is a plain ByteLevel one with its own regex; the byte
+            # tokenizers this script writes use Qwen2's Split.
+            with open(os.path.join(self.dir_model, "tokenizer.json")) as f:
+                pre = json.load(f).get("pre_tokenizer") or {}
+            return "gpt-2" if pre.get("type") == "ByteLevel" and pre.get("use_regex", True) else "qwen2"
 
     base.TextModel.get_vocab_base_pre = get_vocab_base_pre
 

@@ -13,6 +13,13 @@ static float num_or(json_t *o, const char *key, float dflt) {
 
 sl_status sl_gen_config_load(const char *dir, sl_gen_config *g, sl_error *err) {
     *g = (sl_gen_config){.bos = -1, .temperature = -1, .top_p = -1, .min_p = -1, .top_k = -1};
+    if (sl_gguf_is_file(dir)) {
+        sl_gguf_file f = {0};
+        sl_status st = sl_gguf_open(&f, dir, err);
+        if (!st) st = sl_gen_config_from_gguf(&f, g, err);
+        sl_gguf_close(&f);
+        return st;
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     struct stat sb;

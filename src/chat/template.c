@@ -39,6 +39,13 @@ sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error
     char path[4096];
     struct stat sb;
     memset(t, 0, sizeof *t);
+    if (sl_gguf_is_file(dir)) {
+        sl_gguf_file f = {0};
+        sl_status st = sl_gguf_open(&f, dir, err);
+        if (!st) st = sl_chat_template_from_gguf(&f, t, err);
+        sl_gguf_close(&f);
+        return st;
+    }
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     if (stat(path, &sb) == 0) {
         char *text = NULL;

@@ -70,8 +70,9 @@ int cli_inspect(int argc, char **argv) {
     sl_tokenizer *tok = NULL;
     sl_error terr = {0};
     if (sl_tokenizer_load(dir, &tok, &terr) == SL_OK) {
-        printf("tokenizer      tokenizer.json, %d ids (model: %d)\n", sl_tokenizer_vocab_size(tok),
-               i.vocab_size);
+        printf("tokenizer      %s, %d ids (model: %d)\n",
+               strcmp(i.source, "GGUF") ? "tokenizer.json" : "from the GGUF metadata",
+               sl_tokenizer_vocab_size(tok), i.vocab_size);
         sl_tokenizer_free(tok);
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
@@ -82,7 +83,9 @@ int cli_inspect(int argc, char **argv) {
     printf("end of turn    ");
     for (int32_t k = 0; k < g.n_eos; k++)
         printf("%s%d", k ? ", " : "", g.eos[k]);
-    printf("%s\n", g.n_eos ? "" : "(none in generation_config.json)");
+    printf("%s\n", g.n_eos                       ? ""
+                   : strcmp(i.source, "GGUF") ? "(none in generation_config.json)"
+                                              : "(none in the GGUF metadata)");
     sl_model_free(m);
     return 0;
 }

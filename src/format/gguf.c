@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -326,6 +327,17 @@ sl_status sl_gguf_parse(sl_gguf_file *f, const char *path, const void *bytes, si
     }
     qsort_r(f->by_name, (size_t)nt, sizeof *f->by_name, cmp_tensor_idx, f->tensors);
     return SL_OK;
+}
+
+int sl_gguf_is_file(const char *path) {
+    size_t n = strlen(path);
+    if (n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0) return 1;
+    char magic[4] = {0};
+    int fd = sl_open_regular(path, O_RDONLY, NULL, NULL); /* a FIFO would block fopen */
+    if (fd < 0) return 0;
+    ssize_t got = read(fd, magic, 4);
+    close(fd);
+    return got == 4 && memcmp(magic, "GGUF", 4) == 0;
 }
 
 sl_status sl_gguf_open(sl_gguf_file *f, const char *path, sl_error *err) {

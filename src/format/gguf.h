@@ -111,6 +111,8 @@ typedef struct sl_gguf_file {
  * *f. On failure *f is left safe to close. */
 sl_status sl_gguf_parse(sl_gguf_file *f, const char *path, const void *bytes, size_t size,
                         sl_error *err);
+/* Whether path names a GGUF file (by suffix, or by its magic: a renamed download). */
+int sl_gguf_is_file(const char *path);
 /* Maps and parses a file. On failure *f is left safe to close. */
 sl_status sl_gguf_open(sl_gguf_file *f, const char *path, sl_error *err);
 void sl_gguf_close(sl_gguf_file *f);

@@ -33,12 +33,13 @@ sl_status sl_gen_init(sl_gen *g, const sl_gen_setup *su, sl_error *err) {
         sl_gguf_close(&f);
         if (st) return st;
     }
+    /* A GGUF carries its tokenizer in its metadata (sl_tokenizer_load reads it). */
     /* A model directory without its tokenizer (a pack made without one, a bare checkpoint):
      * say where else it can come from. */
     struct stat sb;
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", su->model);
-    if (!su->tokenizer && stat(path, &sb))
+    if (!su->tokenizer && kind != SL_MODEL_GGUF && stat(path, &sb))
         return sl_fail(err, SL_ERR_ARG,
                        "%s has no tokenizer.json: pass --tokenizer PATH (a tokenizer.json, or "
                        "a directory with one)",

@@ -94,16 +94,6 @@ static int hf_name(const char *g, char *out, size_t n) {
 
 /* ---- files ---- */
 
-int sl_gguf_is_file(const char *path) {
-    size_t n = strlen(path);
-    if (n >= 5 && strcasecmp(path + n - 5, ".gguf") == 0) return 1;
-    char magic[4] = {0};
-    int fd = sl_open_regular(path, O_RDONLY, NULL, NULL); /* a FIFO would block fopen */
-    if (fd < 0) return 0;
-    ssize_t got = read(fd, magic, 4);
-    close(fd);
-    return got == 4 && memcmp(magic, "GGUF", 4) == 0;
-}
 
 /* For NAME-0000i-of-0000N.gguf: the part count N and where "0000i" starts in path (the other
  * parts' names differ only there); 1 for a single file. */

@@ -15,9 +15,6 @@
 #include "format/gguf.h"
 #include "model/checkpoint.h"
 
-/* Whether path names a GGUF file (by suffix, or by its magic: a renamed download). */
-int sl_gguf_is_file(const char *path);
-
 /* The config.json text (heap, NUL-terminated) for the GGUF model at path: model_type and the
  * sizes from the metadata, tie_word_embeddings, biases and dense layers from which tensors the
  * file has. Fails naming the file and key for an architecture sluice does not run or metadata

@@ -27,6 +27,7 @@
 #include <pcre2.h>
 
 #include "core/common.h"
+#include "format/gguf.h"
 
 /* ---- small helpers ----------------------------------------------------------- */
 
@@ -918,6 +919,13 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
     char file[4096];
     struct stat sb;
     if (stat(path, &sb) != 0) return sl_fail(err, SL_ERR_IO, "%s: %s", path, strerror(errno));
+    if (S_ISREG(sb.st_mode) && sl_gguf_is_file(path)) { /* a GGUF model's metadata */
+        sl_gguf_file f = {0};
+        sl_status st = sl_gguf_open(&f, path, err);
+        if (!st) st = sl_tokenizer_load_gguf(&f, out, err);
+        sl_gguf_close(&f);
+        return st;
+    }
     if (S_ISDIR(sb.st_mode))
         snprintf(file, sizeof file, "%s/tokenizer.json", path);
     else

@@ -47,7 +47,8 @@ typedef struct sl_token_ids {
 
 void sl_token_ids_free(sl_token_ids *v);
 
-/* path is a tokenizer.json file or a directory holding one. */
+/* path is a tokenizer.json file, a directory holding one, or a GGUF file (its metadata:
+ * sl_tokenizer_load_gguf). */
 sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err);
 
 /* A tokenizer.json document already parsed (jansson); name is what errors call it. The
