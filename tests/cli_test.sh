@@ -384,6 +384,17 @@ fi
 mkdir -p "$TMP/split2" && cp "$FIX"/gguf/split/*-0000[12]-of-00003.gguf "$TMP/split2/"
 expect_fail "gguf: a split set with a part missing names it" "qwen3_prefix_sharded-00003-of-00003.gguf: " \
     "$BIN" generate "$TMP/split2/qwen3_prefix_sharded-00001-of-00003.gguf" --ids 1
+# A GGUF's tokenizer and template come from its metadata (byte tokens here: "hi" is 104, 105).
+Q="$FIX/gguf/qwen3_prefix_sharded.bf16.gguf"
+printf '"hi"\n' >"$TMP/hi.jsonl"
+if [ "$("$BIN" tokenize "$Q" --jsonl "$TMP/hi.jsonl" 2>&1)" = "[104, 105]" ] &&
+    "$BIN" run "$Q" --raw -p "hi there" -n 4 --temp 0 >"$TMP/out" 2>"$TMP/err" &&
+    "$BIN" inspect "$Q" 2>&1 | grep -q "^tokenizer      from the GGUF metadata, 256 ids" &&
+    "$BIN" inspect "$Q" 2>&1 | grep -q "^chat template  ChatML"; then
+    ok "gguf: tokenizer and chat template from the metadata (tokenize, run, inspect)"
+else
+    bad "gguf tokenizer: $(cat "$TMP/err")"
+fi
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \
