@@ -17,9 +17,21 @@
 #include <string.h>
 
 #include "format/tensor.h"
+#include "kernels/ops.h"
 
 /* Widens n elements (a multiple of the block size) of blocks at src into dst. */
 void sl_dequant_row(sl_dtype t, const void *src, float *dst, int64_t n);
+
+/* sl_dequant_row through the SIMD path of isa (cpu_blocks.c): the same floats, bit for bit. */
+void sl_dequant_row_isa(sl_isa isa, sl_dtype t, const void *src, float *dst, int64_t n);
+
+/* y[T, N] = x[T, K] . W^T for W [N, K] of a block type, on the CPU (cpu_blocks.c); the contract
+ * of sl_matmul_cpu (each output's summation order depends only on K and the ISA). */
+void sl_matmul_blocks_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                          int32_t T);
+/* One row of K elements of blocks dotted with x in the scalar reference order: blocks widened by
+ * sl_dequant_row, one float accumulator over k. */
+float sl_dot_blocks_ref(sl_dtype t, const void *row, const float *x, int64_t K);
 
 /* Quantises n elements (a multiple of the block size) of src into blocks at dst: a plain
  * round-to-nearest encoder (per (sub-)block scale from the range, no search), not ggml's

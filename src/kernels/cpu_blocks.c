@@ -1,0 +1,510 @@
+/*
+ * CPU matmul, embed rows and dot products over ggml's block types (blocks.h), y[T,N] = x[T,K] .
+ * W[N,K]^T with W in blocks, and the same contract as cpu_matmul.c: every output element's
+ * summation order depends only on K and the ISA, never on T, the tile or the thread.
+ *
+ *   scalar:  s = 0; s += w[k] * x[k] for k = 0 .. K-1, w a block at a time from sl_dequant_row
+ *   SIMD:    acc[l] = fma(w[k], x[k], acc[l]) for k = l, l+L, l+2L, ... (L = 16 AVX-512, 8 AVX2),
+ *            then the fixed horizontal sum of simd.h
+ *
+ * The SIMD paths never widen a row to memory: per group of 32 weights they build the 32 integer
+ * codes in two 128-bit registers (bytes, signed) with the group's scale and offset, widen them to
+ * float in registers and multiply-add with x. The widened weights are sl_dequant_row's floats bit
+ * for bit (the same float operations: code * scale, then + offset where the format has one;
+ * ggml's d*q - m is q*d + (-m), which rounds the same), so every ISA differs from the reference
+ * only in the order of the sum. Tiles of up to 4 rows x 4 tokens reuse each widened group across
+ * tokens; threads split the rows in blocks of 16, as cpu_matmul.c. Nothing is allocated.
+ */
+#include <immintrin.h>
+#include <omp.h>
+
+#include "core/common.h"
+#include "kernels/blocks.h"
+#include "kernels/simd.h"
+
+#define INLINE __attribute__((always_inline))
+#define BINL   static inline INLINE
+/* The codes are built with SSE-width integer ops under AVX2's target (F16C for the scales); the
+ * AVX-512 functions add those features, so the helpers inline into both. */
+#define B2_ATTR  SL_AVX2_ATTR
+#define B5_ATTR  __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#define ROWS_BLK 16 /* rows per work item: keeps tiles of 4 whole */
+
+/* ---------------------------------------------------------------- scalar */
+
+/* The reference order: one float accumulator over k, blocks widened by sl_dequant_row. */
+float sl_dot_blocks_ref(sl_dtype t, const void *row, const float *x, int64_t K) {
+    const int32_t bs = sl_dtype_block_size(t);
+    const size_t bb = sl_dtype_block_bytes(t);
+    float w[256], s = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += bs) {
+        sl_dequant_row(t, (const uint8_t *)row + (size_t)(k0 / bs) * bb, w, bs);
+        for (int32_t j = 0; j < bs; j++)
+            s += w[j] * x[k0 + j];
+    }
+    return s;
+}
+
+/* Rows [n0, n1) for all tokens: per row, tokens in slices of 8 each keep their own accumulator,
+ * so a block is widened once per slice and every token's order is sl_dot_blocks_ref's. */
+static void brows_scalar(float *y, const float *x, const uint8_t *w, size_t ws, sl_dtype t,
+                         int64_t K, int64_t N, int32_t T, int64_t n0, int64_t n1) {
+    enum { TS = 8 };
+    const int32_t bs = sl_dtype_block_size(t);
+    const size_t bb = sl_dtype_block_bytes(t);
+    float wb[256];
+    for (int64_t n = n0; n < n1; n++)
+        for (int32_t t0 = 0; t0 < T; t0 += TS) {
+            const int32_t nt = SL_MIN(TS, T - t0);
+            float s[TS] = {0};
+            for (int64_t k0 = 0; k0 < K; k0 += bs) {
+                sl_dequant_row(t, w + (size_t)n * ws + (size_t)(k0 / bs) * bb, wb, bs);
+                for (int32_t i = 0; i < nt; i++) {
+                    const float *xt = x + (size_t)(t0 + i) * (size_t)K + k0;
+                    for (int32_t j = 0; j < bs; j++)
+                        s[i] += wb[j] * xt[j];
+                }
+            }
+            for (int32_t i = 0; i < nt; i++)
+                y[(size_t)(t0 + i) * (size_t)N + (size_t)n] = s[i];
+        }
+}
+
+/* ------------------------------------------------------------ the codes */
+
+/* Group g (32 weights) of a block as codes: element j < 16 is c0 byte j, 16 + j is c1 byte j;
+ * w = code * s (+ b: the formats with an offset, has_off). */
+typedef struct bgroup {
+    __m128i c0, c1;
+    float s0, s1, b0, b1;
+} bgroup;
+
+BINL int32_t bsize(const sl_dtype t) {
+    return t == SL_DTYPE_Q2_K || t == SL_DTYPE_Q3_K || t == SL_DTYPE_Q4_K || t == SL_DTYPE_Q5_K ||
+                   t == SL_DTYPE_Q6_K || t == SL_DTYPE_IQ4_XS
+               ? 256
+               : 32;
+}
+
+BINL int has_off(const sl_dtype t) {
+    return t == SL_DTYPE_Q4_1 || t == SL_DTYPE_Q5_1 || t == SL_DTYPE_Q2_K || t == SL_DTYPE_Q4_K ||
+           t == SL_DTYPE_Q5_K;
+}
+
+B2_ATTR BINL float h16_at(const uint8_t *p) {
+    return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
+}
+
+B2_ATTR BINL __m128i bload(const uint8_t *p) {
+    return _mm_loadu_si128((const __m128i *)p);
+}
+
+B2_ATTR BINL __m128i lo_nib(__m128i q) {
+    return _mm_and_si128(q, _mm_set1_epi8(15));
+}
+
+B2_ATTR BINL __m128i hi_nib(__m128i q) {
+    return _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(15));
+}
+
+/* Bytes of q shifted right by n (0..7), then masked. */
+B2_ATTR BINL __m128i bshift(__m128i q, int n, int mask) {
+    return _mm_and_si128(_mm_srl_epi16(q, _mm_cvtsi32_si128(n)), _mm_set1_epi8((char)mask));
+}
+
+/* Bytes v where bit `bit` of the byte of hm is set, else 0. */
+B2_ATTR BINL __m128i bit_bytes(__m128i hm, int bit, int v) {
+    const __m128i m = _mm_set1_epi8((char)(1 << bit));
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hm, m), m), _mm_set1_epi8((char)v));
+}
+
+/* Q5_0/Q5_1: bit j of qh as 16 in byte j (elements 0..15: bits 0..15; 16..31: bits 16..31). */
+B2_ATTR BINL void q5_high(const uint8_t *p, __m128i *h0, __m128i *h1) {
+    const __m128i v = _mm_set1_epi32(
+        (int)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24));
+    const __m128i bits = _mm_set1_epi64x((long long)0x8040201008040201ull);
+    const __m128i i0 = _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128i i1 = _mm_set_epi8(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m128i b0 = _mm_and_si128(_mm_shuffle_epi8(v, i0), bits);
+    const __m128i b1 = _mm_and_si128(_mm_shuffle_epi8(v, i1), bits);
+    *h0 = _mm_and_si128(_mm_cmpeq_epi8(b0, bits), _mm_set1_epi8(16));
+    *h1 = _mm_and_si128(_mm_cmpeq_epi8(b1, bits), _mm_set1_epi8(16));
+}
+
+B2_ATTR BINL __m128i table16(const int8_t *kv) {
+    return _mm_loadu_si128((const __m128i *)kv);
+}
+
+/* The codes, scales and offsets of group g of block b (layouts: blocks.c). */
+B2_ATTR BINL void bgroup_get(const sl_dtype t, const uint8_t *b, int g, bgroup *o) {
+    o->b0 = o->b1 = 0; /* unused by the formats without an offset */
+    switch (t) {
+    case SL_DTYPE_Q8_0:
+        o->c0 = bload(b + 2), o->c1 = bload(b + 18);
+        o->s0 = o->s1 = h16_at(b);
+        break;
+    case SL_DTYPE_Q4_0: {
+        const __m128i q = bload(b + 2), e = _mm_set1_epi8(8);
+        o->c0 = _mm_sub_epi8(lo_nib(q), e), o->c1 = _mm_sub_epi8(hi_nib(q), e);
+        o->s0 = o->s1 = h16_at(b);
+        break;
+    }
+    case SL_DTYPE_Q4_1: {
+        const __m128i q = bload(b + 4);
+        o->c0 = lo_nib(q), o->c1 = hi_nib(q);
+        o->s0 = o->s1 = h16_at(b);
+        o->b0 = o->b1 = h16_at(b + 2);
+        break;
+    }
+    case SL_DTYPE_Q5_0: {
+        __m128i h0, h1;
+        q5_high(b + 2, &h0, &h1);
+        const __m128i q = bload(b + 6), e = _mm_set1_epi8(16);
+        o->c0 = _mm_sub_epi8(_mm_or_si128(lo_nib(q), h0), e);
+        o->c1 = _mm_sub_epi8(_mm_or_si128(hi_nib(q), h1), e);
+        o->s0 = o->s1 = h16_at(b);
+        break;
+    }
+    case SL_DTYPE_Q5_1: {
+        __m128i h0, h1;
+        q5_high(b + 4, &h0, &h1);
+        const __m128i q = bload(b + 8);
+        o->c0 = _mm_or_si128(lo_nib(q), h0), o->c1 = _mm_or_si128(hi_nib(q), h1);
+        o->s0 = o->s1 = h16_at(b);
+        o->b0 = o->b1 = h16_at(b + 2);
+        break;
+    }
+    case SL_DTYPE_MXFP4: {
+        const __m128i q = bload(b + 1), kv = table16(sl_kvalues_mxfp4);
+        o->c0 = _mm_shuffle_epi8(kv, lo_nib(q)), o->c1 = _mm_shuffle_epi8(kv, hi_nib(q));
+        o->s0 = o->s1 = sl_e8m0_half(b[0]);
+        break;
+    }
+    case SL_DTYPE_IQ4_XS: {
+        const unsigned sh = (unsigned)(b[2] | b[3] << 8);
+        const int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 15) | ((sh >> (2 * g)) & 3) << 4;
+        const __m128i q = bload(b + 8 + 16 * g), kv = table16(sl_kvalues_iq4nl);
+        o->c0 = _mm_shuffle_epi8(kv, lo_nib(q)), o->c1 = _mm_shuffle_epi8(kv, hi_nib(q));
+        o->s0 = o->s1 = h16_at(b) * (float)(ls - 32);
+        break;
+    }
+    case SL_DTYPE_Q2_K: {
+        const int h = g >> 2, j = g & 3;
+        const uint8_t *q = b + 16 + 32 * h;
+        const uint8_t s0 = b[8 * h + 2 * j], s1 = b[8 * h + 2 * j + 1];
+        const float d = h16_at(b + 80), dmin = h16_at(b + 82);
+        o->c0 = bshift(bload(q), 2 * j, 3), o->c1 = bshift(bload(q + 16), 2 * j, 3);
+        o->s0 = d * (float)(s0 & 15), o->b0 = -(dmin * (float)(s0 >> 4));
+        o->s1 = d * (float)(s1 & 15), o->b1 = -(dmin * (float)(s1 >> 4));
+        break;
+    }
+    case SL_DTYPE_Q3_K: {
+        const int h = g >> 2, j = g & 3;
+        const uint8_t *q = b + 32 + 32 * h, *sc = b + 96;
+        const __m128i e = _mm_set1_epi8(4);
+        o->c0 = _mm_sub_epi8(
+            _mm_or_si128(bshift(bload(q), 2 * j, 3), bit_bytes(bload(b), 4 * h + j, 4)), e);
+        o->c1 = _mm_sub_epi8(
+            _mm_or_si128(bshift(bload(q + 16), 2 * j, 3), bit_bytes(bload(b + 16), 4 * h + j, 4)),
+            e);
+        const float d = h16_at(b + 108);
+        for (int i = 0; i < 2; i++) {
+            const int k = 8 * h + 2 * j + i;
+            const int lo = k < 8 ? sc[k] & 15 : sc[k - 8] >> 4;
+            const int v = lo | ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4;
+            *(i ? &o->s1 : &o->s0) = d * (float)(v - 32);
+        }
+        break;
+    }
+    case SL_DTYPE_Q4_K:
+    case SL_DTYPE_Q5_K: {
+        const uint8_t *sc = b + 4;
+        int is, im;
+        if (g < 4) {
+            is = sc[g] & 63, im = sc[g + 4] & 63;
+        } else {
+            is = (sc[g + 4] & 15) | (sc[g - 4] >> 6) << 4;
+            im = (sc[g + 4] >> 4) | (sc[g] >> 6) << 4;
+        }
+        const uint8_t *q = b + (t == SL_DTYPE_Q5_K ? 48 : 16) + 32 * (g / 2);
+        const __m128i q0 = bload(q), q1 = bload(q + 16);
+        o->c0 = g & 1 ? hi_nib(q0) : lo_nib(q0);
+        o->c1 = g & 1 ? hi_nib(q1) : lo_nib(q1);
+        if (t == SL_DTYPE_Q5_K) {
+            o->c0 = _mm_or_si128(o->c0, bit_bytes(bload(b + 16), g, 16));
+            o->c1 = _mm_or_si128(o->c1, bit_bytes(bload(b + 32), g, 16));
+        }
+        o->s0 = o->s1 = h16_at(b) * (float)is;
+        o->b0 = o->b1 = -(h16_at(b + 2) * (float)im);
+        break;
+    }
+    case SL_DTYPE_Q6_K: {
+        const int h = g >> 2, c = g & 3;
+        const uint8_t *ql = b + 64 * h + 32 * (c & 1), *qh = b + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(b + 192) + 8 * h + 2 * c;
+        const __m128i l0 = bload(ql), l1 = bload(ql + 16), e = _mm_set1_epi8(32);
+        const __m128i n0 = c >> 1 ? hi_nib(l0) : lo_nib(l0), n1 = c >> 1 ? hi_nib(l1) : lo_nib(l1);
+        const __m128i t0 = _mm_slli_epi16(bshift(bload(qh), 2 * c, 3), 4);
+        const __m128i t1 = _mm_slli_epi16(bshift(bload(qh + 16), 2 * c, 3), 4);
+        o->c0 = _mm_sub_epi8(_mm_or_si128(n0, t0), e);
+        o->c1 = _mm_sub_epi8(_mm_or_si128(n1, t1), e);
+        const float d = h16_at(b + 208);
+        o->s0 = d * (float)sc[0], o->s1 = d * (float)sc[1];
+        break;
+    }
+    default: break;
+    }
+}
+
+/* ------------------------------------------------------------------ AVX2 */
+
+/* The group's 32 weights as 4 vectors of 8, in column order. */
+B2_ATTR BINL void widen_avx2(const sl_dtype t, const bgroup *o, __m256 v[4]) {
+    const __m128i c[2] = {o->c0, o->c1};
+    const float s[2] = {o->s0, o->s1}, off[2] = {o->b0, o->b1};
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m128i q = i & 1 ? _mm_srli_si128(c[i >> 1], 8) : c[i >> 1];
+        v[i] =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(s[i >> 1]));
+        if (has_off(t)) v[i] = _mm256_add_ps(v[i], _mm256_set1_ps(off[i >> 1]));
+    }
+}
+
+/* NR rows of W (stride ws bytes) against NT tokens of x (stride xs floats). */
+B2_ATTR BINL void btile_avx2(const sl_dtype t, const uint8_t *w, size_t ws, const float *x,
+                             size_t xs, float *y, size_t ys, int64_t K, const int NR,
+                             const int NT) {
+    const int32_t bs = bsize(t);
+    const size_t bb = sl_dtype_block_bytes(t);
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NT; i++)
+            acc[r][i] = _mm256_setzero_ps();
+    for (int64_t k0 = 0; k0 < K; k0 += bs) {
+        const uint8_t *blk = w + (size_t)(k0 / bs) * bb;
+        for (int g = 0; g < bs / 32; g++) {
+            __m256 wv[4][4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                bgroup o;
+                bgroup_get(t, blk + (size_t)r * ws, g, &o);
+                widen_avx2(t, &o, wv[r]);
+            }
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+#pragma GCC unroll 4
+                for (int i = 0; i < NT; i++) {
+                    const __m256 xv = _mm256_loadu_ps(x + (size_t)i * xs + k0 + 32 * g + 8 * v);
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++)
+                        acc[r][i] = _mm256_fmadd_ps(wv[r][v], xv, acc[r][i]);
+                }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NT; i++)
+            y[(size_t)i * ys + (size_t)r] = sl_hsum256(acc[r][i]);
+}
+
+B2_ATTR static void bdequant_avx2(sl_dtype t, const uint8_t *src, float *dst, int64_t n) {
+    const int32_t bs = sl_dtype_block_size(t);
+    const size_t bb = sl_dtype_block_bytes(t);
+    for (int64_t k0 = 0; k0 < n; k0 += bs, src += bb)
+        for (int g = 0; g < bs / 32; g++, dst += 32) {
+            bgroup o;
+            __m256 v[4];
+#define DEQ_CASE(T)                                                                                \
+    case T:                                                                                        \
+        bgroup_get(T, src, g, &o);                                                                 \
+        widen_avx2(T, &o, v);                                                                      \
+        break;
+            switch (t) {
+                DEQ_CASE(SL_DTYPE_Q8_0)
+                DEQ_CASE(SL_DTYPE_Q4_0)
+                DEQ_CASE(SL_DTYPE_Q4_1)
+                DEQ_CASE(SL_DTYPE_Q5_0)
+                DEQ_CASE(SL_DTYPE_Q5_1)
+                DEQ_CASE(SL_DTYPE_MXFP4)
+                DEQ_CASE(SL_DTYPE_Q2_K)
+                DEQ_CASE(SL_DTYPE_Q3_K)
+                DEQ_CASE(SL_DTYPE_Q4_K)
+                DEQ_CASE(SL_DTYPE_Q5_K)
+                DEQ_CASE(SL_DTYPE_Q6_K)
+                DEQ_CASE(SL_DTYPE_IQ4_XS)
+            default: SL_ASSERT(0);
+            }
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_ps(dst + 8 * i, v[i]);
+        }
+}
+
+/* --------------------------------------------------------------- AVX-512 */
+
+B5_ATTR BINL void widen_avx512(const sl_dtype t, const bgroup *o, __m512 v[2]) {
+    v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(o->c0)), _mm512_set1_ps(o->s0));
+    v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(o->c1)), _mm512_set1_ps(o->s1));
+    if (has_off(t)) {
+        v[0] = _mm512_add_ps(v[0], _mm512_set1_ps(o->b0));
+        v[1] = _mm512_add_ps(v[1], _mm512_set1_ps(o->b1));
+    }
+}
+
+B5_ATTR BINL void btile_avx512(const sl_dtype t, const uint8_t *w, size_t ws, const float *x,
+                               size_t xs, float *y, size_t ys, int64_t K, const int NR,
+                               const int NT) {
+    const int32_t bs = bsize(t);
+    const size_t bb = sl_dtype_block_bytes(t);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NT; i++)
+            acc[r][i] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 < K; k0 += bs) {
+        const uint8_t *blk = w + (size_t)(k0 / bs) * bb;
+        for (int g = 0; g < bs / 32; g++) {
+            __m512 wv[4][2];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                bgroup o;
+                bgroup_get(t, blk + (size_t)r * ws, g, &o);
+                widen_avx512(t, &o, wv[r]);
+            }
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++)
+#pragma GCC unroll 4
+                for (int i = 0; i < NT; i++) {
+                    const __m512 xv = _mm512_loadu_ps(x + (size_t)i * xs + k0 + 32 * g + 16 * v);
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++)
+                        acc[r][i] = _mm512_fmadd_ps(wv[r][v], xv, acc[r][i]);
+                }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < NT; i++)
+            y[(size_t)i * ys + (size_t)r] = sl_hsum512(acc[r][i]);
+}
+
+B5_ATTR static void bdequant_avx512(sl_dtype t, const uint8_t *src, float *dst, int64_t n) {
+    const int32_t bs = sl_dtype_block_size(t);
+    const size_t bb = sl_dtype_block_bytes(t);
+    for (int64_t k0 = 0; k0 < n; k0 += bs, src += bb)
+        for (int g = 0; g < bs / 32; g++, dst += 32) {
+            bgroup o;
+            __m512 v[2];
+#undef DEQ_CASE
+#define DEQ_CASE(T)                                                                                \
+    case T:                                                                                        \
+        bgroup_get(T, src, g, &o);                                                                 \
+        widen_avx512(T, &o, v);                                                                    \
+        break;
+            switch (t) {
+                DEQ_CASE(SL_DTYPE_Q8_0)
+                DEQ_CASE(SL_DTYPE_Q4_0)
+                DEQ_CASE(SL_DTYPE_Q4_1)
+                DEQ_CASE(SL_DTYPE_Q5_0)
+                DEQ_CASE(SL_DTYPE_Q5_1)
+                DEQ_CASE(SL_DTYPE_MXFP4)
+                DEQ_CASE(SL_DTYPE_Q2_K)
+                DEQ_CASE(SL_DTYPE_Q3_K)
+                DEQ_CASE(SL_DTYPE_Q4_K)
+                DEQ_CASE(SL_DTYPE_Q5_K)
+                DEQ_CASE(SL_DTYPE_Q6_K)
+                DEQ_CASE(SL_DTYPE_IQ4_XS)
+            default: SL_ASSERT(0);
+            }
+            _mm512_storeu_ps(dst, v[0]);
+            _mm512_storeu_ps(dst + 16, v[1]);
+        }
+}
+
+/* ---------------------------------------------------------------- driver */
+
+/* Rows [n0, n1) for all T tokens: tiles of 4 x 4, then remainders; one expansion per type. */
+#define DEFINE_BROWS(ISA, ATTR)                                                                    \
+    ATTR BINL void brows_body_##ISA(const sl_dtype t, float *y, const float *x, const uint8_t *w,  \
+                                    size_t ws, int64_t K, int64_t N, int32_t T, int64_t n0,        \
+                                    int64_t n1) {                                                  \
+        int64_t n = n0;                                                                            \
+        for (; n + 4 <= n1; n += 4) {                                                              \
+            int32_t i = 0;                                                                         \
+            for (; i + 4 <= T; i += 4)                                                             \
+                btile_##ISA(t, w + (size_t)n * ws, ws, x + (size_t)i * (size_t)K, (size_t)K,       \
+                            y + (size_t)i * (size_t)N + n, (size_t)N, K, 4, 4);                    \
+            for (; i < T; i++)                                                                     \
+                btile_##ISA(t, w + (size_t)n * ws, ws, x + (size_t)i * (size_t)K, (size_t)K,       \
+                            y + (size_t)i * (size_t)N + n, (size_t)N, K, 4, 1);                    \
+        }                                                                                          \
+        for (; n < n1; n++) {                                                                      \
+            int32_t i = 0;                                                                         \
+            for (; i + 4 <= T; i += 4)                                                             \
+                btile_##ISA(t, w + (size_t)n * ws, ws, x + (size_t)i * (size_t)K, (size_t)K,       \
+                            y + (size_t)i * (size_t)N + n, (size_t)N, K, 1, 4);                    \
+            for (; i < T; i++)                                                                     \
+                btile_##ISA(t, w + (size_t)n * ws, ws, x + (size_t)i * (size_t)K, (size_t)K,       \
+                            y + (size_t)i * (size_t)N + n, (size_t)N, K, 1, 1);                    \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void brows_##ISA(sl_dtype t, float *y, const float *x, const uint8_t *w,           \
+                                 size_t ws, int64_t K, int64_t N, int32_t T, int64_t n0,           \
+                                 int64_t n1) {                                                     \
+        switch (t) {                                                                               \
+        case SL_DTYPE_Q8_0: brows_body_##ISA(SL_DTYPE_Q8_0, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q4_0: brows_body_##ISA(SL_DTYPE_Q4_0, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q4_1: brows_body_##ISA(SL_DTYPE_Q4_1, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q5_0: brows_body_##ISA(SL_DTYPE_Q5_0, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q5_1: brows_body_##ISA(SL_DTYPE_Q5_1, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_MXFP4: brows_body_##ISA(SL_DTYPE_MXFP4, y, x, w, ws, K, N, T, n0, n1);       \
+            break;                                                                                 \
+        case SL_DTYPE_Q2_K: brows_body_##ISA(SL_DTYPE_Q2_K, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q3_K: brows_body_##ISA(SL_DTYPE_Q3_K, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q4_K: brows_body_##ISA(SL_DTYPE_Q4_K, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q5_K: brows_body_##ISA(SL_DTYPE_Q5_K, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_Q6_K: brows_body_##ISA(SL_DTYPE_Q6_K, y, x, w, ws, K, N, T, n0, n1); break;  \
+        case SL_DTYPE_IQ4_XS:                                                                      \
+            brows_body_##ISA(SL_DTYPE_IQ4_XS, y, x, w, ws, K, N, T, n0, n1);                       \
+            break;                                                                                 \
+        default: SL_ASSERT(0);                                                                     \
+        }                                                                                          \
+    }
+
+DEFINE_BROWS(avx2, B2_ATTR)
+DEFINE_BROWS(avx512, B5_ATTR)
+
+void sl_matmul_blocks_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                          int32_t T) {
+    SL_ASSERT(w->ndim == 2 && sl_dtype_is_block(w->dtype));
+    const int64_t N = w->shape[0], K = w->shape[1];
+    SL_ASSERT(K % sl_dtype_block_size(w->dtype) == 0);
+    const size_t ws = sl_row_bytes(w->dtype, K);
+    const uint8_t *wd = w->data;
+    /* Small products are not worth waking a second thread for. */
+    const int nth = (N * K * T < (1 << 15) || N < 8) ? 1 : be->n_threads;
+    const int64_t n_blocks = (N + ROWS_BLK - 1) / ROWS_BLK;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const int64_t n0 = b * ROWS_BLK, n1 = SL_MIN(N, n0 + ROWS_BLK);
+        switch (be->isa) {
+        case SL_ISA_AVX512: brows_avx512(w->dtype, y, x, wd, ws, K, N, T, n0, n1); break;
+        case SL_ISA_AVX2: brows_avx2(w->dtype, y, x, wd, ws, K, N, T, n0, n1); break;
+        default: brows_scalar(y, x, wd, ws, w->dtype, K, N, T, n0, n1); break;
+        }
+    }
+}
+
+void sl_dequant_row_isa(sl_isa isa, sl_dtype t, const void *src, float *dst, int64_t n) {
+    SL_ASSERT(sl_dtype_is_block(t) && n % sl_dtype_block_size(t) == 0);
+    switch (isa) {
+    case SL_ISA_AVX512: bdequant_avx512(t, src, dst, n); break;
+    case SL_ISA_AVX2: bdequant_avx2(t, src, dst, n); break;
+    default: sl_dequant_row(t, src, dst, n); break;
+    }
+}
