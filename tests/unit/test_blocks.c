@@ -154,3 +154,122 @@ TEST(test_blocks_quant_simple) {
             CHECKF(y[k] == 0, "%s: non-finite input [%d] -> %g", sl_dtype_name(t), k, y[k]);
     }
 }
+
+/* A row of random bytes: every field of every block random (scales NaN, Inf, subnormal, <0). */
+static void random_bytes(uint8_t *q, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        q[i] = (uint8_t)(rng_state >> 56);
+    }
+}
+
+/* Every ISA's SIMD widening gives sl_dequant_row's floats bit for bit. */
+TEST(test_blocks_dequant_isas) {
+    enum { K = 1024 };
+    float x[K], ref[K + 1], got[K + 1];
+    uint8_t q[K * 2];
+    for (int c = 0; c < N_BLOCK_TYPES; c++) {
+        const sl_dtype t = block_types[c];
+        for (int row = 0; row < 4; row++) {
+            if (row < 2) {
+                for (int k = 0; k < K; k++)
+                    x[k] = frand() * (row ? 1e3f : 1.0f) + (row ? 0.0f : 0.5f);
+                sl_quant_row_simple(t, x, q, K);
+            } else {
+                random_bytes(q, sl_row_bytes(t, K));
+            }
+            sl_dequant_row(t, q, ref, K);
+            for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
+                got[K] = 1234.5f;
+                sl_dequant_row_isa((sl_isa)isa, t, q, got, K);
+                int bad = 0;
+                for (int k = 0; k < K && !bad; k++)
+                    if (!same_float(got[k], ref[k])) {
+                        CHECKF(0, "%s %s row %d [%d]: got %.9g want %.9g", sl_dtype_name(t),
+                               sl_isa_name((sl_isa)isa), row, k, got[k], ref[k]);
+                        bad = 1;
+                    }
+                CHECKF(got[K] == 1234.5f, "%s %s: wrote past the row", sl_dtype_name(t),
+                       sl_isa_name((sl_isa)isa));
+            }
+        }
+    }
+}
+
+/* matmul over block weights on every ISA: within a tight tolerance of the product of
+ * sl_dequant_row's floats in double; the scalar path is sl_dot_ref bit for bit; per ISA, a token
+ * gives the same bits alone (T = 1) or in a batch (T = 7), on one thread or two. */
+TEST(test_blocks_matmul_isas) {
+    enum { N = 37, T = 7, KMAX = 768, POISON_N = 5 };
+    const float POISON = 1234567.0f;
+    for (int c = 0; c < N_BLOCK_TYPES; c++) {
+        const sl_dtype t = block_types[c];
+        const int32_t Ks[] = {sl_dtype_block_size(t), 512, KMAX};
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int32_t K = Ks[ki];
+            const size_t rb = sl_row_bytes(t, K);
+            uint8_t *q = malloc(rb * N);
+            float *wf = malloc(sizeof(float) * (size_t)N * K), *x = malloc(sizeof(float) * T * K);
+            for (int32_t i = 0; i < N * K; i++)
+                wf[i] = frand() * (i % 7 == 0 ? 2.0f : 0.5f) + (c % 2 ? 0.2f : 0.0f);
+            for (int32_t n = 0; n < N; n++) {
+                sl_quant_row_simple(t, wf + (size_t)n * K, q + n * rb, K);
+                sl_dequant_row(t, q + n * rb, wf + (size_t)n * K, K);
+            }
+            for (int32_t i = 0; i < T * K; i++)
+                x[i] = frand();
+            const sl_tensor w = {
+                .name = "w", .dtype = t, .ndim = 2, .shape = {N, K}, .data = q, .nbytes = rb * N};
+            double ref[T * N], rms = 0;
+            for (int32_t i = 0; i < T; i++)
+                for (int32_t n = 0; n < N; n++) {
+                    double s = 0;
+                    for (int32_t k = 0; k < K; k++)
+                        s += (double)wf[(size_t)n * K + k] * x[(size_t)i * K + k];
+                    ref[i * N + n] = s;
+                    rms += s * s;
+                }
+            rms = sqrt(rms / (T * N));
+            for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
+                float y[T * N + POISON_N], y1[N + POISON_N], y2[T * N + POISON_N];
+                sl_backend be, be1;
+                sl_backend_cpu_init(&be, 2, (sl_isa)isa);
+                sl_backend_cpu_init(&be1, 1, (sl_isa)isa);
+                for (int i = 0; i < T * N + POISON_N; i++)
+                    y[i] = y2[i] = POISON;
+                sl_matmul_cpu(&be, y, x, &w, NULL, T);
+                sl_matmul_cpu(&be1, y2, x, &w, NULL, T);
+                double worst = 0;
+                for (int i = 0; i < T * N; i++) {
+                    worst = fmax(worst, fabs(y[i] - ref[i]) / fmax(fmax(fabs(ref[i]), rms), 1e-30));
+                    CHECKF(same_float(y[i], y2[i]), "%s %s K=%d [%d]: 2 threads %.9g, 1: %.9g",
+                           sl_dtype_name(t), sl_isa_name(be.isa), K, i, y[i], y2[i]);
+                }
+                for (int i = T * N; i < T * N + POISON_N; i++)
+                    CHECKF(y[i] == POISON, "%s %s: wrote past y", sl_dtype_name(t),
+                           sl_isa_name(be.isa));
+                CHECKF(worst < 2e-6 * sqrt(K / 32.0), "%s %s K=%d: rel err %.3g", sl_dtype_name(t),
+                       sl_isa_name(be.isa), K, worst);
+                for (int32_t i = 0; i < T; i++) {
+                    for (int j = 0; j < N + POISON_N; j++)
+                        y1[j] = POISON;
+                    sl_matmul_cpu(&be, y1, x + (size_t)i * K, &w, NULL, 1);
+                    CHECKF(memcmp(y1, y + i * N, sizeof(float) * N) == 0,
+                           "%s %s K=%d token %d: T=1 and T=%d differ", sl_dtype_name(t),
+                           sl_isa_name(be.isa), K, i, T);
+                    CHECK(y1[N] == POISON);
+                }
+                if (isa == SL_ISA_SCALAR)
+                    for (int32_t i = 0; i < T; i++)
+                        for (int32_t n = 0; n < N; n++) {
+                            const float d = sl_dot_ref(&w, n, x + (size_t)i * K);
+                            CHECKF(same_float(d, y[i * N + n]), "%s K=%d: sl_dot_ref %.9g, %.9g",
+                                   sl_dtype_name(t), K, d, y[i * N + n]);
+                        }
+            }
+            free(q), free(wf), free(x);
+        }
+    }
+}
