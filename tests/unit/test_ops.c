@@ -11,7 +11,7 @@ TEST(test_ops_table_cpu) {
     for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
         sl_backend be;
         sl_backend_cpu_init(&be, 2, (sl_isa)isa);
-        const ops_table_params p = {.q4_int8 = sl_quant_int8_available(&be)};
+        const ops_table_params p = {.q4_int8 = sl_quant_int8_available(&be), .block_types = 1};
         const int failed = ops_table_run(&be, &p);
         CHECKF(failed == 0, "isa %s: %d cases failed", sl_isa_name(be.isa), failed);
     }
