@@ -18,6 +18,7 @@
 
 #include "format/tensor.h"
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 
 /* Widens n elements (a multiple of the block size) of blocks at src into dst. */
 void sl_dequant_row(sl_dtype t, const void *src, float *dst, int64_t n);
@@ -29,6 +30,23 @@ void sl_dequant_row_isa(sl_isa isa, sl_dtype t, const void *src, float *dst, int
  * of sl_matmul_cpu (each output's summation order depends only on K and the ISA). */
 void sl_matmul_blocks_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                           int32_t T);
+/* sl_matmul_blocks_cpu with a choice of path (quant.h's sl_qpath), for tests and benchmarks:
+ * FLOAT keeps x in float32 (cpu_blocks.c); INT8 rounds x to int8 per 32 columns once per call and
+ * multiplies in integers (cpu_blocks_int8.c, with its error bound), for the types
+ * sl_blocks_int8_type names on a backend where sl_blocks_int8_available, else FLOAT. AUTO (what
+ * sl_matmul_blocks_cpu does) is INT8 wherever it is available. */
+void sl_matmul_blocks_cpu_path(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                               int32_t T, sl_qpath path);
+/* The types with an int8 path: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. */
+int sl_blocks_int8_type(sl_dtype t);
+/* Whether SL_QPATH_INT8 runs w on this backend: an int8 type, AVX2 or AVX-512 (the VNNI kernel
+ * where the CPU has it), rows of at most 40960 columns. */
+int sl_blocks_int8_available(const sl_backend *be, const sl_tensor *w);
+/* Whether this backend takes the int8 path for those types at all (AVX2 or better). */
+int sl_blocks_int8_on(const sl_backend *be);
+/* The int8 path itself (sl_blocks_int8_available must hold). */
+void sl_matmul_blocks_int8_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                               int32_t T);
 /* One row of K elements of blocks dotted with x in the scalar reference order: blocks widened by
  * sl_dequant_row, one float accumulator over k. */
 float sl_dot_blocks_ref(sl_dtype t, const void *row, const float *x, int64_t K);

@@ -567,7 +567,16 @@ DEFINE_BROWS(avx512, B5_ATTR)
 
 void sl_matmul_blocks_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                           int32_t T) {
+    sl_matmul_blocks_cpu_path(be, y, x, w, T, SL_QPATH_AUTO);
+}
+
+void sl_matmul_blocks_cpu_path(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                               int32_t T, sl_qpath path) {
     SL_ASSERT(w->ndim == 2 && sl_dtype_is_block(w->dtype));
+    if (path != SL_QPATH_FLOAT && sl_blocks_int8_available(be, w)) {
+        sl_matmul_blocks_int8_cpu(be, y, x, w, T);
+        return;
+    }
     const int64_t N = w->shape[0], K = w->shape[1];
     SL_ASSERT(K % sl_dtype_block_size(w->dtype) == 0);
     const size_t ws = sl_row_bytes(w->dtype, K);

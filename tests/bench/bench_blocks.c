@@ -3,7 +3,9 @@
  * W^T, per weight type and ISA, against sluice's own BF16, Q8 and Q4 paths. Prints the time of
  * one call and the weight bytes it streams per second. "cold" cycles through copies of W that
  * together exceed the last-level cache (the weights come from DRAM, as in decode); "hot" repeats
- * one W (the kernel's own throughput). Correctness is the unit tests'; this only measures.
+ * one W (the kernel's own throughput). Each figure is the fastest call of a quarter second (the
+ * machine may be shared). Block types run their float path and, where the backend has one, their
+ * int8 path (blocks.h). Correctness is the unit tests'; this only measures.
  *
  *   bench_blocks [N K T threads [types]]   (default 1536 2048 1 2; types: a comma list,
  * "Q4_K,BF16")
@@ -83,18 +85,22 @@ static void mat_free(mat *m) {
     free(m->data), free(m->sc), free(m->bi);
 }
 
-/* Best time of one call (seconds) over the budget, cycling through n copies. */
-static double time_calls(const sl_backend *be, float *y, const float *x, mat *m, int n, int32_t T) {
-    for (int i = 0; i < n; i++) /* warm: page in, caches in a steady state */
-        sl_matmul_cpu(be, y, x, &m[i].t, NULL, T);
+/* The fastest call (seconds) over the budget, cycling through n copies (path -1: sl_matmul_cpu,
+ * else that sl_qpath of a block type): the machine may be shared, and the fastest call is the one
+ * nothing else slowed. */
+static double time_calls(const sl_backend *be, float *y, const float *x, mat *m, int n, int32_t T,
+                         int path) {
     double best = 1e30, spent = 0;
-    for (int rep = 0; rep < 3 || spent < BUDGET_S; rep++) {
-        const double t0 = sl_now();
-        for (int i = 0; i < n; i++)
-            sl_matmul_cpu(be, y, x, &m[i].t, NULL, T);
-        const double dt = sl_now() - t0;
-        best = SL_MIN(best, dt / n);
-        spent += dt;
+    for (int rep = -1; rep < 3 || spent < BUDGET_S; rep++) { /* rep -1 warms up */
+        for (int i = 0; i < n; i++) {
+            const double t0 = sl_now();
+            if (path < 0)
+                sl_matmul_cpu(be, y, x, &m[i].t, NULL, T);
+            else
+                sl_matmul_blocks_cpu_path(be, y, x, &m[i].t, T, (sl_qpath)path);
+            const double dt = sl_now() - t0;
+            if (rep >= 0) best = SL_MIN(best, dt), spent += dt;
+        }
     }
     return best;
 }
@@ -118,8 +124,8 @@ int main(int argc, char **argv) {
         x[i] = frand();
     printf("matmul N=%lld K=%lld T=%d, %d threads; GB/s = weight bytes (scales included) / time\n",
            (long long)N, (long long)K, T, nth);
-    printf("%-7s %-7s %6s %9s %9s %9s %9s\n", "type", "isa", "bits", "cold us", "cold GB/s",
-           "hot us", "hot GB/s");
+    printf("%-7s %-7s %-5s %6s %9s %9s %9s %9s\n", "type", "isa", "path", "bits", "cold us",
+           "cold GB/s", "hot us", "hot GB/s");
     const char *only = argc > 5 ? argv[5] : NULL;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (only) { /* whole names of a comma list */
@@ -140,13 +146,22 @@ int main(int argc, char **argv) {
         for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
             sl_backend be;
             sl_backend_cpu_init(&be, nth, (sl_isa)isa);
-            const double cold =
-                time_calls(&be, y, x, m, isa == SL_ISA_SCALAR ? SL_MIN(n, 8) : n, T);
-            const double hot = time_calls(&be, y, x, m, 1, T);
-            printf("%-7s %-7s %6.2f %9.1f %9.2f %9.1f %9.2f\n", sl_dtype_name(types[i]),
-                   sl_isa_name(be.isa), sl_dtype_bits(types[i]), cold * 1e6, bytes / cold * 1e-9,
-                   hot * 1e6, bytes / hot * 1e-9);
-            fflush(stdout);
+            /* block types: the float path, then the int8 one where it runs */
+            const int blk = sl_dtype_is_block(types[i]);
+            for (int path = blk ? SL_QPATH_FLOAT : -1; path <= (blk ? SL_QPATH_INT8 : -1); path++) {
+                if (path == SL_QPATH_INT8 && !sl_blocks_int8_available(&be, &one.t)) continue;
+                const int nc = isa == SL_ISA_SCALAR ? SL_MIN(n, 4) : n;
+                const double cold = time_calls(&be, y, x, m, nc, T, path);
+                const double hot = time_calls(&be, y, x, m, 1, T, path);
+                printf("%-7s %-7s %-5s %6.2f %9.1f %9.2f %9.1f %9.2f\n", sl_dtype_name(types[i]),
+                       sl_isa_name(be.isa),
+                       path == SL_QPATH_INT8    ? "int8"
+                       : path == SL_QPATH_FLOAT ? "float"
+                                                : "-",
+                       sl_dtype_bits(types[i]), cold * 1e6, bytes / cold * 1e-9, hot * 1e6,
+                       bytes / hot * 1e-9);
+                fflush(stdout);
+            }
         }
         for (int j = 0; j < n; j++)
             mat_free(&m[j]);

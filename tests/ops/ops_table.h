@@ -25,6 +25,9 @@ typedef struct ops_table_params {
     /* The backend runs ggml's block types (Q8_0 .. MXFP4, issue 26): their rows run; else they
      * are skipped (the CUDA backend, until it has kernels for them). */
     int block_types;
+    /* The backend's matmuls over Q8_0, Q4_0, Q4_K, Q5_K and Q6_K round the activations to int8
+     * (blocks.h's INT8 path): those products are checked within that rounding. */
+    int block_int8;
     const char *filter; /* NULL, or run only ops whose name contains it */
     FILE *log;          /* one line per op; failures are always printed (to stderr) */
 } ops_table_params;
