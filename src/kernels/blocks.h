@@ -27,7 +27,8 @@ void sl_dequant_row(sl_dtype t, const void *src, float *dst, int64_t n);
 void sl_dequant_row_isa(sl_isa isa, sl_dtype t, const void *src, float *dst, int64_t n);
 
 /* y[T, N] = x[T, K] . W^T for W [N, K] of a block type, on the CPU (cpu_blocks.c); the contract
- * of sl_matmul_cpu (each output's summation order depends only on K and the ISA). */
+ * of sl_matmul_cpu: each output's arithmetic depends only on K, the ISA and the path below (on
+ * one machine: K and the ISA), never on T, the tile or the thread. */
 void sl_matmul_blocks_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                           int32_t T);
 /* sl_matmul_blocks_cpu with a choice of path (quant.h's sl_qpath), for tests and benchmarks:

@@ -7,13 +7,17 @@
  *   SIMD:    acc[l] = fma(w[k], x[k], acc[l]) for k = l, l+L, l+2L, ... (L = 16 AVX-512, 8 AVX2),
  *            then the fixed horizontal sum of simd.h
  *
- * The SIMD paths never widen a row to memory: per group of 32 weights they build the 32 integer
- * codes in two 128-bit registers (bytes, signed) with the group's scale and offset, widen them to
- * float in registers and multiply-add with x. The widened weights are sl_dequant_row's floats bit
- * for bit (the same float operations: code * scale, then + offset where the format has one;
- * ggml's d*q - m is q*d + (-m), which rounds the same), so every ISA differs from the reference
- * only in the order of the sum. Tiles of up to 4 rows x 4 tokens reuse each widened group across
- * tokens; threads split the rows in blocks of 16, as cpu_matmul.c. Nothing is allocated.
+ * The SIMD paths never widen a row to memory: per block they decode its scales to float, then per
+ * group of 32 weights build the 32 integer codes in two 128-bit registers (signed bytes), widen
+ * them to float in registers as fma(code, scale, offset) and multiply-add with x. The widened
+ * weights are sl_dequant_row's floats bit for bit: code * scale never rounds (an f16 times small
+ * integers fits 24 bits), so the fma rounds once where ggml's code * scale + offset (or its
+ * d*q - m, which is q*d + (-m)) does. Every ISA therefore differs from the reference only in the
+ * order of the sum. Tiles of up to 4 rows x 4 tokens reuse each widened group across tokens;
+ * threads split the rows in blocks of 16, as cpu_matmul.c. Nothing is allocated.
+ *
+ * This is the FLOAT path. For Q8_0, Q4_0, Q4_K, Q5_K and Q6_K sl_matmul_blocks_cpu takes the
+ * int8-activation path of cpu_blocks_int8.c where the ISA has it (blocks.h).
  */
 #include <immintrin.h>
 #include <omp.h>
