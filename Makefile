@@ -4,8 +4,8 @@
 #   make test       unit tests, parity against transformers, CLI checks,
 #                   sanitizer (ASan/UBSan) run, short fuzz runs
 #   make run        builds and runs the default job
-#   make bench      speed measurements, kept out of make test (tokenizer encoding; with CUDA=1
-#                   the CUDA op benchmarks too)
+#   make bench      speed measurements, kept out of make test (tokenizer encoding, CPU matmul
+#                   over block types; with CUDA=1 the CUDA op benchmarks too)
 #   make format     clang-format every source file (.c, .h, .cu, .cuh)
 #   make fuzz       longer libFuzzer runs (clang)
 #   make CUDA=1     build-cuda/sluice with the CUDA backend too (nvcc)
@@ -228,8 +228,13 @@ fuzz-run-%: $(BUILD)/fuzz/fuzz_%
 $(BUILD)/bench_tokenizer: $(BUILD)/tests/bench/bench_tokenizer.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-bench: $(BUILD)/bench_tokenizer $(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda)
+# CPU matmul over ggml's block types against BF16/Q8/Q4 (a decode GEMV; bench_blocks N K T threads).
+$(BUILD)/bench_blocks: $(BUILD)/tests/bench/bench_blocks.o $(BUILD)/libsluice.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench: $(BUILD)/bench_tokenizer $(BUILD)/bench_blocks $(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda)
 	$(BUILD)/bench_tokenizer tests/fixtures
+	$(BUILD)/bench_blocks
 	$(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda bench)
 
 # ---- the default job -------------------------------------------------------

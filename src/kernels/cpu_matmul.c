@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "kernels/blocks.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "kernels/simd.h"
@@ -47,6 +48,9 @@ static float dot_scalar(const void *w, sl_dtype dt, const float *x, int64_t K) {
 
 float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x) {
     int64_t K = w->shape[1];
+    if (sl_dtype_is_block(w->dtype))
+        return sl_dot_blocks_ref(
+            w->dtype, (const uint8_t *)w->data + (size_t)row * sl_row_bytes(w->dtype, K), x, K);
     const uint8_t *base = (const uint8_t *)w->data + (size_t)(row * K) * sl_dtype_size(w->dtype);
     return dot_scalar(base, w->dtype, x, K);
 }
@@ -173,6 +177,10 @@ void sl_matmul_cpu(const sl_backend *be, float *y, const float *x, const sl_tens
     const int64_t N = w->shape[0], K = w->shape[1];
     if (sl_dtype_is_quant(w->dtype)) {
         sl_matmul_quant_cpu(be, y, x, w, T);
+        goto add_bias;
+    }
+    if (sl_dtype_is_block(w->dtype)) {
+        sl_matmul_blocks_cpu(be, y, x, w, T);
         goto add_bias;
     }
     const size_t ws = (size_t)K * sl_dtype_size(w->dtype);

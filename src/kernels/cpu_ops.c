@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/blocks.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "kernels/simd.h"
@@ -103,8 +104,15 @@ static void cpu_hc_inject(const sl_backend *be, float *w, const float *out, cons
 
 static void cpu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
                       int32_t T) {
-    (void)be;
     const int64_t n = table->shape[1];
+    if (sl_dtype_is_block(table->dtype)) {
+        const size_t rb = sl_row_bytes(table->dtype, n);
+        for (int32_t t = 0; t < T; t++)
+            sl_dequant_row_isa(be->isa, table->dtype,
+                               (const uint8_t *)table->data + (size_t)ids[t] * rb,
+                               y + (size_t)t * (size_t)n, n);
+        return;
+    }
     if (sl_dtype_is_quant(table->dtype)) {
         for (int32_t t = 0; t < T; t++)
             sl_dequantize_row(table, ids[t], y + (size_t)t * (size_t)n);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/blocks.h"
 #include "kernels/quant.h"
 #include "ops_table.h"
 
@@ -143,7 +144,11 @@ static int ot_check(ot_run *r, const char *what, const float *dev, const double 
 static double prod_tol(const ot_run *r, sl_dtype dt, double tol) {
     /* int8 activations: each group's rounding is d/2 of a 127-step grid (quant.h), a relative
      * error of some 1e-2 of the output's rms at these sizes; 6e-2 bounds its tail. */
-    return dt == SL_DTYPE_Q4 && r->p->q4_int8 ? fmax(tol, 6e-2) : tol;
+    if (dt == SL_DTYPE_Q4 && r->p->q4_int8) return fmax(tol, 6e-2);
+    /* int8 activations per 32 columns (cpu_blocks_int8.c): typically 0.4% of the output's rms,
+     * up to 3% in the tail of these small products (and of the experts' two in a row) */
+    return sl_dtype_is_block(dt) && r->p->block_int8 && sl_blocks_int8_type(dt) ? fmax(tol, 6e-2)
+                                                                                : tol;
 }
 
 /* --------------------------------------------------------- weights */
@@ -175,7 +180,9 @@ static void weight_make(ot_run *r, ot_weight *w, sl_dtype dt, int64_t N, int64_t
         for (int64_t k = 0; k < K; k++)
             tmp[k] = frand(r) * scale;
         uint8_t *row = (uint8_t *)w->hdata + (size_t)n * rb;
-        if (sl_dtype_is_quant(dt))
+        if (sl_dtype_is_block(dt)) /* any valid blocks will do: the reference widens these */
+            sl_quant_row_simple(dt, tmp, row, K);
+        else if (sl_dtype_is_quant(dt))
             sl_quantize_row(dt, tmp, K, row, w->hs + n * G, w->hb + n * G);
         else if (dt == SL_DTYPE_F32)
             memcpy(row, tmp, (size_t)K * sizeof(float));
@@ -194,7 +201,9 @@ static void weight_make(ot_run *r, ot_weight *w, sl_dtype dt, int64_t N, int64_t
                        .scales = w->hs,
                        .biases = w->hb};
     for (int64_t n = 0; n < rows; n++)
-        if (sl_dtype_is_quant(dt))
+        if (sl_dtype_is_block(dt))
+            sl_dequant_row(dt, (const uint8_t *)w->hdata + (size_t)n * rb, w->wide + n * K, K);
+        else if (sl_dtype_is_quant(dt))
             sl_dequantize_row(&w->h, n, w->wide + n * K);
         else
             sl_to_f32(w->wide + n * K, w->hdata, dt, (size_t)(n * K), (size_t)K);
@@ -416,11 +425,14 @@ static void run_matmul(ot_run *r, const ot_case *c) {
     weight_free(r, &w), weight_free(r, &b);
 }
 
-/* p: items, K, mixed dtypes (else dt for all). Item i: N = 5 + 7 i rows, T = 1 + i % 3. */
+/* p: items, K, mixed dtypes (0: dt for all; 1: float and Q8/Q4; 2: block types). Item i:
+ * N = 5 + 7 i rows, T = 1 + i % 3. */
 static void run_matmul_batch(ot_run *r, const ot_case *c) {
     enum { MAXN = 8 };
     static const sl_dtype mix[] = {SL_DTYPE_F32, SL_DTYPE_Q4, SL_DTYPE_BF16, SL_DTYPE_Q8,
                                    SL_DTYPE_F16};
+    static const sl_dtype mix_blocks[] = {SL_DTYPE_Q4_K, SL_DTYPE_Q8_0, SL_DTYPE_BF16,
+                                          SL_DTYPE_Q6_K, SL_DTYPE_MXFP4};
     const int32_t n = c->p[0], K = c->p[1];
     ot_weight w[MAXN];
     float *x[MAXN] = {0}, *dx[MAXN] = {0}, *dy[MAXN] = {0};
@@ -431,7 +443,7 @@ static void run_matmul_batch(ot_run *r, const ot_case *c) {
     for (int32_t i = 0; i < n; i++) {
         const int32_t N = 5 + 7 * i;
         Ts[i] = 1 + i % 3;
-        const sl_dtype dt = c->p[2] ? mix[i % 5] : c->dt;
+        const sl_dtype dt = c->p[2] == 1 ? mix[i % 5] : c->p[2] == 2 ? mix_blocks[i % 5] : c->dt;
         weight_make(r, &w[i], dt, N, K, 0.5f, 0);
         x[i] = rand_vec(r, (size_t)Ts[i] * K, 1);
         cdx[i] = dx[i] = UPF(r, x[i], (size_t)Ts[i] * K);
@@ -1189,6 +1201,19 @@ out:
 #define BF16 SL_DTYPE_BF16
 #define Q8   SL_DTYPE_Q8
 #define Q4   SL_DTYPE_Q4
+/* ggml's block types (issue 26) */
+#define Q8_0   SL_DTYPE_Q8_0
+#define Q4_0   SL_DTYPE_Q4_0
+#define Q4_1   SL_DTYPE_Q4_1
+#define Q5_0   SL_DTYPE_Q5_0
+#define Q5_1   SL_DTYPE_Q5_1
+#define Q2_K   SL_DTYPE_Q2_K
+#define Q3_K   SL_DTYPE_Q3_K
+#define Q4_K   SL_DTYPE_Q4_K
+#define Q5_K   SL_DTYPE_Q5_K
+#define Q6_K   SL_DTYPE_Q6_K
+#define IQ4_XS SL_DTYPE_IQ4_XS
+#define MXFP4  SL_DTYPE_MXFP4
 
 /* matmul rows {N, K, T, bias, misaligned} for each weight dtype: K = 1, odd K, K past a
  * quantisation group, rows not a multiple of any tile; two shapes through every T a backend
@@ -1203,6 +1228,17 @@ out:
     MM(dt, 7, 65, 3, 1, 0), MM(dt, 16, 131, 4, 0, 0), MM(dt, 130, 257, 9, 1, 0),                   \
     MM(dt, 64, 1024, 17, 0, 1), MM(dt, 129, 96, 70, 1, 0), MM(dt, 300, 256, 4, 0, 0),              \
     MM_T(dt, 33, 63, 3), MM_T(dt, 17, 2049, 2)
+/* Block types: K whole blocks (256 for every type; 32 and 96 too for the 32-element ones), the
+ * same row counts, biases, misalignment and T as above. */
+#define BLOCK_MATMUL_ROWS(dt)                                                                      \
+    MM(dt, 1, 256, 1, 1, 0), MM(dt, 37, 512, 5, 2, 0), MM(dt, 16, 256, 4, 0, 1),                   \
+    MM(dt, 130, 256, 9, 1, 0), MM(dt, 64, 1024, 17, 0, 1), MM(dt, 300, 256, 4, 0, 0),              \
+    MM_T(dt, 33, 768, 3)
+#define BLOCK32_MATMUL_ROWS(dt)                                                                    \
+    BLOCK_MATMUL_ROWS(dt), MM(dt, 5, 32, 2, 0, 0), MM(dt, 17, 96, 3, 1, 1)
+#define BLOCK_BATCH(dt) {"matmul_batch", run_matmul_batch, dt, {3, 256, 0}, 2e-5}
+/* Widening is exact: the rows are sl_dequant_row's floats. */
+#define BLOCK_EMBED(dt) {"embed", run_embed, dt, {50, 256, 6}, 0}
 /* clang-format on */
 
 static const ot_case table[] = {
@@ -1228,17 +1264,55 @@ static const ot_case table[] = {
     MATMUL_ROWS(BF16),
     MATMUL_ROWS(Q8),
     MATMUL_ROWS(Q4),
+    BLOCK32_MATMUL_ROWS(Q8_0),
+    BLOCK32_MATMUL_ROWS(Q4_0),
+    BLOCK32_MATMUL_ROWS(Q4_1),
+    BLOCK32_MATMUL_ROWS(Q5_0),
+    BLOCK32_MATMUL_ROWS(Q5_1),
+    BLOCK32_MATMUL_ROWS(MXFP4),
+    BLOCK_MATMUL_ROWS(Q2_K),
+    BLOCK_MATMUL_ROWS(Q3_K),
+    BLOCK_MATMUL_ROWS(Q4_K),
+    BLOCK_MATMUL_ROWS(Q5_K),
+    BLOCK_MATMUL_ROWS(Q6_K),
+    BLOCK_MATMUL_ROWS(IQ4_XS),
     {"matmul_batch", run_matmul_batch, F32, {1, 63, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, BF16, {3, 256, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q4, {4, 192, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, F32, {5, 130, 1}, 2e-5},
     {"matmul_batch", run_matmul_batch, F32, {7, 2049, 1}, 2e-5},
+    BLOCK_BATCH(Q8_0),
+    BLOCK_BATCH(Q4_0),
+    BLOCK_BATCH(Q4_1),
+    BLOCK_BATCH(Q5_0),
+    BLOCK_BATCH(Q5_1),
+    BLOCK_BATCH(MXFP4),
+    BLOCK_BATCH(Q2_K),
+    BLOCK_BATCH(Q3_K),
+    BLOCK_BATCH(Q4_K),
+    BLOCK_BATCH(Q5_K),
+    BLOCK_BATCH(Q6_K),
+    BLOCK_BATCH(IQ4_XS),
+    {"matmul_batch", run_matmul_batch, Q4_K, {7, 512, 2}, 2e-5},
     {"embed", run_embed, F32, {50, 1, 6}, 1e-6},
     {"embed", run_embed, F16, {50, 63, 6}, 1e-6},
     {"embed", run_embed, BF16, {50, 200, 6}, 1e-6},
     {"embed", run_embed, Q8, {50, 2049, 6}, 1e-6},
     {"embed", run_embed, Q4, {50, 63, 6}, 1e-6},
     {"embed", run_embed, Q4, {9, 2049, 3}, 1e-6},
+    BLOCK_EMBED(Q8_0),
+    BLOCK_EMBED(Q4_0),
+    BLOCK_EMBED(Q4_1),
+    BLOCK_EMBED(Q5_0),
+    BLOCK_EMBED(Q5_1),
+    BLOCK_EMBED(MXFP4),
+    BLOCK_EMBED(Q2_K),
+    BLOCK_EMBED(Q3_K),
+    BLOCK_EMBED(Q4_K),
+    BLOCK_EMBED(Q5_K),
+    BLOCK_EMBED(Q6_K),
+    BLOCK_EMBED(IQ4_XS),
+    {"embed", run_embed, Q5_0, {9, 96, 3}, 0},
 
     {"rmsnorm", run_rmsnorm, F32, {3, 1, 0, 0}, 1e-5},
     {"rmsnorm", run_rmsnorm, BF16, {3, 63, 1, 0}, 1e-5},
@@ -1305,10 +1379,14 @@ static const ot_case table[] = {
     {"moe_route", run_moe_route, F32, {128, 64, 8, 4, 1, 0}, 1e-5},
     {"moe_route", run_moe_route, Q4, {513, 256, 8, 6, 0, 0}, 1e-5},
     {"moe_route", run_moe_route, F32, {1100, 64, 40, 2, 1, 0}, 1e-5},
+    {"moe_route", run_moe_route, Q4_K, {64, 256, 4, 3, 1, 1}, 1e-5},
+    {"moe_route", run_moe_route, Q8_0, {60, 96, 8, 2, 0, 0}, 1e-5},
     {"moe_experts", run_moe_experts, Q4, {3, 256, 128, 0}, 1e-4},
     {"moe_experts", run_moe_experts, Q8, {1, 192, 64, 0}, 1e-4},
     {"moe_experts", run_moe_experts, BF16, {5, 128, 320, 1}, 1e-4},
     {"moe_experts", run_moe_experts, F32, {2, 65, 31, 1}, 1e-4},
+    {"moe_experts", run_moe_experts, Q4_K, {3, 256, 512, 0}, 1e-4},
+    {"moe_experts", run_moe_experts, MXFP4, {2, 256, 96, 1}, 1e-4},
 };
 
 int ops_table_run(const sl_backend *be, const ops_table_params *p) {
@@ -1324,7 +1402,10 @@ int ops_table_run(const sl_backend *be, const ops_table_params *p) {
         r.c = c;
         r.rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)(i + 1) * 0xD1B54A32D192ED03ull);
         const int bad = r.bad;
-        c->run(&r, c);
+        if (sl_dtype_is_block(c->dt) && !p->block_types)
+            r.skipped++;
+        else
+            c->run(&r, c);
         r.cases++;
         if (r.bad > bad) failed++;
         if (!last) continue;
