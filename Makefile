@@ -128,18 +128,24 @@ $(BUILD)/san/test_unit: $(SAN_UNIT_OBJ) $(SAN_LIB_OBJ)
 
 # ---- tests ---------------------------------------------------------------
 
+# Qwen3's tokenizer.json (11 MB) is kept xz-compressed in the tree (2 MB: the whole tree must
+# travel to the GPU machine) and unpacked for what reads it.
+QWEN3_TOK := tests/tokenizer/qwen3/tokenizer.json
+$(QWEN3_TOK): $(QWEN3_TOK).xz
+	xz -dc $< > $@.tmp && mv $@.tmp $@
+
 test: unit cli-test server-test fault-test san fuzz-smoke
 	@echo "make test: all suites passed"
 
-unit: $(BUILD)/test_unit
+unit: $(BUILD)/test_unit $(QWEN3_TOK)
 	$(BUILD)/test_unit tests/fixtures
 
-cli-test: $(BUILD)/sluice
+cli-test: $(BUILD)/sluice $(QWEN3_TOK)
 	bash tests/cli_test.sh $(BUILD)/sluice tests/fixtures
 
 # The OpenAI-compatible server driven by the official `openai` npm client
 # (installed into tests/server/node_modules on first run), curl and a load test.
-server-test: $(BUILD)/sluice
+server-test: $(BUILD)/sluice $(QWEN3_TOK)
 	bash tests/server/server_test.sh $(BUILD)/sluice
 
 # Integrity and I/O faults end to end (issue 24): corrupt packs on disk, and reads that fail,
@@ -156,7 +162,7 @@ $(BUILD)/fault/fault_test: $(BUILD)/tests/fault/fault_test.o $(BUILD)/libsluice.
 fault-test: $(BUILD)/sluice $(BUILD)/fault/shim.so $(BUILD)/fault/fault_test
 	bash tests/fault/fault_test.sh $(BUILD)/sluice $(BUILD)/fault
 
-san: $(BUILD)/san/test_unit
+san: $(BUILD)/san/test_unit $(QWEN3_TOK)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 \
 	    $(BUILD)/san/test_unit tests/fixtures
 
@@ -204,12 +210,12 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(FUZZ_
                      $(BUILD)/fuzz/libsluice_fuzz.a
 	$(FUZZ_CC) -fopenmp $(FUZZ_LINK) $^ $(LDLIBS) -lgomp -o $@
 
-fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(QWEN3_TOK)
 	@set -e; for t in $(FUZZ_TARGETS); do rm -rf $(BUILD)/fuzz/corpus_$$t; \
 	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_RUNS=$$(case $$t in \
 	        tokenizer) echo 40000;; tokjson|gguf) echo 200000;; *) echo 1000000;; esac); done
 
-fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(QWEN3_TOK)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_SECONDS=300; done
@@ -232,7 +238,7 @@ $(BUILD)/bench_tokenizer: $(BUILD)/tests/bench/bench_tokenizer.o $(BUILD)/libslu
 $(BUILD)/bench_blocks: $(BUILD)/tests/bench/bench_blocks.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-bench: $(BUILD)/bench_tokenizer $(BUILD)/bench_blocks $(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda)
+bench: $(QWEN3_TOK) $(BUILD)/bench_tokenizer $(BUILD)/bench_blocks $(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda)
 	$(BUILD)/bench_tokenizer tests/fixtures
 	$(BUILD)/bench_blocks
 	$(if $(filter 1,$(CUDA)),$(BUILD)/test_cuda bench)
@@ -275,7 +281,7 @@ $(BUILD)/test_cuda_model: $(BUILD)/tests/cuda/test_cuda_model.o $(BUILD)/libslui
 $(BUILD)/bench_cuda: $(BUILD)/tests/cuda/bench_cuda.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-test-cuda:
+test-cuda: $(QWEN3_TOK)
 	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model
 	build-cuda/test_cuda tests/fixtures
 	$(PYTHON) tools/make_synth.py /tmp/sluice-synth-k64 --preset tiny-k64 >/dev/null

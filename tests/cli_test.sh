@@ -395,6 +395,26 @@ if [ "$("$BIN" tokenize "$Q" --jsonl "$TMP/hi.jsonl" 2>&1)" = "[104, 105]" ] &&
 else
     bad "gguf tokenizer: $(cat "$TMP/err")"
 fi
+# Every quantised type against llama.cpp on the same file (tests/fixtures/gguf_quant: llama.cpp
+# quantised it and ran it): logits within 2e-2 (relative L2; llama.cpp rounds activations
+# differently), and its greedy continuation wherever sluice's top-2 gap allows.
+QD="$FIX/gguf_quant"
+qids=$(json_field "$QD/prompt.json" ids)
+for f in "$QD"/*.gguf; do
+    t=$(basename "$f" .gguf)
+    g=$(cat "$QD/$t.greedy.txt")
+    if "$BIN" logits "$f" --ids "$qids" --out "$TMP/qp.f32" 2>"$TMP/err" &&
+        "$BIN" logits "$f" --ids "$qids,$g" --out "$TMP/qf.f32" 2>>"$TMP/err" &&
+        python3 tests/gguf_quant_check.py 288 2e-2 "$TMP/qp.f32" "$QD/$t.logits.f32" "$TMP/qf.f32" \
+            "$QD/$t.greedy.txt" >"$TMP/qc" 2>&1; then
+        ok "gguf $t against llama.cpp: $(cat "$TMP/qc")"
+    else
+        bad "gguf $t against llama.cpp: $(cat "$TMP/qc" "$TMP/err")"
+    fi
+    # its experts streamed through the smallest cache: the mapped bits
+    "$BIN" logits "$f" --ids "$qids" --out "$TMP/qs.f32" --experts stream --cache-experts 2 --batch 7 \
+        2>/dev/null && cmp -s "$TMP/qp.f32" "$TMP/qs.f32" || bad "gguf $t streamed: other bits"
+done
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \

@@ -95,7 +95,7 @@ check_test() {
     check_python
     command -v script >/dev/null || need bsdutils "\`script\`: drives \`chat\` through a pseudo-terminal"
     command -v curl >/dev/null || need curl "the server test's requests"
-    command -v xz >/dev/null || need xz-utils "xz: the unit tests unpack tests/tokenizer/qwen3_vocab.gguf.xz"
+    command -v xz >/dev/null || need xz-utils "xz: the tests unpack tests/tokenizer/*.xz"
     [ -f /etc/ssl/certs/ca-certificates.crt ] || need ca-certificates "npm fetches the openai client over HTTPS"
     # npm from elsewhere (NodeSource) is fine: then Debian's nodejs/npm would conflict.
     if ! command -v npm >/dev/null; then

@@ -12,7 +12,9 @@
 # 2. llama-quantize --pure turns it into one file per type: every matrix of that type
 #    (norms and the router stay F32, as llama-quantize keeps them).
 # 3. tools/llama_ref_logits.c, linked against libllama, runs each file on llama.cpp's CPU
-#    backend: the logits of the prompt (T x V float32) and 16 greedy ids through its KV cache.
+#    backend: the logits of the prompt (T x V float32; the last 32 rows kept) and 16 greedy ids
+#    through its KV cache.
+# tests/fixtures/gguf_quant holds the outputs but f32.gguf (tests/cli_test.sh runs them).
 set -eu
 SRC=$1 BUILD=$2 OUT=$3
 PY=/usr/bin/python3
@@ -25,5 +27,8 @@ for t in F32 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS MXFP4_MOE;
     f="$OUT/$(echo "$t" | tr 'A-Z' 'a-z').gguf"
     [ "$t" = F32 ] || "$BUILD/bin/llama-quantize" --pure "$OUT/f32.gguf" "$f" "$t" >"$OUT/quantize-$t.log" 2>&1
     "$OUT/llama_ref_logits" "$f" "$ids" 16 "${f%.gguf}.logits.f32" "${f%.gguf}.greedy.txt" 2>"$OUT/ref-$t.log"
+    # The tests keep the last 32 rows of the prompt's logits (their size stays small).
+    $PY -c 'import sys; d = open(sys.argv[1], "rb").read(); open(sys.argv[1], "wb").write(d[-32 * 4 * int(sys.argv[2]):])' \
+        "${f%.gguf}.logits.f32" 288
     echo "$t: $(stat -c %s "$f") bytes, greedy $(cat "${f%.gguf}.greedy.txt")"
 done
