@@ -20,6 +20,7 @@
  * (sl_dequant_row), the reference should become that one.
  *
  *   build-cuda/test_cuda_blocks            (make CUDA=1 build-cuda/test_cuda_blocks)
+ *   build-cuda/test_cuda_blocks bench      decode GB/s, prefill GFLOP/s, fused experts, per type
  */
 #include <math.h>
 #include <stdarg.h>
@@ -662,12 +663,109 @@ static void test_moe(report *r, sl_dtype gdt, sl_dtype ddt, int T, int H, int I,
     dfree(tb), dfree(ib), dfree(wb), dfree(dx), dfree(dy), dfree(dact);
 }
 
+/* -------------------------------------------------------- benchmarks */
+
+/* A [N, K] weight of dt in device memory: a few MB of random blocks repeated (the bytes do not
+ * change the time). */
+static sl_tensor bench_weight(sl_dtype dt, int64_t N, int64_t K) {
+    const size_t bytes = sl_row_bytes(dt, K) * (size_t)N, chunk = sl_row_bytes(dt, K) * 64;
+    uint8_t *h = malloc(chunk);
+    make_rows(dt, h, 64, K);
+    uint8_t *d = dalloc(bytes);
+    for (size_t o = 0; o < bytes; o += chunk)
+        gpu.ops->to_dev(&gpu, d + o, h, SL_MIN(chunk, bytes - o));
+    free(h);
+    return (sl_tensor){
+        .name = "b", .dtype = dt, .ndim = 2, .shape = {N, K}, .data = d, .nbytes = bytes};
+}
+
+/* The average time of `stmt` over `reps` back-to-back runs (after 3 unmeasured), in seconds. */
+#define TIME_S(reps, stmt)                                                                         \
+    ({                                                                                             \
+        for (int i_ = 0; i_ < 3; i_++)                                                             \
+            stmt;                                                                                  \
+        sl_cuda_sync(&gpu);                                                                        \
+        const double t0_ = sl_now();                                                               \
+        for (int i_ = 0; i_ < (reps); i_++)                                                        \
+            stmt;                                                                                  \
+        sl_cuda_sync(&gpu);                                                                        \
+        (sl_now() - t0_) / (reps);                                                                 \
+    })
+
+/* Decode GEMVs (GB/s of weight bytes), prefill (GFLOP/s) and the fused experts at Qwen3-30B-A3B
+ * shapes (hidden 2048, 128 experts of 768, top-8), per type. */
+static void bench(void) {
+    enum { TMAX = 512 };
+    static const int64_t shapes[][2] = {{2048, 2048}, {4096, 2048}, {151936, 2048}};
+    float *dx = dalloc((size_t)TMAX * 4096 * sizeof(float));
+    float *dy = dalloc((size_t)TMAX * 151936 * sizeof(float));
+    gpu.ops->fill(&gpu, dx, 0.01f, (size_t)TMAX * 4096);
+    printf("\nmatmul, weight bytes read per call; 50 runs each (prefill T=512: 10)\n");
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const sl_dtype dt = types[ti];
+            const int64_t N = shapes[si][0], K = shapes[si][1];
+            sl_tensor w = bench_weight(dt, N, K);
+            printf("  %-6s %6d x %d (%6.1f MB):", sl_dtype_name(dt), (int)N, (int)K,
+                   (double)w.nbytes / 1e6);
+            for (int T = 1; T <= 4; T *= 4) {
+                const double t = TIME_S(50, gpu.ops->matmul(&gpu, dy, dx, &w, NULL, T));
+                printf("  T=%d %7.1f us %6.0f GB/s", T, t * 1e6, (double)w.nbytes / t / 1e9);
+            }
+            if (N <= 4096) {
+                const double t = TIME_S(10, gpu.ops->matmul(&gpu, dy, dx, &w, NULL, TMAX));
+                printf("  | T=%d %7.1f us %6.0f GFLOP/s", TMAX, t * 1e6,
+                       2.0 * (double)N * K * TMAX / t / 1e9);
+            }
+            printf("\n");
+            dfree((void *)w.data);
+        }
+    enum { H = 2048, I = 768, NE = 128, KT = 8 };
+    static const sl_dtype moe[][2] = {{SL_DTYPE_Q4_K, SL_DTYPE_Q6_K},
+                                      {SL_DTYPE_Q4_K, SL_DTYPE_Q4_K},
+                                      {SL_DTYPE_Q8_0, SL_DTYPE_Q8_0},
+                                      {SL_DTYPE_MXFP4, SL_DTYPE_MXFP4},
+                                      {SL_DTYPE_IQ4_XS, SL_DTYPE_IQ4_XS}};
+    printf("moe_experts, %d experts of %d x %d, top-%d, one token (8 experts' bytes read):\n", NE,
+           I, H, KT);
+    for (size_t mi = 0; mi < sizeof moe / sizeof moe[0]; mi++) {
+        sl_tensor g = bench_weight(moe[mi][0], I, H), u = bench_weight(moe[mi][0], I, H),
+                  d = bench_weight(moe[mi][1], H, I);
+        sl_expert_ptrs rows[NE];
+        memset(rows, 0, sizeof rows);
+        for (int e = 0; e < NE; e++) /* every expert the same matrices: 8 experts' bytes */
+            rows[e].p[0] = g.data, rows[e].p[3] = u.data, rows[e].p[6] = d.data;
+        void *tb, *ib, *wb;
+        sl_expert_ptrs *table = up_at(rows, sizeof rows, 0, &tb);
+        int32_t ids[KT];
+        float wts[KT];
+        for (int j = 0; j < KT; j++)
+            ids[j] = 7 * j + 3, wts[j] = 1.0f / KT;
+        int32_t *dids = up_at(ids, sizeof ids, 0, &ib);
+        float *dw = up_at(wts, sizeof wts, 0, &wb), *dact = dalloc((size_t)KT * I * 4);
+        const sl_tensor *proto[3] = {&g, &u, &d};
+        const double t =
+            TIME_S(200, gpu.ops->moe_experts(&gpu, dy, dact, dx, dids, dw, table, proto, 1, KT));
+        const double bytes = (double)KT * (double)(g.nbytes + u.nbytes + d.nbytes);
+        printf("  %-6s/%-6s %6.1f us %6.0f GB/s\n", sl_dtype_name(moe[mi][0]),
+               sl_dtype_name(moe[mi][1]), t * 1e6, bytes / t / 1e9);
+        dfree((void *)g.data), dfree((void *)u.data), dfree((void *)d.data);
+        dfree(tb), dfree(ib), dfree(wb), dfree(dact);
+    }
+    dfree(dx), dfree(dy);
+}
+
 int main(int argc, char **argv) {
-    (void)argc, (void)argv;
     sl_error err = {0};
     if (sl_backend_cuda_init(&gpu, 0, NULL, &err) != SL_OK) {
         fprintf(stderr, "test_cuda_blocks: %s\n", err.msg);
         return 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "bench")) {
+        printf("ggml block types on %s: benchmarks\n", sl_cuda_device_name(&gpu));
+        bench();
+        sl_backend_cuda_free(&gpu);
+        return 0;
     }
     printf("ggml block types on %s against a host reference\n", sl_cuda_device_name(&gpu));
     for (size_t ti = 0; ti < N_TYPES; ti++) {

@@ -77,14 +77,32 @@ __device__ __forceinline__ blk_item blk_find(const blk_item *items, const blk_sm
 }
 
 /* A block of a launch: rows (rb-th block of BLK_WARPS R) x tokens (tile of NT) of one item. */
+/* Asks L2 for rows row0 .. row0 + R - 1 (those below N) of w, a 128-byte line a lane at a time. */
+__device__ __forceinline__ void blk_prefetch_rows(const uint8_t *w, size_t ws, int64_t row0, int R,
+                                                  int N) {
+    const int64_t rows = min((int64_t)R, (int64_t)N - row0);
+    if (rows <= 0) return;
+    const uint8_t *p = w + (size_t)row0 * ws;
+    for (size_t off = (size_t)(threadIdx.x & 31) * 128; off < (size_t)rows * ws; off += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
 template <int DT, int R, int NT>
 __global__ void __launch_bounds__(BLK_WARPS * 32, 2)
     blk_mm(const blk_item *__restrict__ items, blk_small small, int n, int K, int su) {
+    const size_t ws = (size_t)(K / bu<DT>::BS) * bu<DT>::BB;
+    const int warp = (int)threadIdx.x / 32;
+    if (!items) { /* items in device memory come from a copy: read them after the wait */
+        /* the weights do not depend on earlier kernels: with dependent launch their first token
+         * tile's rows stream into L2 while the previous kernel ends */
+        const blk_item it = blk_find(nullptr, small, n, (int)blockIdx.x);
+        const int lb = (int)blockIdx.x - it.b0;
+        if (lb < it.rb) blk_prefetch_rows(it.w, ws, ((int64_t)lb * BLK_WARPS + warp) * R, R, it.N);
+    }
     cu_pdl_wait();
     const blk_item it = blk_find(items, small, n, (int)blockIdx.x);
     const int lb = (int)blockIdx.x - it.b0, rbk = lb % it.rb, t0 = lb / it.rb * NT;
-    const int64_t row0 = ((int64_t)rbk * BLK_WARPS + threadIdx.x / 32) * R;
-    const size_t ws = (size_t)(K / bu<DT>::BS) * bu<DT>::BB;
+    const int64_t row0 = ((int64_t)rbk * BLK_WARPS + warp) * R;
     const uint8_t *row[R];
 #pragma unroll
     for (int r = 0; r < R; r++) /* rows past N repeat the last; their sums are dropped */

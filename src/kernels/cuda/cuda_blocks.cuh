@@ -311,8 +311,7 @@ template <> struct bu<SL_DTYPE_Q2_K> {
 template <> struct bu<SL_DTYPE_Q3_K> {
     static constexpr int BS = 256, BB = 110, UPB = 8;
     struct U {
-        uint32_t q[2], h[2];
-        int hs; /* the hmask bit of k = 0 */
+        uint32_t q[2], h[2]; /* h: the hmask bits of this half (4 n .. 4 n + 3) moved to 0 .. 3 */
         float dl[4];
     };
     static __device__ __forceinline__ void load(U &u, const uint8_t *b, int j) {
@@ -322,7 +321,7 @@ template <> struct bu<SL_DTYPE_Q3_K> {
         blk_ldw<2>(u.q, b + 32 + 32 * n + 8 * m);
         blk_ldw<3>(s, b + 96);
         const float d = cu_f16((uint16_t)blk_ld16(b + 108));
-        u.hs = 4 * n;
+        u.h[0] = (u.h[0] >> (4 * n)) & 0x0F0F0F0Fu, u.h[1] = (u.h[1] >> (4 * n)) & 0x0F0F0F0Fu;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int s8 = 2 * k + (m >> 1); /* s % 8, s = 8 n + s8 */
@@ -334,7 +333,7 @@ template <> struct bu<SL_DTYPE_Q3_K> {
     }
     static __device__ __forceinline__ float one(const U &u, int g, int i) {
         const int k = g >> 1, q = (blk_u8(u.q[g & 1], i) >> (2 * k)) & 3;
-        const int hb = (blk_u8(u.h[g & 1], i) >> (u.hs + k)) & 1;
+        const int hb = (blk_u8(u.h[g & 1], i) >> k) & 1;
         return __fmul_rn(u.dl[k], (float)(q - (hb ? 0 : 4)));
     }
     static __device__ __forceinline__ float4 deq(const U &u, int g) {
@@ -385,8 +384,7 @@ template <> struct bu<SL_DTYPE_Q4_K> {
 template <> struct bu<SL_DTYPE_Q5_K> {
     static constexpr int BS = 256, BB = 176, UPB = 8;
     struct U {
-        uint32_t q[4], h[4];
-        int hs; /* the qh bit of the low nibbles: 2p */
+        uint32_t q[4], h[4]; /* h: qh bits 2p (low nibbles), 2p + 1 (high) moved to 0, 1 */
         float d1, m1, d2, m2;
     };
     static __device__ __forceinline__ void load(U &u, const uint8_t *b, int j) {
@@ -395,7 +393,9 @@ template <> struct bu<SL_DTYPE_Q5_K> {
         blk_ldw<4>(u.h, b + 16 + 16 * (j & 1));
         blk_ldw<4>(u.q, b + 48 + 16 * j);
         const int p = j >> 1;
-        u.hs = 2 * p;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            u.h[i] = (u.h[i] >> (2 * p)) & 0x03030303u;
         const float d = cu_f16((uint16_t)(hd[0] & 0xffffu)), dmin = cu_f16((uint16_t)(hd[0] >> 16));
         int sc, m;
         blk_scale_min_k4(hd[1], hd[2], hd[3], 2 * p, sc, m);
@@ -405,8 +405,7 @@ template <> struct bu<SL_DTYPE_Q5_K> {
     }
     static __device__ __forceinline__ float one(const U &u, int g, int i) {
         const int hi = g >> 2;
-        const int q =
-            blk_nib(u.q[g & 3], i, hi) + (((blk_u8(u.h[g & 3], i) >> (u.hs + hi)) & 1) ? 16 : 0);
+        const int q = blk_nib(u.q[g & 3], i, hi) + (((blk_u8(u.h[g & 3], i) >> hi) & 1) ? 16 : 0);
         return __fsub_rn(__fmul_rn(hi ? u.d2 : u.d1, (float)q), hi ? u.m2 : u.m1);
     }
     static __device__ __forceinline__ float4 deq(const U &u, int g) {
