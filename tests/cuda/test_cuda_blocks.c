@@ -19,8 +19,9 @@
  * ref_dequant_block is this test's own; once the CPU backend has its dequantisation
  * (sl_dequant_row), the reference should become that one.
  *
- *   build-cuda/test_cuda_blocks            (make CUDA=1 build-cuda/test_cuda_blocks)
- *   build-cuda/test_cuda_blocks bench      decode GB/s, prefill GFLOP/s, fused experts, per type
+ *   build-cuda/test_cuda_blocks [TYPE]         (make CUDA=1 build-cuda/test_cuda_blocks)
+ *   build-cuda/test_cuda_blocks bench [TYPE]   decode GB/s, prefill GFLOP/s, fused experts
+ * TYPE (ggml's spelling, "Q4_K"): that type alone.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -415,6 +416,11 @@ static const sl_dtype types[] = {SL_DTYPE_Q8_0, SL_DTYPE_Q4_0, SL_DTYPE_Q4_1,   
                                  SL_DTYPE_Q5_K, SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4};
 #define N_TYPES (sizeof types / sizeof types[0])
 
+static const char *only; /* a type's name: test (or time) that one alone */
+static int skip(sl_dtype dt) {
+    return only && strcmp(only, sl_dtype_name(dt));
+}
+
 /* embed: rows of a [V, n] table, decoded bit for bit, at each alignment of the table. */
 static void test_embed(sl_dtype dt) {
     report r;
@@ -704,6 +710,7 @@ static void bench(void) {
     for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const sl_dtype dt = types[ti];
+            if (skip(dt)) continue;
             const int64_t N = shapes[si][0], K = shapes[si][1];
             sl_tensor w = bench_weight(dt, N, K);
             printf("  %-6s %6d x %d (%6.1f MB):", sl_dtype_name(dt), (int)N, (int)K,
@@ -729,6 +736,7 @@ static void bench(void) {
     printf("moe_experts, %d experts of %d x %d, top-%d, one token (8 experts' bytes read):\n", NE,
            I, H, KT);
     for (size_t mi = 0; mi < sizeof moe / sizeof moe[0]; mi++) {
+        if (skip(moe[mi][0])) continue;
         sl_tensor g = bench_weight(moe[mi][0], I, H), u = bench_weight(moe[mi][0], I, H),
                   d = bench_weight(moe[mi][1], H, I);
         sl_expert_ptrs rows[NE];
@@ -761,7 +769,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_cuda_blocks: %s\n", err.msg);
         return 1;
     }
-    if (argc > 1 && !strcmp(argv[1], "bench")) {
+    const int do_bench = argc > 1 && !strcmp(argv[1], "bench");
+    only = argc > 1 + do_bench ? argv[1 + do_bench] : NULL;
+    if (do_bench) {
         printf("ggml block types on %s: benchmarks\n", sl_cuda_device_name(&gpu));
         bench();
         sl_backend_cuda_free(&gpu);
@@ -770,6 +780,7 @@ int main(int argc, char **argv) {
     printf("ggml block types on %s against a host reference\n", sl_cuda_device_name(&gpu));
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sl_dtype dt = types[ti];
+        if (skip(dt)) continue;
         test_embed(dt);
         test_matmul(dt);
         test_batch(dt);
@@ -786,7 +797,7 @@ int main(int argc, char **argv) {
             break;
         }
     }
-    {
+    if (!skip(SL_DTYPE_Q4_K)) {
         report r;
         rep_begin(&r, SL_DTYPE_Q4_K, "moe_experts (big)");
         test_moe(&r, SL_DTYPE_Q4_K, SL_DTYPE_Q6_K, 1, 2048, 768, 8, 16); /* Qwen3-30B-A3B-like */
