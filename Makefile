@@ -270,7 +270,8 @@ clean:
 # make test-cuda: the op table (tests/ops/) on the CUDA backend and the GPU's own bitwise
 # contracts against the CPU (test_cuda; its benchmarks: make bench CUDA=1), then end-to-end
 # parity of the CUDA backend with the CPU backend and transformers on the
-# fixtures and on a synthetic tiny-k64 checkpoint (test_cuda_model).
+# fixtures and on a synthetic tiny-k64 checkpoint (test_cuda_model); ggml's block types against a
+# host reference of their own (test_cuda_blocks).
 # bench_cuda: tools/bench_cuda.sh's decode benchmark.
 $(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/tests/ops/ops_table.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
@@ -278,11 +279,15 @@ $(BUILD)/test_cuda: $(BUILD)/tests/cuda/test_cuda_ops.o $(BUILD)/tests/ops/ops_t
 $(BUILD)/test_cuda_model: $(BUILD)/tests/cuda/test_cuda_model.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(BUILD)/test_cuda_blocks: $(BUILD)/tests/cuda/test_cuda_blocks.o $(BUILD)/libsluice.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 $(BUILD)/bench_cuda: $(BUILD)/tests/cuda/bench_cuda.o $(BUILD)/libsluice.a
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 test-cuda: $(QWEN3_TOK)
-	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model
+	$(MAKE) CUDA=1 build-cuda/test_cuda build-cuda/test_cuda_model build-cuda/test_cuda_blocks
 	build-cuda/test_cuda tests/fixtures
+	build-cuda/test_cuda_blocks
 	$(PYTHON) tools/make_synth.py /tmp/sluice-synth-k64 --preset tiny-k64 >/dev/null
 	build-cuda/test_cuda_model tests/fixtures /tmp/sluice-synth-k64

@@ -932,7 +932,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("CUDA ops against the op table's references on %s\n", sl_cuda_device_name(&gpu));
-    const ops_table_params tp = {.q4_int8 = 0, .log = stdout};
+    /* ggml block types run in the float order (cuda_blocks.cuh): checked as float products. */
+    const ops_table_params tp = {.q4_int8 = 0, .block_types = 1, .log = stdout};
     const int table_failed = ops_table_run(&gpu, &tp);
     printf("op table: %d cases failed\n", table_failed);
     printf("CUDA ops vs CPU (scalar): bitwise contracts, fusions, int8 activations\n");

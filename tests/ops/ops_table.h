@@ -23,7 +23,7 @@ typedef struct ops_table_params {
      * SLUICE_CUDA_Q4X): Q4 products are checked within that rounding, not float's. */
     int q4_int8;
     /* The backend runs ggml's block types (Q8_0 .. MXFP4, issue 26): their rows run; else they
-     * are skipped (the CUDA backend, until it has kernels for them). */
+     * are skipped. */
     int block_types;
     /* The backend's matmuls over Q8_0, Q4_0, Q4_K, Q5_K and Q6_K round the activations to int8
      * (blocks.h's INT8 path): those products are checked within that rounding. */

@@ -397,6 +397,16 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
                   const sl_tensor *router, int32_t T, int32_t k, int renormalize);
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T);
+/* The same ops for ggml's block types (cuda_blocks.cu), which the four above hand them to. */
+void cu_blk_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                   const sl_tensor *bias, int32_t T);
+void cu_blk_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                         const sl_tensor *const *w, const int32_t *T, int32_t n);
+int cu_blk_moe_experts(const sl_backend *be, float *y, float *act, const float *x,
+                       const int32_t *ids, const float *w, const sl_expert_ptrs *table,
+                       const sl_tensor *const proto[3], int32_t T, int32_t k);
+void cu_blk_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
+                  int32_t T);
 
 void cu_copy2d(const sl_backend *be, float *dst, size_t dst_ld, const float *src, size_t src_ld,
                int32_t rows, int32_t cols);

@@ -1,6 +1,7 @@
 /*
  * CUDA matmul, y[T, N] = x[T, K] . W[N, K]^T (+ b), for F32/F16/BF16/Q8/Q4 W, the kernels
  * built on its GEMV (batches, the fused routed experts, the router with its top-k), and embed.
+ * ggml's block types (GGUF weights) go to cuda_blocks.cu from each entry point.
  *
  * Three kernels:
  *   gemv_fast     decode (T <= 4), rows whose bytes split into aligned 16-byte chunks.
@@ -799,6 +800,10 @@ static int chunk_of(int dt) {
 
 void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                const sl_tensor *bias, int32_t T) {
+    if (sl_dtype_is_block(w->dtype)) {
+        cu_blk_matmul(be, y, x, w, bias, T);
+        return;
+    }
     SL_ASSERT(w->ndim == 2);
     const int64_t N = w->shape[0], K = w->shape[1];
     SL_ASSERT(N < INT32_MAX && K < INT32_MAX);
@@ -1030,6 +1035,10 @@ static int gemm_batch(const sl_backend *be, float *const *y, const float *const 
 void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
                      const sl_tensor *const *w, const int32_t *T, int32_t n) {
     if (n <= 0) return;
+    if (sl_dtype_is_block(w[0]->dtype)) {
+        cu_blk_matmul_batch(be, y, x, w, T, n);
+        return;
+    }
     cu_ctx *c = cu_of(be);
     const int dt = (int)w[0]->dtype, E = chunk_of(dt);
     const int64_t K = w[0]->shape[1];
@@ -1226,6 +1235,8 @@ static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const in
 int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, const int32_t *ids,
                    const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
                    int32_t T, int32_t k) {
+    if (sl_dtype_is_block(proto[0]->dtype))
+        return cu_blk_moe_experts(be, y, act, x, ids, w, table, proto, T, k);
     const int dt = (int)proto[0]->dtype, E = chunk_of(dt);
     const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
     const int64_t n = (int64_t)T * k;
@@ -1438,6 +1449,10 @@ __global__ void embed_kernel(float *__restrict__ y, cu_w w, const int32_t *__res
 
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T) {
+    if (sl_dtype_is_block(table->dtype)) {
+        cu_blk_embed(be, y, table, ids, T);
+        return;
+    }
     if (T <= 0) return;
     const cu_w w = cu_w_of(table);
     const int n = (int)table->shape[1];
