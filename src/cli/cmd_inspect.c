@@ -31,7 +31,9 @@ int cli_inspect(int argc, char **argv) {
     int r = cli_one_path(argc, argv, inspect_help, "inspect", "one MODEL directory");
     if (r) return r == 2 ? 0 : 1;
     const char *dir = argv[1];
-    sl_model_params mp = {.n_threads = 1};
+    /* The CPU backend: describing a model needs no GPU, and a CUDA load would upload (and read
+     * and check) every expert first. */
+    sl_model_params mp = {.n_threads = 1, .backend = SL_BACKEND_CPU};
     sl_model *m = cli_load_model(dir, &mp);
     if (!m) return 1;
     sl_model_info i;
