@@ -5,8 +5,8 @@
  * One order of summation for every kernel, so that an output's bits depend only on the row,
  * x's row and K (never on T, the tile, the batch or the kernel):
  *   lane l of 32 takes the units (32 weights, cuda_blocks.cuh) u = l, l + 32, ... in turn;
- *   for each, groups g = 0..7 of 4 weights: acc = acc + ((w0 x0 + w1 x1) + w2 x2) + w3 x3
- *   (each step rounded, as dot4 spells out); then the 32 lanes' sums by warp_sum's butterfly.
+ *   for each, groups g = 0..7 of 4 weights: acc = acc + fma(w3, x3, fma(w2, x2, fma(w1, x1,
+ *   w0 x0))) (blk_dot4); then the 32 lanes' sums by warp_sum's butterfly.
  * Decode (T <= 4) and prefill run the same kernel, blk_mm: a warp owns R rows and NT tokens,
  * so each decoded weight serves NT tokens and each x value (read from shared memory) R rows.
  *   decode   NT = T (1, 2 or 4; T = 3 runs as 4 with a zero token), R = 1, 2, 4 by the rows;

@@ -479,6 +479,10 @@ template <> struct bu<SL_DTYPE_IQ4_XS> {
 
 /* ------------------------------------------------------ the order of sums */
 
+/* What every kernel of cuda_blocks.cu sums with, so that each output's bits depend only on its
+ * row, its x row and K: lane l takes units l, l + 32, ...; a unit adds its 8 groups of 4 in
+ * turn (blk_dot4); the lanes' sums then go through warp_sum's butterfly. */
+
 /* Staged x: 4 floats of padding after every 32, so that the 8 lanes of a quarter-warp reading
  * 16 bytes each at units 32 floats apart fall on distinct banks. */
 #define BLK_UNIT_FLOATS 36
@@ -487,8 +491,8 @@ __device__ __forceinline__ int blk_pad(int e) {
     return e + 4 * (e >> 5);
 }
 
-/* a.x + b.y + c.z + d.w with every rounding spelled out (no contraction left to the compiler), the
- * one group step of the order above. */
+/* w . x of a group, fma(w3, x3, fma(w2, x2, fma(w1, x1, w0 x0))), every rounding spelled out (no
+ * contraction left to the compiler). */
 __device__ __forceinline__ float blk_dot4(const float4 &w, const float4 &x) {
     return __fmaf_rn(w.w, x.w, __fmaf_rn(w.z, x.z, __fmaf_rn(w.y, x.y, __fmul_rn(w.x, x.x))));
 }
