@@ -10,9 +10,10 @@ FIX=${2:-tests/fixtures}
 
 json_field() { python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))' "$@"; }
 
-# logits_close NAME FILE REF: relative L2 distance of two T x V float32 files at most 1e-4.
+# logits_close NAME FILE REF [BOUND]: relative L2 distance of two T x V float32 files at most
+# BOUND (1e-4).
 logits_close() {
-    python3 - "$2" "$3" <<'PY'
+    python3 - "$2" "$3" "${4:-1e-4}" <<'PY'
 import array, math, sys
 a, b = array.array("f"), array.array("f")
 a.frombytes(open(sys.argv[1], "rb").read())
@@ -20,7 +21,7 @@ b.frombytes(open(sys.argv[2], "rb").read())
 assert len(a) == len(b), (len(a), len(b))
 num = sum((x - y) ** 2 for x, y in zip(a, b))
 den = sum(y * y for y in b)
-sys.exit(0 if math.sqrt(num / den) <= 1e-4 else 1)
+sys.exit(0 if math.sqrt(num / den) <= float(sys.argv[3]) else 1)
 PY
 }
 
@@ -415,6 +416,18 @@ for f in "$QD"/*.gguf; do
     "$BIN" logits "$f" --ids "$qids" --out "$TMP/qs.f32" --experts stream --cache-experts 2 --batch 7 \
         2>/dev/null && cmp -s "$TMP/qp.f32" "$TMP/qs.f32" || bad "gguf $t streamed: other bits"
 done
+# Types mixed across layers and within an expert (tests/fixtures/gguf_mixed): the default backend
+# against the CPU's (within 1e-2: the CPU rounds Q4_0/Q8_0 activations to int8, CUDA does not),
+# and streamed experts against mapped ones, bitwise.
+M3="$FIX/gguf_mixed/qwen3_mixed.gguf"
+if "$BIN" logits "$M3" --ids "$qids" --out "$TMP/m1.f32" 2>"$TMP/err" &&
+    "$BIN" logits "$M3" --ids "$qids" --out "$TMP/m2.f32" --backend cpu 2>>"$TMP/err" &&
+    "$BIN" logits "$M3" --ids "$qids" --out "$TMP/m3.f32" --experts stream --cache-experts 4 2>>"$TMP/err" &&
+    cmp -s "$TMP/m1.f32" "$TMP/m3.f32" && logits_close mixed "$TMP/m1.f32" "$TMP/m2.f32" 1e-2; then
+    ok "gguf: types mixed across layers (default backend = CPU, streamed = mapped)"
+else
+    bad "gguf mixed types: $(cat "$TMP/err")"
+fi
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \

@@ -76,7 +76,7 @@ enum {
     "  -c, --ctx-size N       KV cache length in tokens (also --ctx)\n"                            \
     "  --batch N              prompt tokens per prefill chunk (default 512; 1 = token by\n"        \
     "                         token through the decode path)\n"                                    \
-    "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"               \
+    "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"                \
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
     "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
     "  --cache-policy P       stream: lfu (default) | lru\n"                                       \

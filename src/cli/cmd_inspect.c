@@ -85,7 +85,7 @@ int cli_inspect(int argc, char **argv) {
     printf("end of turn    ");
     for (int32_t k = 0; k < g.n_eos; k++)
         printf("%s%d", k ? ", " : "", g.eos[k]);
-    printf("%s\n", g.n_eos                       ? ""
+    printf("%s\n", g.n_eos                    ? ""
                    : strcmp(i.source, "GGUF") ? "(none in generation_config.json)"
                                               : "(none in the GGUF metadata)");
     sl_model_free(m);

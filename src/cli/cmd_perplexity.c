@@ -125,7 +125,10 @@ int cli_perplexity(int argc, char **argv) {
         goto done;
     }
     if (o.kl_base) {
-        kl_header h = {{'S', 'L', 'K', 'L', 'B', 'A', 'S', 'E'}, 1, (uint32_t)V, (uint32_t)ctx,
+        kl_header h = {{'S', 'L', 'K', 'L', 'B', 'A', 'S', 'E'},
+                       1,
+                       (uint32_t)V,
+                       (uint32_t)ctx,
                        (uint32_t)chunks};
         const size_t n_ids = (size_t)chunks * (size_t)ctx;
         if (!(kf = fopen(o.kl_base, o.kl ? "rb" : "wb"))) {

@@ -33,12 +33,17 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } commands[] = {
-    {"run", cli_run},           {"chat", cli_chat},
-    {"serve", cli_serve},       {"logits", cli_logits},
-    {"generate", cli_generate}, {"pack", cli_pack},
-    {"verify", cli_verify},     {"inspect", cli_inspect},
+    {"run", cli_run},
+    {"chat", cli_chat},
+    {"serve", cli_serve},
+    {"logits", cli_logits},
+    {"generate", cli_generate},
+    {"pack", cli_pack},
+    {"verify", cli_verify},
+    {"inspect", cli_inspect},
     {"perplexity", cli_perplexity},
-    {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
+    {"tokenize", cli_tokenize},
+    {"detokenize", cli_detokenize},
 };
 
 int main(int argc, char **argv) {

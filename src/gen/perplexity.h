@@ -11,12 +11,12 @@
 #include "core/common.h"
 
 typedef struct sl_ppl {
-    int64_t n;           /* tokens scored */
-    double nll, nll2;    /* sums of -log p(next token) and of its square */
-    int64_t n_kl;        /* tokens compared with a base run */
-    double kl, kl2;      /* sums of KL(base || this) and of its square */
-    int64_t same_top;    /* tokens where both runs' most probable token agree */
-    double base_nll;     /* the base run's sum of -log p over the compared tokens */
+    int64_t n;        /* tokens scored */
+    double nll, nll2; /* sums of -log p(next token) and of its square */
+    int64_t n_kl;     /* tokens compared with a base run */
+    double kl, kl2;   /* sums of KL(base || this) and of its square */
+    int64_t same_top; /* tokens where both runs' most probable token agree */
+    double base_nll;  /* the base run's sum of -log p over the compared tokens */
 } sl_ppl;
 
 /* Scores n rows of logits (row i predicts next[i]; V per row): adds to acc. logp (NULL: not

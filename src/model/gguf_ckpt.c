@@ -94,7 +94,6 @@ static int hf_name(const char *g, char *out, size_t n) {
 
 /* ---- files ---- */
 
-
 /* For NAME-0000i-of-0000N.gguf: the part count N and where "0000i" starts in path (the other
  * parts' names differ only there); 1 for a single file. */
 static int32_t split_count(const char *path, size_t *num_at) {

@@ -25,23 +25,29 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
     d->policy = policy;
     d->layers = sl_calloc((size_t)d->n_layers, sizeof(sl_dev_layer), err);
     if (!d->layers) return SL_ERR_NOMEM;
+    /* One slot layout for all layers: gate, up and down with their scales/biases, each part as
+     * large as any layer's (a GGUF's layers may mix types: Q4_K_M's down is Q6_K in some). */
+    size_t part[9] = {0};
     for (int32_t l = 0; l < d->n_layers; l++) {
         const sl_expert_layer *HL = &store->layers[l];
         const sl_expert *ex = HL->n_experts ? sample_view(HL) : NULL;
         if (!ex) continue;
-        if (!d->slot_bytes) { /* one layout for all layers: gate, up, down with scales/biases */
-            const sl_tensor *m[3] = {&ex->gate, &ex->up, &ex->down};
-            size_t off = 0;
-            for (int i = 0; i < 3; i++) {
-                d->off[3 * i] = off;
-                off = align64(off + m[i]->nbytes);
-                d->off[3 * i + 1] = off;
-                off = align64(off + scale_bytes(m[i]));
-                d->off[3 * i + 2] = off;
-                off = align64(off + scale_bytes(m[i]));
-            }
-            d->slot_bytes = off;
+        const sl_tensor *m[3] = {&ex->gate, &ex->up, &ex->down};
+        for (int i = 0; i < 3; i++) {
+            part[3 * i] = SL_MAX(part[3 * i], m[i]->nbytes);
+            part[3 * i + 1] = part[3 * i + 2] = SL_MAX(part[3 * i + 1], scale_bytes(m[i]));
         }
+    }
+    size_t off = 0;
+    for (int i = 0; i < 9; i++) {
+        d->off[i] = off;
+        off = align64(off + part[i]);
+    }
+    d->slot_bytes = off;
+    for (int32_t l = 0; l < d->n_layers; l++) {
+        const sl_expert_layer *HL = &store->layers[l];
+        const sl_expert *ex = HL->n_experts ? sample_view(HL) : NULL;
+        if (!ex) continue;
         sl_dev_layer *L = &d->layers[l];
         const size_t n = (size_t)d->n_slots;
         L->mem = be->ops->alloc(be, n * d->slot_bytes);
