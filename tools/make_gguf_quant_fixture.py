@@ -15,21 +15,9 @@ import sys
 import numpy as np
 import gguf
 
+from make_gguf_fixtures import bytes_to_unicode  # GPT-2's byte-to-character map
+
 H, NH, NKV, HD, E, K_USED, I, V, LAYERS = 256, 4, 2, 64, 4, 2, 256, 288, 1
-
-
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1)
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, [chr(c) for c in cs]))
 
 
 def main():
