@@ -428,6 +428,11 @@ if "$BIN" logits "$M3" --ids "$qids" --out "$TMP/m1.f32" 2>"$TMP/err" &&
 else
     bad "gguf mixed types: $(cat "$TMP/err")"
 fi
+# Families sluice does not run from GGUF yet: refused by name (tests/fixtures/gguf_next).
+for f in "$FIX"/gguf_next/*.gguf; do
+    expect_fail "gguf: $(basename "$f") refused by architecture" "is not one sluice runs from GGUF (it runs: qwen2moe, qwen3moe)" \
+        "$BIN" generate "$f" --ids 1
+done
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \
