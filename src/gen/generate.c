@@ -1,8 +1,6 @@
 /* The generation loop shared by run, chat and serve (see generate.h). */
 #include "gen/generate.h"
 
-#include "format/gguf.h"
-
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,13 +25,8 @@ sl_status sl_gen_init(sl_gen *g, const sl_gen_setup *su, sl_error *err) {
     int32_t kind;
     sl_status st = sl_model_check_dir(su->model, &kind, err);
     if (st) return st;
-    if (kind == SL_MODEL_GGUF) { /* a GGUF that does not parse says so before anything else */
-        sl_gguf_file f = {0};
-        st = sl_gguf_open(&f, su->model, err);
-        sl_gguf_close(&f);
-        if (st) return st;
-    }
-    /* A GGUF carries its tokenizer in its metadata (sl_tokenizer_load reads it). */
+    /* A GGUF carries its tokenizer in its metadata (sl_tokenizer_load reads it, and says first
+     * when the file does not parse). */
     /* A model directory without its tokenizer (a pack made without one, a bare checkpoint):
      * say where else it can come from. */
     struct stat sb;

@@ -285,7 +285,7 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         count[weight_group(t)][t->dtype] += n;
     }
     /* A pack's experts are in the store, not the checkpoint. */
-    for (int32_t l = 0; m->packed && l < m->cfg.n_layers; l++) {
+    for (int32_t l = 0; m->kind == SL_MODEL_PACK && l < m->cfg.n_layers; l++) {
         const sl_expert_layer *L = &m->experts.layers[l];
         if (L->n_experts)
             count[0][L->hdr.dtype] += 3.0 * L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
@@ -318,7 +318,6 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     char path[4096];
     sl_status st = read_config(dir, &m->cfg, &m->kind, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
-    m->packed = m->kind == SL_MODEL_PACK;
     if (m->kind == SL_MODEL_HF && p.experts != SL_EXPERTS_MAPPED) {
         st = sl_fail(err, SL_ERR_ARG,
                      "%s: --experts resident/stream need a packed model "
@@ -343,7 +342,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
-    if (m->packed && m->ck.files[0].version != (uint32_t)m->pack_version) {
+    if (m->kind == SL_MODEL_PACK && m->ck.files[0].version != (uint32_t)m->pack_version) {
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: format version %u, but the manifest says %d (a file of another pack?)",
                      m->ck.files[0].path, m->ck.files[0].version, m->pack_version);
@@ -367,7 +366,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                                 .pack_version = (uint32_t)m->pack_version,
                                 .progress = p.progress,
                                 .progress_user = p.progress_user};
-    if (m->packed)
+    if (m->kind == SL_MODEL_PACK)
         st = sl_experts_open_packed(&m->experts, dir, c->n_layers, c->layer_is_moe, c->n_experts,
                                     c->hidden_size, c->moe_intermediate_size, &sp, err);
     else
@@ -435,8 +434,9 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         const sl_expert *e = L->slots.n_slots ? &L->slot_views[0] : &L->views[0];
         const sl_dtype dt = e->gate.dtype;
         weights = dt == SL_DTYPE_Q8 ? "int8" : dt == SL_DTYPE_Q4 ? "int4" : sl_dtype_name(dt);
-        expert_bytes = m->packed ? (int64_t)L->hdr.blob_bytes
-                                 : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
+        expert_bytes = (m->kind == SL_MODEL_PACK)
+                           ? (int64_t)L->hdr.blob_bytes
+                           : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
         slots = L->slots.n_slots;
     }
     static const char *const modes[] = {"mapped", "resident", "stream"};
@@ -454,12 +454,12 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .head_dim = c->head_dim,
         .moe_intermediate_size = c->moe_intermediate_size,
         .shared_expert = shared,
-        .packed = m->packed,
+        .packed = m->kind == SL_MODEL_PACK,
         .types = m->types,
         .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
                   : m->kind == SL_MODEL_GGUF ? "GGUF"
                                              : "Hugging Face checkpoint",
-        .pack_version = m->packed ? m->pack_version : 0,
+        .pack_version = m->kind == SL_MODEL_PACK ? m->pack_version : 0,
         .weights = weights,
         .resident_bytes = resident,
         .expert_bytes = expert_bytes,

@@ -57,7 +57,6 @@ struct sl_model {
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t kind;      /* sl_model_kind: where it was loaded from */
     char types[768];   /* sl_model_info.types */
-    int32_t packed;    /* kind == SL_MODEL_PACK */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
     /* the pack's format version (1: no checksums) */

@@ -2,8 +2,8 @@
  * ggml's block types (Q8_0 .. MXFP4) on the CUDA backend, against a plain host reference.
  *
  * For each type: random valid blocks (every code pattern, scale fields in a sane range, MXFP4
- * exponents down to the denormal ones), decoded on the host by ref_dequant_block below (ggml's
- * dequantize_row_* formulas, float, in their order), then
+ * exponents down to the denormal ones), decoded on the host by the CPU's reference
+ * (sl_dequant_row: ggml's dequantize_row_* formulas, float, in their order), then
  *   embed         the decoded rows bit for bit (weights at every byte alignment)
  *   matmul        against the decoded weights times x in double, T = 1, 2, 3, 5, 64, 200, K from
  *                 the block size to 16384 (several x stages), odd N (up to 16901: 2 and 4 rows a
@@ -16,9 +16,6 @@
  * Outputs are pre-filled with a poison value past their end too: what an op must not write
  * must stay poison. One line per type and op, then "N passed, M failed".
  *
- * ref_dequant_block is this test's own; once the CPU backend has its dequantisation
- * (sl_dequant_row), the reference should become that one.
- *
  *   build-cuda/test_cuda_blocks [TYPE]         (make CUDA=1 build-cuda/test_cuda_blocks)
  *   build-cuda/test_cuda_blocks bench [TYPE]   decode GB/s, prefill GFLOP/s, fused experts
  * TYPE (ggml's spelling, "Q4_K"): that type alone.
@@ -29,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/blocks.h"
 #include "core/common.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
@@ -163,9 +161,6 @@ static void check_same(report *r, const char *what, const float *a, const float 
 static uint16_t f16_of(float v) {
     return sl_f32_to_f16(v);
 }
-static float f16(const uint8_t *p) {
-    return sl_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-}
 static void put16(uint8_t *p, uint16_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
 }
@@ -208,167 +203,12 @@ static void make_rows(sl_dtype dt, uint8_t *w, int64_t N, int64_t K) {
         make_block(dt, w + (size_t)i * sl_dtype_block_bytes(dt));
 }
 
-/* ggml-quants.c's tables */
-static const int8_t iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                 1,    13,   25,  38,  53,  69,  89,  113};
-static const int8_t e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-static float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
-    if (j < 4) {
-        *d = q[j] & 63, *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* One block of dt at b decoded into y, as ggml's dequantize_row_* do it (this file is C11:
- * products and sums are rounded one by one, never contracted). */
-static void ref_dequant_block(sl_dtype dt, const uint8_t *b, float *y) {
-    switch (dt) {
-    case SL_DTYPE_Q8_0: {
-        const float d = f16(b);
-        for (int j = 0; j < 32; j++)
-            y[j] = (int8_t)b[2 + j] * d;
-        break;
-    }
-    case SL_DTYPE_Q4_0:
-    case SL_DTYPE_Q4_1: {
-        const int one = dt == SL_DTYPE_Q4_1;
-        const float d = f16(b), m = one ? f16(b + 2) : 0.0f;
-        const uint8_t *qs = b + (one ? 4 : 2);
-        for (int j = 0; j < 16; j++) {
-            const int x0 = qs[j] & 15, x1 = qs[j] >> 4;
-            if (one)
-                y[j] = x0 * d + m, y[j + 16] = x1 * d + m;
-            else
-                y[j] = (x0 - 8) * d, y[j + 16] = (x1 - 8) * d;
-        }
-        break;
-    }
-    case SL_DTYPE_Q5_0:
-    case SL_DTYPE_Q5_1: {
-        const int one = dt == SL_DTYPE_Q5_1;
-        const float d = f16(b), m = one ? f16(b + 2) : 0.0f;
-        const uint8_t *h = b + (one ? 4 : 2), *qs = h + 4;
-        const uint32_t qh =
-            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (qs[j] & 15) | (int)((qh >> j) << 4 & 0x10),
-                      x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
-            if (one)
-                y[j] = x0 * d + m, y[j + 16] = x1 * d + m;
-            else
-                y[j] = (x0 - 16) * d, y[j + 16] = (x1 - 16) * d;
-        }
-        break;
-    }
-    case SL_DTYPE_MXFP4: {
-        const float d = e8m0_half(b[0]);
-        for (int j = 0; j < 16; j++)
-            y[j] = e2m1x2[b[1 + j] & 15] * d, y[j + 16] = e2m1x2[b[1 + j] >> 4] * d;
-        break;
-    }
-    case SL_DTYPE_Q2_K: {
-        const float d = f16(b + 80), min = f16(b + 82);
-        const uint8_t *q = b + 16;
-        int is = 0;
-        for (int n = 0; n < 256; n += 128, q += 32)
-            for (int shift = 0; shift < 8; shift += 2)
-                for (int half = 0; half < 2; half++) {
-                    const uint8_t sc = b[is++];
-                    const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
-                    for (int l = 0; l < 16; l++)
-                        *y++ = dl * ((q[l + 16 * half] >> shift) & 3) - ml;
-                }
-        break;
-    }
-    case SL_DTYPE_Q3_K: {
-        const float d = f16(b + 108);
-        const uint8_t *hm = b, *q = b + 32, *s = b + 96;
-        int8_t sc[16];
-        for (int i = 0; i < 16; i++) {
-            const int lo = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
-            const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-            sc[i] = (int8_t)(lo | hi << 4);
-        }
-        int is = 0;
-        uint8_t m = 1;
-        for (int n = 0; n < 256; n += 128, q += 32)
-            for (int shift = 0; shift < 8; shift += 2, m <<= 1)
-                for (int half = 0; half < 2; half++) {
-                    const float dl = d * (sc[is++] - 32);
-                    for (int l = 16 * half; l < 16 * half + 16; l++)
-                        *y++ = dl * (((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-                }
-        break;
-    }
-    case SL_DTYPE_Q4_K:
-    case SL_DTYPE_Q5_K: {
-        const int five = dt == SL_DTYPE_Q5_K;
-        const float d = f16(b), min = f16(b + 2);
-        const uint8_t *s = b + 4, *qh = b + 16, *ql = b + (five ? 48 : 16);
-        uint8_t u1 = 1, u2 = 2;
-        for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-            int sc, m;
-            scale_min_k4(is, s, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            scale_min_k4(is + 1, s, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
-            for (int l = 0; l < 32; l++)
-                *y++ = d1 * ((ql[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++)
-                *y++ = d2 * ((ql[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
-        }
-        break;
-    }
-    case SL_DTYPE_Q6_K: {
-        const float d = f16(b + 208);
-        const uint8_t *ql = b, *qh = b + 128;
-        const int8_t *sc = (const int8_t *)(b + 192);
-        for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int8_t q1 = (int8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int8_t q3 = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = d * sc[is] * q1;
-                y[l + 32] = d * sc[is + 2] * q2;
-                y[l + 64] = d * sc[is + 4] * q3;
-                y[l + 96] = d * sc[is + 6] * q4;
-            }
-        break;
-    }
-    case SL_DTYPE_IQ4_XS: {
-        const float d = f16(b);
-        const int sh = b[2] | b[3] << 8;
-        const uint8_t *sl = b + 4, *qs = b + 8;
-        for (int ib = 0; ib < 8; ib++, y += 32, qs += 16) {
-            const int ls = ((sl[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((sh >> 2 * ib) & 3) << 4);
-            const float dl = d * (ls - 32);
-            for (int j = 0; j < 16; j++)
-                y[j] = dl * iq4nl[qs[j] & 0xf], y[j + 16] = dl * iq4nl[qs[j] >> 4];
-        }
-        break;
-    }
-    default: SL_ASSERT(0);
-    }
-}
-
-/* Rows [N, K] of dt decoded (N K floats). */
+/* Rows [N, K] of dt decoded (N K floats) by the CPU's reference, sl_dequant_row (bit-exact to
+ * ggml's dequantize_row_*, tests/unit/test_blocks.c). */
 static float *ref_dequant(sl_dtype dt, const uint8_t *w, int64_t N, int64_t K) {
-    const int bs = sl_dtype_block_size(dt);
     float *y = malloc((size_t)(N * K) * sizeof(float));
-    for (int64_t i = 0; i < N * K / bs; i++)
-        ref_dequant_block(dt, w + (size_t)i * sl_dtype_block_bytes(dt), y + (size_t)i * bs);
+    for (int64_t n = 0; n < N; n++)
+        sl_dequant_row(dt, w + (size_t)n * sl_row_bytes(dt, K), y + (size_t)(n * K), K);
     return y;
 }
 

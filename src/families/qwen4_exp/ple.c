@@ -285,8 +285,8 @@ sl_status q4_ple_open_tables(sl_model *m, const char *dir, int use_pread, sl_err
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         sl_ple *P = q4_mod(m)->layers[l].ple;
         if (!P) continue;
-        sl_status st =
-            m->packed ? open_table_pack(m, dir, l, P, use_pread, err) : open_table_hf(m, l, P, err);
+        sl_status st = m->kind == SL_MODEL_PACK ? open_table_pack(m, dir, l, P, use_pread, err)
+                                                : open_table_hf(m, l, P, err);
         if (st) return st;
         const int64_t want = table_rows(c, P);
         if (P->table.rows != want)
