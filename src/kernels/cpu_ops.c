@@ -357,7 +357,8 @@ static void cpu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
         sl_to_f32(&A_log, a->A_log->data, a->A_log->dtype, (size_t)h, 1);
         sl_to_f32(&dt_bias, a->dt_bias->data, a->dt_bias->dtype, (size_t)h, 1);
         float *S = a->state + (size_t)h * (size_t)dk * (size_t)dv;
-        const int32_t kh = h / r;
+        const int32_t kh = a->v_tiled ? h % a->nk : h / r;
+        const float A = a->A_neg_exp ? A_log : -expf(A_log);
         for (int32_t t = 0; t < a->T; t++) {
             const float *q = a->q + (size_t)t * qk_row + (size_t)kh * (size_t)dk;
             const float *k = a->k + (size_t)t * qk_row + (size_t)kh * (size_t)dk;
@@ -365,7 +366,7 @@ static void cpu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
             float *o = a->out + (size_t)t * v_row + (size_t)h * (size_t)dv;
             const float x = a->a[(size_t)t * (size_t)a->nv + (size_t)h] + dt_bias;
             const float softplus = x > 20.0f ? x : log1pf(expf(x));
-            const float decay = expf(-expf(A_log) * softplus);
+            const float decay = expf(A * softplus);
             const float beta = 1.0f / (1.0f + expf(-a->b[(size_t)t * (size_t)a->nv + (size_t)h]));
             for (int32_t j = 0; j < dv; j++)
                 kv[j] = 0;

@@ -88,6 +88,11 @@ typedef struct sl_delta_args {
     float *state;             /* [nv, dk, dv], updated in place */
     int32_t T, nk, nv, dk, dv;
     float q_scale; /* usually 1/sqrt(dk) */
+    /* How a GGUF file stores them (llama.cpp's converter): A_log holding -exp(A_log) itself
+     * (ssm_a), and value heads in tiled order, head h reading key head h % nk, where Hugging
+     * Face groups them (h / (nv / nk)). Both 0 for a Hugging Face checkpoint. */
+    int32_t A_neg_exp;
+    int32_t v_tiled;
 } sl_delta_args;
 
 /* Where one expert's weights are in backend memory, a row of moe_experts' table: data,

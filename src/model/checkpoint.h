@@ -33,6 +33,10 @@ typedef struct sl_ckpt {
     int32_t n_entries;
     sl_ckpt_entry *entries; /* sorted by name */
     const char *prefix;     /* "model." or "model.language_model." */
+    /* GGUF: values llama.cpp's converter changed for the hybrids (gguf_ckpt.c) */
+    int32_t norm_folded; /* RMSNorm weights hold 1 + w where the family scales by (1 + w) */
+    int32_t A_neg_exp;   /* linear_attn.A_log holds -exp(A_log) (ssm_a; sl_delta_args) */
+    int32_t v_tiled;     /* Gated DeltaNet's value heads in tiled order (sl_delta_args) */
 } sl_ckpt;
 
 /* dir: a checkpoint directory, a pack, or a GGUF file (gguf_ckpt.h). */

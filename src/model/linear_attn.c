@@ -18,7 +18,9 @@
  *   in_proj_qkvz row block g: | q_g (dk) | k_g (dk) | v_g (r*dv) | z_g (r*dv) |
  *   in_proj_ba   row block g: | b_g (r)  | a_g (r)  |
  *
- * Qwen3.5 keeps them apart, in_proj_qkv already in conv order [q_all | k_all | v_all].
+ * Qwen3.5 keeps them apart, in_proj_qkv already in conv order [q_all | k_all | v_all]. A GGUF
+ * file of Qwen3-Next (llama.cpp's converter) has in_proj_qkvz split that way into in_proj_qkv
+ * and in_proj_z, and in_proj_ba as it was.
  */
 #include <math.h>
 
@@ -45,7 +47,9 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
         (st = sl_ckpt_bind(ck, &L->out_proj, SL_BIND_REQUIRED, SL_DIMS(H, vd), err, p, l,
                            "out_proj.weight")))
         return st;
-    if (proj == BLK_LINEAR_FUSED)
+    char qkvz[96];
+    snprintf(qkvz, sizeof qkvz, "layers.%d.linear_attn.in_proj_qkvz.weight", l);
+    if (proj == BLK_LINEAR_FUSED && sl_ckpt_find(ck, qkvz))
         return (st = sl_ckpt_bind(ck, &L->in_qkvz, SL_BIND_REQUIRED, SL_DIMS(cd + vd, H), err, p, l,
                                   "in_proj_qkvz.weight"))
                    ? st
@@ -54,31 +58,44 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
     if ((st = sl_ckpt_bind(ck, &L->in_qkv, SL_BIND_REQUIRED, SL_DIMS(cd, H), err, p, l,
                            "in_proj_qkv.weight")) ||
         (st = sl_ckpt_bind(ck, &L->in_z, SL_BIND_REQUIRED, SL_DIMS(vd, H), err, p, l,
-                           "in_proj_z.weight")) ||
-        (st = sl_ckpt_bind(ck, &L->in_b, SL_BIND_REQUIRED, SL_DIMS(nv, H), err, p, l,
+                           "in_proj_z.weight")))
+        return st;
+    if (proj == BLK_LINEAR_FUSED)
+        return sl_ckpt_bind(ck, &L->in_ba, SL_BIND_REQUIRED, SL_DIMS(2 * nv, H), err, p, l,
+                            "in_proj_ba.weight");
+    if ((st = sl_ckpt_bind(ck, &L->in_b, SL_BIND_REQUIRED, SL_DIMS(nv, H), err, p, l,
                            "in_proj_b.weight")))
         return st;
     return sl_ckpt_bind(ck, &L->in_a, SL_BIND_REQUIRED, SL_DIMS(nv, H), err, p, l,
                         "in_proj_a.weight");
 }
 
-/* Qwen3-Next's group-interleaved qkvz / ba rows -> mixed [q_all | k_all | v_all], z, b, a:
- * per key-head group, strided copies over all T tokens at once. */
+/* Qwen3-Next's group-interleaved ba rows -> b, a: per key-head group, strided copies over all T
+ * tokens at once. */
+static void split_ba(const sl_backend *be, sl_session_buf *b, const sl_config *c, int32_t T) {
+    const size_t nk = (size_t)c->lin_n_key_heads, nv = (size_t)c->lin_n_value_heads, r = nv / nk;
+    for (size_t g = 0; g < nk; g++) {
+        const float *ba = b->lin_ba + g * 2 * r;
+        be->ops->copy2d(be, b->lin_b + g * r, nv, ba, 2 * nv, T, (int32_t)r);
+        be->ops->copy2d(be, b->lin_a + g * r, nv, ba + r, 2 * nv, T, (int32_t)r);
+    }
+}
+
+/* Qwen3-Next's group-interleaved qkvz rows -> mixed [q_all | k_all | v_all], z, likewise. */
 static void split_fused(const sl_backend *be, sl_session_buf *b, const sl_config *c, int32_t T) {
     const size_t nk = (size_t)c->lin_n_key_heads, dk = (size_t)c->lin_key_dim;
     const size_t r = (size_t)(c->lin_n_value_heads / c->lin_n_key_heads);
     const size_t rdv = r * (size_t)c->lin_value_dim, kd = nk * dk, vd = nk * rdv;
-    const size_t cd = 2 * kd + vd, grp = 2 * dk + 2 * rdv, nv = nk * r;
+    const size_t cd = 2 * kd + vd, grp = 2 * dk + 2 * rdv;
     const sl_ops *op = be->ops;
     for (size_t g = 0; g < nk; g++) {
-        const float *sg = b->lin_proj + g * grp, *ba = b->lin_ba + g * 2 * r;
+        const float *sg = b->lin_proj + g * grp;
         op->copy2d(be, b->lin_mixed + g * dk, cd, sg, nk * grp, T, (int32_t)dk);
         op->copy2d(be, b->lin_mixed + kd + g * dk, cd, sg + dk, nk * grp, T, (int32_t)dk);
         op->copy2d(be, b->lin_mixed + 2 * kd + g * rdv, cd, sg + 2 * dk, nk * grp, T, (int32_t)rdv);
         op->copy2d(be, b->lin_z + g * rdv, vd, sg + 2 * dk + rdv, nk * grp, T, (int32_t)rdv);
-        op->copy2d(be, b->lin_b + g * r, nv, ba, 2 * nv, T, (int32_t)r);
-        op->copy2d(be, b->lin_a + g * r, nv, ba + r, 2 * nv, T, (int32_t)r);
     }
+    split_ba(be, b, c, T);
 }
 
 void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
@@ -99,8 +116,13 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
     } else {
         op->matmul(be, b->lin_mixed, b->xn, &L->in_qkv, NULL, T);
         op->matmul(be, b->lin_z, b->xn, &L->in_z, NULL, T);
-        op->matmul(be, b->lin_b, b->xn, &L->in_b, NULL, T);
-        op->matmul(be, b->lin_a, b->xn, &L->in_a, NULL, T);
+        if (L->in_ba.data) {
+            op->matmul(be, b->lin_ba, b->xn, &L->in_ba, NULL, T);
+            split_ba(be, b, c, T);
+        } else {
+            op->matmul(be, b->lin_b, b->xn, &L->in_b, NULL, T);
+            op->matmul(be, b->lin_a, b->xn, &L->in_a, NULL, T);
+        }
     }
 
     float *conv_state = s->conv_state + (size_t)l * cd * (size_t)(K - 1);
@@ -127,6 +149,8 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
         .dk = dk,
         .dv = dv,
         .q_scale = 1.0f / sqrtf((float)dk),
+        .A_neg_exp = m->ck.A_neg_exp,
+        .v_tiled = m->ck.v_tiled,
     };
     op->delta_rule(be, &a);
     op->gated_rmsnorm(be, b->lin_o, b->lin_o, b->lin_z, &L->lin_norm, T * nv, dv, c->rms_norm_eps,

@@ -342,6 +342,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
+    /* A GGUF file of a (1 + w) family holds 1 + w itself (llama.cpp's converter added the 1). */
+    if (m->ck.norm_folded) m->norm_offset = 0.0f;
     if (m->kind == SL_MODEL_PACK && m->ck.files[0].version != (uint32_t)m->pack_version) {
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: format version %u, but the manifest says %d (a file of another pack?)",

@@ -987,8 +987,10 @@ static void l2rows(float *x, int32_t rows, int32_t n) {
 }
 
 /* p: T, nk, nv, dk, dv */
+/* p: T, nk, nv, dk, dv, GGUF's form (A_log holding -exp(A_log), value heads tiled) */
 static void run_delta_rule(ot_run *r, const ot_case *c) {
     const int32_t T = c->p[0], nk = c->p[1], nv = c->p[2], dk = c->p[3], dv = c->p[4];
+    const int32_t gguf = c->p[5];
     const size_t qn = (size_t)T * nk * dk, vn = (size_t)T * nv * dv, sn = (size_t)nv * dk * dv;
     float *q = rand_vec(r, qn, 1), *k = rand_vec(r, qn, 1), *v = rand_vec(r, vn, 1);
     float *a = rand_vec(r, (size_t)T * nv, 3), *b = rand_vec(r, (size_t)T * nv, 3);
@@ -1004,10 +1006,11 @@ static void run_delta_rule(ot_run *r, const ot_case *c) {
     const double q_scale = 1 / sqrt((double)dk);
     for (int32_t t = 0; t < T; t++)
         for (int32_t h = 0; h < nv; h++) {
-            const int32_t kh = h / (nv / nk);
+            const int32_t kh = gguf ? h % nk : h / (nv / nk);
             const float *qt = q + ((size_t)t * nk + kh) * dk, *kt = k + ((size_t)t * nk + kh) * dk;
             const double xa = (double)a[t * nv + h] + dt.wide[h];
-            const double g = -exp(Al.wide[h]) * log1p(exp(xa)), beta = sigm(b[t * nv + h]);
+            const double A = gguf ? Al.wide[h] : -exp(Al.wide[h]);
+            const double g = A * log1p(exp(xa)), beta = sigm(b[t * nv + h]);
             double *Rh = R + (size_t)h * dk * dv;
             for (int32_t j = 0; j < dv; j++)
                 kv[j] = 0;
@@ -1039,7 +1042,9 @@ static void run_delta_rule(ot_run *r, const ot_case *c) {
                           .nv = nv,
                           .dk = dk,
                           .dv = dv,
-                          .q_scale = (float)q_scale};
+                          .q_scale = (float)q_scale,
+                          .A_neg_exp = gguf,
+                          .v_tiled = gguf};
     r->be->ops->delta_rule(r->be, &args);
     ot_check(r, "out", dout, ref, vn + 3, c->tol);
     ot_check(r, "state", dS, R, sn, c->tol);
@@ -1373,6 +1378,7 @@ static const ot_case table[] = {
     {"delta_rule", run_delta_rule, F32, {5, 2, 6, 5, 3}, 1e-4},
     {"delta_rule", run_delta_rule, F32, {1, 1, 2, 128, 128}, 1e-4},
     {"delta_rule", run_delta_rule, F32, {3, 2, 4, 64, 33}, 1e-4},
+    {"delta_rule", run_delta_rule, F32, {4, 2, 6, 16, 9, 1}, 1e-4},
 
     {"moe_route", run_moe_route, BF16, {8, 256, 2, 1, 0, 1}, 1e-5},
     {"moe_route", run_moe_route, BF16, {60, 256, 4, 3, 1, 1}, 1e-5},

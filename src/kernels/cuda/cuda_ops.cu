@@ -963,7 +963,7 @@ typedef struct dr_params {
     float *out;
     const float *q, *k, *v, *a, *b;
     const void *A_log, *dt_bias;
-    int A_dt, dt_dt;
+    int A_dt, dt_dt, A_neg_exp, v_tiled;
     float *state;
     int32_t T, nk, nv, dk, dv;
     float q_scale;
@@ -975,7 +975,7 @@ __global__ void delta_rule_kernel(dr_params p) {
     __shared__ float red[DR_MAX_WARPS][32], kvs[32], coef[2];
     const int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int nw = blockDim.x >> 5;
-    const int j = blockIdx.y * 32 + lane, dk = p.dk, dv = p.dv, kh = h / (p.nv / p.nk);
+    const int j = blockIdx.y * 32 + lane, dk = p.dk, dv = p.dv, kh = p.v_tiled ? h % p.nk : h / (p.nv / p.nk);
     const bool jv = j < dv;
     const int i0 = wp * DR_ROWS;
     const size_t qk_row = (size_t)p.nk * dk, v_row = (size_t)p.nv * dv;
@@ -984,7 +984,8 @@ __global__ void delta_rule_kernel(dr_params p) {
 #pragma unroll
     for (int ii = 0; ii < DR_ROWS; ii++)
         s[ii] = (jv && i0 + ii < dk) ? S[(size_t)(i0 + ii) * dv + j] : 0.0f;
-    const float A = expf(cu_load_f(p.A_log, p.A_dt, (size_t)h));
+    const float A_log = cu_load_f(p.A_log, p.A_dt, (size_t)h);
+    const float A = p.A_neg_exp ? A_log : -expf(A_log);
     const float dtb = cu_load_f(p.dt_bias, p.dt_dt, (size_t)h);
     for (int t = 0; t < p.T; t++) {
         for (int i = threadIdx.x; i < nw * DR_ROWS; i += blockDim.x) {
@@ -994,7 +995,7 @@ __global__ void delta_rule_kernel(dr_params p) {
         if (threadIdx.x == 0) {
             const float xa = p.a[(size_t)t * p.nv + h] + dtb;
             const float softplus = xa > 20.0f ? xa : log1pf(expf(xa));
-            coef[0] = expf(-A * softplus);
+            coef[0] = expf(A * softplus);
             coef[1] = 1.0f / (1.0f + expf(-p.b[(size_t)t * p.nv + h]));
         }
         __syncthreads();
@@ -1045,6 +1046,7 @@ void cu_delta_rule(const sl_backend *be, const sl_delta_args *a) {
     p.out = a->out, p.q = a->q, p.k = a->k, p.v = a->v, p.a = a->a, p.b = a->b;
     p.A_log = a->A_log->data, p.A_dt = (int)a->A_log->dtype;
     p.dt_bias = a->dt_bias->data, p.dt_dt = (int)a->dt_bias->dtype;
+    p.A_neg_exp = a->A_neg_exp, p.v_tiled = a->v_tiled;
     p.state = a->state;
     p.T = a->T, p.nk = a->nk, p.nv = a->nv, p.dk = a->dk, p.dv = a->dv, p.q_scale = a->q_scale;
     const int warps = (a->dk + DR_ROWS - 1) / DR_ROWS;
