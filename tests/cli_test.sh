@@ -46,26 +46,72 @@ for dir in "$FIX"/*/; do
     [ -f "$dir/ref.json" ] || continue
     check_ref "$(basename "$dir")" "$dir" "$dir"
 done
+# gguf_modes NAME FILE IDS K: experts streamed from the GGUF file itself give the mapped bits in
+# every mode and cache size (K: experts per token).
+gguf_modes() {
+    local name=$1 f=$2 ids=$3 k=$4 same=1
+    "$BIN" logits "$f" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
+    for mode in "--experts resident" "--experts stream --cache-experts $k" \
+        "--experts stream --cache-experts $k --cache-policy lru --batch 3" \
+        "--experts stream --direct-io --cache-experts $((k + 1))"; do
+        # shellcheck disable=SC2086
+        "$BIN" logits "$f" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "gguf $name $mode: $(cat "$TMP/err")"; }
+    done
+    [ $same = 1 ] && ok "gguf $name: resident and streamed experts give the mapped bits"
+}
+
 # GGUF files llama.cpp's converter made of the fixtures (tests/fixtures/gguf/README.md): the
 # same weights, so the same transformers reference.
 for f in "$FIX"/gguf/*.gguf; do
     base=$(basename "$f" .gguf)
     dir="$FIX/${base%.*}"
     check_ref "gguf $base" "$f" "$dir"
-    # Experts streamed from the GGUF file itself: the same bits in every mode and cache size.
     k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
-    ids=$(json_field "$dir/ref.json" ids)
-    "$BIN" logits "$f" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
-    same=1
-    for mode in "--experts resident" "--experts stream --cache-experts $k" \
-        "--experts stream --cache-experts $k --cache-policy lru --batch 3" \
-        "--experts stream --direct-io --cache-experts $((k + 1))"; do
-        # shellcheck disable=SC2086
-        "$BIN" logits "$f" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
-            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "gguf $base $mode: $(cat "$TMP/err")"; }
-    done
-    [ $same = 1 ] && ok "gguf $base: resident and streamed experts give the mapped bits"
+    gguf_modes "$base" "$f" "$(json_field "$dir/ref.json" ids)" "$k"
 done
+
+# next_ref NAME FILE SRC KEY=JSON...: a GGUF file that llama.cpp reads otherwise than its
+# source's config.json says (tests/fixtures/gguf_next/README.md) against that source run by
+# sluice with the config as llama.cpp reads the file (KEY=JSON edits): logits within 1e-5 and
+# the same greedy ids (the KV-cache path).
+next_ref() {
+    local name=$1 f=$2 src=$3 ref="$TMP/ref-$1"
+    shift 3
+    mkdir -p "$ref" && ln -sf "$(cd "$src" && pwd)/model.safetensors" "$ref/"
+    python3 - "$src/config.json" "$ref/config.json" "$@" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for kv in sys.argv[3:]:
+    k, v = kv.split("=", 1)
+    c[k] = json.loads(v)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+    local ids n want got
+    ids=$(json_field "$src/ref.json" ids)
+    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$src/ref.json")
+    want=$("$BIN" generate "$ref" --ids "$ids" -n "$n" 2>/dev/null | tail -n 1)
+    got=$("$BIN" generate "$f" --ids "$ids" -n "$n" 2>"$TMP/err" | tail -n 1)
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "generate gguf $name"; else bad "generate gguf $name: got '$got' want '$want' $(cat "$TMP/err")"; fi
+    if "$BIN" logits "$ref" --ids "$ids" --out "$TMP/want.f32" 2>"$TMP/err" &&
+        "$BIN" logits "$f" --ids "$ids" --out "$TMP/l.f32" 2>>"$TMP/err" &&
+        logits_close "$name" "$TMP/l.f32" "$TMP/want.f32" 1e-5; then
+        ok "logits gguf $name"
+    else
+        bad "logits gguf $name $(cat "$TMP/err")"
+    fi
+}
+# qwen3next: llama.cpp always renormalises the top-k weights (the fixture's config does not).
+next_ref qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b" norm_topk_prob=true
+gguf_modes qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" 3
+# qwen4exp: a sigmoid output gate, and no compress ratio (the converter writes one only for
+# layers called full_attention): dense attention; then with a ratio, the QSA indexer (its
+# q and k projections apart).
+next_ref qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" \
+    output_gate_type='"sigmoid"' indexer_n_heads=0
+gguf_modes qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$(json_field "$FIX/qwen4_exp_a/ref.json" ids)" 2
+python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/qwen4_exp_qsa.gguf" qsa
+next_ref qwen4_exp_a-qsa "$TMP/qwen4_exp_qsa.gguf" "$FIX/qwen4_exp_a" output_gate_type='"sigmoid"'
 
 M="$FIX/qwen3_gqa_untied"
 for cmd in "" logits generate perplexity; do
@@ -428,11 +474,6 @@ if "$BIN" logits "$M3" --ids "$qids" --out "$TMP/m1.f32" 2>"$TMP/err" &&
 else
     bad "gguf mixed types: $(cat "$TMP/err")"
 fi
-# Families sluice does not run from GGUF yet: refused by name (tests/fixtures/gguf_next).
-for f in "$FIX"/gguf_next/*.gguf; do
-    expect_fail "gguf: $(basename "$f") refused by architecture" "is not one sluice runs from GGUF (it runs: qwen2moe, qwen3moe)" \
-        "$BIN" generate "$f" --ids 1
-done
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \

@@ -1,7 +1,9 @@
 # Writes a damaged copy of a GGUF fixture for the error tests (tests/cli_test.sh):
-#   gguf_mutate.py SRC DST embd|experts|arch|type|cut
+#   gguf_mutate.py SRC DST embd|experts|arch|type|cut|qsa
 # embd/experts: metadata that disagrees with the tensors; arch: an architecture sluice does
-# not run; type: an unknown ggml type id; cut: the last 1000 bytes gone.
+# not run; type: an unknown ggml type id; cut: the last 1000 bytes gone; qsa: Qwen4-Exp's last
+# layer given compress ratio 4 (what its converter writes for a layer transformers calls
+# full_attention), so that its QSA indexer runs.
 import struct, sys
 src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
 b = bytearray(open(src, "rb").read())
@@ -22,6 +24,10 @@ elif what == "type":
     i = b.find(struct.pack("<Q", len(n)) + n) + 8 + len(n)
     nd = struct.unpack_from("<I", b, i)[0]
     struct.pack_into("<I", b, i + 4 + 8 * nd, 99)
+elif what == "qsa":
+    i = key_value_at("qwen4exp.attention.compress_ratios")
+    n = struct.unpack_from("<Q", b, i + 4)[0]
+    struct.pack_into("<i", b, i + 12 + 4 * (n - 1), 4)
 elif what == "cut":
     b = b[: len(b) - 1000]
 open(dst, "wb").write(b)

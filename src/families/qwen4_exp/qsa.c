@@ -23,10 +23,22 @@ sl_status q4_bind_indexer(sl_model *m, int32_t l, sl_error *err) {
     q4_layer *L = &q4_mod(m)->layers[l];
     const int64_t ihd = qc->idx_head_dim;
     const char *p = "layers.%d.self_attn.indexer.%s";
+    const int64_t H = m->cfg.hidden_size;
+    char name[128];
     sl_status st;
-    if ((st = sl_ckpt_bind(&m->ck, &L->idx_qk, SL_BIND_REQUIRED,
-                           SL_DIMS((qc->idx_heads + 1) * ihd, m->cfg.hidden_size), err, p, l,
-                           "index_qk_proj.weight")) ||
+    /* A GGUF file (llama.cpp's converter) has index_qk_proj split into q_proj and k_proj. */
+    snprintf(name, sizeof name, "layers.%d.self_attn.indexer.q_proj.weight", l);
+    if (sl_ckpt_find(&m->ck, name)) {
+        if ((st = sl_ckpt_bind(&m->ck, &L->idx_qk, SL_BIND_REQUIRED,
+                               SL_DIMS(qc->idx_heads * ihd, H), err, "%s", name)) ||
+            (st = sl_ckpt_bind(&m->ck, &L->idx_k, SL_BIND_REQUIRED, SL_DIMS(ihd, H), err, p, l,
+                               "k_proj.weight")))
+            return st;
+    } else if ((st = sl_ckpt_bind(&m->ck, &L->idx_qk, SL_BIND_REQUIRED,
+                                  SL_DIMS((qc->idx_heads + 1) * ihd, H), err, p, l,
+                                  "index_qk_proj.weight")))
+        return st;
+    if (
         (st = sl_ckpt_bind(&m->ck, &L->idx_q_norm, SL_BIND_REQUIRED, SL_DIMS(ihd), err, p, l,
                            "q_layernorm.weight")) ||
         (st = sl_ckpt_bind(&m->ck, &L->idx_k_norm, SL_BIND_REQUIRED, SL_DIMS(ihd), err, p, l,
@@ -222,10 +234,17 @@ void q4_qsa_select(sl_session *s, int32_t l, int32_t T, blk_attn_sel *out) {
     float *keys = b->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
     const float *blocks = b->idx_blocks + (size_t)l * nblk * (size_t)ihd;
 
-    be->ops->matmul(be, b->idx_qk, s->b.xn, &L->idx_qk, NULL, T);
-    be->ops->copy2d(be, b->idx_q, nq, b->idx_qk, row, T, (int32_t)nq);
-    be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk + nq, row, T,
-                    ihd);
+    if (L->idx_k.data) { /* q and k apart: q straight in place, k through idx_qk */
+        be->ops->matmul(be, b->idx_q, s->b.xn, &L->idx_qk, NULL, T);
+        be->ops->matmul(be, b->idx_qk, s->b.xn, &L->idx_k, NULL, T);
+        be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk,
+                        (size_t)ihd, T, ihd);
+    } else {
+        be->ops->matmul(be, b->idx_qk, s->b.xn, &L->idx_qk, NULL, T);
+        be->ops->copy2d(be, b->idx_q, nq, b->idx_qk, row, T, (int32_t)nq);
+        be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk + nq,
+                        row, T, ihd);
+    }
     be->ops->rmsnorm(be, b->idx_q, b->idx_q, &L->idx_q_norm, T * ih, ihd, c->rms_norm_eps,
                      m->norm_offset);
     be->ops->rope(be, b->idx_q, T, ih, ihd, c->rot_dim, s->pos, s->rope_cos, s->rope_sin);

@@ -66,7 +66,7 @@ static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out) {
         q4_layer *L = &qm->layers[l];
         HYPER(L->hc_attn);
         HYPER(L->hc_ffn);
-        W(L->idx_qk), W(L->idx_q_norm), W(L->idx_k_norm);
+        W(L->idx_qk), W(L->idx_k), W(L->idx_q_norm), W(L->idx_k_norm);
     }
     for (int32_t i = 0; i < q4_cfg(m)->n_ple_layers; i++) {
         sl_ple *P = &qm->ples[i];

@@ -83,7 +83,8 @@ typedef struct q4_layer {
     sl_hyper hc_attn, hc_ffn; /* replace attn_norm and ffn_norm */
     sl_ple *ple;              /* PLE before the mixer, or NULL */
     /* QSA indexer in front of full attention */
-    sl_tensor idx_qk;                 /* [(idx_heads + 1) * idx_head_dim, H] */
+    sl_tensor idx_qk;                 /* [(idx_heads + 1) * idx_head_dim, H], or its q rows alone */
+    sl_tensor idx_k;                  /* [idx_head_dim, H] where apart from q (GGUF), else empty */
     sl_tensor idx_q_norm, idx_k_norm; /* [idx_head_dim], (1 + w) */
 } q4_layer;
 
