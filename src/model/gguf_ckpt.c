@@ -24,11 +24,13 @@ typedef struct gguf_arch {
 } gguf_arch;
 
 static const gguf_arch archs[] = {
-    {"qwen2moe", "qwen2_moe", 0, 0, 0, 0},
-    {"qwen3moe", "qwen3_moe", 1, 0, 0, 0},
-    {"qwen3next", "qwen3_next", 1, 1, 0, 0},
+    /* clang-format off */
+    {"qwen2moe",  "qwen2_moe",        0, 0, 0, 0},
+    {"qwen3moe",  "qwen3_moe",        1, 0, 0, 0},
+    {"qwen3next", "qwen3_next",       1, 1, 0, 0},
     {"qwen35moe", "qwen3_5_moe_text", 1, 1, 1, 0},
-    {"qwen4exp", "qwen4_exp_text", 1, 1, 1, 1},
+    {"qwen4exp",  "qwen4_exp_text",   1, 1, 1, 1},
+    /* clang-format on */
 };
 
 static const gguf_arch *find_arch(const char *name, size_t len) {
@@ -215,8 +217,8 @@ static sl_status put_f32(json_t *o, const sl_gguf_file *f, const char *arch, con
     return st;
 }
 
-/* An array key of n entries of an integer type (BOOL included: 0 or 1), or absent (*out NULL)
- * when not required. */
+/* An array key of at least n entries of an integer type (BOOL included: 0 or 1), or absent
+ * (*out NULL) when not required. Per-layer arrays also cover the MTP layers after the model's. */
 static sl_status int_array(const sl_gguf_file *f, const char *arch, const char *key, uint64_t n,
                            int required, const sl_gguf_kv **out, sl_error *err) {
     char k[160];
@@ -227,8 +229,8 @@ static sl_status int_array(const sl_gguf_file *f, const char *arch, const char *
                         : SL_OK;
     const uint32_t t = (*out)->arr_type;
     if ((*out)->type != SL_GGUF_ARRAY || t == SL_GGUF_F32 || t == SL_GGUF_F64 ||
-        t == SL_GGUF_STRING || t == SL_GGUF_ARRAY || (n && (*out)->n != n))
-        return sl_fail(err, SL_ERR_FORMAT, "%s: key '%s' is not an array of %llu integers",
+        t == SL_GGUF_STRING || t == SL_GGUF_ARRAY || (*out)->n < n)
+        return sl_fail(err, SL_ERR_FORMAT, "%s: key '%s' is not an array of at least %llu integers",
                        f->path, k, (unsigned long long)n);
     return SL_OK;
 }
@@ -262,10 +264,11 @@ static sl_status hybrid_keys(json_t *o, const sl_gguf_file *f, const char *ar, s
     json_object_set_new(o, "linear_value_head_dim", json_integer(inner / nv));
     const json_int_t nl = json_integer_value(json_object_get(o, "num_hidden_layers"));
     const sl_gguf_kv *rec;
-    if ((st = int_array(f, ar, "attention.recurrent_layers", (uint64_t)nl, 0, &rec, err))) return st;
+    if ((st = int_array(f, ar, "attention.recurrent_layers", (uint64_t)nl, 0, &rec, err)))
+        return st;
     if (rec) {
         json_t *types = json_array();
-        for (uint64_t l = 0; l < rec->n; l++)
+        for (uint64_t l = 0; l < (uint64_t)nl; l++)
             json_array_append_new(
                 types, json_string(arr_at(rec, l) ? "linear_attention" : "full_attention"));
         json_object_set_new(o, "layer_types", types);
@@ -293,7 +296,7 @@ static sl_status hyper_keys(json_t *o, const sl_gguf_file *parts, int32_t n_part
         return st;
     int64_t ratio = 0;
     int dense = 0;
-    for (uint64_t l = 0; ratios && l < ratios->n; l++) {
+    for (uint64_t l = 0; ratios && l < (uint64_t)nl; l++) {
         const int64_t r = arr_at(ratios, l);
         if (arr_at(rec, l)) continue;
         if (r == 0) dense = 1;
@@ -391,8 +394,22 @@ static sl_status config_json(const sl_gguf_file *parts, int32_t n_parts, json_t 
         (st = put_f32(o, f, ar, "attention.layer_norm_rms_epsilon", "rms_norm_eps", 1, err)) ||
         (st = put_f32(o, f, ar, "rope.freq_base", "rope_theta", 0, err)))
         goto fail;
-    /* Key and value heads of one size: sluice's attention has one head_dim. */
+    /* The converter appends the MTP (next-token prediction) layers to the blocks by default:
+     * a draft head, not a layer of the model. */
     char k[160];
+    snprintf(k, sizeof k, "%s.nextn_predict_layers", ar);
+    if (sl_gguf_find_kv(f, k)) {
+        uint32_t mtp;
+        const json_int_t all = json_integer_value(json_object_get(o, "num_hidden_layers"));
+        if ((st = sl_gguf_get_u32(f, k, &mtp, err))) goto fail;
+        if ((json_int_t)mtp >= all) {
+            st = sl_fail(err, SL_ERR_FORMAT, "%s: %s = %u leaves no layer of the %lld blocks",
+                         f->path, k, mtp, (long long)all);
+            goto fail;
+        }
+        json_object_set_new(o, "num_hidden_layers", json_integer(all - mtp));
+    }
+    /* Key and value heads of one size: sluice's attention has one head_dim. */
     snprintf(k, sizeof k, "%s.attention.value_length", ar);
     if (sl_gguf_find_kv(f, k) && json_object_get(o, "head_dim")) {
         uint32_t vl;
@@ -573,10 +590,10 @@ sl_status sl_gguf_ckpt_open(sl_ckpt *ck, const char *path, sl_error *err) {
         }
     for (int32_t i = 0; i < N_PLE_CONSTS; i++)
         if (consts[i]) {
-            name_bytes += (size_t)snprintf(name, sizeof name,
-                                           "model.layers.%d.ple.ple_embedding.%s", ple_layer,
-                                           ple_consts[i].hf) +
-                          1;
+            name_bytes +=
+                (size_t)snprintf(name, sizeof name, "model.layers.%d.ple.ple_embedding.%s",
+                                 ple_layer, ple_consts[i].hf) +
+                1;
             total++;
         }
     if (total > INT32_MAX / 2) return sl_fail(err, SL_ERR_FORMAT, "%s: too many tensors", path);

@@ -38,8 +38,7 @@ sl_status q4_bind_indexer(sl_model *m, int32_t l, sl_error *err) {
                                   SL_DIMS((qc->idx_heads + 1) * ihd, H), err, p, l,
                                   "index_qk_proj.weight")))
         return st;
-    if (
-        (st = sl_ckpt_bind(&m->ck, &L->idx_q_norm, SL_BIND_REQUIRED, SL_DIMS(ihd), err, p, l,
+    if ((st = sl_ckpt_bind(&m->ck, &L->idx_q_norm, SL_BIND_REQUIRED, SL_DIMS(ihd), err, p, l,
                            "q_layernorm.weight")) ||
         (st = sl_ckpt_bind(&m->ck, &L->idx_k_norm, SL_BIND_REQUIRED, SL_DIMS(ihd), err, p, l,
                            "k_layernorm.weight")))
@@ -242,8 +241,8 @@ void q4_qsa_select(sl_session *s, int32_t l, int32_t T, blk_attn_sel *out) {
     } else {
         be->ops->matmul(be, b->idx_qk, s->b.xn, &L->idx_qk, NULL, T);
         be->ops->copy2d(be, b->idx_q, nq, b->idx_qk, row, T, (int32_t)nq);
-        be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk + nq,
-                        row, T, ihd);
+        be->ops->copy2d(be, keys + (size_t)s->pos * (size_t)ihd, (size_t)ihd, b->idx_qk + nq, row,
+                        T, ihd);
     }
     be->ops->rmsnorm(be, b->idx_q, b->idx_q, &L->idx_q_norm, T * ih, ihd, c->rms_norm_eps,
                      m->norm_offset);

@@ -975,7 +975,8 @@ __global__ void delta_rule_kernel(dr_params p) {
     __shared__ float red[DR_MAX_WARPS][32], kvs[32], coef[2];
     const int h = blockIdx.x, lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int nw = blockDim.x >> 5;
-    const int j = blockIdx.y * 32 + lane, dk = p.dk, dv = p.dv, kh = p.v_tiled ? h % p.nk : h / (p.nv / p.nk);
+    const int j = blockIdx.y * 32 + lane, dk = p.dk, dv = p.dv,
+              kh = p.v_tiled ? h % p.nk : h / (p.nv / p.nk);
     const bool jv = j < dv;
     const int i0 = wp * DR_ROWS;
     const size_t qk_row = (size_t)p.nk * dk, v_row = (size_t)p.nv * dv;
