@@ -10,7 +10,9 @@
  * and at int8 within 1e-3 of the CPU backend (at int4 see check_pack). Given a
  * second directory (a checkpoint of tools/make_synth.py's tiny-k64 preset, which
  * make test-cuda writes), the same for its int4 pack, whose every K is a multiple
- * of 64, so that the GPU's int4 GEMVs take their int8 activations.
+ * of 64, so that the GPU's int4 GEMVs take their int8 activations. The hybrid GGUF fixtures
+ * (llama.cpp's converter: norms as 1 + w, ssm_a, tiled value heads) run on the GPU as on the
+ * CPU, streamed with few GPU slots bit for bit as with all.
  *
  *   build-cuda/test_cuda_model [fixtures-dir [synthetic-checkpoint]]
  */
@@ -227,6 +229,32 @@ static void check_pack(const char *src, const char *name, int int4, int k64, int
     }
 }
 
+/* A GGUF file: GPU against CPU (rel L2 <= 1e-3), and `slots` GPU expert slots against all. */
+static void check_gguf(const char *path, const char *name, int32_t slots) {
+    static const int32_t ids[] = {3, 17, 29, 101, 5, 64, 77, 12, 9, 40, 33, 21};
+    const int32_t n = (int32_t)(sizeof ids / sizeof ids[0]);
+    int32_t V = 0;
+    sl_model_params cpu = {.backend = SL_BACKEND_CPU, .n_threads = 4};
+    sl_model_params all = {.backend = SL_BACKEND_CUDA, .experts = SL_EXPERTS_RESIDENT};
+    sl_model_params few = {.backend = SL_BACKEND_CUDA,
+                           .experts = SL_EXPERTS_STREAM,
+                           .cache_experts = slots,
+                           .gpu_experts = slots};
+    float *lc = logits_of(path, &cpu, ids, n, 4, &V, NULL);
+    float *la = logits_of(path, &all, ids, n, 4, &V, NULL);
+    float *lf = logits_of(path, &few, ids, n, 4, &V, NULL);
+    CHECKF(lc && la && lf, "%s: runs", name);
+    if (lc && la && lf) {
+        const size_t m = (size_t)n * (size_t)V;
+        printf("  %-24s gguf: gpu vs cpu %.2e; %d GPU slots vs all: %s\n", name, rel_l2(la, lc, m),
+               slots, memcmp(la, lf, m * sizeof(float)) ? "DIFFER" : "bitwise");
+        CHECKF(rel_l2(la, lc, m) <= 1e-3, "%s gguf: gpu vs cpu", name);
+        CHECKF(memcmp(la, lf, m * sizeof(float)) == 0, "%s gguf: GPU cache size changes logits",
+               name);
+    }
+    free(lc), free(la), free(lf);
+}
+
 static int cmp_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -264,6 +292,14 @@ int main(int argc, char **argv) {
             check_pack(src, packed[i], int4, 0, 3);
         }
     if (argc > 2) check_pack(argv[2], "tiny-k64", 1, 1, 4); /* its top-4 */
+    static const char *gguf[][2] = {{"gguf", "qwen3_5_moe_text.bf16"},
+                                    {"gguf_next", "qwen3_next_b.bf16"},
+                                    {"gguf_next", "qwen4_exp_a.bf16"}};
+    for (int i = 0; i < 3; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s/%s.gguf", fixtures, gguf[i][0], gguf[i][1]);
+        check_gguf(path, gguf[i][1], 3);
+    }
     for (int i = 0; i < n; i++)
         free(names[i]);
     printf("%d checks, %d failed\n", checks, failures);
