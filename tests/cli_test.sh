@@ -104,6 +104,14 @@ PY
 # qwen3next: llama.cpp always renormalises the top-k weights (the fixture's config does not).
 next_ref qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b" norm_topk_prob=true
 gguf_modes qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" 3
+# An MTP layer, which the converter appends to the blocks by default, is no layer of the model.
+python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$TMP/mtp.gguf" mtp
+if "$BIN" logits "$TMP/mtp.gguf" --ids "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" \
+    --out "$TMP/mtp.f32" 2>"$TMP/err" && cmp -s "$TMP/mapped.f32" "$TMP/mtp.f32"; then
+    ok "gguf: an MTP layer (nextn_predict_layers) is not run"
+else
+    bad "gguf MTP layer: $(cat "$TMP/err")"
+fi
 # qwen4exp: a sigmoid output gate, and no compress ratio (the converter writes one only for
 # layers called full_attention): dense attention; then with a ratio, the QSA indexer (its
 # q and k projections apart).

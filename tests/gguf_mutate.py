@@ -3,7 +3,8 @@
 # embd/experts: metadata that disagrees with the tensors; arch: an architecture sluice does
 # not run; type: an unknown ggml type id; cut: the last 1000 bytes gone; qsa: Qwen4-Exp's last
 # layer given compress ratio 4 (what its converter writes for a layer transformers calls
-# full_attention), so that its QSA indexer runs.
+# full_attention), so that its QSA indexer runs; mtp: one more block, counted as an MTP layer
+# (nextn_predict_layers 1, what the converter writes when it appends one), so the same model.
 import struct, sys
 src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
 b = bytearray(open(src, "rb").read())
@@ -28,6 +29,41 @@ elif what == "qsa":
     i = key_value_at("qwen4exp.attention.compress_ratios")
     n = struct.unpack_from("<Q", b, i + 4)[0]
     struct.pack_into("<i", b, i + 12 + 4 * (n - 1), 4)
+elif what == "mtp":
+    # Insert the key after the last one (and a padding string: what is inserted stays a whole
+    # number of alignment units, so the tensors' offsets still hold).
+    i = key_value_at("general.architecture")
+    arch = b[i + 8:i + 8 + struct.unpack_from("<Q", b, i)[0]].decode()
+    bc = key_value_at(arch + ".block_count")
+    struct.pack_into("<I", b, bc, struct.unpack_from("<I", b, bc)[0] + 1)
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    def skip(at, t):
+        if t == 8:
+            return at + 8 + struct.unpack_from("<Q", b, at)[0]
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", b, at)
+            at += 12
+            if et == 8:
+                for _ in range(n):
+                    at = skip(at, 8)
+                return at
+            return at + n * sizes[et]
+        return at + sizes[t]
+    n_kv = struct.unpack_from("<Q", b, 16)[0]
+    at = 24
+    for _ in range(n_kv):
+        at += 8 + struct.unpack_from("<Q", b, at)[0]
+        t = struct.unpack_from("<I", b, at)[0]
+        at = skip(at + 4, t)
+    def kv(key, t, val):
+        k = key.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<I", t) + val
+    ins = kv(arch + ".nextn_predict_layers", 4, struct.pack("<I", 1))
+    pad = kv("sluice.pad", 8, struct.pack("<Q", 0))
+    extra = (-(len(ins) + len(pad))) % 32
+    ins += kv("sluice.pad", 8, struct.pack("<Q", extra) + b"x" * extra)
+    b[at:at] = ins
+    struct.pack_into("<Q", b, 16, n_kv + 2)
 elif what == "cut":
     b = b[: len(b) - 1000]
 open(dst, "wb").write(b)
