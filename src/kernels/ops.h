@@ -72,7 +72,8 @@ typedef enum sl_act {
 
 /*
  * The gated delta rule (Gated DeltaNet) over T tokens, one token after another,
- * for all value heads h (key head h / (nv / nk)), with per-head state S [dk, dv]:
+ * for all value heads h (key head h / (nv / nk); h % nk with v_tiled), with per-head state
+ * S [dk, dv]:
  *   beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)
  *   S = exp(g) S;  d = beta (v - S^T k);  S += k d^T;  out = S^T (q * q_scale)
  * q and k are already L2-normalised. Every token runs the same code whatever T,

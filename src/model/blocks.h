@@ -18,7 +18,8 @@ typedef struct blk_attn_opts {
 } blk_attn_opts;
 
 typedef enum blk_linear_proj {
-    BLK_LINEAR_FUSED = 0,    /* Qwen3-Next: in_proj_qkvz + in_proj_ba, interleaved per key head */
+    BLK_LINEAR_FUSED = 0,    /* Qwen3-Next: in_proj_qkvz + in_proj_ba, interleaved per key head
+                              * (from GGUF: in_proj_qkv + in_proj_z, and that in_proj_ba) */
     BLK_LINEAR_SEPARATE = 1, /* Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a */
 } blk_linear_proj;
 

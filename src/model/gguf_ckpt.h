@@ -7,7 +7,11 @@
  *
  * Routed experts are llama.cpp's stacked tensors: ffn_gate_exps, ffn_up_exps [E, I, H] and
  * ffn_down_exps [E, H, I], named layers.L.mlp.experts.{gate,up,down}_proj (no ".weight").
- * Only the architectures in the table of gguf_ckpt.c load; another is refused by name.
+ * Only the architectures in the table of gguf_ckpt.c load; another is refused by name. For the
+ * hybrids (qwen3next, qwen35moe, qwen4exp) the converter also changed values, which the
+ * checkpoint's flags say (sl_ckpt: norms as 1 + w, ssm_a, tiled value heads), and dropped keys
+ * llama.cpp fixes by architecture (gguf_ckpt.c's table); an MTP layer appended to the blocks
+ * (nextn_predict_layers) is not counted.
  */
 #ifndef SL_GGUF_CKPT_H
 #define SL_GGUF_CKPT_H
