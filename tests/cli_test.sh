@@ -120,6 +120,13 @@ next_ref qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" \
 gguf_modes qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$(json_field "$FIX/qwen4_exp_a/ref.json" ids)" 2
 python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/qwen4_exp_qsa.gguf" qsa
 next_ref qwen4_exp_a-qsa "$TMP/qwen4_exp_qsa.gguf" "$FIX/qwen4_exp_a" output_gate_type='"sigmoid"'
+# inspect's lines about the model of a hybrid GGUF file are its Hugging Face source's.
+model_lines() { "$BIN" inspect "$1" 2>&1 | grep -E '^(architecture|layers|hidden|experts|vocabulary|PLE) '; }
+for p in gguf/qwen3_5_moe_text gguf_next/qwen3_next_b gguf_next/qwen4_exp_a; do
+    want=$(model_lines "$FIX/$(basename "$p")")
+    got=$(model_lines "$FIX/$p.bf16.gguf")
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "gguf inspect $(basename "$p")"; else bad "gguf inspect $(basename "$p"): $got"; fi
+done
 
 M="$FIX/qwen3_gqa_untied"
 for cmd in "" logits generate perplexity; do
