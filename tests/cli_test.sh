@@ -105,8 +105,9 @@ PY
 next_ref qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b" norm_topk_prob=true
 gguf_modes qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" 3
 # An MTP layer, which the converter appends to the blocks by default, is no layer of the model.
-python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$TMP/mtp.gguf" mtp
-if "$BIN" logits "$TMP/mtp.gguf" --ids "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" \
+mkdir -p "$TMP/gg" # (not in $TMP itself: later tests take it for a directory without a model)
+python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$TMP/gg/mtp.gguf" mtp
+if "$BIN" logits "$TMP/gg/mtp.gguf" --ids "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" \
     --out "$TMP/mtp.f32" 2>"$TMP/err" && cmp -s "$TMP/mapped.f32" "$TMP/mtp.f32"; then
     ok "gguf: an MTP layer (nextn_predict_layers) is not run"
 else
@@ -118,8 +119,8 @@ fi
 next_ref qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" \
     output_gate_type='"sigmoid"' indexer_n_heads=0
 gguf_modes qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$(json_field "$FIX/qwen4_exp_a/ref.json" ids)" 2
-python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/qwen4_exp_qsa.gguf" qsa
-next_ref qwen4_exp_a-qsa "$TMP/qwen4_exp_qsa.gguf" "$FIX/qwen4_exp_a" output_gate_type='"sigmoid"'
+python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/gg/qwen4_exp_qsa.gguf" qsa
+next_ref qwen4_exp_a-qsa "$TMP/gg/qwen4_exp_qsa.gguf" "$FIX/qwen4_exp_a" output_gate_type='"sigmoid"'
 # inspect's lines about the model of a hybrid GGUF file are its Hugging Face source's.
 model_lines() { "$BIN" inspect "$1" 2>&1 | grep -E '^(architecture|layers|hidden|experts|vocabulary|PLE) '; }
 for p in gguf/qwen3_5_moe_text gguf_next/qwen3_next_b gguf_next/qwen4_exp_a; do
