@@ -41,34 +41,42 @@ check_ref() {
     fi
 }
 
+# check_modes NAME MODEL REFDIR MODE...: MODEL's logits in each mode (its experts read from its
+# files by the store, through caches down to one token's top-k) are the mapped run's bits.
+check_modes() {
+    local name=$1 model=$2 dir=$3 same=1
+    shift 3
+    k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
+    ids=$(json_field "$dir/ref.json" ids)
+    "$BIN" logits "$model" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
+    for mode in "$@"; do
+        mode=${mode//K1/$((k + 1))}
+        mode=${mode//K/$k}
+        # shellcheck disable=SC2086
+        "$BIN" logits "$model" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "$name $mode: $(cat "$TMP/err")"; }
+    done
+    [ $same = 1 ] && ok "$name: resident and streamed experts give the mapped bits"
+}
+
 for dir in "$FIX"/*/; do
     dir=${dir%/}
     [ -f "$dir/ref.json" ] || continue
     check_ref "$(basename "$dir")" "$dir" "$dir"
+    # A Hugging Face directory's experts streamed from its safetensors files.
+    check_modes "$(basename "$dir")" "$dir" "$dir" "--experts resident" \
+        "--experts stream --cache-experts K --batch 3"
 done
-# gguf_modes NAME FILE IDS K: experts streamed from the GGUF file itself give the mapped bits in
-# every mode and cache size (K: experts per token).
-gguf_modes() {
-    local name=$1 f=$2 ids=$3 k=$4 same=1
-    "$BIN" logits "$f" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
-    for mode in "--experts resident" "--experts stream --cache-experts $k" \
-        "--experts stream --cache-experts $k --cache-policy lru --batch 3" \
-        "--experts stream --direct-io --cache-experts $((k + 1))"; do
-        # shellcheck disable=SC2086
-        "$BIN" logits "$f" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
-            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "gguf $name $mode: $(cat "$TMP/err")"; }
-    done
-    [ $same = 1 ] && ok "gguf $name: resident and streamed experts give the mapped bits"
-}
-
 # GGUF files llama.cpp's converter made of the fixtures (tests/fixtures/gguf/README.md): the
 # same weights, so the same transformers reference.
 for f in "$FIX"/gguf/*.gguf; do
     base=$(basename "$f" .gguf)
     dir="$FIX/${base%.*}"
     check_ref "gguf $base" "$f" "$dir"
-    k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
-    gguf_modes "$base" "$f" "$(json_field "$dir/ref.json" ids)" "$k"
+    # Experts streamed from the GGUF file itself: the same bits in every mode and cache size.
+    check_modes "gguf $base" "$f" "$dir" "--experts resident" "--experts stream --cache-experts K" \
+        "--experts stream --cache-experts K --cache-policy lru --batch 3" \
+        "--experts stream --direct-io --cache-experts K1"
 done
 
 # next_ref NAME FILE SRC KEY=JSON...: a GGUF file that llama.cpp reads otherwise than its
@@ -101,9 +109,12 @@ PY
         bad "logits gguf $name $(cat "$TMP/err")"
     fi
 }
+GGUF_MODES=("--experts resident" "--experts stream --cache-experts K"
+    "--experts stream --cache-experts K --cache-policy lru --batch 3"
+    "--experts stream --direct-io --cache-experts K1")
 # qwen3next: llama.cpp always renormalises the top-k weights (the fixture's config does not).
 next_ref qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b" norm_topk_prob=true
-gguf_modes qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" 3
+check_modes "gguf qwen3_next_b" "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b" "${GGUF_MODES[@]}"
 # An MTP layer, which the converter appends to the blocks by default, is no layer of the model.
 mkdir -p "$TMP/gg" # (not in $TMP itself: later tests take it for a directory without a model)
 python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$TMP/gg/mtp.gguf" mtp
@@ -118,7 +129,7 @@ fi
 # q and k projections apart).
 next_ref qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" \
     output_gate_type='"sigmoid"' indexer_n_heads=0
-gguf_modes qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$(json_field "$FIX/qwen4_exp_a/ref.json" ids)" 2
+check_modes "gguf qwen4_exp_a" "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" "${GGUF_MODES[@]}"
 python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/gg/qwen4_exp_qsa.gguf" qsa
 next_ref qwen4_exp_a-qsa "$TMP/gg/qwen4_exp_qsa.gguf" "$FIX/qwen4_exp_a" output_gate_type='"sigmoid"'
 # inspect's lines about the model of a hybrid GGUF file are its Hugging Face source's.
@@ -220,7 +231,6 @@ if [ "$got" = "$greedy" ]; then ok "--batch 1 (prompt through the decode path)";
 expect_fail "pack bad quant" "invalid --quant" "$BIN" pack "$M" "$TMP/x" --quant int3
 expect_fail "pack missing out" "SRC and OUT" "$BIN" pack "$M"
 expect_fail "pack a pack" "already packed" "$BIN" pack "$TMP/p8" "$TMP/x"
-expect_fail "stream on HF dir" "packed model" "$BIN" generate "$M" --ids 1 --experts stream
 expect_fail "cache too small" "smaller than" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-experts 1
 # A budget below top-k experts per layer: the smallest --cache-mem that works, in the units
 # --cache-mem takes, and that value works.
