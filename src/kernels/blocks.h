@@ -18,6 +18,7 @@
 
 #include "format/tensor.h"
 #include "kernels/ops.h"
+#include "kernels/fp8.h"
 #include "kernels/quant.h"
 
 /* Widens n elements (a multiple of the block size) of blocks at src into dst. */
@@ -57,16 +58,6 @@ float sl_dot_blocks_ref(sl_dtype t, const void *row, const float *x, int64_t K);
  * quantiser and not meant for models; for test weights, which only need to be valid blocks.
  * Non-finite inputs count as 0; scales are finite. */
 void sl_quant_row_simple(sl_dtype t, const float *src, void *dst, int64_t n);
-
-/* Hugging Face's block-wise FP8 (sl_tensor_is_fp8: F8_E4M3 with F32 block scales, tensor.h),
- * cpu_fp8.c. Row `row` of w widened to K floats, fp8 * scale rounded once. */
-void sl_dequant_fp8_row(const sl_tensor *w, int64_t row, float *dst);
-/* One row dotted with x in the scalar reference order (one accumulator over k). */
-float sl_dot_fp8_ref(const sl_tensor *w, int64_t row, const float *x);
-/* y[T, N] = x[T, K] . W^T for an FP8 W [N, K]; the contract of sl_matmul_cpu, and on one ISA
- * the bits of sl_matmul_cpu over the F32 matrix sl_dequant_fp8_row gives. */
-void sl_matmul_fp8_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
-                       int32_t T);
 
 /* The 16 values of ggml's non-linear 4-bit grids: IQ4_NL / IQ4_XS (kvalues_iq4nl), and
  * MXFP4's e2m1 values doubled (so that the shared scale is 2^(e - 128), see blocks.c). */
