@@ -88,35 +88,27 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
         int32_t j = 0;
         while (j < m->n_uploads && src[j] != t->data)
             j++;
-        /* Q8/Q4: scales and biases of sb bytes each; FP8: block scales alone (fp8 bytes) */
-        const size_t fp8 = sl_fp8_scale_bytes(t);
-        const size_t sb = sl_dtype_is_quant(t->dtype)
-                              ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
-                              : 0;
+        /* scales and biases (Q8/Q4; FP8 has scales alone) of sb bytes each after the data */
+        const size_t sb = sl_tensor_scale_bytes(t);
+        const size_t sb_s = t->scales ? sb : 0, sb_b = t->biases ? sb : 0;
         const size_t data_bytes = (t->nbytes + 63) & ~(size_t)63;
         if (j == m->n_uploads) {
-            uint8_t *d = be->ops->alloc(be, data_bytes + 2 * sb + fp8);
+            uint8_t *d = be->ops->alloc(be, data_bytes + sb_s + sb_b);
             if (!d) {
                 st = sl_fail(err, SL_ERR_NOMEM, "out of GPU memory for weight '%s' (%.1f MB)",
-                             t->name ? t->name : "?", (double)(t->nbytes + 2 * sb) / 1e6);
+                             t->name ? t->name : "?", (double)(t->nbytes + sb_s + sb_b) / 1e6);
                 break;
             }
             be->ops->to_dev(be, d, t->data, t->nbytes);
-            if (sb) {
-                be->ops->to_dev(be, d + data_bytes, t->scales, sb);
-                be->ops->to_dev(be, d + data_bytes + sb, t->biases, sb);
-            }
-            if (fp8) be->ops->to_dev(be, d + data_bytes, t->scales, fp8);
+            if (sb_s) be->ops->to_dev(be, d + data_bytes, t->scales, sb_s);
+            if (sb_b) be->ops->to_dev(be, d + data_bytes + sb_s, t->biases, sb_b);
             src[j] = t->data;
             m->uploads[m->n_uploads++] = d;
         }
         uint8_t *d = m->uploads[j];
         t->data = d;
-        if (sb) {
-            t->scales = (const uint16_t *)(d + data_bytes);
-            t->biases = (const uint16_t *)(d + data_bytes + sb);
-        }
-        if (fp8) t->scales = (const uint16_t *)(d + data_bytes);
+        if (sb_s) t->scales = (const uint16_t *)(d + data_bytes);
+        if (sb_b) t->biases = (const uint16_t *)(d + data_bytes + sb_s);
     }
     free(ts);
     free(src);
@@ -332,14 +324,6 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     char path[4096];
     sl_status st = read_config(dir, &m->cfg, &m->kind, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
-    if (m->kind == SL_MODEL_HF && p.experts != SL_EXPERTS_MAPPED) {
-        st = sl_fail(err, SL_ERR_ARG,
-                     "%s: --experts resident/stream need a packed model "
-                     "(sluice pack) or a GGUF file; a Hugging Face directory is always "
-                     "memory-mapped",
-                     dir);
-        goto fail;
-    }
     m->family = m->cfg.family;
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
@@ -437,9 +421,10 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
         if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
+        const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
+        if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
         resident += (int64_t)t->nbytes;
-        /* (FP8 block scales are entries of their own) */
-        if (sl_dtype_is_quant(t->dtype)) resident += 2 * 2 * t->shape[0] * sl_qgroups(t->shape[1]);
+        resident += (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
     }
     const char *weights = "-";
     int64_t expert_bytes = 0;
@@ -449,11 +434,14 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         const sl_expert *e = L->slots.n_slots ? &L->slot_views[0] : &L->views[0];
         const sl_dtype dt = e->gate.dtype;
         weights = dt == SL_DTYPE_Q8 ? "int8" : dt == SL_DTYPE_Q4 ? "int4" : sl_dtype_name(dt);
-        expert_bytes = (m->kind == SL_MODEL_PACK)
-                           ? (int64_t)L->hdr.blob_bytes
-                           : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes +
-                                       sl_fp8_scale_bytes(&e->gate) + sl_fp8_scale_bytes(&e->up) +
-                                       sl_fp8_scale_bytes(&e->down));
+        if (m->kind == SL_MODEL_PACK)
+            expert_bytes = (int64_t)L->hdr.blob_bytes;
+        else
+            for (int k = 0; k < 3; k++) {
+                const sl_tensor *t = k == 0 ? &e->gate : k == 1 ? &e->up : &e->down;
+                expert_bytes +=
+                    (int64_t)(t->nbytes + sl_tensor_scale_bytes(t) * (!!t->scales + !!t->biases));
+            }
         slots = L->slots.n_slots;
     }
     static const char *const modes[] = {"mapped", "resident", "stream"};

@@ -7,9 +7,7 @@ static size_t align64(size_t x) {
 
 /* Bytes at scales (and as many at biases where there are any). */
 static size_t scale_bytes(const sl_tensor *t) {
-    if (sl_tensor_is_fp8(t)) return sl_fp8_scale_bytes(t);
-    return sl_dtype_is_quant(t->dtype) ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
-                                       : 0;
+    return sl_tensor_scale_bytes(t);
 }
 
 /* Any host view of one of the layer's experts (they all share dtypes and shapes): a stream

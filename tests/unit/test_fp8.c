@@ -5,6 +5,7 @@
  * the products against double references (matmul, matmul_batch, embed, moe_experts).
  */
 #include "kernels/blocks.h"
+#include "model/model.h"
 #include "test.h"
 
 TEST(test_fp8_decode_all_codes) {
@@ -99,4 +100,46 @@ TEST(test_fp8_matmul_twin_bits) {
     check_twin(33, 96, 16, 32, 5);
     check_twin(20, 72, 4, 24, 3); /* AVX-512 falls back to the scalar order */
     check_twin(7, 1, 128, 128, 0);
+}
+
+/* The FP8 fixture through every expert mode on the CPU and on the device path (CPU_DEVICE:
+ * weights and the experts' block scales copied into backend memory, experts through the device
+ * cache): the mapped bits every time. */
+TEST(test_fp8_modes_same_bits) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/fp8_qwen3", test_fixtures);
+    const int32_t ids[] = {3, 17, 101, 44, 9, 127, 0, 64, 33, 5};
+    const int32_t n = (int32_t)(sizeof ids / sizeof ids[0]), k = 2, E = 4;
+    int32_t V = 0;
+    sl_model_params mp = {.n_threads = 2};
+    float *base = test_logits(dir, &mp, ids, n, n, NULL, &V);
+    CHECK(base != NULL);
+    if (!base) return;
+    struct {
+        sl_experts_mode mode;
+        int32_t slots, chunk;
+        sl_backend_kind be;
+        int32_t dev_slots;
+    } v[] = {
+        {SL_EXPERTS_RESIDENT, 0, n, SL_BACKEND_CPU, 0},
+        {SL_EXPERTS_STREAM, k, 1, SL_BACKEND_CPU, 0},
+        {SL_EXPERTS_STREAM, E - 1, 3, SL_BACKEND_CPU, 0},
+        {SL_EXPERTS_MAPPED, 0, 1, SL_BACKEND_CPU_DEVICE, 0},
+        {SL_EXPERTS_RESIDENT, 0, n, SL_BACKEND_CPU_DEVICE, 0},
+        {SL_EXPERTS_STREAM, k, 1, SL_BACKEND_CPU_DEVICE, k},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        sl_model_params vp = {.n_threads = 2,
+                              .experts = v[i].mode,
+                              .cache_experts = v[i].slots,
+                              .backend = v[i].be,
+                              .gpu_experts = v[i].dev_slots};
+        sl_stats st;
+        float *got = test_logits(dir, &vp, ids, n, v[i].chunk, &st, &V);
+        CHECKF(got && memcmp(got, base, (size_t)n * (size_t)V * sizeof(float)) == 0,
+               "variant %zu differs from mapped", i);
+        if (v[i].mode == SL_EXPERTS_STREAM) CHECK(st.bytes_read > 0);
+        free(got);
+    }
+    free(base);
 }

@@ -132,8 +132,8 @@ void cu_fp8_embed(const sl_backend *be, float *y, const sl_tensor *table, const 
 /* ----------------------------------------------------------- moe_experts */
 
 /* Whether every pick of token t has its weights in the table (else the token is skipped). */
-__device__ __forceinline__ bool f8_token_ready(const sl_expert_ptrs *table,
-                                               const int32_t *ids, int64_t t, int k) {
+__device__ __forceinline__ bool f8_token_ready(const sl_expert_ptrs *table, const int32_t *ids,
+                                               int64_t t, int k) {
     for (int r = 0; r < k; r++)
         if (!table[ids[t * k + r]].p[0]) return false;
     return true;
@@ -182,8 +182,7 @@ int cu_fp8_moe_experts(const sl_backend *be, float *y, float *act, const float *
             proto[j]->group <= 0 || proto[j]->brows <= 0)
             return 0;
     const f8w g = f8_of(proto[0]), u = f8_of(proto[1]), d = f8_of(proto[2]);
-    if (u.N != g.N || u.K != g.K || d.N != g.K || d.K != g.N || k < 1 ||
-        (int64_t)T * k > 65535)
+    if (u.N != g.N || u.K != g.K || d.N != g.K || d.K != g.N || k < 1 || (int64_t)T * k > 65535)
         return 0;
     if (T == 0) return 1;
     cu_norm_flush(be);
