@@ -685,4 +685,83 @@ expect_fail "non-finite: rms_norm_eps -1 refused" "config.json: 'rms_norm_eps' =
 mkdir -p "$TMP/fifo" && cp "$FIX/qwen2_odd/config.json" "$TMP/fifo/" && mkfifo "$TMP/fifo/tokenizer.json"
 expect_fail "a FIFO as tokenizer.json" "tokenizer.json: not a regular file" timeout 10 "$BIN" tokenize "$TMP/fifo" -p hi
 
+# FP8 checkpoints (Hugging Face's block-wise F8_E4M3 with weight_scale_inv, tests/fixtures/fp8_qwen3
+# from tools/make_fp8_fixture.py) against their dequantised float32 twins (tools/fp8_convert.py):
+# within 1e-4, the same greedy ids, and in fact the same bits (the CPU kernel's contract).
+CONV="$(dirname "$0")/../tools/fp8_convert.py"
+F8="$FIX/fp8_qwen3"
+check_fp8_twin() {
+    local name=$1 fp8=$2 twin=$3 ids=$4
+    "$BIN" logits "$fp8" --ids "$ids" --out "$TMP/f8.f32" 2>"$TMP/err" &&
+        "$BIN" logits "$twin" --ids "$ids" --out "$TMP/tw.f32" 2>>"$TMP/err" &&
+        logits_close "$name" "$TMP/f8.f32" "$TMP/tw.f32" 1e-4 && ok "fp8 $name: logits within 1e-4 of the twin" ||
+        bad "fp8 $name: logits $(cat "$TMP/err")"
+    cmp -s "$TMP/f8.f32" "$TMP/tw.f32" && ok "fp8 $name: the twin's bits" || bad "fp8 $name: not the twin's bits"
+    a=$("$BIN" generate "$fp8" --ids "$ids" -n 8 2>/dev/null | tail -n 1)
+    b=$("$BIN" generate "$twin" --ids "$ids" -n 8 2>/dev/null | tail -n 1)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok "fp8 $name: greedy $a" || bad "fp8 $name: greedy '$a' vs the twin's '$b'"
+}
+if python3 "$CONV" dequantize "$F8" "$TMP/f8twin"; then
+    check_fp8_twin qwen3_moe "$F8" "$TMP/f8twin" 3,17,101,44,9,127,0,64,33,5
+else
+    bad "fp8: tools/fp8_convert.py dequantize"
+fi
+# qwen2_moe (shared expert): a fixture quantised to FP8 here, against its own twin
+if python3 "$CONV" quantize "$FIX/qwen2_odd" "$TMP/q2f8" && python3 "$CONV" dequantize "$TMP/q2f8" "$TMP/q2tw"; then
+    check_fp8_twin qwen2_moe "$TMP/q2f8" "$TMP/q2tw" "$(json_field "$FIX/qwen2_odd/ref.json" ids)"
+else
+    bad "fp8: tools/fp8_convert.py quantize"
+fi
+# experts read from the safetensors files themselves (codes and block scales, piece by piece)
+"$BIN" logits "$F8" --ids 3,17,101,44,9 --out "$TMP/mapped.f32" 2>/dev/null
+same=1
+for mode in "--experts resident" "--experts stream --cache-experts 2" \
+    "--experts stream --cache-experts 2 --cache-policy lru --batch 3" "--experts stream --direct-io --cache-experts 3"; do
+    # shellcheck disable=SC2086
+    "$BIN" logits "$F8" --ids 3,17,101,44,9 --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
+        cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "fp8 $mode: $(cat "$TMP/err")"; }
+done
+[ $same = 1 ] && ok "fp8: resident and streamed experts give the mapped bits"
+"$BIN" inspect "$F8" >"$TMP/out" 2>&1 && grep -q "experts F8_E4M3 with 128x128 block scales 8.002 bpw" "$TMP/out" &&
+    ok "fp8: inspect names the type" || bad "fp8: inspect: $(grep types "$TMP/out")"
+# pack dequantises, then quantises: the twin's pack, byte for byte in its logits
+if "$BIN" pack "$F8" "$TMP/f8p" --quant int8 2>/dev/null && "$BIN" pack "$TMP/f8twin" "$TMP/twp" --quant int8 2>/dev/null &&
+    "$BIN" logits "$TMP/f8p" --ids 3,17,101 --out "$TMP/a.f32" 2>/dev/null &&
+    "$BIN" logits "$TMP/twp" --ids 3,17,101 --out "$TMP/b.f32" 2>/dev/null && cmp -s "$TMP/a.f32" "$TMP/b.f32"; then
+    ok "fp8: pack --quant int8 gives the twin's pack"
+else
+    bad "fp8: pack --quant int8"
+fi
+expect_fail "fp8: pack --quant bf16 refused" "an FP8 checkpoint .* packs with --quant int8 or --quant int4" \
+    "$BIN" pack "$F8" "$TMP/f8bf" --quant bf16
+[ -e "$TMP/f8bf" ] && bad "fp8: refused pack left $TMP/f8bf"
+# bad input: one clear line naming the file and the tensor
+fp8_edit() { # fp8_edit DIR PYTHON: a copy of the fixture, its tensors t (name -> (dtype, shape, raw)) edited
+    rm -rf "$1" && cp -r "$F8" "$1" &&
+        python3 - "$1" "$CONV" "$2" <<'PY'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("conv", sys.argv[2])
+conv = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(conv)
+path = sys.argv[1] + "/model.safetensors"
+t, meta = conv.read_st(path)
+exec(sys.argv[3])
+conv.write_st(path, t, meta)
+PY
+}
+Q="model.layers.1.self_attn.q_proj.weight"
+fp8_edit "$TMP/f8a" "del t['$Q' + '_scale_inv']"
+expect_fail "fp8: missing weight_scale_inv" "model.safetensors: tensor '$Q' is F8_E4M3 but '${Q}_scale_inv' is missing" \
+    "$BIN" logits "$TMP/f8a" --ids 1 --out "$TMP/x.f32"
+fp8_edit "$TMP/f8b" "d, s, r = t['$Q' + '_scale_inv']; t['$Q' + '_scale_inv'] = (d, [4, 1], r)"
+expect_fail "fp8: mis-shaped weight_scale_inv" "model.safetensors: tensor '${Q}_scale_inv': expected F32 \[2, 2\] (blocks of 128 x 128 over $Q), got F32 \[4, 1\]" \
+    "$BIN" logits "$TMP/f8b" --ids 1 --out "$TMP/x.f32"
+rm -rf "$TMP/f8c" && cp -r "$F8" "$TMP/f8c" && sed -i 's/"fmt": "e4m3"/"fmt": "e5m2"/' "$TMP/f8c/config.json"
+expect_fail "fp8: fmt e5m2 refused" "config.json: quantization_config.fmt 'e5m2' is not supported" \
+    "$BIN" generate "$TMP/f8c" --ids 1 -n 1
+rm -rf "$TMP/f8d" && cp -r "$F8" "$TMP/f8d" &&
+    python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["quantization_config"]["weight_block_size"]=[128]; json.dump(c, open(p, "w"))' "$TMP/f8d/config.json"
+expect_fail "fp8: weight_block_size of one number" "config.json: quantization_config.weight_block_size must be two positive integers" \
+    "$BIN" inspect "$TMP/f8d"
+
 finish "cli test"

@@ -56,14 +56,26 @@ typedef struct sl_tensor {
     int64_t shape[SL_MAX_DIMS];
     const void *data; /* NULL when absent */
     size_t nbytes;    /* bytes at data */
-    /* Q8/Q4 only: [rows, ceil(cols / SL_QGROUP)] BF16 each, row-major. */
+    /* Q8/Q4 only: [rows, ceil(cols / SL_QGROUP)] BF16 each, row-major.
+     * F8_E4M3 (Hugging Face's block-wise FP8): scales is the checkpoint's weight_scale_inv,
+     * [ceil((rphase + rows) / brows), ceil(cols / group)] F32 row-major (sdtype F32), biases
+     * NULL; w[r][c] = fp8[r][c] * scales[(rphase + r) / brows][c / group] (the "inverse" scale
+     * multiplies). */
     const uint16_t *scales;
     const uint16_t *biases;
+    int32_t group; /* elements per scale group along a row (FP8: columns per block); 0: SL_QGROUP */
+    int32_t brows; /* F8_E4M3 block scales: rows per scale block */
+    sl_dtype sdtype; /* dtype of scales/biases; SL_DTYPE_NONE means BF16 */
+    /* F8_E4M3 row views: rows of the view's first scale block that lie above its row 0 (a
+     * view starting mid-block, e.g. the up half of a fused gate_up split at row I); 0 for a
+     * whole tensor. scales then points at that first block's row of scales. */
+    int32_t rphase;
 } sl_tensor;
 
 /* Bytes per element; 0 for NONE, for Q4 (half a byte) and for block types: use sl_row_bytes. */
 size_t sl_dtype_size(sl_dtype t);
-/* Bytes at t->scales (and as many at t->biases when it has them): 0 for types without. */
+/* Bytes at t->scales (and as many at t->biases when it has them): 0 for types without; F8_E4M3
+ * block scales: sl_fp8_scale_bytes. */
 size_t sl_tensor_scale_bytes(const sl_tensor *t);
 /* Bytes of one row of cols elements (Q4 rounds up to whole bytes; a block type's cols must be
  * a multiple of its block size, which loaders check). */
@@ -83,6 +95,25 @@ static inline int64_t sl_qgroups(int64_t cols) {
 static inline int sl_dtype_is_quant(sl_dtype t) {
     return t == SL_DTYPE_Q8 || t == SL_DTYPE_Q4;
 }
+/* F8_E4M3 with block scales (Hugging Face's fine-grained FP8): whether t is one. */
+static inline int sl_tensor_is_fp8(const sl_tensor *t) {
+    return t->dtype == SL_DTYPE_F8_E4M3 && t->scales != NULL;
+}
+/* F8_E4M3: bytes of block scales at t->scales (F32, whole scale rows from the view's first
+ * block through its last); 0 for other types. */
+size_t sl_fp8_scale_bytes(const sl_tensor *t);
+/* F8_E4M3: the view of rows [row0, row0 + rows) of a 2-D tensor, scales and row phase
+ * included (data, shape and nbytes as for any 1-byte type). */
+sl_tensor sl_fp8_rows(const sl_tensor *t, int64_t row0, int64_t rows);
+/* e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; subnormals; no infinities;
+ * 0x7f and 0xff are NaN) as float, exactly: the 256 values. */
+extern const float sl_fp8_e4m3_table[256];
+static inline float sl_fp8_e4m3_to_f32(uint8_t b) {
+    return sl_fp8_e4m3_table[b];
+}
+/* The nearest e4m3fn code (ties to even), saturating at +-448; NaN -> 0x7f. */
+uint8_t sl_f32_to_fp8_e4m3(float f);
+
 /* Safetensors spelling ("BF16"), ggml's for block types ("Q4_K"); "?" for NONE. */
 const char *sl_dtype_name(sl_dtype t);
 /* Parses the safetensors spelling; SL_DTYPE_NONE if unknown. */

@@ -18,6 +18,7 @@
 
 #include "format/tensor.h"
 #include "kernels/ops.h"
+#include "kernels/fp8.h"
 #include "kernels/quant.h"
 
 /* Widens n elements (a multiple of the block size) of blocks at src into dst. */

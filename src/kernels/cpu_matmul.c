@@ -48,6 +48,7 @@ static float dot_scalar(const void *w, sl_dtype dt, const float *x, int64_t K) {
 
 float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x) {
     int64_t K = w->shape[1];
+    if (sl_tensor_is_fp8(w)) return sl_dot_fp8_ref(w, row, x);
     if (sl_dtype_is_block(w->dtype))
         return sl_dot_blocks_ref(
             w->dtype, (const uint8_t *)w->data + (size_t)row * sl_row_bytes(w->dtype, K), x, K);
@@ -181,6 +182,10 @@ void sl_matmul_cpu(const sl_backend *be, float *y, const float *x, const sl_tens
     }
     if (sl_dtype_is_block(w->dtype)) {
         sl_matmul_blocks_cpu(be, y, x, w, T);
+        goto add_bias;
+    }
+    if (sl_tensor_is_fp8(w)) {
+        sl_matmul_fp8_cpu(be, y, x, w, T);
         goto add_bias;
     }
     const size_t ws = (size_t)K * sl_dtype_size(w->dtype);

@@ -105,6 +105,11 @@ static void cpu_hc_inject(const sl_backend *be, float *w, const float *out, cons
 static void cpu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
                       int32_t T) {
     const int64_t n = table->shape[1];
+    if (sl_tensor_is_fp8(table)) {
+        for (int32_t t = 0; t < T; t++)
+            sl_dequant_fp8_row(table, ids[t], y + (size_t)t * (size_t)n);
+        return;
+    }
     if (sl_dtype_is_block(table->dtype)) {
         const size_t rb = sl_row_bytes(table->dtype, n);
         for (int32_t t = 0; t < T; t++)
@@ -237,6 +242,7 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
 
 /* The row slice [r0, r0 + n) of a matrix: the same rows, so the same dot products. */
 static sl_tensor row_slice(const sl_tensor *w, int64_t r0, int64_t n) {
+    if (sl_tensor_is_fp8(w)) return sl_fp8_rows(w, r0, n);
     const size_t rb = sl_row_bytes(w->dtype, w->shape[1]), G = (size_t)sl_qgroups(w->shape[1]);
     sl_tensor v = *w;
     v.shape[0] = n;

@@ -146,6 +146,122 @@ static sl_status index_entries(sl_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
+/* ------------------------------------------------------ block-wise FP8 */
+
+static const sl_ckpt_entry *find_full(const sl_ckpt *ck, const char *full) {
+    sl_tensor kt = {.name = full};
+    sl_ckpt_entry key = {.t = &kt};
+    return bsearch(&key, ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);
+}
+
+/* config.json's quantization_config of a Hugging Face FP8 checkpoint:
+ *   {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+ *    "weight_block_size": [128, 128]}
+ * Only its block size matters here (activations stay float32, whatever the scheme). *brows and
+ * *bcols are left as they are (128 x 128, what transformers assumes) when there is none. */
+static sl_status fp8_block_size(const sl_ckpt *ck, int32_t *brows, int32_t *bcols, sl_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", ck->dir);
+    if (!file_exists(path)) return SL_OK;
+    json_t *root = NULL;
+    sl_status st = sl_json_load_file(path, &root, err);
+    if (st) return st;
+    json_t *q = json_object_get(root, "quantization_config");
+    if (!q) goto done;
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (!json_is_object(q) || !method || strcmp(method, "fp8") != 0) {
+        st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                     "%s: quantization_config.quant_method '%s' with F8_E4M3 tensors: sluice reads "
+                     "block-wise FP8 ('fp8') checkpoints",
+                     path, method ? method : "?");
+        goto done;
+    }
+    const char *fmt = json_string_value(json_object_get(q, "fmt"));
+    if (fmt && strcmp(fmt, "e4m3") != 0) {
+        st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                     "%s: quantization_config.fmt '%s' is not supported (sluice reads FP8 e4m3 "
+                     "checkpoints)",
+                     path, fmt);
+        goto done;
+    }
+    json_t *bs = json_object_get(q, "weight_block_size");
+    if (bs && !json_is_null(bs)) {
+        json_t *b0 = json_array_get(bs, 0), *b1 = json_array_get(bs, 1);
+        if (!json_is_array(bs) || json_array_size(bs) != 2 || !json_is_integer(b0) ||
+            !json_is_integer(b1) || json_integer_value(b0) < 1 || json_integer_value(b1) < 1 ||
+            json_integer_value(b0) > (1 << 20) || json_integer_value(b1) > (1 << 20)) {
+            st = sl_fail(err, SL_ERR_FORMAT,
+                         "%s: quantization_config.weight_block_size must be two positive integers "
+                         "[rows, columns]",
+                         path);
+            goto done;
+        }
+        *brows = (int32_t)json_integer_value(b0);
+        *bcols = (int32_t)json_integer_value(b1);
+    }
+done:
+    json_decref(root);
+    return st;
+}
+
+/* Gives every F8_E4M3 tensor X its block scales X_scale_inv (F32 [ceil(rows / brows),
+ * ceil(cols / bcols)], with a leading experts dimension for a 3-D X), checked, so that binding
+ * and every later copy of the tensor carry them. Done once at open: the tensors are the
+ * checkpoint's own. */
+static sl_status attach_fp8_scales(sl_ckpt *ck, sl_error *err) {
+    int any = 0;
+    for (int32_t i = 0; i < ck->n_entries && !any; i++)
+        any = ck->entries[i].t->dtype == SL_DTYPE_F8_E4M3;
+    if (!any) return SL_OK;
+    int32_t brows = 128, bcols = 128;
+    sl_status st = fp8_block_size(ck, &brows, &bcols, err);
+    if (st) return st;
+    for (int32_t i = 0; i < ck->n_entries; i++) {
+        const sl_ckpt_entry *e = &ck->entries[i];
+        sl_tensor *t = (sl_tensor *)e->t; /* the file's own tensor table: ck owns it */
+        if (t->dtype != SL_DTYPE_F8_E4M3) continue;
+        const char *file = sl_ckpt_path(ck, e);
+        char name[512];
+        snprintf(name, sizeof name, "%s_scale_inv", t->name);
+        const sl_ckpt_entry *se = find_full(ck, name);
+        if (t->ndim != 2 && t->ndim != 3)
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: tensor '%s': F8_E4M3 with %d dimensions (block-wise FP8 holds "
+                           "matrices)",
+                           file, e->label, t->ndim);
+        if (!se)
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: tensor '%s' is F8_E4M3 but '%s' is missing (block-wise FP8 needs "
+                           "its block scales)",
+                           file, e->label, name);
+        const sl_tensor *s = se->t;
+        const int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+        sl_tensor want = {.ndim = t->ndim};
+        if (t->ndim == 3) want.shape[0] = t->shape[0];
+        want.shape[t->ndim - 2] = (rows + brows - 1) / brows;
+        want.shape[t->ndim - 1] = (cols + bcols - 1) / bcols;
+        int ok = s->dtype == SL_DTYPE_F32 && s->ndim == want.ndim;
+        for (int32_t d = 0; ok && d < want.ndim; d++)
+            ok = s->shape[d] == want.shape[d];
+        if (!ok) {
+            char ws[128], gs[128];
+            return sl_fail(err, SL_ERR_SHAPE,
+                           "%s: tensor '%s': expected F32 %s (blocks of %d x %d over %s), got %s "
+                           "%s",
+                           sl_ckpt_path(ck, se), se->label, sl_shape_str(&want, ws, sizeof ws),
+                           brows, bcols, t->name, sl_dtype_name(s->dtype),
+                           sl_shape_str(s, gs, sizeof gs));
+        }
+        t->scales = s->data;
+        t->biases = NULL;
+        t->group = bcols;
+        t->brows = brows;
+        t->sdtype = SL_DTYPE_F32;
+        t->rphase = 0;
+    }
+    return SL_OK;
+}
+
 sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     memset(ck, 0, sizeof *ck);
     ck->prefix = "model.";
@@ -192,7 +308,8 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
         for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
             ck->entries[ck->n_entries++] =
                 (sl_ckpt_entry){&ck->files[f].tensors[i], f, ck->files[f].tensors[i].name};
-    return index_entries(ck, err);
+    if ((st = index_entries(ck, err))) return st;
+    return packed ? SL_OK : attach_fp8_scales(ck, err);
 }
 
 void sl_ckpt_close(sl_ckpt *ck) {
@@ -224,12 +341,6 @@ sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
-static const sl_ckpt_entry *find_full(const sl_ckpt *ck, const char *full) {
-    sl_tensor kt = {.name = full};
-    sl_ckpt_entry key = {.t = &kt};
-    return bsearch(&key, ck->entries, (size_t)ck->n_entries, sizeof(sl_ckpt_entry), cmp_entry);
-}
-
 const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name) {
     char full[512];
     if (name[0] == '/')
@@ -257,7 +368,8 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
     const char *file = sl_ckpt_path(ck, e);
     /* Block types hold matrices (rows of whole blocks): never a vector. */
     if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
-        !(sl_dtype_is_quant(t->dtype) && ndim == 2) && !(sl_dtype_is_block(t->dtype) && ndim >= 2))
+        !(sl_dtype_is_quant(t->dtype) && ndim == 2) &&
+        !(sl_dtype_is_block(t->dtype) && ndim >= 2) && !(sl_tensor_is_fp8(t) && ndim >= 2))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: tensor '%s': dtype %s (expected BF16, F16 "
                        "or F32)",
@@ -284,6 +396,7 @@ sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
     v.data = (const uint8_t *)t->data + (size_t)row0 * row_bytes;
     v.shape[0] = rows;
     v.nbytes = (size_t)rows * row_bytes;
+    if (sl_tensor_is_fp8(t)) return sl_fp8_rows(t, row0, rows);
     if (sl_dtype_is_quant(t->dtype)) {
         size_t g = (size_t)sl_qgroups(t->shape[1]);
         v.scales = t->scales + (size_t)row0 * g;
@@ -301,5 +414,10 @@ sl_tensor sl_tensor_slice(const sl_tensor *t, int64_t i) {
     v.shape[0] = t->shape[1];
     v.shape[1] = t->shape[2];
     v.nbytes = mat_bytes;
+    if (sl_tensor_is_fp8(t)) { /* [E, ceil(rows / brows), ceil(cols / group)] scales */
+        const size_t per = (size_t)((t->shape[1] + t->brows - 1) / t->brows) *
+                           (size_t)((t->shape[2] + t->group - 1) / t->group);
+        v.scales = (const uint16_t *)((const float *)t->scales + (size_t)i * per);
+    }
     return v;
 }

@@ -88,31 +88,27 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
         int32_t j = 0;
         while (j < m->n_uploads && src[j] != t->data)
             j++;
-        const size_t sb = sl_dtype_is_quant(t->dtype)
-                              ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
-                              : 0;
+        /* scales and biases (Q8/Q4; FP8 has scales alone) of sb bytes each after the data */
+        const size_t sb = sl_tensor_scale_bytes(t);
+        const size_t sb_s = t->scales ? sb : 0, sb_b = t->biases ? sb : 0;
         const size_t data_bytes = (t->nbytes + 63) & ~(size_t)63;
         if (j == m->n_uploads) {
-            uint8_t *d = be->ops->alloc(be, data_bytes + 2 * sb);
+            uint8_t *d = be->ops->alloc(be, data_bytes + sb_s + sb_b);
             if (!d) {
                 st = sl_fail(err, SL_ERR_NOMEM, "out of GPU memory for weight '%s' (%.1f MB)",
-                             t->name ? t->name : "?", (double)(t->nbytes + 2 * sb) / 1e6);
+                             t->name ? t->name : "?", (double)(t->nbytes + sb_s + sb_b) / 1e6);
                 break;
             }
             be->ops->to_dev(be, d, t->data, t->nbytes);
-            if (sb) {
-                be->ops->to_dev(be, d + data_bytes, t->scales, sb);
-                be->ops->to_dev(be, d + data_bytes + sb, t->biases, sb);
-            }
+            if (sb_s) be->ops->to_dev(be, d + data_bytes, t->scales, sb_s);
+            if (sb_b) be->ops->to_dev(be, d + data_bytes + sb_s, t->biases, sb_b);
             src[j] = t->data;
             m->uploads[m->n_uploads++] = d;
         }
         uint8_t *d = m->uploads[j];
         t->data = d;
-        if (sb) {
-            t->scales = (const uint16_t *)(d + data_bytes);
-            t->biases = (const uint16_t *)(d + data_bytes + sb);
-        }
+        if (sb_s) t->scales = (const uint16_t *)(d + data_bytes);
+        if (sb_b) t->biases = (const uint16_t *)(d + data_bytes + sb_s);
     }
     free(ts);
     free(src);
@@ -277,8 +273,12 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
                                         "other"};
     enum { G = 9 };
     double count[G][SL_DTYPE_COUNT] = {{0}};
+    int32_t fp8_rows = 0, fp8_cols = 0; /* block of the FP8 scales, which count in its bits */
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
+        const size_t len = strlen(t->name);
+        if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
+        if (sl_tensor_is_fp8(t)) fp8_rows = t->brows, fp8_cols = t->group;
         double n = 1;
         for (int32_t d = 0; d < t->ndim; d++)
             n *= (double)t->shape[d];
@@ -300,8 +300,14 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? "; " : "", names[g]);
         for (int d = 0, first = 1; d < SL_DTYPE_COUNT && k < cap; d++) {
             if (count[g][d] == 0) continue;
-            k += (size_t)snprintf(buf + k, cap - k, "%s %s %.2f bpw", first ? "" : ",",
-                                  sl_dtype_name((sl_dtype)d), sl_dtype_bits((sl_dtype)d));
+            if (d == SL_DTYPE_F8_E4M3 && fp8_rows)
+                k += (size_t)snprintf(buf + k, cap - k,
+                                      "%s F8_E4M3 with %dx%d block scales %.3f bpw",
+                                      first ? "" : ",", fp8_rows, fp8_cols,
+                                      8.0 + 32.0 / ((double)fp8_rows * fp8_cols));
+            else
+                k += (size_t)snprintf(buf + k, cap - k, "%s %s %.2f bpw", first ? "" : ",",
+                                      sl_dtype_name((sl_dtype)d), sl_dtype_bits((sl_dtype)d));
             if (count[g][d] < total && k < cap)
                 k += (size_t)snprintf(buf + k, cap - k, " (%.0f%%)", 100.0 * count[g][d] / total);
             first = 0;
@@ -417,6 +423,8 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
         if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
+        const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
+        if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
         resident += (int64_t)t->nbytes;
         resident += (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
     }

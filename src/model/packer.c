@@ -26,6 +26,7 @@
 
 #include "core/crc32c.h"
 #include "format/pack.h"
+#include "kernels/fp8.h"
 #include "kernels/quant.h"
 #include "families/qwen4_exp/qwen4_exp.h"
 #include "model/model.h"
@@ -181,6 +182,14 @@ static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
     return t->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : t->dtype;
 }
 
+/* Row n of K elements of t as floats: widened, or dequantised (FP8 block scales). */
+static void widen_row(const sl_tensor *t, int64_t n, int64_t K, float *row) {
+    if (sl_tensor_is_fp8(t))
+        sl_dequant_fp8_row(t, n, row);
+    else
+        sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
+}
+
 /* Converts rows [0, N) of a 2-D float tensor (or any other one, flat) into dt, writing data
  * and collecting scales/biases into sc/bi. row: scratch of K floats, qrow: row_bytes. */
 static void convert_rows(hwriter *w, const sl_tensor *t, sl_dtype dt, float *row, uint8_t *qrow,
@@ -190,7 +199,7 @@ static void convert_rows(hwriter *w, const sl_tensor *t, sl_dtype dt, float *row
     const int64_t K = t->ndim == 2 ? t->shape[1] : (int64_t)(t->nbytes / sl_dtype_size(t->dtype));
     const int64_t G = sl_qgroups(K);
     for (int64_t n = 0; n < N; n++) {
-        sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
+        widen_row(t, n, K, row);
         if (sl_dtype_is_quant(dt)) {
             sl_quantize_row(dt, row, K, qrow, sc + n * G, bi + n * G);
             hw_put(w, qrow, sl_row_bytes(dt, K));
@@ -215,7 +224,7 @@ static void convert_matrix_mem(const sl_tensor *t, sl_dtype dt, uint8_t *data, u
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         float *row = rows + (size_t)omp_get_thread_num() * (size_t)row_cap;
-        sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
+        widen_row(t, n, K, row);
         uint8_t *dst = data + (size_t)n * rb;
         if (sl_dtype_is_quant(dt)) {
             sl_quantize_row(dt, row, K, dst, sc + n * G, bi + n * G);
@@ -257,6 +266,7 @@ static uint64_t get_le(const uint8_t *p, int n) {
  * tables (which get files of their own). */
 static int is_resident(const sl_ckpt *ck, const char *name) {
     if (strstr(name, ".mlp.experts.") || strstr(name, ".ngram_embedding.")) return 0;
+    if (ends_with(name, "_scale_inv")) return 0; /* FP8 block scales: in their weight's values */
     return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 ||
            strcmp(name, "lm_head.weight") == 0;
 }
@@ -284,7 +294,7 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
                            t->name, t->ndim);
         }
         if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
-            t->dtype != SL_DTYPE_I64) {
+            t->dtype != SL_DTYPE_I64 && !(sl_tensor_is_fp8(t) && t->ndim == 2)) {
             free(items);
             return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s cannot be packed",
                            sl_ckpt_path(ck, &ck->entries[i]), t->name, sl_dtype_name(t->dtype));
@@ -636,6 +646,18 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         if (created) rmdir(out_dir);
         return st;
     }
+    /* The pack format has no FP8 type: an FP8 checkpoint is dequantised, then quantised. */
+    for (int32_t i = 0; p.quant == SL_QUANT_BF16 && i < m->ck.n_entries; i++)
+        if (sl_tensor_is_fp8(m->ck.entries[i].t)) {
+            st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                         "%s: an FP8 checkpoint (tensor '%s' is F8_E4M3 with block scales) packs "
+                         "with --quant int8 or --quant int4 (dequantised, then quantised); the "
+                         "pack format has no FP8 type, and it runs as it is (sluice run %s)",
+                         src_dir, m->ck.entries[i].label, src_dir);
+            sl_model_free(m);
+            if (created) rmdir(out_dir);
+            return st;
+        }
     /* An old manifest goes first: until the new one is written, OUT is no pack at all
      * rather than one whose manifest lists files that are being replaced. */
     snprintf(path, sizeof path, "%s/manifest.json", out_dir);

@@ -5,9 +5,9 @@ static size_t align64(size_t x) {
     return (x + 63) & ~(size_t)63;
 }
 
+/* Bytes at scales (and as many at biases where there are any). */
 static size_t scale_bytes(const sl_tensor *t) {
-    return sl_dtype_is_quant(t->dtype) ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
-                                       : 0;
+    return sl_tensor_scale_bytes(t);
 }
 
 /* Any host view of one of the layer's experts (they all share dtypes and shapes): a stream
@@ -123,10 +123,12 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
                 if (src[j]->scales) {
                     be->ops->to_dev_async(be, base + d->off[3 * j + 1], src[j]->scales,
                                           scale_bytes(src[j]));
-                    be->ops->to_dev_async(be, base + d->off[3 * j + 2], src[j]->biases,
-                                          scale_bytes(src[j]));
+                    if (src[j]->biases)
+                        be->ops->to_dev_async(be, base + d->off[3 * j + 2], src[j]->biases,
+                                              scale_bytes(src[j]));
                 }
-                d->bytes += (int64_t)(src[j]->nbytes + 2 * scale_bytes(src[j]));
+                d->bytes +=
+                    (int64_t)(src[j]->nbytes + (src[j]->biases ? 2 : 1) * scale_bytes(src[j]));
             }
         }
         views[i] = &L->views[s];

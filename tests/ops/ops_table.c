@@ -29,6 +29,9 @@ typedef struct ot_run {
     int cases, bad, skipped;
     double max_err;
     char first_bad[320];
+    /* F8_E4M3 weights of this case: rows and columns per scale block (0: 128) and the row
+     * phase of the view (rows of its first block above row 0); matmul rows set them. */
+    int32_t f8_brows, f8_group, f8_phase;
 } ot_run;
 
 /* One row of the table. Rows of one op sit together: the runner reports per op. */
@@ -162,10 +165,65 @@ typedef struct ot_weight {
     float *wide; /* [rows, K] */
 } ot_weight;
 
+/* An F8_E4M3 matrix with F32 block scales, quantised as Hugging Face's conversion does (per
+ * block scale amax / 448): the view of rows [phase, phase + N) of a matrix one phase taller, so
+ * that a view starting mid-block is checked too. */
+static void weight_make_fp8(ot_run *r, ot_weight *w, int64_t N, int64_t K, float scale,
+                            int misalign) {
+    const int32_t br = r->f8_brows ? r->f8_brows : 128, bc = r->f8_group ? r->f8_group : 128;
+    const int64_t ph = r->f8_phase, all = N + ph, nrb = (all + br - 1) / br,
+                  ncb = (K + bc - 1) / bc;
+    float *tmp = rand_vec(r, (size_t)(all * K), scale), *sc = malloc((size_t)(nrb * ncb + 1) * 4);
+    uint8_t *q = calloc((size_t)(all * K) + 1, 1);
+    for (int64_t i = 0; i < nrb; i++)
+        for (int64_t j = 0; j < ncb; j++) {
+            float amax = 0;
+            for (int64_t n = i * br; n < SL_MIN(all, (i + 1) * br); n++)
+                for (int64_t k = j * bc; k < SL_MIN(K, (j + 1) * bc); k++)
+                    amax = fmaxf(amax, fabsf(tmp[n * K + k]));
+            const float s = amax > 0 ? amax / 448.0f : 1.0f;
+            sc[i * ncb + j] = s;
+            for (int64_t n = i * br; n < SL_MIN(all, (i + 1) * br); n++)
+                for (int64_t k = j * bc; k < SL_MIN(K, (j + 1) * bc); k++)
+                    q[n * K + k] = sl_f32_to_fp8_e4m3(tmp[n * K + k] / s);
+        }
+    free(tmp);
+    memset(w, 0, sizeof *w);
+    w->hdata = q;
+    w->hs = (uint16_t *)sc;
+    const sl_tensor full = {.name = "w",
+                            .dtype = SL_DTYPE_F8_E4M3,
+                            .ndim = 2,
+                            .shape = {all, K},
+                            .data = q,
+                            .nbytes = (size_t)(all * K),
+                            .scales = w->hs,
+                            .group = bc,
+                            .brows = br,
+                            .sdtype = SL_DTYPE_F32};
+    w->h = sl_fp8_rows(&full, ph, N);
+    w->wide = malloc((size_t)(N * K + 1) * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        sl_dequant_fp8_row(&w->h, n, w->wide + n * K);
+    const size_t off = misalign ? 4 : 0;
+    w->dalloc = r->be->ops->alloc(r->be, full.nbytes + 16);
+    SL_ASSERT(w->dalloc);
+    r->be->ops->to_dev(r->be, (uint8_t *)w->dalloc + off, q, full.nbytes);
+    w->ds = up(r, sc, (size_t)(nrb * ncb) * 4);
+    sl_tensor fd = full;
+    fd.data = (uint8_t *)w->dalloc + off;
+    fd.scales = w->ds;
+    w->d = sl_fp8_rows(&fd, ph, N);
+}
+
 /* shape [N, K] (N > 0) or [K] (N == 0); misalign moves the backend's data 4 bytes off its
  * allocation's alignment. */
 static void weight_make(ot_run *r, ot_weight *w, sl_dtype dt, int64_t N, int64_t K, float scale,
                         int misalign) {
+    if (dt == SL_DTYPE_F8_E4M3) {
+        weight_make_fp8(r, w, N, K, scale, misalign);
+        return;
+    }
     memset(w, 0, sizeof *w);
     const int64_t rows = N ? N : 1, G = sl_qgroups(K);
     const size_t rb = sl_row_bytes(dt, K), nbytes = rb * (size_t)rows;
@@ -403,9 +461,11 @@ static void run_copy_rows(ot_run *r, const ot_case *c) {
 
 /* ------------------------------------------------------------ products */
 
-/* p: N, K, T, bias (0 none, 1 F32, 2 BF16, 3 a bias tensor without data), misaligned weight */
+/* p: N, K, T, bias (0 none, 1 F32, 2 BF16, 3 a bias tensor without data), misaligned weight;
+ * F8_E4M3: rows and columns per scale block (0: 128), row phase of the view */
 static void run_matmul(ot_run *r, const ot_case *c) {
     const int32_t N = c->p[0], K = c->p[1], T = c->p[2];
+    r->f8_brows = c->p[5], r->f8_group = c->p[6], r->f8_phase = c->p[7];
     ot_weight w, b;
     weight_make(r, &w, c->dt, N, K, 0.5f, c->p[4]);
     weight_make(r, &b, c->p[3] == 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, N, 0.5f, 0);
@@ -1219,6 +1279,7 @@ out:
 #define Q6_K   SL_DTYPE_Q6_K
 #define IQ4_XS SL_DTYPE_IQ4_XS
 #define MXFP4  SL_DTYPE_MXFP4
+#define F8     SL_DTYPE_F8_E4M3 /* with F32 block scales (Hugging Face's block-wise FP8) */
 
 /* matmul rows {N, K, T, bias, misaligned} for each weight dtype: K = 1, odd K, K past a
  * quantisation group, rows not a multiple of any tile; two shapes through every T a backend
@@ -1242,6 +1303,18 @@ out:
 #define BLOCK32_MATMUL_ROWS(dt)                                                                    \
     BLOCK_MATMUL_ROWS(dt), MM(dt, 5, 32, 2, 0, 0), MM(dt, 17, 96, 3, 1, 1)
 #define BLOCK_BATCH(dt) {"matmul_batch", run_matmul_batch, dt, {3, 256, 0}, 2e-5}
+/* FP8 {N, K, T, bias, misaligned, block rows, block columns, row phase}: 128 x 128 blocks over
+ * partial ones (K < 128, 257 columns, 130 and 300 rows), views starting mid-block (the up half
+ * of a fused gate_up), small blocks the SIMD paths take (16 x 32) and one only AVX2 does
+ * (columns of 24: AVX-512 runs the scalar order). */
+#define M8(N, K, T, bias, mis, br, bc, ph)                                                         \
+    {"matmul", run_matmul, F8, {N, K, T, bias, mis, br, bc, ph}, 2e-5}
+#define FP8_MATMUL_ROWS                                                                            \
+    M8(1, 1, 1, 1, 0, 0, 0, 0), M8(37, 75, 5, 2, 0, 0, 0, 0), M8(130, 257, 9, 1, 0, 0, 0, 0),      \
+    M8(300, 256, 4, 0, 1, 0, 0, 0), M8(64, 1024, 17, 0, 0, 0, 0, 0),                               \
+    M8(200, 200, 3, 0, 0, 0, 0, 60), M8(72, 144, 2, 1, 1, 0, 0, 127),                              \
+    M8(33, 96, 70, 1, 0, 16, 32, 5), M8(20, 72, 2, 0, 0, 4, 24, 3), M8(33, 200, 1, 3, 0, 0, 0, 0), \
+    M8(33, 200, 2, 0, 0, 0, 0, 0), M8(33, 200, 4, 0, 0, 0, 0, 0), M8(33, 200, 17, 0, 0, 0, 0, 0)
 /* Widening is exact: the rows are sl_dequant_row's floats. */
 #define BLOCK_EMBED(dt) {"embed", run_embed, dt, {50, 256, 6}, 0}
 /* clang-format on */
@@ -1281,6 +1354,7 @@ static const ot_case table[] = {
     BLOCK_MATMUL_ROWS(Q5_K),
     BLOCK_MATMUL_ROWS(Q6_K),
     BLOCK_MATMUL_ROWS(IQ4_XS),
+    FP8_MATMUL_ROWS,
     {"matmul_batch", run_matmul_batch, F32, {1, 63, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, BF16, {3, 256, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q4, {4, 192, 0}, 2e-5},
@@ -1299,6 +1373,7 @@ static const ot_case table[] = {
     BLOCK_BATCH(Q6_K),
     BLOCK_BATCH(IQ4_XS),
     {"matmul_batch", run_matmul_batch, Q4_K, {7, 512, 2}, 2e-5},
+    {"matmul_batch", run_matmul_batch, F8, {4, 200, 0}, 2e-5},
     {"embed", run_embed, F32, {50, 1, 6}, 1e-6},
     {"embed", run_embed, F16, {50, 63, 6}, 1e-6},
     {"embed", run_embed, BF16, {50, 200, 6}, 1e-6},
@@ -1314,6 +1389,7 @@ static const ot_case table[] = {
     BLOCK_EMBED(Q2_K),
     BLOCK_EMBED(Q3_K),
     BLOCK_EMBED(Q4_K),
+    {"embed", run_embed, F8, {50, 200, 6}, 0},
     BLOCK_EMBED(Q5_K),
     BLOCK_EMBED(Q6_K),
     BLOCK_EMBED(IQ4_XS),
@@ -1393,6 +1469,8 @@ static const ot_case table[] = {
     {"moe_experts", run_moe_experts, F32, {2, 65, 31, 1}, 1e-4},
     {"moe_experts", run_moe_experts, Q4_K, {3, 256, 512, 0}, 1e-4},
     {"moe_experts", run_moe_experts, MXFP4, {2, 256, 96, 1}, 1e-4},
+    {"moe_experts", run_moe_experts, F8, {3, 200, 136, 0}, 1e-4},
+    {"moe_experts", run_moe_experts, F8, {2, 144, 300, 1}, 1e-4},
 };
 
 int ops_table_run(const sl_backend *be, const ops_table_params *p) {
@@ -1406,6 +1484,7 @@ int ops_table_run(const sl_backend *be, const ops_table_params *p) {
         const int last = i + 1 == n || strcmp(table[i + 1].op, c->op) != 0;
         if (first) r.cases = r.bad = r.skipped = 0, r.max_err = 0, r.first_bad[0] = 0;
         r.c = c;
+        r.f8_brows = r.f8_group = r.f8_phase = 0;
         r.rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)(i + 1) * 0xD1B54A32D192ED03ull);
         const int bad = r.bad;
         if (sl_dtype_is_block(c->dt) && !p->block_types)

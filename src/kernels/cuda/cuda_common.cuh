@@ -398,6 +398,16 @@ void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, c
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T);
 /* The same ops for ggml's block types (cuda_blocks.cu), which the four above hand them to. */
+/* Hugging Face's block-wise FP8 (cuda_fp8.cu). */
+void cu_fp8_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                   const sl_tensor *bias, int32_t T);
+void cu_fp8_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                         const sl_tensor *const *w, const int32_t *T, int32_t n);
+int cu_fp8_moe_experts(const sl_backend *be, float *y, float *act, const float *x,
+                       const int32_t *ids, const float *w, const sl_expert_ptrs *table,
+                       const sl_tensor *const proto[3], int32_t T, int32_t k);
+void cu_fp8_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
+                  int32_t T);
 void cu_blk_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T);
 void cu_blk_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,

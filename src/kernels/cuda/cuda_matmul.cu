@@ -804,6 +804,10 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         cu_blk_matmul(be, y, x, w, bias, T);
         return;
     }
+    if (sl_tensor_is_fp8(w)) {
+        cu_fp8_matmul(be, y, x, w, bias, T);
+        return;
+    }
     SL_ASSERT(w->ndim == 2);
     const int64_t N = w->shape[0], K = w->shape[1];
     SL_ASSERT(N < INT32_MAX && K < INT32_MAX);
@@ -1039,6 +1043,11 @@ void cu_matmul_batch(const sl_backend *be, float *const *y, const float *const *
         cu_blk_matmul_batch(be, y, x, w, T, n);
         return;
     }
+    for (int32_t i = 0; i < n; i++)
+        if (sl_tensor_is_fp8(w[i])) {
+            cu_fp8_matmul_batch(be, y, x, w, T, n);
+            return;
+        }
     cu_ctx *c = cu_of(be);
     const int dt = (int)w[0]->dtype, E = chunk_of(dt);
     const int64_t K = w[0]->shape[1];
@@ -1237,6 +1246,8 @@ int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, c
                    int32_t T, int32_t k) {
     if (sl_dtype_is_block(proto[0]->dtype))
         return cu_blk_moe_experts(be, y, act, x, ids, w, table, proto, T, k);
+    if (sl_tensor_is_fp8(proto[0]))
+        return cu_fp8_moe_experts(be, y, act, x, ids, w, table, proto, T, k);
     const int dt = (int)proto[0]->dtype, E = chunk_of(dt);
     const int64_t I = proto[0]->shape[0], H = proto[0]->shape[1];
     const int64_t n = (int64_t)T * k;
@@ -1451,6 +1462,10 @@ void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int3
               int32_t T) {
     if (sl_dtype_is_block(table->dtype)) {
         cu_blk_embed(be, y, table, ids, T);
+        return;
+    }
+    if (sl_tensor_is_fp8(table)) {
+        cu_fp8_embed(be, y, table, ids, T);
         return;
     }
     if (T <= 0) return;
