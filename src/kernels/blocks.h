@@ -10,8 +10,8 @@
  * so its floats are bit for bit ggml's (tests/unit/test_blocks.c checks them against floats that
  * ggml's own code produced, tools/lab/ggml_ref_blocks.c).
  */
-#ifndef SL_BLOCKS_H
-#define SL_BLOCKS_H
+#ifndef SL_KERNEL_BLOCKS_H
+#define SL_KERNEL_BLOCKS_H
 
 #include <stdint.h>
 #include <string.h>
@@ -72,4 +72,4 @@ static inline float sl_e8m0_half(uint8_t e) {
     return f;
 }
 
-#endif /* SL_BLOCKS_H */
+#endif /* SL_KERNEL_BLOCKS_H */

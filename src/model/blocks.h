@@ -4,8 +4,8 @@
  * backend's sl_ops. A family composes these; nothing family-specific lives here
  * beyond the options a block takes.
  */
-#ifndef SL_BLOCKS_H
-#define SL_BLOCKS_H
+#ifndef SL_MODEL_BLOCKS_H
+#define SL_MODEL_BLOCKS_H
 
 #include "model/model.h"
 
@@ -77,4 +77,4 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits);
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                               int all_logits, sl_error *err);
 
-#endif /* SL_BLOCKS_H */
+#endif /* SL_MODEL_BLOCKS_H */
