@@ -28,11 +28,11 @@ static void wr64(uint8_t *p, uint64_t v) {
 }
 
 /* Codes 7 on (ggml's block types) appear from version 3 on (pack.h). */
-static const sl_dtype code_table[] = {SL_DTYPE_NONE, SL_DTYPE_F32,    SL_DTYPE_F16,  SL_DTYPE_BF16,
-                                      SL_DTYPE_Q8,   SL_DTYPE_Q4,     SL_DTYPE_I64,  SL_DTYPE_Q8_0,
-                                      SL_DTYPE_Q4_0, SL_DTYPE_Q4_1,   SL_DTYPE_Q5_0, SL_DTYPE_Q5_1,
-                                      SL_DTYPE_Q2_K, SL_DTYPE_Q3_K,   SL_DTYPE_Q4_K, SL_DTYPE_Q5_K,
-                                      SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4};
+static const sl_dtype code_table[] = {
+    SL_DTYPE_NONE, SL_DTYPE_F32,  SL_DTYPE_F16,    SL_DTYPE_BF16,  SL_DTYPE_Q8,
+    SL_DTYPE_Q4,   SL_DTYPE_I64,  SL_DTYPE_Q8_0,   SL_DTYPE_Q4_0,  SL_DTYPE_Q4_1,
+    SL_DTYPE_Q5_0, SL_DTYPE_Q5_1, SL_DTYPE_Q2_K,   SL_DTYPE_Q3_K,  SL_DTYPE_Q4_K,
+    SL_DTYPE_Q5_K, SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4, SL_DTYPE_IQ4_NL};
 #define N_CODES (sizeof code_table / sizeof code_table[0])
 
 uint8_t sl_pack_dtype_code(sl_dtype t) {

@@ -90,7 +90,7 @@ void sl_ngram_row_seal(const sl_ngram_header *h, uint8_t *row);
 
 /* On-disk dtype codes (stable across versions, unlike sl_dtype): 1-6 F32, F16, BF16, Q8, Q4,
  * I64 in every version; from version 3, 7-18 ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4. */
+ * Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, and 19 IQ4_NL. */
 uint8_t sl_pack_dtype_code(sl_dtype t);
 sl_dtype sl_pack_dtype_from_code(uint8_t c);
 
