@@ -1,7 +1,8 @@
 # Writes a damaged copy of a GGUF fixture for the error tests (tests/cli_test.sh):
-#   gguf_mutate.py SRC DST embd|experts|arch|type|cut
+#   gguf_mutate.py SRC DST embd|experts|arch|type|cut|eos
 # embd/experts: metadata that disagrees with the tensors; arch: an architecture sluice does
-# not run; type: an unknown ggml type id; cut: the last 1000 bytes gone.
+# not run; type: an unknown ggml type id; cut: the last 1000 bytes gone; eos (not damage): an
+# eos id (7) and a sampling temperature (0.625) added to the metadata.
 import struct, sys
 src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
 b = bytearray(open(src, "rb").read())
@@ -24,4 +25,18 @@ elif what == "type":
     struct.pack_into("<I", b, i + 4 + 8 * nd, 99)
 elif what == "cut":
     b = b[: len(b) - 1000]
+elif what == "eos":
+    def kv(key, vtype, value):
+        k = key.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<I", vtype) + value
+    add = kv("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 7))
+    add += kv("general.sampling.temp", 6, struct.pack("<f", 0.625))
+    # a string of padding: the data section keeps its alignment (32) when the insertion is a
+    # multiple of it
+    fixed = len(kv("sluice.pad", 8, struct.pack("<Q", 0)))
+    pad = (-(len(add) + fixed)) % 32
+    add += kv("sluice.pad", 8, struct.pack("<Q", pad) + b" " * pad)
+    n_kv = struct.unpack_from("<Q", b, 16)[0]
+    struct.pack_into("<Q", b, 16, n_kv + 3)
+    b = b[:24] + add + b[24:]
 open(dst, "wb").write(b)
