@@ -206,7 +206,7 @@ if "$DRV" downgrade "$O" && "$BIN" generate "$O" --ids $IDS -n 6 >"$TMP/gen" 2>"
 else
     bad "format 1: $(cat "$TMP/err")"
 fi
-if "$BIN" verify --upgrade "$O" | grep -q "upgraded from format 1 to 2" && same_dir "$K" "$O"; then
+if "$BIN" verify --upgrade "$O" | grep -q "upgraded from format 1 to 3" && same_dir "$K" "$O"; then
     ok "verify --upgrade: the same files as pack wrote"
 else
     bad "verify --upgrade"
