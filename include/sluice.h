@@ -225,6 +225,8 @@ typedef enum sl_quant {
     SL_QUANT_BF16 = 0, /* no quantisation: BF16/F16 kept, F32 rounded to BF16 */
     SL_QUANT_INT8 = 1,
     SL_QUANT_INT4 = 2,
+    SL_QUANT_KEEP = 3, /* every tensor keeps its type, its bytes copied (a GGUF's block types) */
+    SL_QUANT_AUTO = 4, /* KEEP for a GGUF file, INT8 for a Hugging Face checkpoint */
 } sl_quant;
 
 typedef struct sl_pack_params {
@@ -235,9 +237,11 @@ typedef struct sl_pack_params {
     void *progress_user;
 } sl_pack_params;
 
-/* Converts a Hugging Face checkpoint into a packed directory (docs/FORMAT.md),
+/* Converts a Hugging Face checkpoint or a GGUF file into a packed directory (docs/FORMAT.md),
  * tensor by tensor, so models larger than memory pack fine. out_dir is created, or
- * must be empty unless params->force; it may never be src_dir, lie inside it or hold it. */
+ * must be empty unless params->force; it may never be src_dir, lie inside it or hold it.
+ * A GGUF whose weights are ggml block types packs only with SL_QUANT_KEEP (or AUTO): they are
+ * never quantised twice. */
 sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params *params,
                   sl_error *err);
 /* Checks every file a packed directory needs (derived from its config: core.bin, an experts

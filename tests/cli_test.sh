@@ -41,6 +41,24 @@ check_ref() {
     fi
 }
 
+# pack_keeps NAME GGUF IDS REF K: `sluice pack GGUF OUT` keeps the GGUF's types (issue 26); the
+# pack passes verify and gives REF (the GGUF's own logits) bit for bit, its experts mapped,
+# resident and streamed through K slots.
+pack_keeps() {
+    local name=$1 g=$2 ids=$3 ref=$4 k=$5 out="$TMP/pk-$1" same=1 mode
+    if ! "$BIN" pack "$g" "$out" 2>"$TMP/err" || ! "$BIN" verify "$out" >/dev/null 2>>"$TMP/err"; then
+        bad "pack $name: $(cat "$TMP/err")"
+        return
+    fi
+    for mode in "" "--experts resident" "--experts stream --cache-experts $k"; do
+        # shellcheck disable=SC2086
+        "$BIN" logits "$out" --ids "$ids" --out "$TMP/pk.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$ref" "$TMP/pk.f32" || { same=0; bad "pack $name ${mode:-mapped}: other bits $(cat "$TMP/err")"; }
+    done
+    [ $same = 1 ] && ok "pack $name: the GGUF's bits (mapped, resident, streamed)"
+    rm -rf "$out"
+}
+
 # check_modes NAME MODEL REFDIR MODE...: MODEL's logits in each mode (its experts read from its
 # files by the store, through caches down to one token's top-k) are the mapped run's bits.
 check_modes() {
@@ -77,6 +95,7 @@ for f in "$FIX"/gguf/*.gguf; do
     check_modes "gguf $base" "$f" "$dir" "--experts resident" "--experts stream --cache-experts K" \
         "--experts stream --cache-experts K --cache-policy lru --batch 3" \
         "--experts stream --direct-io --cache-experts K1"
+    pack_keeps "$base" "$f" "$ids" "$TMP/mapped.f32" "$k"
 done
 
 # next_ref NAME FILE SRC KEY=JSON...: a GGUF file that llama.cpp reads otherwise than its
@@ -487,6 +506,7 @@ for f in "$QD"/*.gguf; do
     # its experts streamed through the smallest cache: the mapped bits
     "$BIN" logits "$f" --ids "$qids" --out "$TMP/qs.f32" --experts stream --cache-experts 2 --batch 7 \
         2>/dev/null && cmp -s "$TMP/qp.f32" "$TMP/qs.f32" || bad "gguf $t streamed: other bits"
+    pack_keeps "$t" "$f" "$qids" "$TMP/qp.f32" 2
 done
 # Types mixed across layers and within an expert (tests/fixtures/gguf_mixed): the default backend
 # against the CPU's (within 1e-2: the CPU rounds Q4_0/Q8_0 activations to int8, CUDA does not),
@@ -500,6 +520,46 @@ if "$BIN" logits "$M3" --ids "$qids" --out "$TMP/m1.f32" 2>"$TMP/err" &&
 else
     bad "gguf mixed types: $(cat "$TMP/err")"
 fi
+pack_keeps "qwen3_mixed" "$M3" "$qids" "$TMP/m1.f32" 4
+# A GGUF's pack: quantised weights are never quantised again; F32 ones quantise as the checkpoint
+# they were converted from does (the same int8 pack, bit for bit); the tokenizer, template and
+# eos ids travel into the pack's files; a flipped byte fails verify, naming layer and expert.
+expect_fail "pack --quant on a quantised GGUF is refused" \
+    "q4_k.gguf: the weights are already quantised (tensor '.*' is Q4_K).*drop --quant int4" \
+    "$BIN" pack "$QD/q4_k.gguf" "$TMP/pq" --quant int4
+[ -e "$TMP/pq" ] && bad "refused pack left $TMP/pq"
+ids=$(json_field "$FIX/qwen3_prefix_sharded/ref.json" ids)
+if "$BIN" pack "$FIX/gguf/qwen3_prefix_sharded.f32.gguf" "$TMP/pg8" --quant int8 2>"$TMP/err" &&
+    "$BIN" pack "$FIX/qwen3_prefix_sharded" "$TMP/ph8" --quant int8 2>>"$TMP/err" &&
+    "$BIN" logits "$TMP/pg8" --ids "$ids" --out "$TMP/g8.f32" 2>>"$TMP/err" &&
+    "$BIN" logits "$TMP/ph8" --ids "$ids" --out "$TMP/h8.f32" 2>>"$TMP/err" && cmp -s "$TMP/g8.f32" "$TMP/h8.f32"; then
+    ok "pack --quant int8 of an F32 GGUF: the checkpoint's int8 pack, bit for bit"
+else
+    bad "pack --quant int8 of an F32 GGUF: $(cat "$TMP/err")"
+fi
+printf '"hi there, <|im_start|>user 42"\n' >"$TMP/tk.jsonl"
+python3 tests/gguf_mutate.py "$Q" "$TMP/eos.gguf" eos
+"$BIN" pack "$TMP/eos.gguf" "$TMP/pgt" 2>/dev/null
+if [ "$("$BIN" tokenize "$TMP/pgt" --jsonl "$TMP/tk.jsonl" 2>&1)" = "$("$BIN" tokenize "$Q" --jsonl "$TMP/tk.jsonl" 2>&1)" ] &&
+    "$BIN" inspect "$TMP/pgt" 2>&1 | grep -q "^tokenizer      tokenizer.json, 256 ids" &&
+    "$BIN" inspect "$TMP/pgt" 2>&1 | grep -q "^chat template  ChatML" &&
+    "$BIN" inspect "$TMP/pgt" 2>&1 | grep -q "^end of turn    7$" &&
+    python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["temperature"] == 0.625' "$TMP/pgt/generation_config.json"; then
+    ok "pack of a GGUF: its tokenizer, chat template and end of turn in the pack's files"
+else
+    bad "pack of a GGUF: tokenizer, template or eos differ"
+fi
+"$BIN" pack "$QD/q6_k.gguf" "$TMP/pgd" 2>/dev/null
+python3 - "$TMP/pgd/experts-000.bin" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b")
+f.seek(4096 + 5000)
+b = f.read(1)
+f.seek(4096 + 5000)
+f.write(bytes([b[0] ^ 0x40]))
+PY
+expect_fail "verify a damaged GGUF pack names layer and expert" \
+    "experts-000.bin: SHA-256 mismatch.*layer 0, expert 0: checksum mismatch" "$BIN" verify "$TMP/pgd"
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
 for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \

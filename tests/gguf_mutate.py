@@ -1,10 +1,11 @@
 # Writes a damaged copy of a GGUF fixture for the error tests (tests/cli_test.sh):
-#   gguf_mutate.py SRC DST embd|experts|arch|type|cut|qsa
+#   gguf_mutate.py SRC DST embd|experts|arch|type|cut|qsa|mtp|eos
 # embd/experts: metadata that disagrees with the tensors; arch: an architecture sluice does
 # not run; type: an unknown ggml type id; cut: the last 1000 bytes gone; qsa: Qwen4-Exp's last
 # layer given compress ratio 4 (what its converter writes for a layer transformers calls
 # full_attention), so that its QSA indexer runs; mtp: one more block, counted as an MTP layer
-# (nextn_predict_layers 1, what the converter writes when it appends one), so the same model.
+# (nextn_predict_layers 1, what the converter writes when it appends one), so the same model;
+# eos (not damage): an eos id (7) and a sampling temperature (0.625) added to the metadata.
 import struct, sys
 src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
 b = bytearray(open(src, "rb").read())
@@ -66,4 +67,18 @@ elif what == "mtp":
     struct.pack_into("<Q", b, 16, n_kv + 2)
 elif what == "cut":
     b = b[: len(b) - 1000]
+elif what == "eos":
+    def kv(key, vtype, value):
+        k = key.encode()
+        return struct.pack("<Q", len(k)) + k + struct.pack("<I", vtype) + value
+    add = kv("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 7))
+    add += kv("general.sampling.temp", 6, struct.pack("<f", 0.625))
+    # a string of padding: the data section keeps its alignment (32) when the insertion is a
+    # multiple of it
+    fixed = len(kv("sluice.pad", 8, struct.pack("<Q", 0)))
+    pad = (-(len(add) + fixed)) % 32
+    add += kv("sluice.pad", 8, struct.pack("<Q", pad) + b" " * pad)
+    n_kv = struct.unpack_from("<Q", b, 16)[0]
+    struct.pack_into("<Q", b, 16, n_kv + 3)
+    b = b[:24] + add + b[24:]
 open(dst, "wb").write(b)

@@ -23,7 +23,8 @@ PYTHONPATH="$SRC/gguf-py" $PY "$(dirname "$0")/make_gguf_quant_fixture.py" "$OUT
 cc -O2 -o "$OUT/llama_ref_logits" "$(dirname "$0")/llama_ref_logits.c" -I"$SRC/include" \
     -I"$SRC/ggml/include" -L"$BUILD/bin" -lllama -lggml -lggml-base -Wl,-rpath,"$BUILD/bin"
 ids=$($PY -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["ids"])))' "$OUT/prompt.json")
-for t in F32 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS MXFP4_MOE; do
+# TYPES="IQ4_NL" makes only those (the model and prompt are the same every run: seeded).
+for t in ${TYPES:-F32 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS IQ4_NL MXFP4_MOE}; do
     f="$OUT/$(echo "$t" | tr 'A-Z' 'a-z').gguf"
     [ "$t" = F32 ] || "$BUILD/bin/llama-quantize" --pure "$OUT/f32.gguf" "$f" "$t" >"$OUT/quantize-$t.log" 2>&1
     "$OUT/llama_ref_logits" "$f" "$ids" 16 "${f%.gguf}.logits.f32" "${f%.gguf}.greedy.txt" 2>"$OUT/ref-$t.log"

@@ -31,6 +31,7 @@ sl_dtype sl_gguf_dtype(uint32_t t) {
     case SL_GGML_Q5_K: return SL_DTYPE_Q5_K;
     case SL_GGML_Q6_K: return SL_DTYPE_Q6_K;
     case SL_GGML_IQ4_XS: return SL_DTYPE_IQ4_XS;
+    case SL_GGML_IQ4_NL: return SL_DTYPE_IQ4_NL;
     case SL_GGML_MXFP4: return SL_DTYPE_MXFP4;
     default: return SL_DTYPE_NONE;
     }

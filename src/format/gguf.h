@@ -59,6 +59,7 @@ typedef enum sl_gguf_ttype {
     SL_GGML_Q4_K = 12,
     SL_GGML_Q5_K = 13,
     SL_GGML_Q6_K = 14,
+    SL_GGML_IQ4_NL = 20,
     SL_GGML_IQ4_XS = 23,
     SL_GGML_BF16 = 30,
     SL_GGML_MXFP4 = 39,

@@ -27,8 +27,12 @@ static void wr64(uint8_t *p, uint64_t v) {
     wr32(p + 4, (uint32_t)(v >> 32));
 }
 
-static const sl_dtype code_table[] = {SL_DTYPE_NONE, SL_DTYPE_F32, SL_DTYPE_F16, SL_DTYPE_BF16,
-                                      SL_DTYPE_Q8,   SL_DTYPE_Q4,  SL_DTYPE_I64};
+/* Codes 7 on (ggml's block types) appear from version 3 on (pack.h). */
+static const sl_dtype code_table[] = {
+    SL_DTYPE_NONE, SL_DTYPE_F32,  SL_DTYPE_F16,    SL_DTYPE_BF16,  SL_DTYPE_Q8,
+    SL_DTYPE_Q4,   SL_DTYPE_I64,  SL_DTYPE_Q8_0,   SL_DTYPE_Q4_0,  SL_DTYPE_Q4_1,
+    SL_DTYPE_Q5_0, SL_DTYPE_Q5_1, SL_DTYPE_Q2_K,   SL_DTYPE_Q3_K,  SL_DTYPE_Q4_K,
+    SL_DTYPE_Q5_K, SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4, SL_DTYPE_IQ4_NL};
 #define N_CODES (sizeof code_table / sizeof code_table[0])
 
 uint8_t sl_pack_dtype_code(sl_dtype t) {
@@ -52,6 +56,13 @@ static int version_ok(uint32_t v) {
     return v >= SL_PACK_VERSION_MIN && v <= SL_PACK_VERSION;
 }
 
+/* A matrix of type t with rows of cols elements in a file of this version: block types only
+ * from version 3, and only rows of whole blocks. */
+static int matrix_type_ok(sl_dtype t, int64_t cols, uint32_t version) {
+    if (!sl_dtype_is_block(t)) return 1;
+    return version >= 3 && cols > 0 && cols % sl_dtype_block_size(t) == 0;
+}
+
 /* [off, off + len) lies inside [lo, size): overflow-safe. */
 static int in_file(uint64_t off, uint64_t len, uint64_t lo, uint64_t size) {
     return off >= lo && off <= size && len <= size - off;
@@ -64,7 +75,7 @@ static int cmp_tensor_name(const void *a, const void *b) {
 /* One index record -> tensor view, every field checked. */
 static sl_status parse_record(sl_tensor *t, const char *path, int32_t i, const uint8_t *r,
                               const uint8_t *base, uint64_t data_off, uint64_t size,
-                              sl_error *err) {
+                              uint32_t version, sl_error *err) {
     if (!memchr(r, 0, SL_CORE_NAME) || r[0] == 0)
         return sl_fail(err, SL_ERR_FORMAT, "%s: index record %d: bad tensor name", path, i);
     const char *name = (const char *)r;
@@ -83,12 +94,17 @@ static sl_status parse_record(sl_tensor *t, const char *path, int32_t i, const u
     }
     uint64_t off = rd64(r + 200), bytes = rd64(r + 208);
     uint64_t want, rows = count, cols = 1;
-    if (sl_dtype_is_quant(t->dtype)) {
+    if (sl_dtype_is_quant(t->dtype) || sl_dtype_is_block(t->dtype)) {
         if (t->ndim != 2)
             return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s': quantised tensors are 2-D", path,
                            name);
         rows = (uint64_t)t->shape[0];
         cols = (uint64_t)t->shape[1];
+        if (!matrix_type_ok(t->dtype, (int64_t)cols, version))
+            return sl_fail(err, SL_ERR_FORMAT,
+                           "%s: tensor '%s': type %s in a version-%u file, or rows of %llu "
+                           "elements that are not whole blocks",
+                           path, name, sl_dtype_name(t->dtype), version, (unsigned long long)cols);
         want = rows * sl_row_bytes(t->dtype, (int64_t)cols);
     } else {
         want = count * sl_dtype_size(t->dtype);
@@ -147,7 +163,7 @@ sl_status sl_core_parse(sl_st_file *f, const char *path, const void *bytes, size
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *r = p + SL_CORE_HEADER + (size_t)i * SL_CORE_RECORD;
         sl_tensor *t = &f->tensors[i];
-        sl_status st = parse_record(t, path, (int32_t)i, r, p, data_off, size, err);
+        sl_status st = parse_record(t, path, (int32_t)i, r, p, data_off, size, version, err);
         if (st) return st;
         if (!(t->name = strdup((const char *)r)))
             return sl_fail(err, SL_ERR_NOMEM, "out of memory");
@@ -228,14 +244,14 @@ static uint64_t align_up(uint64_t x, uint64_t a) {
 
 void sl_experts_layout(sl_experts_header *h) {
     const int64_t H = h->hidden, I = h->inter;
-    const int q = sl_dtype_is_quant(h->dtype);
     /* gate [I, H], up [I, H], down [H, I] */
     const int64_t rows[3] = {I, I, H}, cols[3] = {H, H, I};
     uint64_t off = 0;
     for (int m = 0; m < 3; m++) {
+        const int q = sl_dtype_is_quant(h->dtype[m]);
         uint64_t sb = (uint64_t)rows[m] * (uint64_t)sl_qgroups(cols[m]) * 2;
         h->part[3 * m] = off;
-        off = align_up(off + (uint64_t)rows[m] * sl_row_bytes(h->dtype, cols[m]), SL_PACK_ALIGN);
+        off = align_up(off + (uint64_t)rows[m] * sl_row_bytes(h->dtype[m], cols[m]), SL_PACK_ALIGN);
         h->part[3 * m + 1] = q ? off : 0;
         off = q ? align_up(off + sb, SL_PACK_ALIGN) : off;
         h->part[3 * m + 2] = q ? off : 0;
@@ -258,21 +274,31 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
     h->version = rd32(p + 8);
     h->layer = rd32(p + 12);
     h->n_experts = rd32(p + 16);
-    h->dtype = sl_pack_dtype_from_code((uint8_t)rd32(p + 20));
+    /* Version 3: a code per matrix in bytes 20-22 (23 zero); before, one u32 code for all. */
+    const uint32_t codes = rd32(p + 20);
+    for (int m = 0; m < 3; m++)
+        h->dtype[m] = sl_pack_dtype_from_code(h->version >= 3 ? (uint8_t)(codes >> (8 * m))
+                                              : codes > 255   ? 0
+                                                              : (uint8_t)codes);
     h->hidden = rd32(p + 24);
     h->inter = rd32(p + 28);
     if (!version_ok(h->version))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: format version %u (this sluice reads %d to %d)", path, h->version,
                        SL_PACK_VERSION_MIN, SL_PACK_VERSION);
+    int types_ok = h->version < 3 || codes >> 24 == 0;
+    for (int m = 0; m < 3; m++) {
+        const sl_dtype t = h->dtype[m];
+        types_ok &= (t == SL_DTYPE_BF16 || t == SL_DTYPE_F16 || t == SL_DTYPE_F32 ||
+                     sl_dtype_is_quant(t) || sl_dtype_is_block(t)) &&
+                    matrix_type_ok(t, m == 2 ? h->inter : h->hidden, h->version);
+    }
     if (h->n_experts == 0 || h->n_experts > (1u << 16) || h->hidden == 0 || h->inter == 0 ||
-        h->hidden > (1u << 20) || h->inter > (1u << 20) ||
-        !(h->dtype == SL_DTYPE_BF16 || h->dtype == SL_DTYPE_F16 || h->dtype == SL_DTYPE_F32 ||
-          sl_dtype_is_quant(h->dtype)))
+        h->hidden > (1u << 20) || h->inter > (1u << 20) || !types_ok)
         return sl_fail(err, SL_ERR_FORMAT,
                        "%s: bad header (experts %u, hidden %u, inter %u, "
-                       "dtype code %u)",
-                       path, h->n_experts, h->hidden, h->inter, rd32(p + 20));
+                       "dtype codes %08x)",
+                       path, h->n_experts, h->hidden, h->inter, codes);
     /* The layout is a function of dtype and shapes: recompute it and demand a match. */
     sl_experts_header want = *h;
     sl_experts_layout(&want);
@@ -314,7 +340,11 @@ void sl_experts_header_write(const sl_experts_header *h, const uint32_t *crc, ui
     wr32(buf + 8, h->version);
     wr32(buf + 12, h->layer);
     wr32(buf + 16, h->n_experts);
-    wr32(buf + 20, sl_pack_dtype_code(h->dtype));
+    if (h->version >= 3)
+        for (int m = 0; m < 3; m++)
+            buf[20 + m] = sl_pack_dtype_code(h->dtype[m]);
+    else
+        wr32(buf + 20, sl_pack_dtype_code(h->dtype[0]));
     wr32(buf + 24, h->hidden);
     wr32(buf + 28, h->inter);
     wr64(buf + 32, h->blob_bytes);
@@ -331,12 +361,12 @@ void sl_experts_header_write(const sl_experts_header *h, const uint32_t *crc, ui
 
 sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int which) {
     const int64_t H = h->hidden, I = h->inter;
-    sl_tensor t = {.dtype = h->dtype, .ndim = 2};
+    sl_tensor t = {.dtype = h->dtype[which], .ndim = 2};
     t.shape[0] = which == 2 ? H : I;
     t.shape[1] = which == 2 ? I : H;
     t.data = blob + h->part[3 * which];
-    t.nbytes = (size_t)t.shape[0] * sl_row_bytes(h->dtype, t.shape[1]);
-    if (sl_dtype_is_quant(h->dtype)) {
+    t.nbytes = (size_t)t.shape[0] * sl_row_bytes(t.dtype, t.shape[1]);
+    if (sl_dtype_is_quant(t.dtype)) {
         t.scales = (const uint16_t *)(blob + h->part[3 * which + 1]);
         t.biases = (const uint16_t *)(blob + h->part[3 * which + 2]);
     }

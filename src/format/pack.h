@@ -16,13 +16,15 @@
  * a forward pass reads is covered by a CRC32C (core/crc32c.h): each core tensor (in its
  * index record), each expert blob (a table in the experts file's header), each n-gram row
  * (its last four bytes), and every header itself. Version 1 packs load without checks.
+ * Version 3 adds ggml's block types (a GGUF's tensors, bytes as they were) to core.bin and the
+ * experts files, and a type per matrix of an expert (gate, up, down), as GGUF files mix them.
  */
 #ifndef SL_PACK_H
 #define SL_PACK_H
 
 #include "format/safetensors.h"
 
-#define SL_PACK_VERSION       2 /* what pack writes: with checksums */
+#define SL_PACK_VERSION       3 /* what pack writes: checksums, ggml block types, per-matrix types */
 #define SL_PACK_VERSION_MIN   1 /* the oldest read: version 1, no checksums */
 #define SL_PACK_PAGE          4096u
 #define SL_PACK_ALIGN         64u
@@ -52,7 +54,9 @@ typedef enum {
 
 typedef struct sl_experts_header {
     uint32_t version, layer, n_experts;
-    sl_dtype dtype; /* of the three matrices: BF16, F16, F32, Q8 or Q4 */
+    /* of gate, up and down: BF16, F16, F32, Q8 or Q4, all three the same before version 3;
+     * from version 3 each its own, block types too */
+    sl_dtype dtype[3];
     uint32_t hidden, inter;
     uint64_t blob_bytes;  /* stride between experts, a multiple of SL_PACK_PAGE */
     uint64_t data_offset; /* first blob: 4096, or past a version-2 CRC table of > 960 experts */
@@ -84,7 +88,9 @@ int sl_ngram_row_ok(const sl_ngram_header *h, const uint8_t *row);
 /* Version 2: writes that CRC into the row's last four bytes. */
 void sl_ngram_row_seal(const sl_ngram_header *h, uint8_t *row);
 
-/* On-disk dtype codes (stable across versions, unlike sl_dtype). */
+/* On-disk dtype codes (stable across versions, unlike sl_dtype): 1-6 F32, F16, BF16, Q8, Q4,
+ * I64 in every version; from version 3, 7-18 ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, and 19 IQ4_NL. */
 uint8_t sl_pack_dtype_code(sl_dtype t);
 sl_dtype sl_pack_dtype_from_code(uint8_t c);
 
@@ -111,7 +117,7 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
  * h->data_offset bytes) and copies the per-expert CRC32C table into crc[n_experts]. */
 sl_status sl_experts_checksums(const sl_experts_header *h, const char *path, const void *bytes,
                                size_t n, uint32_t *crc, sl_error *err);
-/* Sizes of one expert's arrays for a header's dtype and shapes: the blob layout. */
+/* Sizes of one expert's arrays for a header's dtypes and shapes: the blob layout. */
 void sl_experts_layout(sl_experts_header *h);
 /* A view of one matrix of the expert whose blob starts at blob. */
 sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob,

@@ -19,6 +19,7 @@ static const struct {
     [SL_DTYPE_Q3_K] = {"Q3_K", 256, 110},     [SL_DTYPE_Q4_K] = {"Q4_K", 256, 144},
     [SL_DTYPE_Q5_K] = {"Q5_K", 256, 176},     [SL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
     [SL_DTYPE_IQ4_XS] = {"IQ4_XS", 256, 136}, [SL_DTYPE_MXFP4] = {"MXFP4", 32, 17},
+    [SL_DTYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
 };
 
 static const struct {

@@ -42,6 +42,7 @@ typedef enum sl_dtype {
     SL_DTYPE_Q6_K,
     SL_DTYPE_IQ4_XS,
     SL_DTYPE_MXFP4,
+    SL_DTYPE_IQ4_NL, /* after MXFP4: the block types stay one range */
     SL_DTYPE_COUNT
 } sl_dtype;
 
@@ -84,7 +85,7 @@ size_t sl_row_bytes(sl_dtype t, int64_t cols);
 int32_t sl_dtype_block_size(sl_dtype t);
 size_t sl_dtype_block_bytes(sl_dtype t);
 static inline int sl_dtype_is_block(sl_dtype t) {
-    return t >= SL_DTYPE_Q8_0 && t <= SL_DTYPE_MXFP4;
+    return t >= SL_DTYPE_Q8_0 && t <= SL_DTYPE_IQ4_NL;
 }
 /* Bits per weight as stored ("4.5" for Q4_0); scales and biases of Q8/Q4 counted. */
 double sl_dtype_bits(sl_dtype t);

@@ -9,6 +9,7 @@
  *   Q5_0   32 el, 22 B   d | qh[4] | qs[16]                   w = (q - 16) * d
  *   Q5_1   32 el, 24 B   d | m | qh[4] | qs[16]               w = q * d + m
  *   MXFP4  32 el, 17 B   e (E8M0) | qs[16]                    w = kv_fp4[q] * 2^(e - 128)
+ *   IQ4_NL 32 el, 18 B   d | qs[16]                           w = d * kv_iq4nl[q]
  *
  *   The 32-element types put element j (j < 16) in the low nibble of qs[j] and element j + 16 in
  *   its high nibble; Q5's fifth bit of element j is bit j of qh (a little-endian u32).
@@ -209,6 +210,16 @@ static void deq_q6_k(const uint8_t *b, float *y) {
             }
 }
 
+/* IQ4_XS's grid with one f16 scale per 32: what llama-quantize writes for the rows of an IQ4_XS
+ * model whose length is not a multiple of 256. */
+static void deq_iq4_nl(const uint8_t *b, float *y) {
+    const float d = f16_at(b);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)sl_kvalues_iq4nl[b[2 + j] & 15];
+        y[j + 16] = d * (float)sl_kvalues_iq4nl[b[2 + j] >> 4];
+    }
+}
+
 static void deq_iq4_xs(const uint8_t *b, float *y) {
     const float d = f16_at(b);
     const unsigned sh = (unsigned)(b[2] | b[3] << 8);
@@ -242,6 +253,7 @@ void sl_dequant_row(sl_dtype t, const void *src, float *dst, int64_t n) {
         case SL_DTYPE_Q5_K: deq_q5_k(b, dst); break;
         case SL_DTYPE_Q6_K: deq_q6_k(b, dst); break;
         case SL_DTYPE_IQ4_XS: deq_iq4_xs(b, dst); break;
+        case SL_DTYPE_IQ4_NL: deq_iq4_nl(b, dst); break;
         default: SL_ASSERT(0);
         }
     }
@@ -492,6 +504,15 @@ static void quant_iq4_xs(const float *x, uint8_t *b) {
     b[3] = (uint8_t)(sh >> 8);
 }
 
+static void quant_iq4_nl(const float *x, uint8_t *b, int64_t i) {
+    const uint16_t hd = f16_of((i & 1 ? -1.0f : 1.0f) * amax_of(x, 32) / 127.0f);
+    const float id = inv(sl_f16_to_f32(hd));
+    f16_put(b, hd);
+    for (int l = 0; l < 16; l++)
+        b[2 + l] = (uint8_t)(nearest(sl_kvalues_iq4nl, fin(x[l]) * id) |
+                             nearest(sl_kvalues_iq4nl, fin(x[l + 16]) * id) << 4);
+}
+
 void sl_quant_row_simple(sl_dtype t, const float *src, void *dst, int64_t n) {
     SL_ASSERT(sl_dtype_is_block(t) && n % sl_dtype_block_size(t) == 0);
     const int32_t bs = sl_dtype_block_size(t);
@@ -511,6 +532,7 @@ void sl_quant_row_simple(sl_dtype t, const float *src, void *dst, int64_t n) {
         case SL_DTYPE_Q5_K: quant_q45_k(t, src, b); break;
         case SL_DTYPE_Q6_K: quant_q6_k(src, b); break;
         case SL_DTYPE_IQ4_XS: quant_iq4_xs(src, b); break;
+        case SL_DTYPE_IQ4_NL: quant_iq4_nl(src, b, i); break;
         default: SL_ASSERT(0);
         }
     }

@@ -2,9 +2,9 @@
  * ggml's block formats (GGUF weights): dequantisation and a simple quantiser.
  *
  * An [N, K] tensor of a block type holds each row as K / B self-contained blocks of B elements
- * (B = sl_dtype_block_size: 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4; 256 for the K-quants and
- * IQ4_XS), laid out byte for byte as ggml defines them (ggml-common.h); scales live inside the
- * blocks, so the tensor's scales/biases are NULL. blocks.c draws each layout.
+ * (B = sl_dtype_block_size: 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL; 256 for the
+ * K-quants and IQ4_XS), laid out byte for byte as ggml defines them (ggml-common.h); scales live
+ * inside the blocks, so the tensor's scales/biases are NULL. blocks.c draws each layout.
  *
  * sl_dequant_row is the reference: float32 arithmetic in the order ggml's dequantize_row_* uses,
  * so its floats are bit for bit ggml's (tests/unit/test_blocks.c checks them against floats that

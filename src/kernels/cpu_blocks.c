@@ -170,7 +170,8 @@ B2_ATTR BINL void bblock_scales(const sl_dtype t, const uint8_t *b, bscales *o) 
     switch (t) {
     case SL_DTYPE_Q8_0:
     case SL_DTYPE_Q4_0:
-    case SL_DTYPE_Q5_0: o->s[0] = h16_at(b); break;
+    case SL_DTYPE_Q5_0:
+    case SL_DTYPE_IQ4_NL: o->s[0] = h16_at(b); break;
     case SL_DTYPE_Q4_1:
     case SL_DTYPE_Q5_1:
         o->s[0] = h16_at(b);
@@ -279,6 +280,11 @@ B2_ATTR BINL void bgroup_codes(const sl_dtype t, const uint8_t *b, int g, __m128
     }
     case SL_DTYPE_MXFP4: {
         const __m128i q = bload(b + 1), kv = table16(sl_kvalues_mxfp4);
+        *c0 = _mm_shuffle_epi8(kv, lo_nib(q)), *c1 = _mm_shuffle_epi8(kv, hi_nib(q));
+        break;
+    }
+    case SL_DTYPE_IQ4_NL: {
+        const __m128i q = bload(b + 2), kv = table16(sl_kvalues_iq4nl);
         *c0 = _mm_shuffle_epi8(kv, lo_nib(q)), *c1 = _mm_shuffle_epi8(kv, hi_nib(q));
         break;
     }
@@ -510,6 +516,7 @@ B5_ATTR BINL void bblock_avx512(const sl_dtype t, const uint8_t *b, float *dst) 
             case SL_DTYPE_Q5_K: bblock_##ISA(SL_DTYPE_Q5_K, src, dst); break;                      \
             case SL_DTYPE_Q6_K: bblock_##ISA(SL_DTYPE_Q6_K, src, dst); break;                      \
             case SL_DTYPE_IQ4_XS: bblock_##ISA(SL_DTYPE_IQ4_XS, src, dst); break;                  \
+            case SL_DTYPE_IQ4_NL: bblock_##ISA(SL_DTYPE_IQ4_NL, src, dst); break;                  \
             default: SL_ASSERT(0);                                                                 \
             }                                                                                      \
     }
@@ -561,6 +568,9 @@ DEFINE_BDEQUANT(avx512, B5_ATTR)
         case SL_DTYPE_Q6_K: brows_body_##ISA(SL_DTYPE_Q6_K, y, x, w, ws, K, N, T, n0, n1); break;  \
         case SL_DTYPE_IQ4_XS:                                                                      \
             brows_body_##ISA(SL_DTYPE_IQ4_XS, y, x, w, ws, K, N, T, n0, n1);                       \
+            break;                                                                                 \
+        case SL_DTYPE_IQ4_NL:                                                                      \
+            brows_body_##ISA(SL_DTYPE_IQ4_NL, y, x, w, ws, K, N, T, n0, n1);                       \
             break;                                                                                 \
         default: SL_ASSERT(0);                                                                     \
         }                                                                                          \

@@ -287,8 +287,9 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
     /* A pack's experts are in the store, not the checkpoint. */
     for (int32_t l = 0; m->kind == SL_MODEL_PACK && l < m->cfg.n_layers; l++) {
         const sl_expert_layer *L = &m->experts.layers[l];
-        if (L->n_experts)
-            count[0][L->hdr.dtype] += 3.0 * L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+        for (int k = 0; L->n_experts && k < 3; k++)
+            count[0][L->hdr.dtype[k]] +=
+                (double)L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
     }
     size_t k = 0;
     buf[0] = '\0';

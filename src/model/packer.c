@@ -1,5 +1,6 @@
 /*
- * sl_pack: Hugging Face checkpoint -> packed directory; sl_verify: a packed directory against
+ * sl_pack: Hugging Face checkpoint or GGUF file -> packed directory (a GGUF's block types kept,
+ * bytes copied, never quantised twice); sl_verify: a packed directory against
  * its manifest and its own checksums; sl_pack_convert: a pack rewritten at another format
  * version (sluice verify --upgrade adds checksums to a version-1 pack).
  *
@@ -24,13 +25,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "chat/genconfig.h"
 #include "core/crc32c.h"
+#include "format/gguf.h"
 #include "format/pack.h"
 #include "kernels/fp8.h"
 #include "kernels/quant.h"
 #include "families/qwen4_exp/qwen4_exp.h"
 #include "model/model.h"
+#include "model/gguf_ckpt.h"
 #include "model/packer.h"
+#include "tokenizer/tokenizer.h"
 
 /* ------------------------------------------------------------- writer */
 
@@ -173,7 +178,7 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* What a float tensor becomes in the pack. */
 static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
-    if (t->dtype == SL_DTYPE_I64) return SL_DTYPE_I64;
+    if (t->dtype == SL_DTYPE_I64 || p->quant == SL_QUANT_KEEP) return t->dtype;
     const int is_router =
         ends_with(t->name, "mlp.gate.weight") || ends_with(t->name, "shared_expert_gate.weight");
     if (t->ndim == 2 && p->quant != SL_QUANT_BF16 && (!is_router || p->quant_router))
@@ -221,6 +226,11 @@ static void convert_matrix_mem(const sl_tensor *t, sl_dtype dt, uint8_t *data, u
                                uint16_t *bi, float *rows, int64_t row_cap) {
     const int64_t N = t->shape[0], K = t->shape[1], G = sl_qgroups(K);
     const size_t rb = sl_row_bytes(dt, K);
+    if (dt == t->dtype) { /* kept: the bytes as they are (a GGUF's block types too) */
+        SL_ASSERT(t->nbytes == (size_t)N * rb);
+        memcpy(data, t->data, t->nbytes);
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         float *row = rows + (size_t)omp_get_thread_num() * (size_t)row_cap;
@@ -293,8 +303,11 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
                            "packable",
                            t->name, t->ndim);
         }
+        /* block types (a GGUF's) only as they are, and as matrices */
+        const int block_ok =
+            sl_dtype_is_block(t->dtype) && p->quant == SL_QUANT_KEEP && t->ndim == 2;
         if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
-            t->dtype != SL_DTYPE_I64 && !(sl_tensor_is_fp8(t) && t->ndim == 2)) {
+            t->dtype != SL_DTYPE_I64 && !block_ok && !(sl_tensor_is_fp8(t) && t->ndim == 2)) {
             free(items);
             return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s cannot be packed",
                            sl_ckpt_path(ck, &ck->entries[i]), t->name, sl_dtype_name(t->dtype));
@@ -306,7 +319,7 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
         const int64_t rows = t->ndim == 2 ? t->shape[0] : 1;
         const int64_t cols =
             t->ndim == 2 ? t->shape[1] : (int64_t)(t->nbytes / sl_dtype_size(t->dtype));
-        it->bytes = sl_dtype_is_quant(it->dt)
+        it->bytes = sl_dtype_is_quant(it->dt) || sl_dtype_is_block(it->dt)
                         ? (uint64_t)rows * sl_row_bytes(it->dt, cols)
                         : (uint64_t)rows * (uint64_t)cols * sl_dtype_size(it->dt);
         it->s_bytes =
@@ -340,7 +353,8 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
         core_item *it = &items[i];
         hw_pad_to(&w, it->off);
         w.crc = 0;
-        if (it->dt == SL_DTYPE_I64) {
+        if (it->dt == it->src->dtype) { /* I64, or kept as it is */
+            SL_ASSERT(it->src->nbytes == it->bytes);
             hw_put(&w, it->src->data, it->src->nbytes);
         } else {
             convert_rows(&w, it->src, it->dt, row, qrow, sc, bi);
@@ -398,12 +412,15 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
                            .n_experts = (uint32_t)c->n_experts,
                            .hidden = (uint32_t)c->hidden_size,
                            .inter = (uint32_t)c->moe_intermediate_size};
-    if (p->quant == SL_QUANT_INT8)
-        h.dtype = SL_DTYPE_Q8;
-    else if (p->quant == SL_QUANT_INT4)
-        h.dtype = SL_DTYPE_Q4;
-    else
-        h.dtype = ex[0].gate.dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : ex[0].gate.dtype;
+    /* Each matrix its own type (a GGUF's down_proj is often of another type than gate and
+     * up), the same for every expert of the layer. */
+    const sl_tensor *first[3] = {&ex[0].gate, &ex[0].up, &ex[0].down};
+    for (int k = 0; k < 3; k++)
+        h.dtype[k] = p->quant == SL_QUANT_INT8         ? SL_DTYPE_Q8
+                     : p->quant == SL_QUANT_INT4       ? SL_DTYPE_Q4
+                     : p->quant == SL_QUANT_KEEP       ? first[k]->dtype
+                     : first[k]->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16
+                                                       : first[k]->dtype;
     sl_experts_layout(&h);
     uint8_t *blob = malloc(SL_MAX(h.blob_bytes, h.data_offset));
     uint32_t *crc = calloc(h.n_experts, sizeof(uint32_t));
@@ -418,17 +435,21 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
     if (!st) {
         /* The blobs first, at their places; the header with their checksums last. */
         hw_pad_to(&w, h.data_offset);
-        for (int32_t e = 0; e < c->n_experts; e++) {
+        for (int32_t e = 0; !st && e < c->n_experts; e++) {
             memset(blob, 0, h.blob_bytes);
             const sl_tensor *src[3] = {&ex[e].gate, &ex[e].up, &ex[e].down};
             for (int which = 0; which < 3; which++) {
-                if (src[which]->dtype != ex[0].gate.dtype) {
-                    st = sl_fail(err, SL_ERR_UNSUPPORTED, "layer %d expert %d: mixed dtypes", l, e);
+                if (src[which]->dtype != first[which]->dtype) {
+                    st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                                 "layer %d expert %d: %s is %s, expert 0's is %s (a layer's "
+                                 "experts share their types)",
+                                 l, e, src[which]->name, sl_dtype_name(src[which]->dtype),
+                                 sl_dtype_name(first[which]->dtype));
                     break;
                 }
                 sl_tensor v = sl_expert_matrix(&h, blob, which);
-                convert_matrix_mem(src[which], h.dtype, (uint8_t *)v.data, (uint16_t *)v.scales,
-                                   (uint16_t *)v.biases, row, row_cap);
+                convert_matrix_mem(src[which], h.dtype[which], (uint8_t *)v.data,
+                                   (uint16_t *)v.scales, (uint16_t *)v.biases, row, row_cap);
             }
             crc[e] = sl_crc32c(0, blob, h.blob_bytes);
             hw_put(&w, blob, h.blob_bytes);
@@ -454,6 +475,7 @@ static sl_status write_ngram(const sl_model *m, int32_t l, const char *path,
     const sl_ngram_table *tb = q4_ngram_table(m, l);
     const sl_dtype dt = p->quant == SL_QUANT_INT8   ? SL_DTYPE_Q8
                         : p->quant == SL_QUANT_INT4 ? SL_DTYPE_Q4
+                        : p->quant == SL_QUANT_KEEP ? tb->dtype
                         : tb->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16
                                                     : tb->dtype;
     sl_ngram_header h = {.version = SL_PACK_VERSION,
@@ -586,6 +608,93 @@ static sl_status prepare_out_dir(const char *src_dir, const char *out_dir, int32
     return st;
 }
 
+/* --quant on a GGUF whose weights are ggml block types: refused, naming one (quantising
+ * again would compound two roundings; F32/F16/BF16 GGUFs quantise as a checkpoint does). */
+static sl_status refuse_requant(const sl_model *m, const char *src, sl_quant q, sl_error *err) {
+    static const char *qnames[] = {"bf16", "int8", "int4"};
+    for (int32_t i = 0; i < m->ck.n_entries; i++) {
+        const sl_ckpt_entry *e = &m->ck.entries[i];
+        if (!sl_dtype_is_block(e->t->dtype)) continue;
+        return sl_fail(err, SL_ERR_ARG,
+                       "%s: the weights are already quantised (tensor '%s' is %s): a GGUF is "
+                       "packed with its types kept, bytes as they are; drop --quant %s (a GGUF "
+                       "is never quantised twice)",
+                       src, e->label, sl_dtype_name(e->t->dtype), qnames[q]);
+    }
+    return SL_OK;
+}
+
+/* A file of the pack written from memory, listed in files. */
+static sl_status put_text_file(const char *dir, const char *name, const char *text, size_t n,
+                               json_t *files, sl_error *err) {
+    char path[4096], hex[65];
+    uint64_t size = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    hwriter w;
+    sl_status st = hw_open(&w, path, err);
+    if (!st) {
+        hw_put(&w, text, n);
+        st = hw_commit(&w, hex, &size, err);
+    }
+    if (!st) json_array_append_new(files, file_entry(name, size, hex));
+    return st;
+}
+
+/* A JSON document as a pack file (json_dumps; doc is the caller's). */
+static sl_status put_json_file(const char *dir, const char *name, const json_t *doc, json_t *files,
+                               sl_error *err) {
+    char *text = json_dumps(doc, JSON_INDENT(1));
+    sl_status st = text ? put_text_file(dir, name, text, strlen(text), files, err)
+                        : sl_fail(err, SL_ERR_NOMEM, "%s/%s: out of memory", dir, name);
+    free(text);
+    return st;
+}
+
+/* What a GGUF's metadata holds besides the weights, as the files a pack of a Hugging Face
+ * checkpoint has: tokenizer.json (the document tokenizer_gguf.c builds from tokenizer.ggml.*,
+ * so the pack tokenizes as the GGUF does), chat_template.jinja (tokenizer.chat_template) and
+ * generation_config.json (eos and bos ids, sampling defaults: sl_gen_config_from_gguf). What
+ * the metadata lacks is left out, as a checkpoint's missing file is. */
+static sl_status write_gguf_extras(const char *src, const char *dir, json_t *files, sl_error *err) {
+    sl_gguf_file f = {0};
+    sl_status st = sl_gguf_open(&f, src, err);
+    if (!st && (sl_gguf_find_kv(&f, "tokenizer.ggml.tokens") ||
+                sl_gguf_find_kv(&f, "tokenizer.huggingface.json"))) {
+        json_t *doc = NULL;
+        if (!(st = sl_tokenizer_json_from_gguf(&f, &doc, err)))
+            st = put_json_file(dir, "tokenizer.json", doc, files, err);
+        json_decref(doc);
+    }
+    if (!st && sl_gguf_find_kv(&f, "tokenizer.chat_template")) {
+        sl_gguf_str t;
+        if (!(st = sl_gguf_get_str(&f, "tokenizer.chat_template", &t, err)))
+            st = put_text_file(dir, "chat_template.jinja", t.s, (size_t)t.len, files, err);
+    }
+    sl_gen_config g;
+    if (!st) st = sl_gen_config_from_gguf(&f, &g, err);
+    if (!st && (g.n_eos || g.bos >= 0 || g.temperature >= 0 || g.top_p >= 0 || g.min_p >= 0 ||
+                g.top_k >= 0)) {
+        json_t *o = json_object(), *eos = json_array();
+        for (int32_t i = 0; o && eos && i < g.n_eos; i++)
+            json_array_append_new(eos, json_integer(g.eos[i]));
+        if (o && eos && g.n_eos) json_object_set(o, "eos_token_id", eos);
+        if (o && g.bos >= 0) json_object_set_new(o, "bos_token_id", json_integer(g.bos));
+        const struct {
+            const char *key;
+            float v;
+        } fl[] = {{"temperature", g.temperature}, {"top_p", g.top_p}, {"min_p", g.min_p}};
+        for (size_t k = 0; o && k < sizeof fl / sizeof fl[0]; k++)
+            if (fl[k].v >= 0) json_object_set_new(o, fl[k].key, json_real(fl[k].v));
+        if (o && g.top_k >= 0) json_object_set_new(o, "top_k", json_integer(g.top_k));
+        st = o && eos ? put_json_file(dir, "generation_config.json", o, files, err)
+                      : sl_fail(err, SL_ERR_NOMEM, "out of memory");
+        json_decref(o);
+        json_decref(eos);
+    }
+    sl_gguf_close(&f);
+    return st;
+}
+
 /* A JSON file, read as a regular file (sl_read_file). */
 static json_t *load_json(const char *path, sl_error *err) {
     char *text = NULL;
@@ -628,11 +737,8 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     int created = 0;
     sl_status st = sl_model_check_dir(src_dir, &src_kind, err);
     if (st) return st;
-    if (src_kind == SL_MODEL_GGUF)
-        return sl_fail(err, SL_ERR_UNSUPPORTED,
-                       "%s: packing a GGUF file is not supported yet; run it directly (sluice "
-                       "run|generate|serve %s)",
-                       src_dir, src_dir);
+    const int gguf = src_kind == SL_MODEL_GGUF;
+    if (p.quant == SL_QUANT_AUTO) p.quant = gguf ? SL_QUANT_KEEP : SL_QUANT_INT8;
     if (src_kind == SL_MODEL_PACK)
         return sl_fail(err, SL_ERR_ARG,
                        "%s is already packed: pack reads Hugging Face checkpoints; give the "
@@ -642,7 +748,9 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     if ((st = prepare_out_dir(src_dir, out_dir, p.force, &created, err))) return st;
     sl_model_params mp = {.n_threads = 1};
     sl_model *m = NULL;
-    if ((st = sl_model_load(src_dir, &mp, &m, err))) {
+    if ((st = sl_model_load(src_dir, &mp, &m, err)) ||
+        (gguf && p.quant != SL_QUANT_KEEP && (st = refuse_requant(m, src_dir, p.quant, err)))) {
+        sl_model_free(m);
         if (created) rmdir(out_dir);
         return st;
     }
@@ -698,7 +806,8 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         }
         if (p.progress) p.progress(p.progress_user, "pack n-gram tables", l + 1, m->cfg.n_layers);
     }
-    for (size_t i = 0; !st && i < sizeof extra_files / sizeof extra_files[0]; i++) {
+    if (!st && gguf) st = write_gguf_extras(src_dir, out_dir, files, err);
+    for (size_t i = 0; !st && !gguf && i < sizeof extra_files / sizeof extra_files[0]; i++) {
         snprintf(src, sizeof src, "%s/%s", src_dir, extra_files[i]);
         if (stat(src, &sb) != 0) continue;
         snprintf(path, sizeof path, "%s/%s", out_dir, extra_files[i]);
@@ -706,9 +815,18 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
             json_array_append_new(files, file_entry(extra_files[i], size, hex));
     }
     if (!st) {
-        snprintf(path, sizeof path, "%s/config.json", src_dir);
-        json_t *cfg = load_json(path, err);
-        static const char *qnames[] = {"bf16", "int8", "int4"};
+        json_t *cfg = NULL;
+        if (gguf) { /* the config.json sluice reads from the GGUF's metadata */
+            char *text = NULL;
+            json_error_t je;
+            if (!sl_gguf_config_text(src_dir, &text, err) && !(cfg = json_loads(text, 0, &je)))
+                sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", src_dir);
+            free(text);
+        } else {
+            snprintf(path, sizeof path, "%s/config.json", src_dir);
+            cfg = load_json(path, err);
+        }
+        static const char *qnames[] = {"bf16", "int8", "int4", "keep"};
         json_t *man =
             cfg ? json_pack("{s:s, s:i, s:s, s:s, s:b, s:i, s:o, s:o, s:o, s:o}", "format",
                             "sluice", "version", SL_PACK_VERSION, "arch", m->cfg.arch, "quant",
@@ -1062,6 +1180,13 @@ static sl_status convert_core(const char *path, uint32_t to, hwriter *w, sl_erro
     sl_st_close(&f);
     const uint32_t n = (uint32_t)get_le(map + 12, 4);
     const uint64_t data_off = get_le(map + 16, 8);
+    for (uint32_t i = 0; !st && to < 3 && i < n; i++) {
+        const uint8_t *r = map + SL_CORE_HEADER + (size_t)i * SL_CORE_RECORD;
+        if (sl_dtype_is_block(sl_pack_dtype_from_code(r[160])))
+            st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                         "%s: tensor '%s' is %s, a type format version %u cannot hold", path,
+                         (const char *)r, sl_dtype_name(sl_pack_dtype_from_code(r[160])), to);
+    }
     uint8_t *index = st ? NULL : malloc((size_t)data_off);
     if (!st && !index) st = sl_fail(err, SL_ERR_NOMEM, "out of memory");
     if (!st) st = hw_open(w, path, err);
@@ -1096,6 +1221,12 @@ static sl_status convert_experts(const char *path, uint32_t to, hwriter *w, sl_e
         page ? read_hashed(fd, path, page, (size_t)SL_MIN(size, SL_EXPERTS_HEADER), 0, NULL, err)
              : sl_fail(err, SL_ERR_NOMEM, "out of memory");
     if (!st) st = sl_experts_header_parse(&h, path, page, SL_EXPERTS_HEADER, size, err);
+    if (!st && to < 3 &&
+        (sl_dtype_is_block(h.dtype[0]) || h.dtype[1] != h.dtype[0] || h.dtype[2] != h.dtype[0]))
+        st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                     "%s: experts of types %s, %s, %s, which format version %u cannot hold", path,
+                     sl_dtype_name(h.dtype[0]), sl_dtype_name(h.dtype[1]),
+                     sl_dtype_name(h.dtype[2]), to);
     if (!st) {
         h2 = h;
         h2.version = to;

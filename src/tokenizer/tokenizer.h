@@ -66,6 +66,11 @@ sl_status sl_tokenizer_from_json(const struct json_t *root, const char *name, sl
  */
 struct sl_gguf_file;
 sl_status sl_tokenizer_load_gguf(const struct sl_gguf_file *f, sl_tokenizer **out, sl_error *err);
+/* The tokenizer.json document sl_tokenizer_load_gguf builds and loads (*doc: a new reference,
+ * the caller's to json_decref): `sluice pack` of a GGUF writes it as the pack's tokenizer.json,
+ * which then gives the same ids. */
+sl_status sl_tokenizer_json_from_gguf(const struct sl_gguf_file *f, struct json_t **doc,
+                                      sl_error *err);
 void sl_tokenizer_free(sl_tokenizer *tok);
 
 /* Encodes len bytes of text (no BOS/EOS added). out->n is reset to 0, then ids

@@ -460,27 +460,37 @@ static sl_status llama_parts(gg_tok *g, json_t *root, json_t *model, int32_t unk
     return bad ? sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", path) : SL_OK;
 }
 
-static sl_status from_hf_json(const sl_gguf_file *f, sl_tokenizer **out, sl_error *err) {
+/* The document a converter kept whole in tokenizer.huggingface.json. */
+static sl_status from_hf_json(const sl_gguf_file *f, json_t **doc, sl_error *err) {
     sl_gguf_str s;
     sl_status st = sl_gguf_get_str(f, "tokenizer.huggingface.json", &s, err);
     if (st) return st;
     json_error_t je;
-    json_t *root = json_loadb(s.s, (size_t)s.len, 0, &je);
-    if (!root)
+    if (!(*doc = json_loadb(s.s, (size_t)s.len, 0, &je)))
         return sl_fail(err, SL_ERR_FORMAT, "%s: tokenizer.huggingface.json: line %d: %s", f->path,
                        je.line, je.text);
-    char name[4096];
-    snprintf(name, sizeof name, "%s: tokenizer.huggingface.json", f->path);
-    st = sl_tokenizer_from_json(root, name, out, err);
-    json_decref(root);
-    return st;
+    return SL_OK;
 }
 
 sl_status sl_tokenizer_load_gguf(const sl_gguf_file *f, sl_tokenizer **out, sl_error *err) {
     *out = NULL;
-    /* the original document, where a converter kept it, says everything the arrays do not */
-    if (sl_gguf_find_kv(f, "tokenizer.huggingface.json")) return from_hf_json(f, out, err);
+    json_t *doc = NULL;
+    sl_status st = sl_tokenizer_json_from_gguf(f, &doc, err);
+    if (st) return st;
+    char name[4096];
+    if (sl_gguf_find_kv(f, "tokenizer.huggingface.json"))
+        snprintf(name, sizeof name, "%s: tokenizer.huggingface.json", f->path);
+    else
+        snprintf(name, sizeof name, "%s", f->path);
+    st = sl_tokenizer_from_json(doc, name, out, err);
+    json_decref(doc);
+    return st;
+}
 
+sl_status sl_tokenizer_json_from_gguf(const sl_gguf_file *f, json_t **doc, sl_error *err) {
+    *doc = NULL;
+    /* the original document, where a converter kept it, says everything the arrays do not */
+    if (sl_gguf_find_kv(f, "tokenizer.huggingface.json")) return from_hf_json(f, doc, err);
     sl_gguf_str mname;
     sl_status st = sl_gguf_get_str(f, "tokenizer.ggml.model", &mname, err);
     if (st) return st;
@@ -520,12 +530,14 @@ sl_status sl_tokenizer_load_gguf(const sl_gguf_file *f, sl_tokenizer **out, sl_e
     if (!st && mkv) st = copy_merges(&g, mkv, merges, err);
     if (!st && !mkv && sp) st = derive_merges(&g, merges, err);
     if (!st) st = sp ? llama_parts(&g, root, model, ids[4], err) : gpt2_parts(&g, root, model, err);
-    if (!st) st = sl_tokenizer_from_json(root, f->path, out, err);
     json_decref(g.vocab);
     json_decref(merges);
     json_decref(added);
     json_decref(model);
-    json_decref(root);
     free(g.scratch);
+    if (st)
+        json_decref(root);
+    else
+        *doc = root;
     return st;
 }

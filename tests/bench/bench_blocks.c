@@ -114,9 +114,10 @@ int main(int argc, char **argv) {
     const int64_t N = argc > 1 ? atoll(argv[1]) : 1536, K = argc > 2 ? atoll(argv[2]) : 2048;
     const int32_t T = argc > 3 ? atoi(argv[3]) : 1, nth = argc > 4 ? atoi(argv[4]) : 2;
     static const sl_dtype types[] = {
-        SL_DTYPE_BF16, SL_DTYPE_Q8,   SL_DTYPE_Q4,   SL_DTYPE_Q8_0,  SL_DTYPE_Q4_0,
-        SL_DTYPE_Q4_1, SL_DTYPE_Q5_0, SL_DTYPE_Q5_1, SL_DTYPE_MXFP4, SL_DTYPE_Q2_K,
-        SL_DTYPE_Q3_K, SL_DTYPE_Q4_K, SL_DTYPE_Q5_K, SL_DTYPE_Q6_K,  SL_DTYPE_IQ4_XS,
+        SL_DTYPE_BF16,  SL_DTYPE_Q8,   SL_DTYPE_Q4,     SL_DTYPE_Q8_0,
+        SL_DTYPE_Q4_0,  SL_DTYPE_Q4_1, SL_DTYPE_Q5_0,   SL_DTYPE_Q5_1,
+        SL_DTYPE_MXFP4, SL_DTYPE_Q2_K, SL_DTYPE_Q3_K,   SL_DTYPE_Q4_K,
+        SL_DTYPE_Q5_K,  SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_IQ4_NL,
     };
     float *x = malloc(sizeof(float) * (size_t)(T * K)),
           *y = malloc(sizeof(float) * (size_t)(T * N));

@@ -1,5 +1,5 @@
 /*
- * ggml's block types (Q8_0 .. MXFP4) on the CUDA backend, against a plain host reference.
+ * ggml's block types (Q8_0 .. MXFP4, IQ4_NL) on the CUDA backend, against a plain host reference.
  *
  * For each type: random valid blocks (every code pattern, scale fields in a sane range, MXFP4
  * exponents down to the denormal ones), decoded on the host by the CPU's reference
@@ -192,7 +192,8 @@ static void make_block(sl_dtype dt, uint8_t *b) {
     case SL_DTYPE_Q4_K:
     case SL_DTYPE_Q5_K: put16(b, rand_scale(0)), put16(b + 2, rand_scale(0)); break;
     case SL_DTYPE_Q6_K: put16(b + 208, rand_scale(1)); break;
-    case SL_DTYPE_IQ4_XS: put16(b, rand_scale(1)); break;
+    case SL_DTYPE_IQ4_XS:
+    case SL_DTYPE_IQ4_NL: put16(b, rand_scale(1)); break;
     default: SL_ASSERT(0);
     }
 }
@@ -251,9 +252,10 @@ static void bw_free(bweight *w) {
 
 /* ------------------------------------------------------------- tests */
 
-static const sl_dtype types[] = {SL_DTYPE_Q8_0, SL_DTYPE_Q4_0, SL_DTYPE_Q4_1,   SL_DTYPE_Q5_0,
-                                 SL_DTYPE_Q5_1, SL_DTYPE_Q2_K, SL_DTYPE_Q3_K,   SL_DTYPE_Q4_K,
-                                 SL_DTYPE_Q5_K, SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4};
+static const sl_dtype types[] = {SL_DTYPE_Q8_0,  SL_DTYPE_Q4_0, SL_DTYPE_Q4_1,   SL_DTYPE_Q5_0,
+                                 SL_DTYPE_Q5_1,  SL_DTYPE_Q2_K, SL_DTYPE_Q3_K,   SL_DTYPE_Q4_K,
+                                 SL_DTYPE_Q5_K,  SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4,
+                                 SL_DTYPE_IQ4_NL};
 #define N_TYPES (sizeof types / sizeof types[0])
 
 static const char *only; /* a type's name: test (or time) that one alone */

@@ -1280,6 +1280,7 @@ out:
 #define IQ4_XS SL_DTYPE_IQ4_XS
 #define MXFP4  SL_DTYPE_MXFP4
 #define F8     SL_DTYPE_F8_E4M3 /* with F32 block scales (Hugging Face's block-wise FP8) */
+#define IQ4_NL SL_DTYPE_IQ4_NL
 
 /* matmul rows {N, K, T, bias, misaligned} for each weight dtype: K = 1, odd K, K past a
  * quantisation group, rows not a multiple of any tile; two shapes through every T a backend
@@ -1348,6 +1349,7 @@ static const ot_case table[] = {
     BLOCK32_MATMUL_ROWS(Q5_0),
     BLOCK32_MATMUL_ROWS(Q5_1),
     BLOCK32_MATMUL_ROWS(MXFP4),
+    BLOCK32_MATMUL_ROWS(IQ4_NL),
     BLOCK_MATMUL_ROWS(Q2_K),
     BLOCK_MATMUL_ROWS(Q3_K),
     BLOCK_MATMUL_ROWS(Q4_K),
@@ -1366,6 +1368,7 @@ static const ot_case table[] = {
     BLOCK_BATCH(Q5_0),
     BLOCK_BATCH(Q5_1),
     BLOCK_BATCH(MXFP4),
+    BLOCK_BATCH(IQ4_NL),
     BLOCK_BATCH(Q2_K),
     BLOCK_BATCH(Q3_K),
     BLOCK_BATCH(Q4_K),
@@ -1386,6 +1389,7 @@ static const ot_case table[] = {
     BLOCK_EMBED(Q5_0),
     BLOCK_EMBED(Q5_1),
     BLOCK_EMBED(MXFP4),
+    BLOCK_EMBED(IQ4_NL),
     BLOCK_EMBED(Q2_K),
     BLOCK_EMBED(Q3_K),
     BLOCK_EMBED(Q4_K),

@@ -11,8 +11,9 @@
 #include "test.h"
 
 static const sl_dtype block_types[] = {
-    SL_DTYPE_Q8_0, SL_DTYPE_Q4_0, SL_DTYPE_Q4_1, SL_DTYPE_Q5_0, SL_DTYPE_Q5_1,   SL_DTYPE_Q2_K,
-    SL_DTYPE_Q3_K, SL_DTYPE_Q4_K, SL_DTYPE_Q5_K, SL_DTYPE_Q6_K, SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4,
+    SL_DTYPE_Q8_0,   SL_DTYPE_Q4_0,  SL_DTYPE_Q4_1,   SL_DTYPE_Q5_0, SL_DTYPE_Q5_1,
+    SL_DTYPE_Q2_K,   SL_DTYPE_Q3_K,  SL_DTYPE_Q4_K,   SL_DTYPE_Q5_K, SL_DTYPE_Q6_K,
+    SL_DTYPE_IQ4_XS, SL_DTYPE_MXFP4, SL_DTYPE_IQ4_NL,
 };
 #define N_BLOCK_TYPES (int)(sizeof block_types / sizeof block_types[0])
 
@@ -113,10 +114,11 @@ TEST(test_blocks_quant_simple) {
         sl_dtype t;
         double tol;
     } cases[] = {
-        {SL_DTYPE_Q8_0, 0.01}, {SL_DTYPE_Q4_0, 0.15},   {SL_DTYPE_Q4_1, 0.08},
-        {SL_DTYPE_Q5_0, 0.07}, {SL_DTYPE_Q5_1, 0.04},   {SL_DTYPE_Q2_K, 0.45},
-        {SL_DTYPE_Q3_K, 0.30}, {SL_DTYPE_Q4_K, 0.10},   {SL_DTYPE_Q5_K, 0.05},
-        {SL_DTYPE_Q6_K, 0.04}, {SL_DTYPE_IQ4_XS, 0.12}, {SL_DTYPE_MXFP4, 0.25},
+        {SL_DTYPE_Q8_0, 0.01},   {SL_DTYPE_Q4_0, 0.15},   {SL_DTYPE_Q4_1, 0.08},
+        {SL_DTYPE_Q5_0, 0.07},   {SL_DTYPE_Q5_1, 0.04},   {SL_DTYPE_Q2_K, 0.45},
+        {SL_DTYPE_Q3_K, 0.30},   {SL_DTYPE_Q4_K, 0.10},   {SL_DTYPE_Q5_K, 0.05},
+        {SL_DTYPE_Q6_K, 0.04},   {SL_DTYPE_IQ4_XS, 0.12}, {SL_DTYPE_MXFP4, 0.25},
+        {SL_DTYPE_IQ4_NL, 0.12},
     };
     float x[K], y[K];
     uint8_t q[K * 2];

@@ -130,7 +130,8 @@ static const char *fixture_pack(const char *name, sl_quant q, const char *tag) {
     char src[512];
     snprintf(src, sizeof src, "%s/%s", test_fixtures, name);
     char *d = dir[n++];
-    snprintf(d, 512, "%s/integrity-%s-%s", test_tmpdir(), name, tag);
+    snprintf(d, 512, "%s/integrity-%s-%s", test_tmpdir(),
+             strrchr(name, '/') ? strrchr(name, '/') + 1 : name, tag);
     sl_pack_params p = {.quant = q};
     sl_error err = {0};
     if (sl_pack(src, d, &p, &err)) {
@@ -219,7 +220,7 @@ TEST(test_pack_format_1_round_trip) {
         CHECK(0);
         return;
     }
-    CHECK(sl_pack_version(dir) == 2);
+    CHECK(sl_pack_version(dir) == SL_PACK_VERSION);
     char old[600], path[700], a[700];
     snprintf(old, sizeof old, "%s-v1", dir);
     CHECK(sh("cp -r '%s' '%s'", dir, old) == 0);
@@ -257,10 +258,27 @@ TEST(test_pack_format_1_round_trip) {
         if (stat(a, &sb) == 0)
             CHECKF(files_equal(path, a), "%s differs after the round trip", names[i]);
     }
-    CHECK(sl_pack_upgrade(old, NULL, NULL, &err) == SL_OK && sl_pack_version(old) == 2);
+    CHECK(sl_pack_upgrade(old, NULL, NULL, &err) == SL_OK &&
+          sl_pack_version(old) == SL_PACK_VERSION);
     /* Packing a pack is refused, pointing at the upgrade. */
     CHECK(sl_pack(dir, old, &(sl_pack_params){.force = 1}, &err) == SL_ERR_ARG &&
           strstr(err.msg, "verify --upgrade"));
+}
+
+/* A GGUF's pack keeps its block types and a type per expert matrix (format 3): an older version
+ * cannot hold them, so converting down is refused and leaves the pack as it was. */
+TEST(test_gguf_pack_refuses_older_formats) {
+    const char *dir = fixture_pack("gguf_mixed/qwen3_mixed.gguf", SL_QUANT_AUTO, "g");
+    if (!dir) {
+        CHECK(0);
+        return;
+    }
+    sl_error err = {0};
+    CHECK(sl_pack_version(dir) == SL_PACK_VERSION);
+    CHECK(sl_pack_convert(dir, 2, NULL, NULL, &err) == SL_ERR_UNSUPPORTED &&
+          strstr(err.msg, "format version 2 cannot hold"));
+    CHECK(sl_pack_version(dir) == SL_PACK_VERSION);
+    CHECKF(sl_verify(dir, NULL, NULL, &err) == SL_OK, "%s", err.msg);
 }
 
 /* A byte flipped in the blob of an expert the prompt routes to: resident refuses at load,

@@ -1,5 +1,5 @@
 /*
- * Reference blocks from llama.cpp's own code, for tests/unit/test_blocks.c: for each of the 12
+ * Reference blocks from llama.cpp's own code, for tests/unit/test_blocks.c: for each of the 13
  * ggml block types sluice reads, rows of floats quantised by ggml's quantiser
  * (ggml_quantize_chunk, no importance matrix) plus one row of random bytes, and what ggml's
  * dequantiser (ggml_get_type_traits(type)->to_float) makes of each row. sl_dequant_row must give
@@ -69,9 +69,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     static const enum ggml_type types[] = {
-        GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,
-        GGML_TYPE_Q5_1, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,
-        GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4,
+        GGML_TYPE_Q8_0,   GGML_TYPE_Q4_0,  GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+        GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,  GGML_TYPE_Q4_K,   GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+        GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_IQ4_NL, /* last: the records before it keep
+                                                                their random bytes */
     };
     const uint32_t count = sizeof types / sizeof types[0];
     FILE *f = fopen(argv[1], "wb");

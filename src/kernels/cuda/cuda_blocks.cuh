@@ -30,6 +30,7 @@
  *   Q5_K  176 B  d dmin | scales[12] | qh[32] | qs[128]   w = d sc6 * (nib + 16 hbit) - dmin m6
  *   Q6_K  210 B  ql[128] | qh[64] | scales[16]:i8 | d:f16 w = d sc * ((ql4 | qh2 << 4) - 32)
  *   IQ4_XS 136 B d:f16 | scales_h:u16 | scales_l[4] | qs[128]  w = d (ls6 - 32) * iq4nl[nib]
+ *   IQ4_NL  18 B d:f16 | qs[16] (Q4_0's layout)           w = d * iq4nl[nib]
  *
  *   Q2_K/Q3_K/Q6_K, halves n of 128: e = 128 n + 32 k + l (k < 4, l < 32) takes byte l of the
  *   half's 32 (Q6_K: 64 low + 32 high) code bytes, bits 2k (Q6_K: nibble k & 1 of byte l + 32
@@ -264,6 +265,27 @@ template <> struct bu<SL_DTYPE_MXFP4> {
     }
     static __device__ __forceinline__ float one(const U &u, int g, int i) {
         return __fmul_rn(blk_lut(BLK_E2M1X2, (uint32_t)blk_nib(u.q[g & 3], i, g >> 2)), u.d);
+    }
+    static __device__ __forceinline__ float4 deq(const U &u, int g) {
+        return make_float4(one(u, g, 0), one(u, g, 1), one(u, g, 2), one(u, g, 3));
+    }
+    static __device__ __forceinline__ int xoff(int, int g) { return 4 * g; }
+};
+
+/* IQ4_XS's grid, one f16 scale per 32 (llama-quantize's type for the rows of an IQ4_XS model
+ * that are not whole super-blocks). */
+template <> struct bu<SL_DTYPE_IQ4_NL> {
+    static constexpr int BS = 32, BB = 18, UPB = 1;
+    struct U {
+        float d;
+        uint32_t q[4];
+    };
+    static __device__ __forceinline__ void load(U &u, const uint8_t *b, int) {
+        u.d = cu_f16((uint16_t)blk_ld16(b));
+        blk_ldw<4>(u.q, b + 2);
+    }
+    static __device__ __forceinline__ float one(const U &u, int g, int i) {
+        return __fmul_rn(u.d, blk_lut(BLK_IQ4NL, (uint32_t)blk_nib(u.q[g & 3], i, g >> 2)));
     }
     static __device__ __forceinline__ float4 deq(const U &u, int g) {
         return make_float4(one(u, g, 0), one(u, g, 1), one(u, g, 2), one(u, g, 3));
@@ -575,6 +597,7 @@ template <typename F> static int blk_switch(int dt, F &&f) {
     case SL_DTYPE_Q6_K: f(bu_tag<SL_DTYPE_Q6_K>{}); return 1;
     case SL_DTYPE_IQ4_XS: f(bu_tag<SL_DTYPE_IQ4_XS>{}); return 1;
     case SL_DTYPE_MXFP4: f(bu_tag<SL_DTYPE_MXFP4>{}); return 1;
+    case SL_DTYPE_IQ4_NL: f(bu_tag<SL_DTYPE_IQ4_NL>{}); return 1;
     default: return 0;
     }
 }
