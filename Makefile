@@ -42,7 +42,7 @@ endif
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpointer-arith -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
 LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm
 # The command-line tool alone links libedit (line editing for `chat`) and libmicrohttpd (the
 # HTTP server of `serve`, src/server/).

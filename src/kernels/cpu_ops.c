@@ -237,12 +237,16 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
 
 /* The row slice [r0, r0 + n) of a matrix: the same rows, so the same dot products. */
 static sl_tensor row_slice(const sl_tensor *w, int64_t r0, int64_t n) {
-    const size_t rb = sl_row_bytes(w->dtype, w->shape[1]), G = (size_t)sl_qgroups(w->shape[1]);
+    const size_t rb = sl_row_bytes(w->dtype, w->shape[1]);
     sl_tensor v = *w;
     v.shape[0] = n;
     v.nbytes = (size_t)n * rb;
     v.data = (const uint8_t *)w->data + (size_t)r0 * rb;
-    if (v.scales) v.scales += (size_t)r0 * G, v.biases += (size_t)r0 * G;
+    if (v.scales) {
+        const size_t sb = sl_tensor_qscale_bytes(w, r0);
+        v.scales = (const uint8_t *)w->scales + sb;
+        v.biases = (const uint8_t *)w->biases + sb;
+    }
     return v;
 }
 

@@ -285,9 +285,9 @@ sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
     v.shape[0] = rows;
     v.nbytes = (size_t)rows * row_bytes;
     if (sl_dtype_is_quant(t->dtype)) {
-        size_t g = (size_t)sl_qgroups(t->shape[1]);
-        v.scales = t->scales + (size_t)row0 * g;
-        v.biases = t->biases + (size_t)row0 * g;
+        const size_t sb = sl_tensor_qscale_bytes(t, row0);
+        v.scales = (const uint8_t *)t->scales + sb;
+        v.biases = (const uint8_t *)t->biases + sb;
     }
     return v;
 }
@@ -301,5 +301,10 @@ sl_tensor sl_tensor_slice(const sl_tensor *t, int64_t i) {
     v.shape[0] = t->shape[1];
     v.shape[1] = t->shape[2];
     v.nbytes = mat_bytes;
+    if (sl_dtype_is_quant(t->dtype)) { /* MLX's stacked experts: [E, rows, groups] scales */
+        const size_t sb = sl_tensor_qscale_bytes(t, i * t->shape[1]);
+        v.scales = (const uint8_t *)t->scales + sb;
+        v.biases = (const uint8_t *)t->biases + sb;
+    }
     return v;
 }

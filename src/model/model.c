@@ -88,9 +88,7 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
         int32_t j = 0;
         while (j < m->n_uploads && src[j] != t->data)
             j++;
-        const size_t sb = sl_dtype_is_quant(t->dtype)
-                              ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
-                              : 0;
+        const size_t sb = sl_dtype_is_quant(t->dtype) ? sl_tensor_qscale_bytes(t, t->shape[0]) : 0;
         const size_t data_bytes = (t->nbytes + 63) & ~(size_t)63;
         if (j == m->n_uploads) {
             uint8_t *d = be->ops->alloc(be, data_bytes + 2 * sb);
@@ -110,8 +108,8 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
         uint8_t *d = m->uploads[j];
         t->data = d;
         if (sb) {
-            t->scales = (const uint16_t *)(d + data_bytes);
-            t->biases = (const uint16_t *)(d + data_bytes + sb);
+            t->scales = d + data_bytes;
+            t->biases = d + data_bytes + sb;
         }
     }
     free(ts);
@@ -424,7 +422,12 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         const sl_tensor *t = m->ck.entries[i].t;
         if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
         resident += (int64_t)t->nbytes;
-        if (t->scales) resident += 2 * 2 * t->shape[0] * sl_qgroups(t->shape[1]);
+        if (t->scales) {
+            int64_t rows = 1;
+            for (int32_t d = 0; d + 1 < t->ndim; d++)
+                rows *= t->shape[d];
+            resident += 2 * (int64_t)sl_tensor_qscale_bytes(t, rows);
+        }
     }
     const char *weights = "-";
     int64_t expert_bytes = 0;

@@ -6,8 +6,7 @@ static size_t align64(size_t x) {
 }
 
 static size_t scale_bytes(const sl_tensor *t) {
-    return sl_dtype_is_quant(t->dtype) ? (size_t)t->shape[0] * (size_t)sl_qgroups(t->shape[1]) * 2
-                                       : 0;
+    return sl_dtype_is_quant(t->dtype) ? sl_tensor_qscale_bytes(t, t->shape[0]) : 0;
 }
 
 /* Any host view of one of the layer's experts (they all share dtypes and shapes): a stream
@@ -68,8 +67,8 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
             sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
             for (int j = 0; j < 3; j++) {
                 m[j]->data = base + d->off[3 * j];
-                m[j]->scales = m[j]->scales ? (const uint16_t *)(base + d->off[3 * j + 1]) : NULL;
-                m[j]->biases = m[j]->biases ? (const uint16_t *)(base + d->off[3 * j + 2]) : NULL;
+                m[j]->scales = m[j]->scales ? base + d->off[3 * j + 1] : NULL;
+                m[j]->biases = m[j]->biases ? base + d->off[3 * j + 2] : NULL;
             }
         }
     }
