@@ -31,7 +31,7 @@ static const struct {
     [SL_DTYPE_I8] = {"I8", 1},           [SL_DTYPE_U8] = {"U8", 1},
     [SL_DTYPE_BOOL] = {"BOOL", 1},       [SL_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
     [SL_DTYPE_F8_E5M2] = {"F8_E5M2", 1}, [SL_DTYPE_Q8] = {"Q8", 1},
-    [SL_DTYPE_Q4] = {"Q4", 0},
+    [SL_DTYPE_Q4] = {"Q4", 0},           [SL_DTYPE_U32] = {"U32", 4},
 };
 
 size_t sl_dtype_size(sl_dtype t) {
@@ -67,7 +67,7 @@ size_t sl_row_bytes(sl_dtype t, int64_t cols) {
 sl_dtype sl_dtype_from_name(const char *s) {
     for (int i = 1; i <= SL_DTYPE_F8_E5M2; i++) /* safetensors names only */
         if (strcmp(s, dtype_table[i].name) == 0) return (sl_dtype)i;
-    return SL_DTYPE_NONE;
+    return strcmp(s, "U32") == 0 ? SL_DTYPE_U32 : SL_DTYPE_NONE;
 }
 
 const char *sl_shape_str(const sl_tensor *t, char *buf, size_t len) {

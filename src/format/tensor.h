@@ -42,6 +42,7 @@ typedef enum sl_dtype {
     SL_DTYPE_Q6_K,
     SL_DTYPE_IQ4_XS,
     SL_DTYPE_MXFP4,
+    SL_DTYPE_U32, /* safetensors; MLX's packed codes before binding makes them Q4/Q8 */
     SL_DTYPE_COUNT
 } sl_dtype;
 
@@ -59,9 +60,9 @@ typedef struct sl_tensor {
     /* Q8/Q4 only: [rows, ceil(cols / group)] of sdtype each, row-major. */
     const void *scales;
     const void *biases;
-    int32_t group;    /* elements per scale group along a row (FP8: columns per block); 0: SL_QGROUP */
-    int32_t brows;    /* F8_E4M3 block scales: rows per scale block */
-    sl_dtype sdtype;  /* dtype of scales/biases; SL_DTYPE_NONE means BF16 */
+    int32_t group; /* elements per scale group along a row (FP8: columns per block); 0: SL_QGROUP */
+    int32_t brows; /* F8_E4M3 block scales: rows per scale block */
+    sl_dtype sdtype; /* dtype of scales/biases; SL_DTYPE_NONE means BF16 */
 } sl_tensor;
 
 /* Bytes per element; 0 for NONE, for Q4 (half a byte) and for block types: use sl_row_bytes. */

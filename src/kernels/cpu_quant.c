@@ -314,7 +314,8 @@ QINLINE void qtile_chunk_scalar(qtile *f, const qmm *a, int64_t g0, int ng, floa
     }
 #pragma GCC unroll 16
     for (int r = 0; r < NR; r++) {
-        const uint16_t *s = f->scr + (size_t)(r * a->Gs + g0), *b = f->bir + (size_t)(r * a->Gs + g0);
+        const uint16_t *s = f->scr + (size_t)(r * a->Gs + g0),
+                       *b = f->bir + (size_t)(r * a->Gs + g0);
         qprefetch(s, f->pf_ahead_s);
         qprefetch(b, f->pf_ahead_s);
         for (int i = 0; i < QCH; i++) {
@@ -460,7 +461,8 @@ AVX512_INL void q_avx512_chunk(qtile *f, const qmm *a, int64_t g0, int ng, float
     }
 #pragma GCC unroll 16
     for (int r = 0; r < NR; r++) {
-        const uint16_t *s = f->scr + (size_t)(r * a->Gs + g0), *b = f->bir + (size_t)(r * a->Gs + g0);
+        const uint16_t *s = f->scr + (size_t)(r * a->Gs + g0),
+                       *b = f->bir + (size_t)(r * a->Gs + g0);
         qprefetch(s, f->pf_ahead_s);
         qprefetch(b, f->pf_ahead_s);
         const __m512 sv = _mm512_castsi512_ps(
@@ -788,12 +790,12 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
         const __mmask32 m = (__mmask32)((1u << SL_MIN(QCH, a->G - g0)) - 1u);
         __m512 sv, bv;
         if (a->plain) {
-            sv = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, scr + g0))),
-                16));
-            bv = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, bir + g0))),
-                16));
+            sv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                                                           _mm512_maskz_loadu_epi16(m, scr + g0))),
+                                                       16));
+            bv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                                                           _mm512_maskz_loadu_epi16(m, bir + g0))),
+                                                       16));
         } else { /* wider groups or other scale dtypes: widened one by one */
             for (int i = 0; i < QCH; i++) {
                 const size_t j = (size_t)(n * a->Gs + (g0 + i) * QG / a->grp);
@@ -1027,5 +1029,5 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
 
 void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                          int32_t T) {
-    sl_matmul_quant_cpu_path(be, y, x, w, T, SL_QPATH_AUTO);
+    sl_matmul_quant_cpu_path(be, y, x, w, T, be->int4_float_act ? SL_QPATH_FLOAT : SL_QPATH_AUTO);
 }

@@ -3,6 +3,7 @@
 
 #include "format/pack.h"
 #include "model/gguf_ckpt.h"
+#include "model/mlx_ckpt.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -192,6 +193,9 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
         for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
             ck->entries[ck->n_entries++] =
                 (sl_ckpt_entry){&ck->files[f].tensors[i], f, ck->files[f].tensors[i].name};
+    if ((st = index_entries(ck, err)) || packed) return st;
+    /* An MLX checkpoint's quantised modules become Q4/Q8 views, under names sorted again. */
+    if ((st = sl_mlx_ckpt_bind(ck, err)) || !ck->mlx_bits) return st;
     return index_entries(ck, err);
 }
 
@@ -257,7 +261,7 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
     const char *file = sl_ckpt_path(ck, e);
     /* Block types hold matrices (rows of whole blocks): never a vector. */
     if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
-        !(sl_dtype_is_quant(t->dtype) && ndim == 2) && !(sl_dtype_is_block(t->dtype) && ndim >= 2))
+        !(sl_dtype_is_quant(t->dtype) && ndim >= 2) && !(sl_dtype_is_block(t->dtype) && ndim >= 2))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: tensor '%s': dtype %s (expected BF16, F16 "
                        "or F32)",

@@ -275,18 +275,27 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
                                         "other"};
     enum { G = 9 };
     double count[G][SL_DTYPE_COUNT] = {{0}};
+    /* Q8/Q4 bits depend on the group and scale dtype (an MLX checkpoint mixes them): summed */
+    double qbits[G][SL_DTYPE_COUNT] = {{0}};
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
         double n = 1;
         for (int32_t d = 0; d < t->ndim; d++)
             n *= (double)t->shape[d];
         count[weight_group(t)][t->dtype] += n;
+        if (sl_dtype_is_quant(t->dtype))
+            qbits[weight_group(t)][t->dtype] +=
+                n * ((t->dtype == SL_DTYPE_Q4 ? 4.0 : 8.0) +
+                     (sl_tensor_sdtype(t) == SL_DTYPE_F32 ? 64.0 : 32.0) / sl_tensor_group(t));
     }
     /* A pack's experts are in the store, not the checkpoint. */
     for (int32_t l = 0; m->kind == SL_MODEL_PACK && l < m->cfg.n_layers; l++) {
         const sl_expert_layer *L = &m->experts.layers[l];
-        if (L->n_experts)
-            count[0][L->hdr.dtype] += 3.0 * L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+        if (!L->n_experts) continue;
+        const double n = 3.0 * L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+        count[0][L->hdr.dtype] += n;
+        if (sl_dtype_is_quant(L->hdr.dtype))
+            qbits[0][L->hdr.dtype] += n * sl_dtype_bits(L->hdr.dtype);
     }
     size_t k = 0;
     buf[0] = '\0';
@@ -298,8 +307,10 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? "; " : "", names[g]);
         for (int d = 0, first = 1; d < SL_DTYPE_COUNT && k < cap; d++) {
             if (count[g][d] == 0) continue;
+            const double bpw =
+                qbits[g][d] > 0 ? qbits[g][d] / count[g][d] : sl_dtype_bits((sl_dtype)d);
             k += (size_t)snprintf(buf + k, cap - k, "%s %s %.2f bpw", first ? "" : ",",
-                                  sl_dtype_name((sl_dtype)d), sl_dtype_bits((sl_dtype)d));
+                                  sl_dtype_name((sl_dtype)d), bpw);
             if (count[g][d] < total && k < cap)
                 k += (size_t)snprintf(buf + k, cap - k, " (%.0f%%)", 100.0 * count[g][d] / total);
             first = 0;
@@ -334,10 +345,13 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     m->norm_offset = m->family->norm_offset;
     if (p.backend == SL_BACKEND_CUDA ||
         (p.backend == SL_BACKEND_AUTO && sl_backend_cuda_available())) {
-        if ((st = sl_backend_cuda_init(&m->be, 0, &p.cuda, err))) goto fail;
+        sl_cuda_params cp = p.cuda;
+        cp.int4_float_act |= p.int4_float_act;
+        if ((st = sl_backend_cuda_init(&m->be, 0, &cp, err))) goto fail;
     } else {
         sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
         m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
+        m->be.int4_float_act = p.int4_float_act;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
     if (m->kind == SL_MODEL_PACK && m->ck.files[0].version != (uint32_t)m->pack_version) {
@@ -437,9 +451,13 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         const sl_expert *e = L->slots.n_slots ? &L->slot_views[0] : &L->views[0];
         const sl_dtype dt = e->gate.dtype;
         weights = dt == SL_DTYPE_Q8 ? "int8" : dt == SL_DTYPE_Q4 ? "int4" : sl_dtype_name(dt);
-        expert_bytes = (m->kind == SL_MODEL_PACK)
-                           ? (int64_t)L->hdr.blob_bytes
-                           : (int64_t)(e->gate.nbytes + e->up.nbytes + e->down.nbytes);
+        const sl_tensor *mt[3] = {&e->gate, &e->up, &e->down};
+        for (int j = 0; m->kind != SL_MODEL_PACK && j < 3; j++)
+            expert_bytes += (int64_t)mt[j]->nbytes +
+                            (sl_dtype_is_quant(mt[j]->dtype)
+                                 ? 2 * (int64_t)sl_tensor_qscale_bytes(mt[j], mt[j]->shape[0])
+                                 : 0);
+        if (m->kind == SL_MODEL_PACK) expert_bytes = (int64_t)L->hdr.blob_bytes;
         slots = L->slots.n_slots;
     }
     static const char *const modes[] = {"mapped", "resident", "stream"};
@@ -461,6 +479,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .types = m->types,
         .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
                   : m->kind == SL_MODEL_GGUF ? "GGUF"
+                  : m->ck.mlx_bits           ? "MLX"
                                              : "Hugging Face checkpoint",
         .pack_version = m->kind == SL_MODEL_PACK ? m->pack_version : 0,
         .weights = weights,
