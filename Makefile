@@ -142,6 +142,7 @@ unit: $(BUILD)/test_unit $(QWEN3_TOK)
 
 cli-test: $(BUILD)/sluice $(QWEN3_TOK)
 	bash tests/cli_test.sh $(BUILD)/sluice tests/fixtures
+	bash tests/mlx_test.sh $(BUILD)/sluice tests/fixtures
 
 # The OpenAI-compatible server driven by the official `openai` npm client
 # (installed into tests/server/node_modules on first run), curl and a load test.
