@@ -214,7 +214,8 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(FUZZ_
 fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(QWEN3_TOK)
 	@set -e; for t in $(FUZZ_TARGETS); do rm -rf $(BUILD)/fuzz/corpus_$$t; \
 	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_RUNS=$$(case $$t in \
-	        tokenizer) echo 40000;; tokjson|gguf) echo 200000;; *) echo 1000000;; esac); done
+	        tokenizer) echo 40000;; config) echo 300000;; tokjson) echo 100000;; gguf) echo 200000;; \
+	        *) echo 1000000;; esac); done
 
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(QWEN3_TOK)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done

@@ -41,10 +41,31 @@ check_ref() {
     fi
 }
 
+# check_modes NAME MODEL REFDIR MODE...: MODEL's logits in each mode (its experts read from its
+# files by the store, through caches down to one token's top-k) are the mapped run's bits.
+check_modes() {
+    local name=$1 model=$2 dir=$3 same=1
+    shift 3
+    k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
+    ids=$(json_field "$dir/ref.json" ids)
+    "$BIN" logits "$model" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
+    for mode in "$@"; do
+        mode=${mode//K1/$((k + 1))}
+        mode=${mode//K/$k}
+        # shellcheck disable=SC2086
+        "$BIN" logits "$model" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "$name $mode: $(cat "$TMP/err")"; }
+    done
+    [ $same = 1 ] && ok "$name: resident and streamed experts give the mapped bits"
+}
+
 for dir in "$FIX"/*/; do
     dir=${dir%/}
     [ -f "$dir/ref.json" ] || continue
     check_ref "$(basename "$dir")" "$dir" "$dir"
+    # A Hugging Face directory's experts streamed from its safetensors files.
+    check_modes "$(basename "$dir")" "$dir" "$dir" "--experts resident" \
+        "--experts stream --cache-experts K --batch 3"
 done
 # GGUF files llama.cpp's converter made of the fixtures (tests/fixtures/gguf/README.md): the
 # same weights, so the same transformers reference.
@@ -53,18 +74,9 @@ for f in "$FIX"/gguf/*.gguf; do
     dir="$FIX/${base%.*}"
     check_ref "gguf $base" "$f" "$dir"
     # Experts streamed from the GGUF file itself: the same bits in every mode and cache size.
-    k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
-    ids=$(json_field "$dir/ref.json" ids)
-    "$BIN" logits "$f" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
-    same=1
-    for mode in "--experts resident" "--experts stream --cache-experts $k" \
-        "--experts stream --cache-experts $k --cache-policy lru --batch 3" \
-        "--experts stream --direct-io --cache-experts $((k + 1))"; do
-        # shellcheck disable=SC2086
-        "$BIN" logits "$f" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
-            cmp -s "$TMP/mapped.f32" "$TMP/mode.f32" || { same=0; bad "gguf $base $mode: $(cat "$TMP/err")"; }
-    done
-    [ $same = 1 ] && ok "gguf $base: resident and streamed experts give the mapped bits"
+    check_modes "gguf $base" "$f" "$dir" "--experts resident" "--experts stream --cache-experts K" \
+        "--experts stream --cache-experts K --cache-policy lru --batch 3" \
+        "--experts stream --direct-io --cache-experts K1"
 done
 
 M="$FIX/qwen3_gqa_untied"
@@ -158,7 +170,6 @@ if [ "$got" = "$greedy" ]; then ok "--batch 1 (prompt through the decode path)";
 expect_fail "pack bad quant" "invalid --quant" "$BIN" pack "$M" "$TMP/x" --quant int3
 expect_fail "pack missing out" "SRC and OUT" "$BIN" pack "$M"
 expect_fail "pack a pack" "already packed" "$BIN" pack "$TMP/p8" "$TMP/x"
-expect_fail "stream on HF dir" "packed model" "$BIN" generate "$M" --ids 1 --experts stream
 expect_fail "cache too small" "smaller than" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --cache-experts 1
 # A budget below top-k experts per layer: the smallest --cache-mem that works, in the units
 # --cache-mem takes, and that value works.

@@ -3,7 +3,8 @@
 # time by tools/make_mlx_fixture.py together with their dequantised twins (float32, w = scale *
 # q + bias): sluice on the MLX directory against sluice on the twin, relative L2 of the logits
 # <= 1e-4 and the same greedy ids (int4 on float activations, --int4-float-act: the exact
-# product; the default int8 activations only round x); refusals of what is not supported.
+# product; the default int8 activations only round x); experts resident and streamed from the
+# files give the mapped bits; refusals of what is not supported.
 set -u
 BIN=${1:-build/sluice}
 FIX=${2:-tests/fixtures}
@@ -59,6 +60,22 @@ mlx_case() {
     else
         bad "mlx $name: greedy '$g1', twin '$g2'"
     fi
+    # experts read from the safetensors files (codes, scales, biases as pieces): the mapped bits
+    # in every mode and cache size
+    local k e same=1
+    if [ "${STREAM:-1}" = 1 ]; then
+        k=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_experts_per_tok"])' "$src/config.json")
+        e=$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("num_experts") or c["num_local_experts"])' "$src/config.json")
+        "$BIN" logits "$mlx" --ids "$ids" --out "$TMP/map.f32" 2>/dev/null
+        for mode in "--experts resident" "--experts stream --cache-experts $k" \
+            "--experts stream --cache-experts $k --cache-policy lru --batch 3" \
+            "--experts stream --direct-io --cache-experts $((k + 1))" "--experts stream --cache-experts $e"; do
+            # shellcheck disable=SC2086
+            "$BIN" logits "$mlx" --ids "$ids" --out "$TMP/mode.f32" $mode 2>"$TMP/err" &&
+                cmp -s "$TMP/map.f32" "$TMP/mode.f32" || { same=0; bad "mlx $name $mode: $(head -c 300 "$TMP/err")"; }
+        done
+        [ $same = 1 ] && ok "mlx $name: resident and streamed experts give the mapped bits"
+    fi
     # the default int4 path (int8 activations where the CPU has VNNI) runs and is finite
     case " $* " in *" --bits 4 "*) ;; *) return ;; esac
     if "$BIN" logits "$mlx" --ids "$ids" --out "$TMP/m8.f32" 2>"$TMP/err" &&
@@ -72,7 +89,8 @@ mlx_case() {
 mlx_case q3-4b-g64 qwen3_prefix_sharded --bits 4 --group 64 --layout switch
 mlx_case q2-8b-g32-experts qwen2_gqa_untied --bits 8 --group 32 --layout experts
 mlx_case q2-8b-g64-f32 qwen2_gqa_untied --bits 8 --group 64 --sdtype f32 --layout switch
-mlx_case kjv-4b-g128-f16 demo_kjv --bits 4 --group 128 --sdtype f16 --layout switch
+# (larger: its experts' pieces are as the others', so not streamed here)
+STREAM=0 mlx_case kjv-4b-g128-f16 demo_kjv --bits 4 --group 128 --sdtype f16 --layout switch
 
 M=$TMP/q3-4b-g64.mlx
 if "$BIN" inspect "$M" >"$TMP/out" 2>&1 && grep -q "(MLX)" "$TMP/out" &&

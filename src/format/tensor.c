@@ -58,6 +58,14 @@ double sl_dtype_bits(sl_dtype t) {
     return 8.0 * (double)sl_dtype_size(t);
 }
 
+size_t sl_tensor_scale_bytes(const sl_tensor *t) {
+    if (!sl_dtype_is_quant(t->dtype) || t->ndim < 1) return 0;
+    int64_t rows = 1;
+    for (int32_t d = 0; d + 1 < t->ndim; d++)
+        rows *= t->shape[d];
+    return sl_tensor_qscale_bytes(t, rows); /* its group size and scale dtype */
+}
+
 size_t sl_row_bytes(sl_dtype t, int64_t cols) {
     if (t == SL_DTYPE_Q4) return (size_t)(cols + 1) / 2;
     if (sl_dtype_is_block(t)) return (size_t)(cols / block_table[t].block) * block_table[t].bytes;

@@ -67,6 +67,8 @@ typedef struct sl_tensor {
 
 /* Bytes per element; 0 for NONE, for Q4 (half a byte) and for block types: use sl_row_bytes. */
 size_t sl_dtype_size(sl_dtype t);
+/* Bytes at t->scales (and as many at t->biases when it has them): 0 for types without. */
+size_t sl_tensor_scale_bytes(const sl_tensor *t);
 /* Bytes of one row of cols elements (Q4 rounds up to whole bytes; a block type's cols must be
  * a multiple of its block size, which loaders check). */
 size_t sl_row_bytes(sl_dtype t, int64_t cols);

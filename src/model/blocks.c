@@ -163,8 +163,15 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
     return SL_OK;
 }
 
+/* Where piece bytes p of a bound expert matrix lie in the checkpoint's files, into x; whether
+ * they do. */
+static int locate_piece(const sl_ckpt *ck, const void *p, sl_expert_extent *x) {
+    x->file = p ? sl_ckpt_locate(ck, p, &x->off) : -1;
+    return x->file >= 0;
+}
+
 /* The store reads the bound experts from the checkpoint's files itself (modes resident and
- * stream): each matrix's file and offset from where its view lies in the mappings. */
+ * stream): each matrix's data, scales and biases from where its view's lie in the mappings. */
 static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_params *sp,
                                  sl_error *err) {
     const sl_config *c = &m->cfg;
@@ -176,7 +183,7 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
         paths[i] = sl_ckpt_file(&m->ck, i);
     for (int32_t l = 0; !st && l < nl; l++) {
         if (!views[l]) continue;
-        sl_expert_extent *ext = sl_calloc((size_t)E * 3, sizeof *ext, err);
+        sl_expert_extent *ext = sl_calloc((size_t)E * SL_EX_PARTS, sizeof *ext, err);
         if (!ext) {
             st = SL_ERR_NOMEM;
             break;
@@ -185,13 +192,19 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
         for (int32_t e = 0; !st && e < E; e++) {
             const sl_tensor *mat[3] = {&views[l][e].gate, &views[l][e].up, &views[l][e].down};
             for (int k = 0; !st && k < 3; k++) {
-                if (e == 0) src[l].proto[k] = *mat[k];
-                ext[3 * e + k].file = sl_ckpt_locate(&m->ck, mat[k]->data, &ext[3 * e + k].off);
-                if (ext[3 * e + k].file < 0 || mat[k]->dtype != src[l].proto[k].dtype)
+                const sl_tensor *t = mat[k], *p0 = &src[l].proto[k];
+                sl_expert_extent *x = &ext[SL_EX_PARTS * e + 3 * k];
+                if (e == 0) src[l].proto[k] = *t;
+                const int ok = locate_piece(&m->ck, t->data, &x[0]) &&
+                               (!t->scales || locate_piece(&m->ck, t->scales, &x[1])) &&
+                               (!t->biases || locate_piece(&m->ck, t->biases, &x[2]));
+                if (!ok || t->dtype != p0->dtype || !t->scales != !p0->scales ||
+                    !t->biases != !p0->biases || sl_tensor_group(t) != sl_tensor_group(p0) ||
+                    sl_tensor_sdtype(t) != sl_tensor_sdtype(p0))
                     st = sl_fail(err, SL_ERR_UNSUPPORTED,
                                  "%s: layer %d, expert %d: %s is not a tensor of the files, or its "
                                  "type differs from expert 0's",
-                                 m->ck.dir, l, e, mat[k]->name);
+                                 m->ck.dir, l, e, t->name);
             }
         }
     }

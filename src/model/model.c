@@ -327,14 +327,6 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     char path[4096];
     sl_status st = read_config(dir, &m->cfg, &m->kind, &m->pack_version, path, sizeof path, err);
     if (st) goto fail;
-    if (m->kind == SL_MODEL_HF && p.experts != SL_EXPERTS_MAPPED) {
-        st = sl_fail(err, SL_ERR_ARG,
-                     "%s: --experts resident/stream need a packed model "
-                     "(sluice pack) or a GGUF file; a Hugging Face directory is always "
-                     "memory-mapped",
-                     dir);
-        goto fail;
-    }
     m->family = m->cfg.family;
     if (!m->family) {
         st = sl_fail(err, SL_ERR_UNSUPPORTED,
@@ -436,12 +428,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         const sl_tensor *t = m->ck.entries[i].t;
         if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
         resident += (int64_t)t->nbytes;
-        if (t->scales) {
-            int64_t rows = 1;
-            for (int32_t d = 0; d + 1 < t->ndim; d++)
-                rows *= t->shape[d];
-            resident += 2 * (int64_t)sl_tensor_qscale_bytes(t, rows);
-        }
+        resident += (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
     }
     const char *weights = "-";
     int64_t expert_bytes = 0;
@@ -451,13 +438,14 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         const sl_expert *e = L->slots.n_slots ? &L->slot_views[0] : &L->views[0];
         const sl_dtype dt = e->gate.dtype;
         weights = dt == SL_DTYPE_Q8 ? "int8" : dt == SL_DTYPE_Q4 ? "int4" : sl_dtype_name(dt);
-        const sl_tensor *mt[3] = {&e->gate, &e->up, &e->down};
-        for (int j = 0; m->kind != SL_MODEL_PACK && j < 3; j++)
-            expert_bytes += (int64_t)mt[j]->nbytes +
-                            (sl_dtype_is_quant(mt[j]->dtype)
-                                 ? 2 * (int64_t)sl_tensor_qscale_bytes(mt[j], mt[j]->shape[0])
-                                 : 0);
-        if (m->kind == SL_MODEL_PACK) expert_bytes = (int64_t)L->hdr.blob_bytes;
+        if (m->kind == SL_MODEL_PACK)
+            expert_bytes = (int64_t)L->hdr.blob_bytes;
+        else
+            for (int k = 0; k < 3; k++) {
+                const sl_tensor *t = k == 0 ? &e->gate : k == 1 ? &e->up : &e->down;
+                expert_bytes +=
+                    (int64_t)(t->nbytes + sl_tensor_scale_bytes(t) * (!!t->scales + !!t->biases));
+            }
         slots = L->slots.n_slots;
     }
     static const char *const modes[] = {"mapped", "resident", "stream"};

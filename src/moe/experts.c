@@ -20,9 +20,9 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_layers = n_layers;
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
-    /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per matrix of a files layer */
-    s->jobs =
-        sl_calloc((size_t)SL_MAX(n_experts, 1) * 3 * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
+    /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per piece of a files layer */
+    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS,
+                        sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
@@ -462,8 +462,11 @@ static void blob_views(const sl_expert_layer *L, sl_expert *v, const uint8_t *bl
     }
     sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
     for (int i = 0; i < 3; i++) {
+        const uint64_t *off = &L->piece_off[3 * i], *len = &L->piece_len[3 * i];
         *m[i] = L->proto[i];
-        m[i]->data = blob + L->mat_off[i];
+        m[i]->data = blob + off[0];
+        m[i]->scales = len[1] ? (const void *)(blob + off[1]) : NULL;
+        m[i]->biases = len[2] ? (const void *)(blob + off[2]) : NULL;
     }
 }
 
@@ -578,28 +581,36 @@ static sl_status store_open(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     return SL_OK;
 }
 
-/* A files layer: extents copied, blob layout from the protos (each matrix 64-byte aligned),
- * then every expert read (resident) or the slots made (stream). */
+/* A files layer: extents copied, blob layout from the protos (each piece 64-byte aligned), then
+ * every expert read (resident) or the slots made (stream). */
 static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert_src *src,
                                   const sl_store_params *p, int32_t n_moe, sl_error *err) {
     sl_expert_layer *L = &s->layers[l];
     const int32_t E = s->n_experts;
     sl_status st = layer_init(L, E, err);
     if (st) return st;
-    if (!(L->ext = sl_calloc((size_t)E * 3, sizeof(sl_expert_extent), err))) return SL_ERR_NOMEM;
-    memcpy(L->ext, src->ext, (size_t)E * 3 * sizeof(sl_expert_extent));
+    const size_t n_ext = (size_t)E * SL_EX_PARTS;
+    if (!(L->ext = sl_calloc(n_ext, sizeof(sl_expert_extent), err))) return SL_ERR_NOMEM;
+    memcpy(L->ext, src->ext, n_ext * sizeof(sl_expert_extent));
     uint64_t blob = 0, big = 0;
     for (int m = 0; m < 3; m++) {
-        L->proto[m] = src->proto[m];
-        L->proto[m].data = NULL;
-        L->mat_off[m] = blob;
-        L->mat_len[m] = L->proto[m].nbytes;
-        blob = align_up(blob + L->mat_len[m], 64);
-        big = SL_MAX(big, L->mat_len[m]);
+        const sl_tensor *t = &src->proto[m];
+        const uint64_t sb = sl_tensor_scale_bytes(t);
+        const uint64_t len[3] = {t->nbytes, t->scales ? sb : 0, t->biases ? sb : 0};
+        L->proto[m] = *t;
+        L->proto[m].data = L->proto[m].scales = L->proto[m].biases = NULL;
+        for (int k = 0; k < 3; k++) {
+            L->piece_off[3 * m + k] = blob;
+            L->piece_len[3 * m + k] = len[k];
+            if (len[k]) L->piece[L->n_pieces++] = 3 * m + k;
+            blob = align_up(blob + len[k], 64);
+            big = SL_MAX(big, len[k]);
+        }
     }
-    for (int32_t i = 0; i < E * 3; i++)
-        if (L->ext[i].file < 0 || L->ext[i].file >= s->n_files)
-            return sl_fail(err, SL_ERR_ARG, "layer %d: expert %d: no such file", l, i / 3);
+    for (size_t i = 0; i < n_ext; i++)
+        if (L->piece_len[i % SL_EX_PARTS] && (L->ext[i].file < 0 || L->ext[i].file >= s->n_files))
+            return sl_fail(err, SL_ERR_ARG, "layer %d: expert %d: no such file", l,
+                           (int)(i / SL_EX_PARTS));
     blob = align_up(blob, SL_PACK_PAGE);
     L->hdr.blob_bytes = blob;
     L->path = strdup(s->paths[L->ext[0].file]);
@@ -611,13 +622,14 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
         return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", L->path);
     for (int32_t e = 0; e < E; e++) {
         uint8_t *b = L->resident + (uint64_t)e * blob;
-        for (int m = 0; m < 3; m++) {
-            const sl_expert_extent *x = &L->ext[3 * e + m];
-            int r = read_full(s->fds[x->file], b + L->mat_off[m], L->mat_len[m], x->off,
+        for (int32_t i = 0; i < L->n_pieces; i++) {
+            const int k = L->piece[i];
+            const sl_expert_extent *x = &L->ext[SL_EX_PARTS * e + k];
+            int r = read_full(s->fds[x->file], b + L->piece_off[k], L->piece_len[k], x->off,
                               s->layers[l].align, s->bounce, SL_BOUNCE, NULL);
             if (r)
                 return sl_fail(err, SL_ERR_IO, "%s: layer %d, reading expert %d (%s): %s",
-                               s->paths[x->file], l, e, L->proto[m].name,
+                               s->paths[x->file], l, e, L->proto[k / 3].name,
                                r == SL_READ_SHORT ? "short read (file truncated?)" : strerror(r));
         }
         blob_views(L, &L->views[e], b);
@@ -743,21 +755,22 @@ static sl_status check_mapped(sl_expert_layer *L, int32_t layer, const int32_t *
     return SL_OK;
 }
 
-/* The reads of expert e of a files layer into blob dst: each matrix in n_parts parts (the last
- * ones may be empty), 3 n_parts jobs at jobs. */
-static void add_matrix_jobs(const sl_expert_store *s, const sl_expert_layer *L, int32_t e,
-                            uint8_t *dst, sl_read_job *jobs) {
-    for (int m = 0; m < 3; m++) {
-        const sl_expert_extent *x = &L->ext[3 * e + m];
-        const uint64_t len = L->mat_len[m];
+/* The reads of expert e of a files layer into blob dst: each piece present in n_parts parts (the
+ * last ones may be empty), n_pieces n_parts jobs at jobs. */
+static void add_piece_jobs(const sl_expert_store *s, const sl_expert_layer *L, int32_t e,
+                           uint8_t *dst, sl_read_job *jobs) {
+    for (int32_t i = 0; i < L->n_pieces; i++) {
+        const int p = L->piece[i];
+        const sl_expert_extent *x = &L->ext[SL_EX_PARTS * e + p];
+        const uint64_t len = L->piece_len[p];
         const uint64_t part = (len + (uint64_t)L->n_parts - 1) / (uint64_t)L->n_parts;
         for (int32_t k = 0; k < L->n_parts; k++) {
             const uint64_t off = SL_MIN((uint64_t)k * part, len);
-            jobs[m * L->n_parts + k] = (sl_read_job){
+            jobs[i * L->n_parts + k] = (sl_read_job){
                 .fd = s->fds[x->file],
                 .offset = x->off + off,
                 .len = SL_MIN(part, len - off),
-                .dst = dst + L->mat_off[m] + off,
+                .dst = dst + L->piece_off[p] + off,
                 .align = L->align,
                 .path = s->paths[x->file],
             };
@@ -810,7 +823,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
             sl_slot_insert(C, slot, e);
             uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
             if (L->ext) {
-                add_matrix_jobs(s, L, e, dst, &s->jobs[n_miss * 3 * L->n_parts]);
+                add_piece_jobs(s, L, e, dst, &s->jobs[n_miss * L->n_pieces * L->n_parts]);
                 s->miss_slot[n_miss++] = slot;
                 out[i] = &L->slot_views[slot];
                 continue;
@@ -833,8 +846,8 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         out[i] = &L->slot_views[slot];
     }
     if (!n_miss) return SL_OK;
-    /* A blob's jobs: its parts (a pack), or each matrix's parts (files). */
-    const int32_t per = L->ext ? 3 * L->n_parts : L->n_parts;
+    /* A blob's jobs: its parts (a pack), or each piece's parts (files). */
+    const int32_t per = L->ext ? L->n_pieces * L->n_parts : L->n_parts;
     double t0 = sl_now();
     sl_experts_read(s, s->jobs, n_miss * per);
     s->read_time += sl_now() - t0;
@@ -847,7 +860,9 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         sl_read_job blob = {.offset = part->offset, .len = L->hdr.blob_bytes, .crc = part->crc};
         for (int32_t k = 0; k < per && !blob.err; k++)
             if ((blob.err = part[k].err)) blob.offset = part[k].offset, blob.path = part[k].path;
-        if (L->ext) blob.len = L->mat_len[0] + L->mat_len[1] + L->mat_len[2];
+        if (L->ext)
+            for (int p = blob.len = 0; p < SL_EX_PARTS; p++)
+                blob.len += L->piece_len[p];
         for (int32_t k = 1; k < L->n_parts && !blob.err && L->crc; k++)
             blob.crc = sl_crc32c_combine(&L->shift[k], blob.crc, part[k].crc);
         if (!blob.err && L->crc && blob.crc != L->crc[e]) blob.err = SL_READ_CRC;

@@ -61,12 +61,13 @@ typedef struct sl_expert_layer {
     sl_slot_cache slots;
     uint8_t *slot_mem;     /* n_slots x blob_bytes, page-aligned */
     sl_expert *slot_views; /* [n_slots] */
-    /* files: where each matrix of each expert is, [n_experts x 3]; each blob (a slot, a
-     * resident expert) holds matrix m at mat_off[m], mat_len[m] bytes, typed as proto[m];
-     * hdr.blob_bytes is the blob's size. A matrix is read in n_parts parts. */
+    /* files: where each piece of each expert is, [n_experts x SL_EX_PARTS]; each blob (a slot,
+     * a resident expert) holds piece p at piece_off[p], piece_len[p] bytes (0: absent), matrix m
+     * typed as proto[m]; hdr.blob_bytes is the blob's size. A piece is read in n_parts parts. */
     struct sl_expert_extent *ext;
     sl_tensor proto[3];
-    uint64_t mat_off[3], mat_len[3];
+    uint64_t piece_off[SL_EX_PARTS], piece_len[SL_EX_PARTS];
+    int32_t n_pieces, piece[SL_EX_PARTS]; /* the pieces present (non-empty), in order */
 } sl_expert_layer;
 
 /* What a read came to, besides 0 (done) and an errno. */
@@ -107,7 +108,7 @@ typedef struct sl_reader_pool sl_reader_pool;
 /* The default I/O timeout: a batch of reads not done after this long fails the forward. */
 #define SL_IO_TIMEOUT_MS 30000
 
-/* Where one matrix of one expert lies: bytes [off, off + its size) of the store's file `file`. */
+/* Where one piece of one expert lies: bytes [off, off + its size) of the store's file `file`. */
 typedef struct sl_expert_extent {
     int32_t file;
     uint64_t off;
@@ -152,8 +153,12 @@ typedef struct sl_store_params {
     void *progress_user;
 } sl_store_params;
 
-/* One MoE layer's experts in files (sl_experts_open_files): ext[3 e + m] is matrix m (gate, up,
- * down) of expert e, typed and shaped like proto[m] (its data unused). ext NULL: a dense layer. */
+/* One MoE layer's experts in files (sl_experts_open_files). An expert is SL_EX_PARTS pieces, in
+ * a pack blob's order (sl_expert_part): each matrix's data, scales and biases, the last two for
+ * types that keep them apart from the codes (Q8/Q4 from MLX checkpoints, FP8's block scales).
+ * ext[SL_EX_PARTS e + p] is where piece p of expert e lies; matrix m is typed and shaped like
+ * proto[m], whose pointers are unused but say which pieces exist (non-NULL): data proto.nbytes
+ * bytes, scales and biases sl_tensor_scale_bytes(proto) each. ext NULL: a dense layer. */
 typedef struct sl_expert_src {
     const sl_expert_extent *ext;
     sl_tensor proto[3];
