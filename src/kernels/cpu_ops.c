@@ -535,6 +535,7 @@ const char *sl_isa_name(sl_isa isa) {
 void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa) {
     be->ops = &cpu_ops;
     be->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    be->int4_float_act = 0;
     sl_isa best = sl_cpu_best_isa();
     be->isa = isa > best ? best : isa;
 }
