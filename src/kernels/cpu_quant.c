@@ -453,8 +453,46 @@ AVX2_INL void q_avx2_tile(const qmm *a, int q4, int64_t n, int32_t t0, const int
 #define AVX512_ATTR SL_AVX512_ATTR
 #define AVX512_INL  AVX512_ATTR QINLINE
 
+/* Whether a whole chunk's scales of a layout other than the pack's load as vectors: groups of
+ * 64 or 128 (two groups of QG each), BF16, F16 or F32. */
+static inline int q_wide_vec(const qmm *a) {
+    return a->grp == QG || a->grp == 2 * QG;
+}
+
+/* The values (scales or biases p) of QG-column groups g0 .. g0+ng-1 of row n (ng <= 16; lanes
+ * past ng zero, their values not read), for q_wide_vec layouts; a group of 128 is two lanes.
+ * Widening is exact: the same floats as sl_qparam. */
+AVX512_INL __m512 q_avx512_wide(const qmm *a, const void *p, int64_t n, int64_t g0, int ng) {
+    const size_t j = (size_t)(n * a->Gs + g0 * QG / a->grp);
+    const int two = a->grp != QG, m = two ? (ng + 1) / 2 : ng; /* values to read */
+    const __mmask16 mk = (__mmask16)((1u << m) - 1u);
+    __m512 v;
+    if (a->sdt == SL_DTYPE_F32) {
+        v = _mm512_maskz_loadu_ps(mk, (const float *)p + j);
+    } else {
+        const __m256i h = _mm512_castsi512_si256(
+            _mm512_maskz_loadu_epi16((__mmask32)mk, (const uint16_t *)p + j));
+        v = a->sdt == SL_DTYPE_F16
+                ? _mm512_cvtph_ps(h)
+                : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    if (!two) return v;
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    return _mm512_maskz_permutexvar_ps((__mmask16)((1u << ng) - 1u), dup, v);
+}
+
 /* Scales and biases of a chunk as float, 16 at once when the chunk is whole. */
 AVX512_INL void q_avx512_chunk(qtile *f, const qmm *a, int64_t g0, int ng, float z, const int NR) {
+    if (!a->plain && q_wide_vec(a)) {
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) {
+            const __m512 sv = q_avx512_wide(a, a->scv, f->n + r, g0, ng);
+            const __m512 bv = q_avx512_wide(a, a->biv, f->n + r, g0, ng);
+            _mm512_store_ps(f->sf[r], sv);
+            _mm512_store_ps(f->bf[r], _mm512_fmadd_ps(_mm512_set1_ps(z), sv, bv));
+        }
+        return;
+    }
     if (ng < QCH || !a->plain) {
         qtile_chunk_scalar(f, a, g0, ng, z, NR);
         return;
@@ -796,7 +834,11 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
             bv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
                                                            _mm512_maskz_loadu_epi16(m, bir + g0))),
                                                        16));
-        } else { /* wider groups or other scale dtypes: widened one by one */
+        } else if (q_wide_vec(a)) { /* other layouts, vector loads */
+            const int ng = (int)SL_MIN(QCH, a->G - g0);
+            sv = q_avx512_wide(a, a->scv, n, g0, ng);
+            bv = q_avx512_wide(a, a->biv, n, g0, ng);
+        } else { /* groups of 256 or more: widened one by one */
             for (int i = 0; i < QCH; i++) {
                 const size_t j = (size_t)(n * a->Gs + (g0 + i) * QG / a->grp);
                 swide[i] = g0 + i < a->G ? sl_qparam(a->scv, a->sdt, j) : 0.0f;
