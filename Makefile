@@ -42,7 +42,7 @@ endif
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpointer-arith -Werror -Wno-format-truncation -fopenmp -Iinclude -Isrc -MMD -MP
 LDLIBS  += -ljansson -lcrypto -lpcre2-8 -lutf8proc -lm
 # The command-line tool alone links libedit (line editing for `chat`) and libmicrohttpd (the
 # HTTP server of `serve`, src/server/).
@@ -142,6 +142,7 @@ unit: $(BUILD)/test_unit $(QWEN3_TOK)
 
 cli-test: $(BUILD)/sluice $(QWEN3_TOK)
 	bash tests/cli_test.sh $(BUILD)/sluice tests/fixtures
+	bash tests/mlx_test.sh $(BUILD)/sluice tests/fixtures
 
 # The OpenAI-compatible server driven by the official `openai` npm client
 # (installed into tests/server/node_modules on first run), curl and a load test.

@@ -43,6 +43,7 @@ enum {
     CLI_OPT_GRAPHS,
     CLI_OPT_CUDA_NO_PDL,
     CLI_OPT_CUDA_INT4_FLOAT_ACT,
+    CLI_OPT_INT4_FLOAT_ACT,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -66,7 +67,8 @@ enum {
         {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS},                                \
         {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS},                                           \
         {"cuda-no-pdl", no_argument, 0, CLI_OPT_CUDA_NO_PDL},                                      \
-        {"cuda-int4-float-act", no_argument, 0, CLI_OPT_CUDA_INT4_FLOAT_ACT}, {                    \
+        {"cuda-int4-float-act", no_argument, 0, CLI_OPT_CUDA_INT4_FLOAT_ACT},                      \
+        {"int4-float-act", no_argument, 0, CLI_OPT_INT4_FLOAT_ACT}, {                              \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -93,6 +95,8 @@ enum {
     "                         same results; decode ~20% slower on an H200)\n"                      \
     "  --cuda-int4-float-act  cuda: int4 products on float activations (the scalar CPU's\n"        \
     "                         formula) instead of activations quantised to int8 (faster)\n"        \
+    "  --int4-float-act       int4 products on float activations on any backend: the exact\n"      \
+    "                         product of the dequantised weights (slower; for parity checks)\n"    \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

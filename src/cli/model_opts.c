@@ -154,6 +154,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
     case CLI_OPT_GRAPHS: o->mp.graphs = 1; return 1;
     case CLI_OPT_CUDA_NO_PDL: o->mp.cuda.no_pdl = 1; return 1;
     case CLI_OPT_CUDA_INT4_FLOAT_ACT: o->mp.cuda.int4_float_act = 1; return 1;
+    case CLI_OPT_INT4_FLOAT_ACT: o->mp.int4_float_act = 1; return 1;
     case CLI_OPT_STATS: o->stats = 1; return 1;
     case 'v': o->verbose = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;

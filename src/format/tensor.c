@@ -33,7 +33,7 @@ static const struct {
     [SL_DTYPE_I8] = {"I8", 1},           [SL_DTYPE_U8] = {"U8", 1},
     [SL_DTYPE_BOOL] = {"BOOL", 1},       [SL_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
     [SL_DTYPE_F8_E5M2] = {"F8_E5M2", 1}, [SL_DTYPE_Q8] = {"Q8", 1},
-    [SL_DTYPE_Q4] = {"Q4", 0},
+    [SL_DTYPE_Q4] = {"Q4", 0},           [SL_DTYPE_U32] = {"U32", 4},
 };
 
 size_t sl_dtype_size(sl_dtype t) {
@@ -66,7 +66,7 @@ size_t sl_tensor_scale_bytes(const sl_tensor *t) {
     int64_t rows = 1;
     for (int32_t d = 0; d + 1 < t->ndim; d++)
         rows *= t->shape[d];
-    return (size_t)rows * (size_t)sl_qgroups(t->shape[t->ndim - 1]) * sizeof(uint16_t);
+    return sl_tensor_qscale_bytes(t, rows); /* its group size and scale dtype */
 }
 
 size_t sl_row_bytes(sl_dtype t, int64_t cols) {
@@ -78,7 +78,7 @@ size_t sl_row_bytes(sl_dtype t, int64_t cols) {
 sl_dtype sl_dtype_from_name(const char *s) {
     for (int i = 1; i <= SL_DTYPE_F8_E5M2; i++) /* safetensors names only */
         if (strcmp(s, dtype_table[i].name) == 0) return (sl_dtype)i;
-    return SL_DTYPE_NONE;
+    return strcmp(s, "U32") == 0 ? SL_DTYPE_U32 : SL_DTYPE_NONE;
 }
 
 const char *sl_shape_str(const sl_tensor *t, char *buf, size_t len) {
@@ -161,9 +161,8 @@ sl_tensor sl_fp8_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
     v.data = (const uint8_t *)t->data + (size_t)row0 * (size_t)cols;
     v.shape[0] = rows;
     v.nbytes = (size_t)rows * (size_t)cols;
-    v.scales =
-        (const uint16_t *)((const float *)t->scales +
-                           (size_t)(p / t->brows) * (size_t)((cols + t->group - 1) / t->group));
+    v.scales = (const float *)t->scales +
+               (size_t)(p / t->brows) * (size_t)((cols + t->group - 1) / t->group);
     v.rphase = (int32_t)(p % t->brows);
     return v;
 }

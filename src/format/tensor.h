@@ -22,9 +22,9 @@ typedef enum sl_dtype {
     SL_DTYPE_BOOL,
     SL_DTYPE_F8_E4M3,
     SL_DTYPE_F8_E5M2,
-    /* sluice's own packed formats (never in safetensors): group-wise affine
-     * quantisation as in MLX, groups of SL_QGROUP along a row,
-     * w = q * scale + bias with BF16 scale and bias per group. */
+    /* Group-wise affine quantisation as in MLX (sluice's packs, MLX checkpoints): groups of
+     * sl_tensor.group (SL_QGROUP in packs) along a row, w = q * scale + bias with one scale and
+     * bias per group, BF16 unless sl_tensor.sdtype says F16 or F32. */
     SL_DTYPE_Q8, /* one byte per weight, q in [0, 255] */
     SL_DTYPE_Q4, /* two per byte, low nibble first, q in [0, 15]; rows padded to whole bytes */
     /* ggml's block formats (GGUF files): a row is a whole number of self-contained blocks
@@ -43,6 +43,7 @@ typedef enum sl_dtype {
     SL_DTYPE_IQ4_XS,
     SL_DTYPE_MXFP4,
     SL_DTYPE_IQ4_NL, /* after MXFP4: the block types stay one range */
+    SL_DTYPE_U32,    /* safetensors; MLX's packed codes before binding makes them Q4/Q8 */
     SL_DTYPE_COUNT
 } sl_dtype;
 
@@ -57,13 +58,14 @@ typedef struct sl_tensor {
     int64_t shape[SL_MAX_DIMS];
     const void *data; /* NULL when absent */
     size_t nbytes;    /* bytes at data */
-    /* Q8/Q4 only: [rows, ceil(cols / SL_QGROUP)] BF16 each, row-major.
+    /* Q8/Q4: [rows, ceil(cols / group)] of sdtype each, row-major (a pack's: groups of
+     * SL_QGROUP, BF16; an MLX checkpoint's: its own).
      * F8_E4M3 (Hugging Face's block-wise FP8): scales is the checkpoint's weight_scale_inv,
      * [ceil((rphase + rows) / brows), ceil(cols / group)] F32 row-major (sdtype F32), biases
      * NULL; w[r][c] = fp8[r][c] * scales[(rphase + r) / brows][c / group] (the "inverse" scale
      * multiplies). */
-    const uint16_t *scales;
-    const uint16_t *biases;
+    const void *scales;
+    const void *biases;
     int32_t group; /* elements per scale group along a row (FP8: columns per block); 0: SL_QGROUP */
     int32_t brows; /* F8_E4M3 block scales: rows per scale block */
     sl_dtype sdtype; /* dtype of scales/biases; SL_DTYPE_NONE means BF16 */
@@ -115,6 +117,27 @@ static inline float sl_fp8_e4m3_to_f32(uint8_t b) {
 /* The nearest e4m3fn code (ties to even), saturating at +-448; NaN -> 0x7f. */
 uint8_t sl_f32_to_fp8_e4m3(float f);
 
+/* A Q8/Q4 tensor's group size, groups per row of cols, scale dtype and bytes of one scale. */
+static inline int32_t sl_tensor_group(const sl_tensor *t) {
+    return t->group > 0 ? t->group : SL_QGROUP;
+}
+static inline int64_t sl_tensor_qgroups(const sl_tensor *t, int64_t cols) {
+    const int64_t g = sl_tensor_group(t);
+    return (cols + g - 1) / g;
+}
+static inline sl_dtype sl_tensor_sdtype(const sl_tensor *t) {
+    return t->sdtype == SL_DTYPE_NONE ? SL_DTYPE_BF16 : t->sdtype;
+}
+/* Bytes of the scales (as many again for the biases) of rows rows of a Q8/Q4 tensor. */
+static inline size_t sl_tensor_qscale_bytes(const sl_tensor *t, int64_t rows) {
+    const int64_t cols = t->shape[t->ndim - 1];
+    const size_t ss = sl_tensor_sdtype(t) == SL_DTYPE_F32 ? 4 : 2;
+    return (size_t)rows * (size_t)sl_tensor_qgroups(t, cols) * ss;
+}
+/* Whether a Q8/Q4 tensor has sluice's pack layout: groups of SL_QGROUP, BF16 scales. */
+static inline int sl_tensor_qplain(const sl_tensor *t) {
+    return sl_tensor_group(t) == SL_QGROUP && sl_tensor_sdtype(t) == SL_DTYPE_BF16;
+}
 /* Safetensors spelling ("BF16"), ggml's for block types ("Q4_K"); "?" for NONE. */
 const char *sl_dtype_name(sl_dtype t);
 /* Parses the safetensors spelling; SL_DTYPE_NONE if unknown. */

@@ -243,12 +243,16 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
 /* The row slice [r0, r0 + n) of a matrix: the same rows, so the same dot products. */
 static sl_tensor row_slice(const sl_tensor *w, int64_t r0, int64_t n) {
     if (sl_tensor_is_fp8(w)) return sl_fp8_rows(w, r0, n);
-    const size_t rb = sl_row_bytes(w->dtype, w->shape[1]), G = (size_t)sl_qgroups(w->shape[1]);
+    const size_t rb = sl_row_bytes(w->dtype, w->shape[1]);
     sl_tensor v = *w;
     v.shape[0] = n;
     v.nbytes = (size_t)n * rb;
     v.data = (const uint8_t *)w->data + (size_t)r0 * rb;
-    if (v.scales) v.scales += (size_t)r0 * G, v.biases += (size_t)r0 * G;
+    if (v.scales) {
+        const size_t sb = sl_tensor_qscale_bytes(w, r0);
+        v.scales = (const uint8_t *)w->scales + sb;
+        v.biases = (const uint8_t *)w->biases + sb;
+    }
     return v;
 }
 
@@ -538,6 +542,7 @@ const char *sl_isa_name(sl_isa isa) {
 void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa) {
     be->ops = &cpu_ops;
     be->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+    be->int4_float_act = 0;
     sl_isa best = sl_cpu_best_isa();
     be->isa = isa > best ? best : isa;
 }

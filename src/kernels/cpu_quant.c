@@ -153,12 +153,13 @@ void sl_quantize_row(sl_dtype dt, const float *w, int64_t K, uint8_t *q, uint16_
 
 void sl_dequantize_row(const sl_tensor *w, int64_t n, float *out) {
     SL_ASSERT(w->ndim == 2 && sl_dtype_is_quant(w->dtype));
-    const int64_t K = w->shape[1], G = sl_qgroups(K);
+    const int64_t K = w->shape[1], G = sl_tensor_qgroups(w, K), gs = sl_tensor_group(w);
+    const sl_dtype sd = sl_tensor_sdtype(w);
     const int q4 = is_q4(w->dtype);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)n * sl_row_bytes(w->dtype, K);
     for (int64_t k = 0; k < K; k++) {
-        const float s = sl_bf16_to_f32(w->scales[n * G + k / QG]);
-        const float b = sl_bf16_to_f32(w->biases[n * G + k / QG]);
+        const float s = sl_qparam(w->scales, sd, (size_t)(n * G + k / gs));
+        const float b = sl_qparam(w->biases, sd, (size_t)(n * G + k / gs));
         out[k] = (float)code_at(row, q4, k) * s + b;
     }
 }
@@ -168,11 +169,19 @@ void sl_dequantize_row(const sl_tensor *w, int64_t n, float *out) {
 typedef struct qmm {
     const uint8_t *w; /* N rows of codes, stride ws bytes */
     size_t ws;
-    const uint16_t *sc, *bi; /* [N, G] */
+    const uint16_t *sc, *bi; /* [N, Gs] BF16 when plain */
     const float *x;          /* [T, K] */
     float *y;                /* [T, N] */
-    int64_t N, K, G;
+    int64_t N, K, G;         /* G: groups of QG columns, what the SIMD paths walk */
     int32_t T;
+    /* The tensor's own groups: grp columns each, Gs a row, scales and biases of dtype sdt at
+     * scv/biv. plain: grp == QG and BF16 (sluice's packs), the only layout the SIMD paths read
+     * directly; other multiples of QG go through a widening step per chunk, and other group
+     * sizes take the scalar reference. */
+    const void *scv, *biv;
+    sl_dtype sdt;
+    int64_t Gs, grp;
+    int plain;
     const float *xsum;  /* SIMD: [T, Gp] sums of x per group (zero past G), see xsums */
     int64_t Gp;         /* G rounded up to whole chunks */
     const float *xperm; /* AVX-512 Q4, small batches: [T, G * 64] x in the codes' order, or NULL */
@@ -183,20 +192,21 @@ typedef struct qmm {
     const float *xd, *xr;
 } qmm;
 
-/* Reference: the scalar ISA's order (lanes of 1), codes centred on z (see top). */
+/* Reference: the scalar ISA's order (lanes of 1), codes centred on z (see top); per group of
+ * the tensor's own size. */
 static float qdot_scalar(const qmm *a, int q4, int64_t n, const float *x) {
     const uint8_t *row = a->w + (size_t)n * a->ws;
     const int z = q4 ? 8 : 128;
     float acc = 0;
-    for (int64_t g = 0; g < a->G; g++) {
-        const int64_t k0 = g * QG, k1 = SL_MIN(a->K, k0 + QG);
+    for (int64_t g = 0; g < a->Gs; g++) {
+        const int64_t k0 = g * a->grp, k1 = SL_MIN(a->K, k0 + a->grp);
         float d = 0, xs = 0;
         for (int64_t k = k0; k < k1; k++) {
             d += (float)((int)code_at(row, q4, k) - z) * x[k];
             xs += x[k];
         }
-        const float s = sl_bf16_to_f32(a->sc[n * a->G + g]);
-        const float b = sl_bf16_to_f32(a->bi[n * a->G + g]) + (float)z * s;
+        const float s = sl_qparam(a->scv, a->sdt, (size_t)(n * a->Gs + g));
+        const float b = sl_qparam(a->biv, a->sdt, (size_t)(n * a->Gs + g)) + (float)z * s;
         acc += s * d;
         acc += b * xs;
     }
@@ -219,6 +229,7 @@ typedef struct qtile {
     const float *xr[4];   /* token rows of x */
     const uint8_t *qr[4]; /* code rows */
     const uint16_t *scr, *bir;
+    int64_t n;                   /* first row */
     size_t pf_ahead, pf_ahead_s; /* prefetch distances, bytes */
     float sf[4][QCH] __attribute__((aligned(64)));
     float bf[4][QCH] __attribute__((aligned(64)));
@@ -233,12 +244,13 @@ QINLINE void qtile_init(qtile *f, const qmm *a, int64_t n, int32_t t0, const int
 #pragma GCC unroll 16
     for (int r = 0; r < NR; r++)
         f->qr[r] = a->w + (size_t)(n + r) * a->ws;
-    f->scr = a->sc + (size_t)(n * a->G);
-    f->bir = a->bi + (size_t)(n * a->G);
+    f->n = n;
+    f->scr = a->sc + (size_t)(n * a->Gs);
+    f->bir = a->bi + (size_t)(n * a->Gs);
     /* Each row is a short stream (K or K/2 bytes) that the hardware
      * prefetchers barely pick up: fetch the same columns QPF tiles down. */
     f->pf_ahead = (size_t)(QPF * NR) * a->ws;
-    f->pf_ahead_s = (size_t)(QPF * NR * a->G) * sizeof(uint16_t);
+    f->pf_ahead_s = (size_t)(QPF * NR * a->Gs) * sizeof(uint16_t);
 }
 
 /* Prefetches the line ahead bytes after p, which may lie past the array (as
@@ -282,11 +294,28 @@ QINLINE void qtile_group(qtile *f, const qmm *a, int q4, int64_t g, const int NR
     }
 }
 
-/* Scales and biases of groups g0 .. g0+ng-1 as float; bias + z * scale. */
+/* Scales and biases of groups g0 .. g0+ng-1 as float; bias + z * scale. A group of QG columns
+ * lies inside one of the tensor's groups when grp is a multiple of QG: that one's values. */
+static void qtile_chunk_wide(qtile *f, const qmm *a, int64_t g0, int ng, float z, int NR) {
+    for (int r = 0; r < NR; r++) {
+        const size_t base = (size_t)((f->n + r) * a->Gs);
+        for (int i = 0; i < QCH; i++) {
+            const size_t j = base + (size_t)((g0 + i) * QG / a->grp);
+            f->sf[r][i] = i < ng ? sl_qparam(a->scv, a->sdt, j) : 0.0f;
+            f->bf[r][i] = i < ng ? sl_qparam(a->biv, a->sdt, j) + z * f->sf[r][i] : 0.0f;
+        }
+    }
+}
+
 QINLINE void qtile_chunk_scalar(qtile *f, const qmm *a, int64_t g0, int ng, float z, const int NR) {
+    if (!a->plain) {
+        qtile_chunk_wide(f, a, g0, ng, z, NR);
+        return;
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < NR; r++) {
-        const uint16_t *s = f->scr + (size_t)(r * a->G + g0), *b = f->bir + (size_t)(r * a->G + g0);
+        const uint16_t *s = f->scr + (size_t)(r * a->Gs + g0),
+                       *b = f->bir + (size_t)(r * a->Gs + g0);
         qprefetch(s, f->pf_ahead_s);
         qprefetch(b, f->pf_ahead_s);
         for (int i = 0; i < QCH; i++) {
@@ -424,15 +453,54 @@ AVX2_INL void q_avx2_tile(const qmm *a, int q4, int64_t n, int32_t t0, const int
 #define AVX512_ATTR SL_AVX512_ATTR
 #define AVX512_INL  AVX512_ATTR QINLINE
 
+/* Whether a whole chunk's scales of a layout other than the pack's load as vectors: groups of
+ * 64 or 128 (two groups of QG each), BF16, F16 or F32. */
+static inline int q_wide_vec(const qmm *a) {
+    return a->grp == QG || a->grp == 2 * QG;
+}
+
+/* The values (scales or biases p) of QG-column groups g0 .. g0+ng-1 of row n (ng <= 16; lanes
+ * past ng zero, their values not read), for q_wide_vec layouts; a group of 128 is two lanes.
+ * Widening is exact: the same floats as sl_qparam. */
+AVX512_INL __m512 q_avx512_wide(const qmm *a, const void *p, int64_t n, int64_t g0, int ng) {
+    const size_t j = (size_t)(n * a->Gs + g0 * QG / a->grp);
+    const int two = a->grp != QG, m = two ? (ng + 1) / 2 : ng; /* values to read */
+    const __mmask16 mk = (__mmask16)((1u << m) - 1u);
+    __m512 v;
+    if (a->sdt == SL_DTYPE_F32) {
+        v = _mm512_maskz_loadu_ps(mk, (const float *)p + j);
+    } else {
+        const __m256i h = _mm512_castsi512_si256(
+            _mm512_maskz_loadu_epi16((__mmask32)mk, (const uint16_t *)p + j));
+        v = a->sdt == SL_DTYPE_F16
+                ? _mm512_cvtph_ps(h)
+                : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    if (!two) return v;
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    return _mm512_maskz_permutexvar_ps((__mmask16)((1u << ng) - 1u), dup, v);
+}
+
 /* Scales and biases of a chunk as float, 16 at once when the chunk is whole. */
 AVX512_INL void q_avx512_chunk(qtile *f, const qmm *a, int64_t g0, int ng, float z, const int NR) {
-    if (ng < QCH) {
+    if (!a->plain && q_wide_vec(a)) {
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) {
+            const __m512 sv = q_avx512_wide(a, a->scv, f->n + r, g0, ng);
+            const __m512 bv = q_avx512_wide(a, a->biv, f->n + r, g0, ng);
+            _mm512_store_ps(f->sf[r], sv);
+            _mm512_store_ps(f->bf[r], _mm512_fmadd_ps(_mm512_set1_ps(z), sv, bv));
+        }
+        return;
+    }
+    if (ng < QCH || !a->plain) {
         qtile_chunk_scalar(f, a, g0, ng, z, NR);
         return;
     }
 #pragma GCC unroll 16
     for (int r = 0; r < NR; r++) {
-        const uint16_t *s = f->scr + (size_t)(r * a->G + g0), *b = f->bir + (size_t)(r * a->G + g0);
+        const uint16_t *s = f->scr + (size_t)(r * a->Gs + g0),
+                       *b = f->bir + (size_t)(r * a->Gs + g0);
         qprefetch(s, f->pf_ahead_s);
         qprefetch(b, f->pf_ahead_s);
         const __m512 sv = _mm512_castsi512_ps(
@@ -729,12 +797,13 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
     const __m512i m_lo = _mm512_set1_epi8(0x0f), m_hi = _mm512_set1_epi8((char)0xf0);
     const int64_t nch = a->Gp / QCH;
     const uint8_t *row = a->w + (size_t)n * a->ws;
-    const uint16_t *scr = a->sc + (size_t)(n * a->G), *bir = a->bi + (size_t)(n * a->G);
+    const uint16_t *scr = a->sc + (size_t)(n * a->Gs), *bir = a->bi + (size_t)(n * a->Gs);
     /* Decode streams the codes (rows are too short a stream for the hardware
      * prefetchers): fetch the same columns QPF groups of 4 rows down; a
      * batch's later token tiles find them cached. */
     const size_t pf_ahead = (size_t)(QPF * 4) * a->ws;
-    const size_t pf_ahead_s = (size_t)(QPF * 4 * a->G) * sizeof(uint16_t);
+    const size_t pf_ahead_s = (size_t)(QPF * 4 * a->Gs) * sizeof(uint16_t);
+    float swide[QCH] __attribute__((aligned(64))), bwide[QCH] __attribute__((aligned(64)));
     /* A short last chunk is read in place (the bytes past the row belong to
      * the next rows and meet zero xq) unless that runs past the matrix. */
     const size_t end = (size_t)a->N * a->ws;
@@ -757,16 +826,29 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
         /* Scales and biases of the chunk (zero past G; masked lanes are not
          * read) as float, in sigma order. */
         const __mmask32 m = (__mmask32)((1u << SL_MIN(QCH, a->G - g0)) - 1u);
-        const __m512 sv = _mm512_permutexvar_ps(
-            sigma,
-            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
-                                                      _mm512_maskz_loadu_epi16(m, scr + g0))),
-                                                  16)));
-        const __m512 bv = _mm512_permutexvar_ps(
-            sigma,
-            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
-                                                      _mm512_maskz_loadu_epi16(m, bir + g0))),
-                                                  16)));
+        __m512 sv, bv;
+        if (a->plain) {
+            sv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                                                           _mm512_maskz_loadu_epi16(m, scr + g0))),
+                                                       16));
+            bv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                                                           _mm512_maskz_loadu_epi16(m, bir + g0))),
+                                                       16));
+        } else if (q_wide_vec(a)) { /* other layouts, vector loads */
+            const int ng = (int)SL_MIN(QCH, a->G - g0);
+            sv = q_avx512_wide(a, a->scv, n, g0, ng);
+            bv = q_avx512_wide(a, a->biv, n, g0, ng);
+        } else { /* groups of 256 or more: widened one by one */
+            for (int i = 0; i < QCH; i++) {
+                const size_t j = (size_t)(n * a->Gs + (g0 + i) * QG / a->grp);
+                swide[i] = g0 + i < a->G ? sl_qparam(a->scv, a->sdt, j) : 0.0f;
+                bwide[i] = g0 + i < a->G ? sl_qparam(a->biv, a->sdt, j) : 0.0f;
+            }
+            sv = _mm512_load_ps(swide);
+            bv = _mm512_load_ps(bwide);
+        }
+        sv = _mm512_permutexvar_ps(sigma, sv);
+        bv = _mm512_permutexvar_ps(sigma, bv);
         if (off + QCB > a->ws && (size_t)n * a->ws + off + QCB > end) {
             const size_t rem = a->ws - off; /* a zero-padded copy */
             memcpy(qpad, qp, rem);
@@ -911,6 +993,12 @@ static qmm qmm_slice(const sl_tensor *w, const float *x, float *y, int32_t ts, i
                  .ws = sl_row_bytes(w->dtype, K),
                  .sc = w->scales,
                  .bi = w->biases,
+                 .scv = w->scales,
+                 .biv = w->biases,
+                 .sdt = sl_tensor_sdtype(w),
+                 .Gs = sl_tensor_qgroups(w, K),
+                 .grp = sl_tensor_group(w),
+                 .plain = sl_tensor_qplain(w),
                  .x = x + (size_t)ts * (size_t)K,
                  .y = y + (size_t)ts * (size_t)N,
                  .N = N,
@@ -951,12 +1039,14 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
     const int64_t K = w->shape[1], G = sl_qgroups(K);
     const int64_t Gp = (G + QCH - 1) / QCH * QCH;
     const int q4 = is_q4(w->dtype);
-    if (q4 && path != SL_QPATH_FLOAT && Gp <= QIS_MAX && sl_quant_int8_available(be)) {
+    /* The SIMD paths walk groups of QG columns: a tensor's groups must be whole numbers of them. */
+    const int wide = sl_tensor_group(w) % QG == 0;
+    if (q4 && wide && path != SL_QPATH_FLOAT && Gp <= QIS_MAX && sl_quant_int8_available(be)) {
         matmul_q4_int8(be, y, x, w, T);
         return;
     }
     /* Rows longer than 8192 groups (K > 524288) take the scalar path. */
-    const sl_isa isa = Gp > QXS_MAX ? SL_ISA_SCALAR : be->isa;
+    const sl_isa isa = Gp > QXS_MAX || !wide ? SL_ISA_SCALAR : be->isa;
     const int32_t slice = isa == SL_ISA_SCALAR ? SL_MAX(T, 1) : (int32_t)(QXS_MAX / SL_MAX(Gp, 1));
     float xsum[QXS_MAX] __attribute__((aligned(64)));
     float xperm[QXP_MAX] __attribute__((aligned(64)));
@@ -981,5 +1071,5 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
 
 void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                          int32_t T) {
-    sl_matmul_quant_cpu_path(be, y, x, w, T, SL_QPATH_AUTO);
+    sl_matmul_quant_cpu_path(be, y, x, w, T, be->int4_float_act ? SL_QPATH_FLOAT : SL_QPATH_AUTO);
 }

@@ -265,8 +265,9 @@ struct sl_backend {
     const sl_ops *ops;
     int32_t n_threads;
     sl_isa isa;
-    int32_t device; /* backend memory is not host memory (CUDA) */
-    void *ctx;      /* backend state (CUDA: streams, handles, scratch) */
+    int32_t device;         /* backend memory is not host memory (CUDA) */
+    int32_t int4_float_act; /* CPU: int4 matmuls on float activations (quant.h, SL_QPATH_FLOAT) */
+    void *ctx;              /* backend state (CUDA: streams, handles, scratch) */
 };
 
 /* The CPU backend; isa is clamped to what the processor supports. */

@@ -6,7 +6,9 @@
  *           first, each row padded to a whole byte (sl_row_bytes)
  *   scales  [N, G] BF16, G = ceil(K / 64): group g covers columns 64g .. 64g+63
  *   biases  [N, G] BF16                    (the last group may be shorter)
- * and w[n][k] = q[n][k] * scale[n][k / 64] + bias[n][k / 64].
+ * and w[n][k] = q[n][k] * scale[n][k / 64] + bias[n][k / 64]. That is sluice's pack layout;
+ * MLX checkpoints bring groups of 32 or 128 too (sl_tensor.group) and F16 or F32 scales and
+ * biases (sl_tensor.sdtype), which every kernel here also takes.
  *
  * The matmul never widens the matrix: per group it forms sum(q * x) and
  * sum(x), then y += scale * sum(q * x) + bias * sum(x).
@@ -15,6 +17,13 @@
 #define SL_QUANT_H
 
 #include "kernels/ops.h"
+
+/* Element i of a Q8/Q4 tensor's scales or biases (dtype sd: BF16, F16 or F32) as float. */
+static inline float sl_qparam(const void *p, sl_dtype sd, size_t i) {
+    if (sd == SL_DTYPE_F32) return ((const float *)p)[i];
+    if (sd == SL_DTYPE_F16) return sl_f16_to_f32(((const uint16_t *)p)[i]);
+    return sl_bf16_to_f32(((const uint16_t *)p)[i]);
+}
 
 /* Quantises one row of K floats: min/max affine per group, BF16 scale and bias,
  * q = round((w - bias) / scale) clamped to the code range. Reference code for pack. */

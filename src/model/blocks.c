@@ -199,7 +199,8 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
                                (!t->scales || locate_piece(&m->ck, t->scales, &x[1])) &&
                                (!t->biases || locate_piece(&m->ck, t->biases, &x[2]));
                 if (!ok || t->dtype != p0->dtype || !t->scales != !p0->scales ||
-                    !t->biases != !p0->biases)
+                    !t->biases != !p0->biases || sl_tensor_group(t) != sl_tensor_group(p0) ||
+                    sl_tensor_sdtype(t) != sl_tensor_sdtype(p0))
                     st = sl_fail(err, SL_ERR_UNSUPPORTED,
                                  "%s: layer %d, expert %d: %s is not a tensor of the files, or its "
                                  "type differs from expert 0's",

@@ -3,6 +3,7 @@
 
 #include "format/pack.h"
 #include "model/gguf_ckpt.h"
+#include "model/mlx_ckpt.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -308,8 +309,11 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
         for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
             ck->entries[ck->n_entries++] =
                 (sl_ckpt_entry){&ck->files[f].tensors[i], f, ck->files[f].tensors[i].name};
-    if ((st = index_entries(ck, err))) return st;
-    return packed ? SL_OK : attach_fp8_scales(ck, err);
+    if ((st = index_entries(ck, err)) || packed) return st;
+    /* An MLX checkpoint's quantised modules become Q4/Q8 views, under names sorted again. */
+    if ((st = sl_mlx_ckpt_bind(ck, err))) return st;
+    if (ck->mlx_bits && (st = index_entries(ck, err))) return st;
+    return attach_fp8_scales(ck, err);
 }
 
 void sl_ckpt_close(sl_ckpt *ck) {
@@ -368,7 +372,7 @@ sl_status sl_ckpt_bind(const sl_ckpt *ck, sl_tensor *out, int flags, int32_t ndi
     const char *file = sl_ckpt_path(ck, e);
     /* Block types hold matrices (rows of whole blocks): never a vector. */
     if (t->dtype != SL_DTYPE_F32 && t->dtype != SL_DTYPE_F16 && t->dtype != SL_DTYPE_BF16 &&
-        !(sl_dtype_is_quant(t->dtype) && ndim == 2) &&
+        !(sl_dtype_is_quant(t->dtype) && ndim >= 2) &&
         !(sl_dtype_is_block(t->dtype) && ndim >= 2) && !(sl_tensor_is_fp8(t) && ndim >= 2))
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: tensor '%s': dtype %s (expected BF16, F16 "
@@ -398,9 +402,9 @@ sl_tensor sl_tensor_rows(const sl_tensor *t, int64_t row0, int64_t rows) {
     v.nbytes = (size_t)rows * row_bytes;
     if (sl_tensor_is_fp8(t)) return sl_fp8_rows(t, row0, rows);
     if (sl_dtype_is_quant(t->dtype)) {
-        size_t g = (size_t)sl_qgroups(t->shape[1]);
-        v.scales = t->scales + (size_t)row0 * g;
-        v.biases = t->biases + (size_t)row0 * g;
+        const size_t sb = sl_tensor_qscale_bytes(t, row0);
+        v.scales = (const uint8_t *)t->scales + sb;
+        v.biases = (const uint8_t *)t->biases + sb;
     }
     return v;
 }
@@ -417,7 +421,11 @@ sl_tensor sl_tensor_slice(const sl_tensor *t, int64_t i) {
     if (sl_tensor_is_fp8(t)) { /* [E, ceil(rows / brows), ceil(cols / group)] scales */
         const size_t per = (size_t)((t->shape[1] + t->brows - 1) / t->brows) *
                            (size_t)((t->shape[2] + t->group - 1) / t->group);
-        v.scales = (const uint16_t *)((const float *)t->scales + (size_t)i * per);
+        v.scales = (const float *)t->scales + (size_t)i * per;
+    } else if (sl_dtype_is_quant(t->dtype)) { /* MLX's stacked experts: [E, rows, groups] */
+        const size_t sb = sl_tensor_qscale_bytes(t, i * t->shape[1]);
+        v.scales = (const uint8_t *)t->scales + sb;
+        v.biases = (const uint8_t *)t->biases + sb;
     }
     return v;
 }

@@ -28,8 +28,8 @@ typedef struct sl_ckpt {
     sl_st_file *files; /* safetensors shards, or a pack's core.bin */
     int32_t n_gguf;
     sl_gguf_file *gguf; /* a GGUF file and the rest of its split set (gguf_ckpt.h) */
-    sl_tensor *views;   /* GGUF: the tensors under Hugging Face names */
-    char *names;        /* GGUF: those names, one allocation */
+    sl_tensor *views;   /* GGUF, MLX: the tensors under the names the families bind */
+    char *names;        /* GGUF, MLX: those names, one allocation */
     int32_t n_entries;
     sl_ckpt_entry *entries; /* sorted by name */
     const char *prefix;     /* "model." or "model.language_model." */
@@ -37,6 +37,8 @@ typedef struct sl_ckpt {
     int32_t norm_folded; /* RMSNorm weights hold 1 + w where the family scales by (1 + w) */
     int32_t A_neg_exp;   /* linear_attn.A_log holds -exp(A_log) (ssm_a; sl_delta_args) */
     int32_t v_tiled;     /* Gated DeltaNet's value heads in tiled order (sl_delta_args) */
+    int32_t mlx_bits;    /* an MLX checkpoint (mlx_ckpt.h): config's default bits; else 0 */
+    int32_t mlx_group;   /*   and group size */
 } sl_ckpt;
 
 /* dir: a checkpoint directory, a pack, or a GGUF file (gguf_ckpt.h). */

@@ -107,8 +107,8 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
         }
         uint8_t *d = m->uploads[j];
         t->data = d;
-        if (sb_s) t->scales = (const uint16_t *)(d + data_bytes);
-        if (sb_b) t->biases = (const uint16_t *)(d + data_bytes + sb_s);
+        if (sb_s) t->scales = d + data_bytes;
+        if (sb_b) t->biases = d + data_bytes + sb_s;
     }
     free(ts);
     free(src);
@@ -274,6 +274,8 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
     enum { G = 9 };
     double count[G][SL_DTYPE_COUNT] = {{0}};
     int32_t fp8_rows = 0, fp8_cols = 0; /* block of the FP8 scales, which count in its bits */
+    /* Q8/Q4 bits depend on the group and scale dtype (an MLX checkpoint mixes them): summed */
+    double qbits[G][SL_DTYPE_COUNT] = {{0}};
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
         const size_t len = strlen(t->name);
@@ -283,13 +285,20 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         for (int32_t d = 0; d < t->ndim; d++)
             n *= (double)t->shape[d];
         count[weight_group(t)][t->dtype] += n;
+        if (sl_dtype_is_quant(t->dtype))
+            qbits[weight_group(t)][t->dtype] +=
+                n * ((t->dtype == SL_DTYPE_Q4 ? 4.0 : 8.0) +
+                     (sl_tensor_sdtype(t) == SL_DTYPE_F32 ? 64.0 : 32.0) / sl_tensor_group(t));
     }
     /* A pack's experts are in the store, not the checkpoint. */
     for (int32_t l = 0; m->kind == SL_MODEL_PACK && l < m->cfg.n_layers; l++) {
         const sl_expert_layer *L = &m->experts.layers[l];
-        for (int k = 0; L->n_experts && k < 3; k++)
-            count[0][L->hdr.dtype[k]] +=
-                (double)L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+        for (int k = 0; L->n_experts && k < 3; k++) {
+            const sl_dtype dt = L->hdr.dtype[k];
+            const double n = (double)L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+            count[0][dt] += n;
+            if (sl_dtype_is_quant(dt)) qbits[0][dt] += n * sl_dtype_bits(dt);
+        }
     }
     size_t k = 0;
     buf[0] = '\0';
@@ -301,6 +310,8 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? "; " : "", names[g]);
         for (int d = 0, first = 1; d < SL_DTYPE_COUNT && k < cap; d++) {
             if (count[g][d] == 0) continue;
+            const double bpw =
+                qbits[g][d] > 0 ? qbits[g][d] / count[g][d] : sl_dtype_bits((sl_dtype)d);
             if (d == SL_DTYPE_F8_E4M3 && fp8_rows)
                 k += (size_t)snprintf(buf + k, cap - k,
                                       "%s F8_E4M3 with %dx%d block scales %.3f bpw",
@@ -308,7 +319,7 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
                                       8.0 + 32.0 / ((double)fp8_rows * fp8_cols));
             else
                 k += (size_t)snprintf(buf + k, cap - k, "%s %s %.2f bpw", first ? "" : ",",
-                                      sl_dtype_name((sl_dtype)d), sl_dtype_bits((sl_dtype)d));
+                                      sl_dtype_name((sl_dtype)d), bpw);
             if (count[g][d] < total && k < cap)
                 k += (size_t)snprintf(buf + k, cap - k, " (%.0f%%)", 100.0 * count[g][d] / total);
             first = 0;
@@ -335,10 +346,13 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     m->norm_offset = m->family->norm_offset;
     if (p.backend == SL_BACKEND_CUDA ||
         (p.backend == SL_BACKEND_AUTO && sl_backend_cuda_available())) {
-        if ((st = sl_backend_cuda_init(&m->be, 0, &p.cuda, err))) goto fail;
+        sl_cuda_params cp = p.cuda;
+        cp.int4_float_act |= p.int4_float_act;
+        if ((st = sl_backend_cuda_init(&m->be, 0, &cp, err))) goto fail;
     } else {
         sl_backend_cpu_init(&m->be, p.n_threads, SL_ISA_AVX512);
         m->be.device = p.backend == SL_BACKEND_CPU_DEVICE;
+        m->be.int4_float_act = p.int4_float_act;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
     /* A GGUF file of a (1 + w) family holds 1 + w itself (llama.cpp's converter added the 1). */
@@ -466,6 +480,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .types = m->types,
         .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
                   : m->kind == SL_MODEL_GGUF ? "GGUF"
+                  : m->ck.mlx_bits           ? "MLX"
                                              : "Hugging Face checkpoint",
         .pack_version = m->kind == SL_MODEL_PACK ? m->pack_version : 0,
         .weights = weights,

@@ -68,8 +68,8 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
             sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
             for (int j = 0; j < 3; j++) {
                 m[j]->data = base + d->off[3 * j];
-                m[j]->scales = m[j]->scales ? (const uint16_t *)(base + d->off[3 * j + 1]) : NULL;
-                m[j]->biases = m[j]->biases ? (const uint16_t *)(base + d->off[3 * j + 2]) : NULL;
+                m[j]->scales = m[j]->scales ? base + d->off[3 * j + 1] : NULL;
+                m[j]->biases = m[j]->biases ? base + d->off[3 * j + 2] : NULL;
             }
         }
     }

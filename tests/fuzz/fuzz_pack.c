@@ -14,7 +14,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int32_t i = 0; i < f.n_tensors; i++) {
             const sl_tensor *t = &f.tensors[i];
             if (t->nbytes) sink ^= ((const uint8_t *)t->data)[t->nbytes - 1];
-            if (t->scales) sink ^= (uint8_t)(t->scales[0] ^ t->biases[0]);
+            if (t->scales)
+                sink ^=
+                    (uint8_t)(((const uint8_t *)t->scales)[0] ^ ((const uint8_t *)t->biases)[0]);
         }
         (void)sink;
     }

@@ -279,6 +279,42 @@ static void weight_make(ot_run *r, ot_weight *w, sl_dtype dt, int64_t N, int64_t
     }
 }
 
+/* MLX checkpoints' Q8/Q4 layouts (mlx_ckpt.h): layout 1 groups of 32 with BF16 scales, 2 groups
+ * of 128 with F16, 3 groups of 32 with F32. w (made by weight_make) keeps its codes and gets new
+ * scales and biases, random values exact in every dtype (negative scales too, as MLX writes). */
+static void weight_relayout(ot_run *r, ot_weight *w, int layout) {
+    static const int32_t groups[] = {0, 32, 128, 32};
+    static const sl_dtype sds[] = {0, SL_DTYPE_BF16, SL_DTYPE_F16, SL_DTYPE_F32};
+    const int64_t N = w->h.shape[0], K = w->h.shape[1];
+    w->h.group = groups[layout];
+    w->h.sdtype = sds[layout];
+    const size_t n = sl_tensor_scale_bytes(&w->h), ss = sds[layout] == SL_DTYPE_F32 ? 4 : 2;
+    free(w->hs), free(w->hb), dfree(r, w->ds), dfree(r, w->db);
+    void *hs = malloc(n + 4), *hb = malloc(n + 4);
+    for (size_t i = 0; i < n / ss; i++)
+        for (int j = 0; j < 2; j++) {
+            /* 8 significant bits, |v| in [2^-9, 2^-3] */
+            const float v = ldexpf((float)(128 + (int)(frand(r) * 127.0f)) / 256.0f,
+                                   -3 - (int)(fabsf(frand(r)) * 6.0f)) *
+                            (frand(r) < 0 ? -1.0f : 1.0f);
+            void *p = j ? hb : hs;
+            if (ss == 4)
+                ((float *)p)[i] = v;
+            else
+                ((uint16_t *)p)[i] =
+                    sds[layout] == SL_DTYPE_F16 ? sl_f32_to_f16(v) : sl_f32_to_bf16(v);
+        }
+    w->hs = hs, w->hb = hb;
+    w->h.scales = hs, w->h.biases = hb;
+    for (int64_t r0 = 0; r0 < N; r0++)
+        sl_dequantize_row(&w->h, r0, w->wide + r0 * K);
+    const void *dd = w->d.data;
+    w->d = w->h;
+    w->d.data = dd;
+    w->ds = up(r, hs, n), w->db = up(r, hb, n);
+    w->d.scales = w->ds, w->d.biases = w->db;
+}
+
 static void weight_free(ot_run *r, ot_weight *w) {
     free(w->hdata), free(w->hs), free(w->hb), free(w->wide);
     dfree(r, w->dalloc), dfree(r, w->ds), dfree(r, w->db);
@@ -468,6 +504,7 @@ static void run_matmul(ot_run *r, const ot_case *c) {
     r->f8_brows = c->p[5], r->f8_group = c->p[6], r->f8_phase = c->p[7];
     ot_weight w, b;
     weight_make(r, &w, c->dt, N, K, 0.5f, c->p[4]);
+    if (c->p[5]) weight_relayout(r, &w, c->p[5]);
     weight_make(r, &b, c->p[3] == 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, N, 0.5f, 0);
     sl_tensor bd = b.d;
     if (c->p[3] == 3) bd.data = NULL;
@@ -1301,6 +1338,11 @@ out:
     MM(dt, 1, 256, 1, 1, 0), MM(dt, 37, 512, 5, 2, 0), MM(dt, 16, 256, 4, 0, 1),                   \
     MM(dt, 130, 256, 9, 1, 0), MM(dt, 64, 1024, 17, 0, 1), MM(dt, 300, 256, 4, 0, 0),              \
     MM_T(dt, 33, 768, 3)
+/* MLX's layouts (weight_relayout): K a multiple of the group (32 or 128) or not, every T path. */
+#define MMX(dt, N, K, T, lay) {"matmul", run_matmul, dt, {N, K, T, 0, 0, lay}, 2e-5}
+#define MLX_MATMUL_ROWS(dt, lay)                                                                   \
+    MMX(dt, 37, 256, 1, lay), MMX(dt, 5, 96, 3, lay), MMX(dt, 130, 384, 5, lay),                   \
+    MMX(dt, 64, 1024, 17, lay), MMX(dt, 33, 2048, 4, lay), MMX(dt, 17, 75, 70, lay)
 #define BLOCK32_MATMUL_ROWS(dt)                                                                    \
     BLOCK_MATMUL_ROWS(dt), MM(dt, 5, 32, 2, 0, 0), MM(dt, 17, 96, 3, 1, 1)
 #define BLOCK_BATCH(dt) {"matmul_batch", run_matmul_batch, dt, {3, 256, 0}, 2e-5}
@@ -1343,6 +1385,12 @@ static const ot_case table[] = {
     MATMUL_ROWS(BF16),
     MATMUL_ROWS(Q8),
     MATMUL_ROWS(Q4),
+    MLX_MATMUL_ROWS(Q8, 1),
+    MLX_MATMUL_ROWS(Q8, 2),
+    MLX_MATMUL_ROWS(Q8, 3),
+    MLX_MATMUL_ROWS(Q4, 1),
+    MLX_MATMUL_ROWS(Q4, 2),
+    MLX_MATMUL_ROWS(Q4, 3),
     BLOCK32_MATMUL_ROWS(Q8_0),
     BLOCK32_MATMUL_ROWS(Q4_0),
     BLOCK32_MATMUL_ROWS(Q4_1),

@@ -115,21 +115,27 @@ void *cu_items(const sl_backend *be, const void *host, size_t bytes);
 /* A weight as kernels see it: device pointers plus the row layout. */
 typedef struct cu_w {
     const uint8_t *data;
-    const uint16_t *scales, *biases; /* Q8/Q4: [N, G] bf16 */
+    const uint16_t *scales, *biases; /* Q8/Q4: [N, G] of sdt (BF16, F16, or F32 read as pairs) */
     size_t ws;                       /* bytes per row */
     int64_t K, G;
     int dt;
+    int sdt;    /* Q8/Q4: dtype of the scales and biases */
+    int gshift; /* Q8/Q4: log2 of the group size (32, 64 or 128: a chunk never spans two) */
 } cu_w;
 
 static inline cu_w cu_w_of(const sl_tensor *t) {
     cu_w w;
     w.data = (const uint8_t *)t->data;
-    w.scales = t->scales;
-    w.biases = t->biases;
+    w.scales = (const uint16_t *)t->scales;
+    w.biases = (const uint16_t *)t->biases;
     w.K = t->ndim >= 2 ? t->shape[t->ndim - 1] : t->shape[0];
     w.ws = sl_row_bytes(t->dtype, w.K);
-    w.G = sl_qgroups(w.K);
+    w.G = sl_tensor_qgroups(t, w.K);
     w.dt = (int)t->dtype;
+    w.sdt = (int)sl_tensor_sdtype(t);
+    w.gshift = 0;
+    while ((1 << w.gshift) < sl_tensor_group(t))
+        w.gshift++;
     return w;
 }
 
@@ -148,13 +154,20 @@ __device__ __forceinline__ float cu_load_f(const void *p, int dt, size_t i) {
     return ((const float *)p)[i];
 }
 
+/* Scale or bias i of a Q8/Q4 weight (p: its scales or biases), widened. */
+__device__ __forceinline__ float cu_qparam(const uint16_t *p, int sdt, size_t i) {
+    if (sdt == SL_DTYPE_BF16) return cu_bf16(__ldg(p + i));
+    if (sdt == SL_DTYPE_F16) return cu_f16(__ldg(p + i));
+    return __ldg((const float *)p + i);
+}
+
 /* w[n][k] of any weight dtype, widened (quantised: q * scale + bias). */
 __device__ __forceinline__ float cu_load_w(const cu_w &w, int64_t n, int64_t k) {
     const uint8_t *row = w.data + (size_t)n * w.ws;
     if (w.dt == SL_DTYPE_Q8 || w.dt == SL_DTYPE_Q4) {
         unsigned q = w.dt == SL_DTYPE_Q8 ? row[k] : (row[k >> 1] >> ((k & 1) * 4)) & 15u;
-        const size_t g = (size_t)n * (size_t)w.G + (size_t)(k / SL_QGROUP);
-        return (float)q * cu_bf16(w.scales[g]) + cu_bf16(w.biases[g]);
+        const size_t g = (size_t)n * (size_t)w.G + (size_t)(k >> w.gshift);
+        return (float)q * cu_qparam(w.scales, w.sdt, g) + cu_qparam(w.biases, w.sdt, g);
     }
     return cu_load_f(row, w.dt, (size_t)k);
 }

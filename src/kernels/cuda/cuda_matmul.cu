@@ -334,9 +334,9 @@ __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4
     constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
     v = ld_stream((const uint4 *)(w.data + (size_t)n * w.ws) + c);
     if (DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4 || DT == SL_Q4X) {
-        const int64_t gi = n * w.G + ((int64_t)c * chunk_elems<DT>::E) / SL_QGROUP;
-        s = cu_bf16(__ldg(w.scales + gi));
-        b = __fmaf_rn(Z, s, cu_bf16(__ldg(w.biases + gi)));
+        const int64_t gi = n * w.G + (((int64_t)c * chunk_elems<DT>::E) >> w.gshift);
+        s = cu_qparam(w.scales, w.sdt, (size_t)gi);
+        b = __fmaf_rn(Z, s, cu_qparam(w.biases, w.sdt, (size_t)gi));
     } else {
         s = b = 0.0f;
     }
