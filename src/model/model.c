@@ -49,6 +49,26 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
     return st;
 }
 
+/* A pack of a GGUF file keeps the values llama.cpp's converter changed (gguf_ckpt.c) as they
+ * are; its manifest's "gguf_values" says which, and the checkpoint reads them as from the GGUF. */
+static sl_status pack_gguf_values(sl_ckpt *ck, const char *path, sl_error *err) {
+    json_error_t je;
+    char *file = NULL;
+    size_t len = 0;
+    if (sl_read_file(path, &file, &len, err)) return SL_ERR_IO;
+    json_t *man = json_loadb(file, len, 0, &je);
+    free(file);
+    if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    json_t *v = json_object_get(man, "gguf_values");
+    if (json_is_object(v)) {
+        ck->norm_folded = json_is_true(json_object_get(v, "norm_folded"));
+        ck->A_neg_exp = json_is_true(json_object_get(v, "A_neg_exp"));
+        ck->v_tiled = json_is_true(json_object_get(v, "v_tiled"));
+    }
+    json_decref(man);
+    return SL_OK;
+}
+
 /* Every weight the families bind (absent ones have data == NULL), for upload_weights: the
  * shared layers', then the family's own. */
 static int32_t model_weights(sl_model *m, sl_tensor **out) {
@@ -355,6 +375,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         m->be.int4_float_act = p.int4_float_act;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
+    if (m->kind == SL_MODEL_PACK && (st = pack_gguf_values(&m->ck, path, err))) goto fail;
     /* A GGUF file of a (1 + w) family holds 1 + w itself (llama.cpp's converter added the 1). */
     if (m->ck.norm_folded) m->norm_offset = 0.0f;
     if (m->kind == SL_MODEL_PACK && m->ck.files[0].version != (uint32_t)m->pack_version) {

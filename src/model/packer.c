@@ -835,6 +835,13 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
                             ple_layers, "files", files)
                 : NULL;
         if (cfg) layers = files = ple_layers = NULL;
+        /* Values a GGUF holds as llama.cpp's converter changed them, copied as they are: the
+         * loader must read them as it reads that GGUF (model.c, pack_gguf_values). */
+        if (man && (m->ck.norm_folded || m->ck.A_neg_exp || m->ck.v_tiled))
+            json_object_set_new(man, "gguf_values",
+                                json_pack("{s:b, s:b, s:b}", "norm_folded", m->ck.norm_folded,
+                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled",
+                                          m->ck.v_tiled));
         st = cfg ? write_manifest(man, out_dir, err) : SL_ERR_FORMAT;
         json_decref(man);
     }

@@ -498,13 +498,14 @@ static void run_copy_rows(ot_run *r, const ot_case *c) {
 /* ------------------------------------------------------------ products */
 
 /* p: N, K, T, bias (0 none, 1 F32, 2 BF16, 3 a bias tensor without data), misaligned weight;
+ * Q8/Q4: p[5] an MLX layout (weight_relayout);
  * F8_E4M3: rows and columns per scale block (0: 128), row phase of the view */
 static void run_matmul(ot_run *r, const ot_case *c) {
     const int32_t N = c->p[0], K = c->p[1], T = c->p[2];
     r->f8_brows = c->p[5], r->f8_group = c->p[6], r->f8_phase = c->p[7];
     ot_weight w, b;
     weight_make(r, &w, c->dt, N, K, 0.5f, c->p[4]);
-    if (c->p[5]) weight_relayout(r, &w, c->p[5]);
+    if (c->p[5] && sl_dtype_is_quant(c->dt)) weight_relayout(r, &w, c->p[5]); /* MLX layouts */
     weight_make(r, &b, c->p[3] == 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, N, 0.5f, 0);
     sl_tensor bd = b.d;
     if (c->p[3] == 3) bd.data = NULL;
