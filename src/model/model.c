@@ -19,16 +19,23 @@
 #include "model/gguf_ckpt.h"
 
 /* A packed model's config is the "config" object of its manifest; *version its format. */
-static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
-                                      sl_error *err) {
+/* A pack's manifest.json, parsed, into *man. */
+static sl_status load_manifest(const char *path, json_t **man, sl_error *err) {
     json_error_t je;
     char *file = NULL;
     size_t len = 0;
     if (sl_read_file(path, &file, &len, err)) return SL_ERR_IO;
-    json_t *man = json_loadb(file, len, 0, &je);
+    *man = json_loadb(file, len, 0, &je);
     free(file);
-    if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
-    sl_status st;
+    if (!*man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    return SL_OK;
+}
+
+static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
+                                      sl_error *err) {
+    json_t *man;
+    sl_status st = load_manifest(path, &man, err);
+    if (st) return st;
     json_t *fmt = json_object_get(man, "format"), *ver = json_object_get(man, "version");
     json_t *cj = json_object_get(man, "config");
     char *text = NULL;
@@ -52,13 +59,9 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
 /* A pack of a GGUF file keeps the values llama.cpp's converter changed (gguf_ckpt.c) as they
  * are; its manifest's "gguf_values" says which, and the checkpoint reads them as from the GGUF. */
 static sl_status pack_gguf_values(sl_ckpt *ck, const char *path, sl_error *err) {
-    json_error_t je;
-    char *file = NULL;
-    size_t len = 0;
-    if (sl_read_file(path, &file, &len, err)) return SL_ERR_IO;
-    json_t *man = json_loadb(file, len, 0, &je);
-    free(file);
-    if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    json_t *man;
+    sl_status st = load_manifest(path, &man, err);
+    if (st) return st;
     json_t *v = json_object_get(man, "gguf_values");
     if (json_is_object(v)) {
         ck->norm_folded = json_is_true(json_object_get(v, "norm_folded"));
