@@ -100,7 +100,10 @@ static uint8_t *build(const gopts *o, size_t *size) {
     }
     if (o->dup_key) gw_key(&w, "general.architecture", SL_GGUF_STRING), gw_str(&w, "x");
 
-    const uint64_t al = o->align ? o->align : 32;
+    /* the layout's alignment: the key's, unless it is refused anyway (not a power of two, or
+     * 2 GiB, which padded a byte at a time took most of a minute) */
+    const uint64_t al =
+        o->align && !(o->align & (o->align - 1)) && o->align <= 4096 ? o->align : 32;
     gtensor ts[3] = {
         {"tok_embd.weight", SL_GGML_F32, 2, {8, 2, 1, 1}, 64},
         {"blk.0.ffn_down_exps.weight",
