@@ -24,6 +24,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fp8_convert import write_st  # noqa: E402  (the tools' safetensors writer)
+
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 144, 3, 1, 48
 MOE_I, EXPERTS, TOPK, LAYERS, VOCAB = 48, 4, 2, 2, 128
 BLOCK = 128
@@ -78,22 +81,9 @@ def bf16(x):
     return u.astype(np.uint16)
 
 
-def write_st(path, tensors):
-    header, off, blobs = {}, 0, []
-    for name in sorted(tensors):
-        dt, arr = tensors[name]
-        raw = arr.tobytes()
-        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(np.uint64(len(hb)).tobytes())
-        f.write(hb)
-        for b in blobs:
-            f.write(b)
+def write_model(path, tensors):
+    write_st(path, {name: (dt, list(arr.shape), arr.tobytes()) for name, (dt, arr) in tensors.items()},
+             {"format": "pt"})
 
 
 def main():
@@ -135,7 +125,7 @@ def main():
             lin(q + "gate_proj", MOE_I, HIDDEN)
             lin(q + "up_proj", MOE_I, HIDDEN)
             lin(q + "down_proj", HIDDEN, MOE_I)
-    write_st(os.path.join(out, "model.safetensors"), t)
+    write_model(os.path.join(out, "model.safetensors"), t)
 
     cfg = {
         "architectures": ["Qwen3MoeForCausalLM"],

@@ -29,28 +29,23 @@ import json
 import os
 import re
 import shutil
-import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fp8_convert import read_st, write_st  # noqa: E402  (the tools' safetensors reader/writer)
 
 ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "U32": np.uint32}
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        blob = f.read()
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        raw = np.frombuffer(blob[a:b], dtype=ST_DTYPES[info["dtype"]]).reshape(info["shape"])
-        if info["dtype"] == "BF16":
-            raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        out[name] = (np.asarray(raw, dtype=np.float32), info["dtype"])
+    for name, (dt, shape, raw) in read_st(path)[0].items():
+        a = np.frombuffer(raw, dtype=ST_DTYPES[dt]).reshape(shape)
+        if dt == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = (np.asarray(a, dtype=np.float32), dt)
     return out
 
 
@@ -83,22 +78,8 @@ def round_to(a, sdtype):
 
 
 def write_safetensors(path, tensors):
-    """tensors: name -> (array, dtype name); BF16 arrays hold the bits (uint16)."""
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        arr, dt = tensors[name]
-        raw = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    header["__metadata__"] = {"format": "mlx"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    write_st(path, {name: (dt, list(arr.shape), np.ascontiguousarray(arr).tobytes())
+                    for name, (arr, dt) in tensors.items()}, {"format": "mlx"})
 
 
 def quantize(w, bits, group, sdtype):
