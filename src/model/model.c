@@ -19,23 +19,24 @@
 #include "model/gguf_ckpt.h"
 
 /* A packed model's config is the "config" object of its manifest; *version its format. */
-/* A pack's manifest.json, parsed, into *man. */
-static sl_status load_manifest(const char *path, json_t **man, sl_error *err) {
+/* A pack's manifest: its config into cfg, its format version, and (gv, may be NULL) the values
+ * a pack of a GGUF keeps as llama.cpp's converter changed them (gguf_ckpt.c; packer.c writes
+ * "gguf_values"): gv[0] norms hold 1 + w, gv[1] A_log holds -exp(A_log), gv[2] value heads
+ * tiled, read into the checkpoint's flags as from the GGUF. */
+static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
+                                      int32_t gv[3], sl_error *err) {
     json_error_t je;
     char *file = NULL;
     size_t len = 0;
     if (sl_read_file(path, &file, &len, err)) return SL_ERR_IO;
-    *man = json_loadb(file, len, 0, &je);
+    json_t *man = json_loadb(file, len, 0, &je);
     free(file);
-    if (!*man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
-    return SL_OK;
-}
-
-static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t *version,
-                                      sl_error *err) {
-    json_t *man;
-    sl_status st = load_manifest(path, &man, err);
-    if (st) return st;
+    if (!man) return sl_fail(err, SL_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    sl_status st;
+    json_t *vals = json_object_get(man, "gguf_values");
+    static const char *const keys[3] = {"norm_folded", "A_neg_exp", "v_tiled"};
+    for (int i = 0; gv && i < 3; i++)
+        gv[i] = json_is_object(vals) && json_is_true(json_object_get(vals, keys[i]));
     json_t *fmt = json_object_get(man, "format"), *ver = json_object_get(man, "version");
     json_t *cj = json_object_get(man, "config");
     char *text = NULL;
@@ -54,22 +55,6 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
     free(text);
     json_decref(man);
     return st;
-}
-
-/* A pack of a GGUF file keeps the values llama.cpp's converter changed (gguf_ckpt.c) as they
- * are; its manifest's "gguf_values" says which, and the checkpoint reads them as from the GGUF. */
-static sl_status pack_gguf_values(sl_ckpt *ck, const char *path, sl_error *err) {
-    json_t *man;
-    sl_status st = load_manifest(path, &man, err);
-    if (st) return st;
-    json_t *v = json_object_get(man, "gguf_values");
-    if (json_is_object(v)) {
-        ck->norm_folded = json_is_true(json_object_get(v, "norm_folded"));
-        ck->A_neg_exp = json_is_true(json_object_get(v, "A_neg_exp"));
-        ck->v_tiled = json_is_true(json_object_get(v, "v_tiled"));
-    }
-    json_decref(man);
-    return SL_OK;
 }
 
 /* Every weight the families bind (absent ones have data == NULL), for upload_weights: the
@@ -244,7 +229,7 @@ sl_status sl_model_check_dir(const char *path, int32_t *kind, sl_error *err) {
 /* The config of the model in dir (config.json, a pack's manifest, or a GGUF file's metadata),
  * its path into path. */
 static sl_status read_config(const char *dir, sl_config *cfg, int32_t *kind, int32_t *pack_version,
-                             char *path, size_t path_size, sl_error *err) {
+                             int32_t gv[3], char *path, size_t path_size, sl_error *err) {
     sl_status st = sl_model_check_dir(dir, kind, err);
     if (st) return st;
     if (*kind == SL_MODEL_GGUF) {
@@ -256,7 +241,7 @@ static sl_status read_config(const char *dir, sl_config *cfg, int32_t *kind, int
     }
     snprintf(path, path_size, "%s/%s", dir,
              *kind == SL_MODEL_PACK ? "manifest.json" : "config.json");
-    return *kind == SL_MODEL_PACK ? load_manifest_config(cfg, path, pack_version, err)
+    return *kind == SL_MODEL_PACK ? load_manifest_config(cfg, path, pack_version, gv, err)
                                   : sl_config_load(cfg, path, err);
 }
 
@@ -265,7 +250,7 @@ sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_s
     sl_config cfg = {0};
     int32_t kind, version;
     char path[4096];
-    sl_status st = read_config(dir, &cfg, &kind, &version, path, sizeof path, err);
+    sl_status st = read_config(dir, &cfg, &kind, &version, NULL, path, sizeof path, err);
     if (!st) {
         *max_position = cfg.max_position;
         *vocab_size = cfg.vocab_size;
@@ -357,7 +342,9 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!m) return SL_ERR_NOMEM;
     const sl_model_params p = params ? *params : (sl_model_params){0};
     char path[4096];
-    sl_status st = read_config(dir, &m->cfg, &m->kind, &m->pack_version, path, sizeof path, err);
+    int32_t gv[3] = {0};
+    sl_status st =
+        read_config(dir, &m->cfg, &m->kind, &m->pack_version, gv, path, sizeof path, err);
     if (st) goto fail;
     m->family = m->cfg.family;
     if (!m->family) {
@@ -378,7 +365,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         m->be.int4_float_act = p.int4_float_act;
     }
     if ((st = sl_ckpt_open(&m->ck, dir, err))) goto fail;
-    if (m->kind == SL_MODEL_PACK && (st = pack_gguf_values(&m->ck, path, err))) goto fail;
+    if (m->kind == SL_MODEL_PACK)
+        m->ck.norm_folded = gv[0], m->ck.A_neg_exp = gv[1], m->ck.v_tiled = gv[2];
     /* A GGUF file of a (1 + w) family holds 1 + w itself (llama.cpp's converter added the 1). */
     if (m->ck.norm_folded) m->norm_offset = 0.0f;
     if (m->kind == SL_MODEL_PACK && m->ck.files[0].version != (uint32_t)m->pack_version) {
