@@ -170,6 +170,30 @@ static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads,
     }
 }
 
+/* RoPE on interleaved pairs (2i, 2i + 1) of the first rot_dim dims (sl_qkv_args). */
+static void rope_interleaved(float *x, int32_t T, int32_t n_heads, int32_t head_dim,
+                             int32_t rot_dim, int32_t pos0, const float *cos_tab,
+                             const float *sin_tab) {
+    const int32_t half = rot_dim / 2;
+    for (int32_t t = 0; t < T; t++) {
+        const float *c = cos_tab + (size_t)(pos0 + t) * (size_t)half;
+        const float *s = sin_tab + (size_t)(pos0 + t) * (size_t)half;
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim;
+            for (int32_t i = 0; i < half; i++) {
+                float a = v[2 * i], b = v[2 * i + 1];
+                v[2 * i] = a * c[i] - b * s[i];
+                v[2 * i + 1] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+/* The temperature of a query at position p (sl_qkv_args), in float32 as transformers has it. */
+static float attn_temp(int32_t p, float floor_scale, float scale) {
+    return log1pf(floorf(((float)p + 1.0f) / floor_scale)) * scale + 1.0f;
+}
+
 static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
     const int32_t hd = a->head_dim;
     const size_t kv_row = (size_t)a->n_kv_heads * (size_t)hd;
@@ -177,8 +201,21 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
         cpu_rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->w_offset);
     if (a->k_norm)
         cpu_rmsnorm(be, a->k, a->k, a->k_norm, a->T * a->n_kv_heads, hd, a->eps, a->w_offset);
-    cpu_rope(be, a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
-    cpu_rope(be, a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
+    if (a->rope_interleaved) {
+        rope_interleaved(a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
+        rope_interleaved(a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->pos0, a->cos_tab,
+                         a->sin_tab);
+    } else {
+        cpu_rope(be, a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
+        cpu_rope(be, a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
+    }
+    if (a->temp_floor > 0)
+        for (int32_t t = 0; t < a->T; t++) {
+            const float f = attn_temp(a->pos0 + t, a->temp_floor, a->temp_scale);
+            float *q = a->q + (size_t)t * (size_t)a->n_heads * (size_t)hd;
+            for (size_t i = 0; i < (size_t)a->n_heads * (size_t)hd; i++)
+                q[i] *= f;
+        }
     for (int32_t t = 0; t < a->T; t++) {
         memcpy(a->kc + (size_t)(a->pos0 + t) * kv_row, a->k + (size_t)t * kv_row,
                kv_row * sizeof(float));
@@ -187,8 +224,9 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
     }
 }
 
-/* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t, or only the
- * rows listed in sel[t] (ascending) when a selection is given. */
+/* Causal attention: query t (position p = pos0 + t) sees cache rows 0 .. p (with a chunk, only
+ * p - p % chunk .. p), or only the rows listed in sel[t] (ascending) when a selection is
+ * given. */
 static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     if (a->prep) cpu_qkv_prep(be, a->prep);
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
@@ -201,12 +239,13 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     for (int32_t it = 0; it < n_items; it++) {
         const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
         const int32_t *sel = a->sel ? a->sel + (size_t)t * (size_t)a->sel_stride : NULL;
-        const int32_t n_keys = sel ? a->n_sel[t] : a->pos0 + t + 1;
+        const int32_t p = a->pos0 + t, k0 = sel || !a->chunk ? 0 : p - p % a->chunk;
+        const int32_t n_keys = sel ? a->n_sel[t] : p + 1 - k0;
         float *sc = a->scratch + (size_t)omp_get_thread_num() * ctx;
         const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
         float mx = -INFINITY;
         for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : j);
+            const size_t row = (size_t)(sel ? sel[j] : k0 + j);
             const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             float s = 0;
             for (int32_t d = 0; d < hd; d++)
@@ -224,7 +263,7 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
         for (int32_t d = 0; d < hd; d++)
             o[d] = 0;
         for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : j);
+            const size_t row = (size_t)(sel ? sel[j] : k0 + j);
             const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             const float p = sc[j] * inv;
             for (int32_t d = 0; d < hd; d++)

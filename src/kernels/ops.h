@@ -31,9 +31,9 @@ typedef enum sl_isa {
 typedef struct sl_backend sl_backend;
 
 /* The attention inputs of T tokens at positions pos0 ..: per-head RMSNorm of q and k with
- * q_norm / k_norm (NULL: none; eps and w_offset as rmsnorm's), NeoX RoPE of both on the first
- * rot_dim dims (cos/sin tables as rope's), in place; then the k and v rows stored at rows
- * pos0 .. of kc and vc. */
+ * q_norm / k_norm (NULL: none; eps and w_offset as rmsnorm's), RoPE of both on the first
+ * rot_dim dims (cos/sin tables as rope's; rot_dim 0: none), then q's temperature (below), in
+ * place; then the k and v rows stored at rows pos0 .. of kc and vc. */
 typedef struct sl_qkv_args {
     float *q;                         /* [T, n_heads * head_dim] */
     float *k;                         /* [T, n_kv_heads * head_dim] */
@@ -43,6 +43,12 @@ typedef struct sl_qkv_args {
     int32_t T, pos0, n_heads, n_kv_heads, head_dim, rot_dim;
     float eps, w_offset;
     const float *cos_tab, *sin_tab;
+    /* RoPE's pairs: 0 NeoX (i, i + rot_dim / 2), as rope; 1 interleaved (2i, 2i + 1), the
+     * GPT-J / complex-number form (Llama-4). Pair i turns by cos/sin entry i either way. */
+    int32_t rope_interleaved;
+    /* Attention temperature tuning (temp_floor 0: none): query row t, at p = pos0 + t, is
+     * scaled by log1p(floor((p + 1) / temp_floor)) * temp_scale + 1, in float32. */
+    float temp_floor, temp_scale;
 } sl_qkv_args;
 
 /* Attention over a KV cache of one layer. Cache rows are [n_kv_heads * head_dim]. */
@@ -59,6 +65,9 @@ typedef struct sl_attn_args {
      * sel[t * sel_stride ...], in ascending order. NULL: every row up to its position. */
     const int32_t *sel, *n_sel;
     int32_t sel_stride;
+    /* Chunked local attention (0: none; not with sel): the query at position p sees only the
+     * keys of its own chunk, rows p - p % chunk .. p. */
+    int32_t chunk;
     /* Non-NULL: the qkv_prep of these inputs comes first (its q, kc and vc are the q, kcache
      * and vcache above); a backend may fuse the two. */
     const sl_qkv_args *prep;

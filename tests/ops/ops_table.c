@@ -367,6 +367,15 @@ static void ref_rope_head(double *v, int32_t rot, const float *c, const float *s
     }
 }
 
+/* The same on interleaved pairs (2i, 2i + 1). */
+static void ref_rope_head_inter(double *v, int32_t rot, const float *c, const float *s) {
+    for (int32_t i = 0; i < rot / 2; i++) {
+        const double a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c[i] - b * s[i];
+        v[2 * i + 1] = b * c[i] + a * s[i];
+    }
+}
+
 static void rope_tables(ot_run *r, float **ct, float **st, int32_t P, int32_t half) {
     *ct = malloc((size_t)(P * half + 1) * sizeof(float));
     *st = malloc((size_t)(P * half + 1) * sizeof(float));
@@ -714,21 +723,31 @@ static void run_rope(ot_run *r, const ot_case *c) {
     free(ct), free(st), free(x), free(ref), dfree(r, dx), dfree(r, dct), dfree(r, dst);
 }
 
-/* The reference of sl_qkv_args: q, k normed and roped in place (double), cache rows set. */
+/* The reference of sl_qkv_args a: q, k normed and roped in place (double), q's temperature,
+ * cache rows set. */
 static void ref_qkv_prep(double *q, double *k, const float *v, double *kc, double *vc,
-                         const float *qn, const float *kn, int32_t T, int32_t pos0, int32_t nh,
-                         int32_t nkv, int32_t hd, int32_t rot, double off, const float *ct,
+                         const float *qn, const float *kn, const sl_qkv_args *a, const float *ct,
                          const float *st) {
-    if (qn) ref_rmsnorm(q, q, qn, (int64_t)T * nh, hd, 1e-6, off);
-    if (kn) ref_rmsnorm(k, k, kn, (int64_t)T * nkv, hd, 1e-6, off);
+    const int32_t T = a->T, pos0 = a->pos0, nh = a->n_heads, nkv = a->n_kv_heads;
+    const int32_t hd = a->head_dim, rot = a->rot_dim;
+    if (qn) ref_rmsnorm(q, q, qn, (int64_t)T * nh, hd, 1e-6, a->w_offset);
+    if (kn) ref_rmsnorm(k, k, kn, (int64_t)T * nkv, hd, 1e-6, a->w_offset);
     const int32_t half = rot / 2;
+    void (*rope)(double *, int32_t, const float *, const float *) =
+        a->rope_interleaved ? ref_rope_head_inter : ref_rope_head;
     for (int32_t t = 0; t < T; t++) {
         for (int32_t h = 0; h < nh; h++)
-            ref_rope_head(q + ((size_t)t * nh + h) * hd, rot, ct + (size_t)(pos0 + t) * half,
-                          st + (size_t)(pos0 + t) * half);
+            rope(q + ((size_t)t * nh + h) * hd, rot, ct + (size_t)(pos0 + t) * half,
+                 st + (size_t)(pos0 + t) * half);
         for (int32_t h = 0; h < nkv; h++)
-            ref_rope_head(k + ((size_t)t * nkv + h) * hd, rot, ct + (size_t)(pos0 + t) * half,
-                          st + (size_t)(pos0 + t) * half);
+            rope(k + ((size_t)t * nkv + h) * hd, rot, ct + (size_t)(pos0 + t) * half,
+                 st + (size_t)(pos0 + t) * half);
+        if (a->temp_floor > 0) {
+            const double f =
+                log1p(floor((pos0 + t + 1.0) / a->temp_floor)) * (double)a->temp_scale + 1;
+            for (size_t i = 0; i < (size_t)nh * hd; i++)
+                q[(size_t)t * nh * hd + i] *= f;
+        }
     }
     const size_t row = (size_t)nkv * hd;
     for (int32_t t = 0; t < T; t++)
@@ -748,9 +767,10 @@ typedef struct qkv_case {
     sl_qkv_args a; /* on the backend's buffers */
 } qkv_case;
 
-/* cache_rows: how many rows of the caches hold values (the rest NaN, as unwritten). */
+/* cache_rows: how many rows of the caches hold values (the rest NaN, as unwritten); flags:
+ * 2 interleaved RoPE, 4 a temperature (floor 3, scale 0.5: it changes every third position). */
 static void qkv_make(ot_run *r, qkv_case *s, const int32_t *p, int norms, double off,
-                     int32_t cache_rows) {
+                     int32_t cache_rows, int flags) {
     memset(s, 0, sizeof *s);
     s->T = p[0], s->pos0 = p[1], s->nh = p[2], s->nkv = p[3], s->hd = p[4], s->rot = p[5];
     s->ctx = s->pos0 + s->T;
@@ -786,7 +806,10 @@ static void qkv_make(ot_run *r, qkv_case *s, const int32_t *p, int norms, double
                          .eps = 1e-6f,
                          .w_offset = (float)off,
                          .cos_tab = s->dct,
-                         .sin_tab = s->dst};
+                         .sin_tab = s->dst,
+                         .rope_interleaved = (flags & 2) != 0,
+                         .temp_floor = flags & 4 ? 3.0f : 0.0f,
+                         .temp_scale = 0.5f};
 }
 
 /* The reference of the prep: q, k, kc, vc in double. */
@@ -795,7 +818,7 @@ static void qkv_ref(const qkv_case *s, double **q, double **k, double **kc, doub
                  cn = (size_t)s->ctx * s->nkv * s->hd;
     *q = widen(s->q, qn), *k = widen(s->k, kn), *kc = widen(s->kc, cn), *vc = widen(s->vc, cn);
     ref_qkv_prep(*q, *k, s->v, *kc, *vc, s->norms ? s->qn.wide : NULL, s->norms ? s->kn.wide : NULL,
-                 s->T, s->pos0, s->nh, s->nkv, s->hd, s->rot, s->a.w_offset, s->ct, s->st);
+                 &s->a, s->ct, s->st);
 }
 
 static void qkv_free(ot_run *r, qkv_case *s) {
@@ -805,10 +828,11 @@ static void qkv_free(ot_run *r, qkv_case *s) {
     if (s->norms) weight_free(r, &s->qn), weight_free(r, &s->kn);
 }
 
-/* p: T, pos0, heads, kv heads, head_dim, rot_dim, norms, w_offset */
+/* p: T, pos0, heads, kv heads, head_dim, rot_dim, flags (1 norms, 2 interleaved RoPE, 4 a
+ * temperature), w_offset */
 static void run_qkv_prep(ot_run *r, const ot_case *c) {
     qkv_case s;
-    qkv_make(r, &s, c->p, c->p[6], c->p[7], c->p[1]);
+    qkv_make(r, &s, c->p, c->p[6] & 1, c->p[7], c->p[1], c->p[6]);
     double *q, *k, *kc, *vc;
     qkv_ref(&s, &q, &k, &kc, &vc);
     r->be->ops->qkv_prep(r->be, &s.a);
@@ -822,12 +846,13 @@ static void run_qkv_prep(ot_run *r, const ot_case *c) {
     qkv_free(r, &s);
 }
 
-/* p: T, pos0, heads, kv heads, head_dim, mode (0 dense, 1 a selection of rows, 2 with prep) */
+/* p: T, pos0, heads, kv heads, head_dim, mode (0 dense, 1 a selection of rows, 2 with prep),
+ * chunk (modes 0 and 2), prep flags (qkv_make's; mode 2) */
 static void run_attention(ot_run *r, const ot_case *c) {
-    const int mode = c->p[5];
+    const int mode = c->p[5], chunk = mode == 1 ? 0 : c->p[6];
     const int32_t q[6] = {c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], c->p[4]};
     qkv_case s;
-    qkv_make(r, &s, q, mode == 2, 0, mode == 2 ? q[1] : q[0] + q[1]);
+    qkv_make(r, &s, q, mode == 2, 0, mode == 2 ? q[1] : q[0] + q[1], mode == 2 ? c->p[7] : 0);
     const int32_t T = s.T, nh = s.nh, nkv = s.nkv, hd = s.hd, ctx = s.ctx;
     double *rq, *rk, *kc, *vc;
     if (mode == 2) {
@@ -851,10 +876,11 @@ static void run_attention(ot_run *r, const ot_case *c) {
     double *sc = malloc((size_t)ctx * sizeof(double));
     for (int32_t t = 0; t < T; t++)
         for (int32_t h = 0; h < nh; h++) {
-            const int32_t kvh = h / (nh / nkv), n = mode == 1 ? nsel[t] : s.pos0 + t + 1;
+            const int32_t p = s.pos0 + t, k0 = chunk ? p / chunk * chunk : 0;
+            const int32_t kvh = h / (nh / nkv), n = mode == 1 ? nsel[t] : p + 1 - k0;
             double mx = -INFINITY, sum = 0;
             for (int32_t j = 0; j < n; j++) {
-                const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : j;
+                const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : k0 + j;
                 double acc = 0;
                 for (int32_t d = 0; d < hd; d++)
                     acc += (double)(float)rq[((size_t)t * nh + h) * hd + d] *
@@ -867,7 +893,7 @@ static void run_attention(ot_run *r, const ot_case *c) {
             for (int32_t d = 0; d < hd; d++) {
                 double o = 0;
                 for (int32_t j = 0; j < n; j++) {
-                    const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : j;
+                    const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : k0 + j;
                     o += sc[j] / sum * (float)vc[((size_t)row * nkv + kvh) * hd + d];
                 }
                 ref[((size_t)t * nh + h) * hd + d] = o;
@@ -890,6 +916,7 @@ static void run_attention(ot_run *r, const ot_case *c) {
                       .sel = mode == 1 ? dsel : NULL,
                       .n_sel = mode == 1 ? dnsel : NULL,
                       .sel_stride = ctx,
+                      .chunk = chunk,
                       .prep = mode == 2 ? &s.a : NULL};
     r->be->ops->attention(r->be, &a);
     ot_check(r, "out", dout, ref, on, c->tol);
@@ -1471,6 +1498,9 @@ static const ot_case table[] = {
     {"qkv_prep", run_qkv_prep, F32, {3, 4, 4, 2, 8, 6, 1, 0}, 1e-5},
     {"qkv_prep", run_qkv_prep, F32, {1, 37, 8, 2, 128, 128, 1, 1}, 1e-5},
     {"qkv_prep", run_qkv_prep, F32, {5, 0, 2, 1, 64, 32, 0, 0}, 1e-5},
+    {"qkv_prep", run_qkv_prep, F32, {4, 6, 4, 2, 16, 16, 3, 0}, 1e-5},
+    {"qkv_prep", run_qkv_prep, F32, {1, 40, 8, 2, 128, 128, 3, 0}, 1e-5},
+    {"qkv_prep", run_qkv_prep, F32, {6, 2, 4, 2, 32, 0, 4, 0}, 1e-5},
     {"attention", run_attention, F32, {3, 4, 4, 2, 5, 0}, 2e-5},
     {"attention", run_attention, F32, {1, 37, 8, 2, 64, 0}, 2e-5},
     {"attention", run_attention, F32, {5, 0, 2, 1, 128, 0}, 2e-5},
@@ -1479,6 +1509,11 @@ static const ot_case table[] = {
     {"attention", run_attention, F32, {1, 40, 8, 2, 128, 1}, 2e-5},
     {"attention", run_attention, F32, {1, 37, 8, 2, 128, 2}, 2e-5},
     {"attention", run_attention, F32, {3, 9, 4, 2, 64, 2}, 2e-5},
+    {"attention", run_attention, F32, {9, 5, 4, 2, 16, 0, 4}, 2e-5},
+    {"attention", run_attention, F32, {1, 300, 8, 2, 128, 0, 128}, 2e-5},
+    {"attention", run_attention, F32, {1, 37, 8, 2, 128, 2, 16, 2}, 2e-5},
+    {"attention", run_attention, F32, {1, 39, 8, 2, 128, 2, 0, 4}, 2e-5},
+    {"attention", run_attention, F32, {5, 14, 4, 2, 64, 2, 8, 2}, 2e-5},
     {"qsa_scores", run_qsa_scores, F32, {3, 4, 6}, 1e-5},
     {"qsa_scores", run_qsa_scores, F32, {16, 37, 128}, 1e-5},
 

@@ -457,18 +457,40 @@ typedef struct qkv_params {
     int32_t pos0, n_heads, n_kv, hd, half;
     float eps, w_offset;
     const float *cos_tab, *sin_tab;
+    int inter;            /* RoPE on interleaved pairs (2i, 2i + 1) */
+    float tfloor, tscale; /* q's temperature (tfloor 0: none) */
 } qkv_params;
+
+/* The temperature factor of a query at position p (sl_qkv_args), 1 without one. */
+__device__ __forceinline__ float cu_attn_temp(const qkv_params &a, int32_t p) {
+    if (a.tfloor <= 0.0f) return 1.0f;
+    const float x = floorf(__fdiv_rn(__fadd_rn((float)p, 1.0f), a.tfloor));
+    return __fadd_rn(__fmul_rn(log1pf(x), a.tscale), 1.0f);
+}
+
+/* Pair member i of a roped row (i < 2 half) from row r and its factors c[d], s[d] of pair d:
+ * NeoX pairs (i, i + half), or interleaved ones (2d, 2d + 1). */
+__device__ __forceinline__ int cu_rope_pair(int i, int half, int inter) {
+    return inter ? i >> 1 : (i < half ? i : i - half);
+}
+__device__ __forceinline__ float cu_rope_elem(const float *r, int i, int half, int inter, float c,
+                                              float s) {
+    const bool first = inter ? !(i & 1) : i < half;
+    const int o = inter ? (first ? i + 1 : i - 1) : (first ? i + half : i - half);
+    return first ? __fmaf_rn(r[i], c, -__fmul_rn(r[o], s)) : __fmaf_rn(r[i], c, __fmul_rn(r[o], s));
+}
 
 /*
  * One head's row of qkv_prep: x (global) RMSNormed with nw (NULL: none) into row (shared), then
- * NeoX RoPE on the first 2 half dims from row into out (global or shared, not row) and, when
- * given, cache. Threads below rt take part (rt >= 32; every thread of the block calls it). The
- * qkv_prep kernel and the attention kernel that fuses it (attn_kernel<W, true>) both run this,
- * so they give the same bits; roundings spelled out (no contraction left to the compiler).
+ * RoPE on the first 2 half dims (NeoX, or interleaved pairs with inter) and times mul (q's
+ * temperature; 1 is exact) from row into out (global or shared, not row) and, when given, cache.
+ * Threads below rt take part (rt >= 32; every thread of the block calls it). The qkv_prep kernel
+ * and the attention kernel that fuses it (attn_kernel<W, true>) both run this, so they give the
+ * same bits; roundings spelled out (no contraction left to the compiler).
  */
 __device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x, const void *nw,
-                           int ndt, int hd, int rt, int half, float eps, float w_offset,
-                           const float *c, const float *s, float *sh) {
+                           int ndt, int hd, int rt, int half, int inter, float mul, float eps,
+                           float w_offset, const float *c, const float *s, float *sh) {
     const int tid = threadIdx.x;
     float ss = 0.0f;
     if (tid < rt)
@@ -489,12 +511,11 @@ __device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x,
     if (tid < rt)
         for (int i = tid; i < hd; i += rt) {
             float v = row[i];
-            if (i < half) {
-                v = __fmaf_rn(row[i], c[i], -__fmul_rn(row[i + half], s[i]));
-            } else if (i < 2 * half) {
-                const int d = i - half;
-                v = __fmaf_rn(row[i], c[d], __fmul_rn(row[d], s[d]));
+            if (i < 2 * half) {
+                const int d = cu_rope_pair(i, half, inter);
+                v = cu_rope_elem(row, i, half, inter, c[d], s[d]);
             }
+            v = __fmul_rn(v, mul);
             out[i] = v;
             if (cache) cache[i] = v;
         }
@@ -511,8 +532,8 @@ __device__ void cu_qk_prep(float *out, float *row, float *cache, const float *x,
  */
 __device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, float *ok,
                                 float *rk, float *ck, const float *k, float wk, bool qnorm,
-                                bool knorm, int hd, int half, float eps, float w_offset, float c,
-                                float s, float (*sh)[32]) {
+                                bool knorm, int hd, int half, int inter, float qmul, float eps,
+                                float w_offset, float c, float s, float (*sh)[32]) {
     const int i = threadIdx.x;
     float sq = 0.0f, sk = 0.0f;
     if (i < hd) {
@@ -537,15 +558,11 @@ __device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, 
     __syncthreads();
     if (i < hd) {
         float v = rq[i], u = k ? rk[i] : 0.0f;
-        if (i < half) {
-            v = __fmaf_rn(rq[i], c, -__fmul_rn(rq[i + half], s));
-            if (k) u = __fmaf_rn(rk[i], c, -__fmul_rn(rk[i + half], s));
-        } else if (i < 2 * half) {
-            const int d = i - half;
-            v = __fmaf_rn(rq[i], c, __fmul_rn(rq[d], s));
-            if (k) u = __fmaf_rn(rk[i], c, __fmul_rn(rk[d], s));
+        if (i < 2 * half) {
+            v = cu_rope_elem(rq, i, half, inter, c, s);
+            if (k) u = cu_rope_elem(rk, i, half, inter, c, s);
         }
-        oq[i] = v;
+        oq[i] = __fmul_rn(v, qmul);
         if (k) {
             ok[i] = u;
             if (ck) ck[i] = u;
@@ -572,14 +589,14 @@ __global__ void qkv_prep_kernel(qkv_params a) {
     const float *s = a.sin_tab + (size_t)(a.pos0 + t) * a.half;
     if (j < a.n_heads) {
         float *x = a.q + (t * a.n_heads + j) * hd;
-        cu_qk_prep(x, row, NULL, x, a.qn, a.qn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s,
-                   sh);
+        cu_qk_prep(x, row, NULL, x, a.qn, a.qn_dt, hd, blockDim.x, a.half, a.inter,
+                   cu_attn_temp(a, a.pos0 + (int32_t)t), a.eps, a.w_offset, c, s, sh);
     } else {
         const int h = j - a.n_heads;
         float *x = a.k + t * kv_row + (size_t)h * hd;
         float *cache = a.kc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
-        cu_qk_prep(x, row, cache, x, a.kn, a.kn_dt, hd, blockDim.x, a.half, a.eps, a.w_offset, c, s,
-                   sh);
+        cu_qk_prep(x, row, cache, x, a.kn, a.kn_dt, hd, blockDim.x, a.half, a.inter, 1.0f, a.eps,
+                   a.w_offset, c, s, sh);
     }
 }
 
@@ -594,6 +611,8 @@ static qkv_params qkv_params_of(const sl_qkv_args *args) {
     a.hd = args->head_dim, a.half = args->rot_dim / 2;
     a.eps = args->eps, a.w_offset = args->w_offset;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;
+    a.inter = args->rope_interleaved != 0;
+    a.tfloor = args->temp_floor, a.tscale = args->temp_scale;
     return a;
 }
 
@@ -630,6 +649,7 @@ typedef struct att_params {
     const float *q, *kc, *vc;
     const int32_t *sel, *n_sel;
     int32_t T, pos0, n_heads, n_kv, hd, sel_stride, L, splits;
+    int32_t chunk; /* chunked local attention (sl_attn_args), 0: none */
     float scale;
     float *part;
     unsigned *counts; /* [items] zero between launches, or NULL: attn_combine merges */
@@ -688,11 +708,18 @@ __device__ __forceinline__ float att_comp(float4 v, int i) {
 
 #define ATT_KEY_LANES 8 /* lanes that score one key together */
 
-/* Before the wait: the cache rows j0 .. of query t's keys (those of earlier tokens are final;
+/* The first cache row query t sees (its chunk's first without a selection), and how many. */
+__device__ __forceinline__ int att_first_key(const att_params &a, int t) {
+    const int p = a.pos0 + t;
+    return a.sel || !a.chunk ? 0 : p - p % a.chunk;
+}
+
+/* Before the wait: the cache rows k0 + j0 .. of query t's keys (those of earlier tokens are final;
  * those the previous kernel writes are prefetched for nothing, never read stale: L2 is where
  * the writes land), asked of L2 so that the scores' and the output's reads after the wait are L2
  * hits, not two DRAM round trips (the rows of other layers' weights evict them between tokens). */
 __device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int kvh, int j0) {
+    j0 += att_first_key(a, t);
     const int j1 = min(j0 + a.L, a.pos0 + t + 1), lines = (a.hd * 4 + 127) / 128;
     const size_t kv_stride = (size_t)a.n_kv * a.hd;
     for (int q = threadIdx.x; q < 2 * lines * (j1 - j0); q += blockDim.x) {
@@ -715,6 +742,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     typedef typename att_vec<W>::T V;
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
     const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * a.L;
+    const int k0 = att_first_key(a, t); /* row of key 0 (no selection) */
     /* PREP: the thread's norm weights and rope factors do not depend on the previous kernel (nor
      * does whether the block's split holds the new key, with no selection): loaded first */
     float wq = 0.0f, wk = 0.0f, rc = 0.0f, rs = 0.0f;
@@ -722,12 +750,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     if (PREP) {
         const qkv_params &p = a.prep;
         const int i = threadIdx.x;
-        has_key = j0 <= a.pos0 && a.pos0 < j0 + a.L;
+        has_key = k0 + j0 <= a.pos0 && a.pos0 < k0 + j0 + a.L;
         if (i < a.hd) {
             if (p.qn) wq = cu_load_f(p.qn, p.qn_dt, (size_t)i);
             if (p.kn && has_key) wk = cu_load_f(p.kn, p.kn_dt, (size_t)i);
             if (i < 2 * p.half) {
-                const size_t d = (size_t)a.pos0 * p.half + (i < p.half ? i : i - p.half);
+                const size_t d = (size_t)a.pos0 * p.half + cu_rope_pair(i, p.half, p.inter);
                 rc = p.cos_tab[d], rs = p.sin_tab[d];
             }
         }
@@ -746,7 +774,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
-    const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1;
+    const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1 - k0;
     const int j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
     const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
@@ -757,7 +785,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
         float *kc = p.kc + (size_t)a.pos0 * kv_stride + (size_t)kvh * hd;
         cu_qk_prep_pair(sq, sk + hd, q, wq, sk, sk + 2 * hd, store ? kc : NULL,
                         has_key ? p.k + (size_t)kvh * hd : NULL, wk, p.qn != NULL, p.kn != NULL, hd,
-                        p.half, p.eps, p.w_offset, rc, rs, (float(*)[32])sh);
+                        p.half, p.inter, cu_attn_temp(p, a.pos0), p.eps, p.w_offset, rc, rs,
+                        (float(*)[32])sh);
         if (store)
             for (int d = tid; d < hd; d += ATT_THREADS)
                 p.vc[(size_t)a.pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
@@ -766,7 +795,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
             sq[d] = q[d];
     }
     for (int j = tid; j < nj; j += ATT_THREADS)
-        rows[j] = sel ? sel[j0 + j] : j0 + j;
+        rows[j] = sel ? sel[j0 + j] : k0 + j0 + j;
     __syncthreads();
 
     /* Scores: ATT_KEY_LANES lanes per key, lane g summing vectors g, g + 8, ... of q.k (the 8
@@ -880,8 +909,10 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.sel = args->sel, a.n_sel = args->n_sel, a.sel_stride = args->sel_stride;
     a.T = args->T, a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
     a.hd = args->head_dim, a.scale = args->scale;
-    /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys. */
-    const int32_t max_keys = args->pos0 + args->T;
+    a.chunk = args->sel ? 0 : args->chunk;
+    /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys;
+     * nor more than a chunk with one. */
+    const int32_t max_keys = a.chunk ? SL_MIN(a.chunk, args->pos0 + args->T) : args->pos0 + args->T;
     const int32_t splits = cu_att_splits(c, n_items, max_keys);
     a.splits = splits;
     a.L = (max_keys + splits - 1) / splits;
