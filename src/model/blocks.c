@@ -23,8 +23,8 @@ sl_status blk_bind_globals(sl_model *m, sl_error *err) {
         m->lm_head = m->embed;
         return SL_OK;
     }
-    return sl_ckpt_bind(&m->ck, &m->lm_head, SL_BIND_REQUIRED, SL_DIMS(V, H), err,
-                        "/lm_head.weight");
+    return sl_ckpt_bind(&m->ck, &m->lm_head, SL_BIND_REQUIRED, SL_DIMS(V, H), err, "/%s",
+                        m->ck.head);
 }
 
 sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_error *err) {
@@ -303,11 +303,14 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads,
         .head_dim = hd,
-        .rot_dim = c->rot_dim,
+        .rot_dim = L->no_rope ? 0 : c->rot_dim,
         .eps = c->rms_norm_eps,
         .w_offset = m->norm_offset,
         .cos_tab = s->rope_cos,
         .sin_tab = s->rope_sin,
+        .rope_interleaved = c->rope_interleaved,
+        .temp_floor = L->temp_floor,
+        .temp_scale = L->temp_scale,
     };
     sl_attn_args a = {
         .out = b->attn,
@@ -324,6 +327,7 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .sel = sel ? sel->sel : NULL,
         .n_sel = sel ? sel->n_sel : NULL,
         .sel_stride = sel ? sel->stride : 0,
+        .chunk = L->attn_chunk,
         .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
     };
     op->attention(be, &a);

@@ -54,8 +54,28 @@ sl_status sl_config_num(const json_t *o, const char *key, double dflt, double lo
     return SL_OK;
 }
 
+/* rope_type "llama3": its keys in rp (the dict that holds rope_type); the pre-training
+ * length from the top level's original_max_position_embeddings first, as transformers'
+ * standardize_rope_params has it, then rp's, then max_position_embeddings. */
+static sl_status parse_rope_llama3(sl_config *c, const json_t *root, const json_t *rp,
+                                   const char *path, sl_error *err) {
+    sl_status st;
+    const json_t *om = json_object_get(root, "original_max_position_embeddings") ? root : rp;
+    c->rope_scaling = SL_ROPE_LLAMA3;
+    if ((st = sl_config_num(rp, "factor", NAN, 0.0, 1, FLT_MAX, &c->rope_factor, path, err)) ||
+        (st = sl_config_num(rp, "low_freq_factor", NAN, 0.0, 1, FLT_MAX, &c->rope_low_freq, path,
+                            err)) ||
+        (st = sl_config_num(rp, "high_freq_factor", NAN, 0.0, 1, FLT_MAX, &c->rope_high_freq, path,
+                            err)) ||
+        (st = sl_config_int(om, "original_max_position_embeddings", c->max_position, 1, INT32_MAX,
+                            &c->rope_orig_max, path, err)))
+        return st;
+    return SL_OK;
+}
+
 /*
- * RoPE parameters: base frequency and partial rotation; rejects scaled variants. The
+ * RoPE parameters: base frequency and partial rotation; the scaled variants of
+ * parse_rope_llama3, others refused. The
  * precedence is transformers 5.17's (RotaryEmbeddingConfigMixin): "rope_scaling", when present
  * and not empty, stands in for "rope_parameters" as a whole; the keys of that one dict win, and
  * the top-level "rope_theta" and "partial_rotary_factor" only fill what it lacks (a config with
@@ -85,10 +105,14 @@ static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, 
         }
         json_t *type = json_object_get(rp, "rope_type");
         if (!type) type = json_object_get(rp, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "default") == 0))
+        const char *tn = json_is_string(type) ? json_string_value(type) : "?";
+        if (type && strcmp(tn, "llama3") == 0) {
+            if ((st = parse_rope_llama3(c, root, rp, path, err))) return st;
+        } else if (type && strcmp(tn, "default") != 0) {
             return sl_fail(err, SL_ERR_UNSUPPORTED,
-                           "%s: %s.rope_type '%s' is not supported (only 'default')", path, name,
-                           json_is_string(type) ? json_string_value(type) : "?");
+                           "%s: %s.rope_type '%s' is not supported (only 'default' and 'llama3')",
+                           path, name, tn);
+        }
     }
     const json_t *theta_from = json_object_get(rp, "rope_theta") ? rp : root;
     const json_t *partial_from = json_object_get(rp, "partial_rotary_factor") ? rp : root;

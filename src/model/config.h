@@ -11,6 +11,8 @@
 typedef struct sl_family sl_family;
 typedef struct json_t json_t; /* jansson's */
 
+enum { SL_ROPE_DEFAULT = 0, SL_ROPE_LLAMA3 = 1 };
+
 typedef struct sl_config {
     char arch[64]; /* model_type */
     int32_t vocab_size;
@@ -33,7 +35,13 @@ typedef struct sl_config {
     int32_t max_position;
     float rms_norm_eps;
     double rope_theta;
-    uint8_t *layer_is_moe; /* [n_layers]: 1 = routed experts, 0 = dense FFN */
+    /* RoPE scaling (rope_type): 0 none; SL_ROPE_LLAMA3: Llama 3.1's frequency bands (factor,
+     * low/high_freq_factor, original_max_position_embeddings), modeling_rope_utils' formula. */
+    int32_t rope_scaling;
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int32_t rope_orig_max;
+    int32_t rope_interleaved; /* RoPE turns pairs (2i, 2i + 1), not (i, i + rot/2) (ops.h) */
+    uint8_t *layer_is_moe;    /* [n_layers]: 1 = routed experts, 0 = dense FFN */
     /* Gated DeltaNet (linear attention) of the hybrid families; zero when absent. */
     uint8_t *layer_is_linear; /* [n_layers]: 1 = linear attention, 0 = full attention */
     int32_t n_linear_layers;

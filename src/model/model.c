@@ -592,8 +592,24 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->h_hidden = carve(hv, H, sizeof(float));
 }
 
-/* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
- * host, then copied to backend memory. */
+/* Llama 3.1's scaling of an inverse frequency (rope_type "llama3"), step by step in float32
+ * as modeling_rope_utils' _compute_llama3_parameters: wavelengths above
+ * original_max / low_freq_factor divided by factor, those below original_max /
+ * high_freq_factor kept, the band between interpolated. */
+static float rope_llama3(const sl_config *c, float inv) {
+    const float factor = (float)c->rope_factor, lo = (float)c->rope_low_freq;
+    const float old = (float)c->rope_orig_max;
+    const float wavelen = (float)(2.0 * M_PI) / inv;
+    const float low_wl = (float)(c->rope_orig_max / c->rope_low_freq);
+    const float high_wl = (float)(c->rope_orig_max / c->rope_high_freq);
+    const float scaled = wavelen > low_wl ? inv / factor : inv;
+    if (wavelen < high_wl || wavelen > low_wl) return scaled;
+    const float smooth = (old / wavelen - lo) / (float)(c->rope_high_freq - c->rope_low_freq);
+    return (1.0f - smooth) * scaled / factor + smooth * scaled;
+}
+
+/* cos/sin of pos * theta^(-2i/rot) (scaled as rope_scaling says), in float32 as transformers
+ * computes them; built on the host, then copied to backend memory. */
 static sl_status fill_rope(sl_session *s, sl_error *err) {
     const sl_config *c = &s->model->cfg;
     const sl_backend *be = &s->model->be;
@@ -603,6 +619,7 @@ static sl_status fill_rope(sl_session *s, sl_error *err) {
     if (!cs) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     for (int32_t i = 0; i < half; i++) {
         float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rot_dim);
+        if (c->rope_scaling == SL_ROPE_LLAMA3) inv = rope_llama3(c, inv);
         for (int32_t p = 0; p < s->max_ctx; p++) {
             float ang = (float)p * inv;
             cs[(size_t)p * (size_t)half + (size_t)i] = cosf(ang);

@@ -17,6 +17,11 @@ typedef struct sl_layer {
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
+    /* Attention variants of the layer (0: none). NoPE: no RoPE on q and k; chunked local
+     * attention (sl_attn_args.chunk); q's temperature tuning (sl_qkv_args). */
+    int32_t no_rope;
+    int32_t attn_chunk;
+    float temp_floor, temp_scale;
     /* Gated DeltaNet (is_linear); key_dim = nk*dk, value_dim = nv*dv,
      * conv_dim = 2*key_dim + value_dim. Either the fused Qwen3-Next projections
      * (in_qkvz, in_ba, interleaved per key-head group) or the separate Qwen3.5 ones. */
