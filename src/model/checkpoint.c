@@ -138,10 +138,15 @@ static sl_status index_entries(sl_ckpt *ck, sl_error *err) {
             return sl_fail(err, SL_ERR_FORMAT, "%s: tensor '%s' appears twice (%s, %s)", ck->dir,
                            ck->entries[i].label, sl_ckpt_path(ck, &ck->entries[i - 1]),
                            sl_ckpt_path(ck, &ck->entries[i]));
-    /* The multimodal layout nests the text model one level deeper. */
+    /* The multimodal layouts nest the text model one level deeper: model.language_model.
+     * (Qwen3.5), or a whole ...ForCausalLM under language_model. with its head (Llama-4). */
     for (int32_t i = 0; i < ck->n_entries; i++)
         if (strncmp(ck->entries[i].t->name, "model.language_model.", 21) == 0) {
             ck->prefix = "model.language_model.";
+            break;
+        } else if (strncmp(ck->entries[i].t->name, "language_model.model.", 21) == 0) {
+            ck->prefix = "language_model.model.";
+            ck->head = "language_model.lm_head.weight";
             break;
         }
     return SL_OK;
@@ -266,6 +271,7 @@ static sl_status attach_fp8_scales(sl_ckpt *ck, sl_error *err) {
 sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     memset(ck, 0, sizeof *ck);
     ck->prefix = "model.";
+    ck->head = "lm_head.weight";
     if (!(ck->dir = strdup(dir))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     sl_status st;
     if (file_exists(dir) && sl_gguf_is_file(dir))

@@ -32,7 +32,9 @@ typedef struct sl_ckpt {
     char *names;        /* GGUF, MLX: those names, one allocation */
     int32_t n_entries;
     sl_ckpt_entry *entries; /* sorted by name */
-    const char *prefix;     /* "model." or "model.language_model." */
+    const char *prefix;     /* "model.", "model.language_model." or "language_model.model." */
+    const char *head;       /* the LM head's full name: "lm_head.weight", or under
+                             * "language_model." with that last prefix */
     /* GGUF: values llama.cpp's converter changed for the hybrids (gguf_ckpt.c) */
     int32_t norm_folded; /* RMSNorm weights hold 1 + w where the family scales by (1 + w) */
     int32_t A_neg_exp;   /* linear_attn.A_log holds -exp(A_log) (ssm_a; sl_delta_args) */

@@ -277,8 +277,7 @@ static uint64_t get_le(const uint8_t *p, int n) {
 static int is_resident(const sl_ckpt *ck, const char *name) {
     if (strstr(name, ".mlp.experts.") || strstr(name, ".ngram_embedding.")) return 0;
     if (ends_with(name, "_scale_inv")) return 0; /* FP8 block scales: in their weight's values */
-    return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 ||
-           strcmp(name, "lm_head.weight") == 0;
+    return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 || strcmp(name, ck->head) == 0;
 }
 
 /* Version 2: the header checksum of a core image's [0, data_offset), written into it. */
@@ -840,8 +839,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         if (man && (m->ck.norm_folded || m->ck.A_neg_exp || m->ck.v_tiled))
             json_object_set_new(man, "gguf_values",
                                 json_pack("{s:b, s:b, s:b}", "norm_folded", m->ck.norm_folded,
-                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled",
-                                          m->ck.v_tiled));
+                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled", m->ck.v_tiled));
         st = cfg ? write_manifest(man, out_dir, err) : SL_ERR_FORMAT;
         json_decref(man);
     }
