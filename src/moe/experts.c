@@ -21,8 +21,8 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
     /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per piece of a files layer */
-    s->jobs =
-        sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
+    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS,
+                        sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
@@ -581,6 +581,34 @@ static sl_status store_open(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     return SL_OK;
 }
 
+/*
+ * A blob of a files layer read in an [in, out] layout (sl_expert_layout) made nn.Linear's: the
+ * raw gate_up [H, 2I] (its first half in the gate piece, its second in the up piece) becomes
+ * gate [I, H] and up [I, H], the raw down [I, H] becomes down [H, I]. Element by element through
+ * tbuf: a plain transpose, no arithmetic, so the bytes are what a transposed checkpoint holds.
+ */
+static void blob_to_out_in(sl_expert_layer *L, uint8_t *blob) {
+    const int64_t I = L->proto[0].shape[0], H = L->proto[0].shape[1];
+    const size_t es = sl_dtype_size(L->proto[0].dtype), n = (size_t)(I * H);
+    uint8_t *g = blob + L->piece_off[SL_EX_GATE], *u = blob + L->piece_off[SL_EX_UP];
+    uint8_t *d = blob + L->piece_off[SL_EX_DOWN];
+    uint8_t *tg = L->tbuf, *tu = tg + n * es, *td = tu + n * es;
+    /* element (h, c) of gate_up is number h 2I + c of the halves laid end to end */
+#define GU(k) ((size_t)(k) < n ? g + (size_t)(k)*es : u + ((size_t)(k)-n) * es)
+    for (int64_t i = 0; i < I; i++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t cg = L->layout == SL_EX_IN_OUT ? i : 2 * i;
+            const int64_t cu = L->layout == SL_EX_IN_OUT ? I + i : 2 * i + 1;
+            memcpy(tg + (size_t)(i * H + h) * es, GU(h * 2 * I + cg), es);
+            memcpy(tu + (size_t)(i * H + h) * es, GU(h * 2 * I + cu), es);
+            memcpy(td + (size_t)(h * I + i) * es, d + (size_t)(i * H + h) * es, es);
+        }
+#undef GU
+    memcpy(g, tg, n * es);
+    memcpy(u, tu, n * es);
+    memcpy(d, td, n * es);
+}
+
 /* A files layer: extents copied, blob layout from the protos (each piece 64-byte aligned), then
  * every expert read (resident) or the slots made (stream). */
 static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert_src *src,
@@ -592,6 +620,18 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
     const size_t n_ext = (size_t)E * SL_EX_PARTS;
     if (!(L->ext = sl_calloc(n_ext, sizeof(sl_expert_extent), err))) return SL_ERR_NOMEM;
     memcpy(L->ext, src->ext, n_ext * sizeof(sl_expert_extent));
+    L->layout = src->layout;
+    if (L->layout != SL_EX_OUT_IN) {
+        const sl_tensor *g = &src->proto[0]; /* gate, up, down */
+        const sl_dtype dt = g->dtype;
+        if ((dt != SL_DTYPE_F32 && dt != SL_DTYPE_F16 && dt != SL_DTYPE_BF16) || g->scales ||
+            src->proto[1].dtype != dt || src->proto[2].dtype != dt)
+            return sl_fail(err, SL_ERR_UNSUPPORTED,
+                           "layer %d: experts stored [in, out] are transposed as they are read, "
+                           "which only float types can be (they are %s)",
+                           l, sl_dtype_name(dt));
+        if (!(L->tbuf = malloc(3 * g->nbytes))) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    }
     uint64_t blob = 0, big = 0;
     for (int m = 0; m < 3; m++) {
         const sl_tensor *t = &src->proto[m];
@@ -632,6 +672,7 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
                                s->paths[x->file], l, e, L->proto[k / 3].name,
                                r == SL_READ_SHORT ? "short read (file truncated?)" : strerror(r));
         }
+        if (L->layout != SL_EX_OUT_IN) blob_to_out_in(L, b);
         blob_views(L, &L->views[e], b);
     }
     return SL_OK;
@@ -706,6 +747,7 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
         free(L->verified), free(L->slot_views), free(L->path), free(L->shift), free(L->ext);
+        free(L->tbuf);
         sl_slot_cache_free(&L->slots);
     }
     for (int32_t i = 0; i < s->n_files; i++) {
@@ -868,6 +910,8 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         if (!blob.err && L->crc && blob.crc != L->crc[e]) blob.err = SL_READ_CRC;
         if (!blob.err) {
             s->bytes_read += (int64_t)blob.len;
+            if (L->layout != SL_EX_OUT_IN)
+                blob_to_out_in(L, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes);
             continue;
         }
         /* A failed slot is emptied so nothing ever computes on its bytes, and the next fetch

@@ -31,6 +31,17 @@
 #include "format/tensor.h"
 #include "moe/slot_cache.h"
 
+/*
+ * How a checkpoint lays out an expert's matrices. nn.Linear's [out, in] is what the store hands
+ * out; some checkpoints keep them [in, out] (the fused 3-D parameters that are multiplied as
+ * x @ W: Llama-4's, gpt-oss's), which the store transposes as it reads them (files modes only).
+ */
+typedef enum sl_expert_layout {
+    SL_EX_OUT_IN = 0, /* gate, up [I, H], down [H, I] */
+    SL_EX_IN_OUT = 1, /* gate_up [H, 2I] (gate columns [0, I), up [I, 2I)), down [I, H] */
+    SL_EX_IN_OUT_INTERLEAVED = 2, /* the same, gate and up in alternate columns (gate even) */
+} sl_expert_layout;
+
 typedef struct sl_expert {
     sl_tensor gate; /* [I, H] */
     sl_tensor up;   /* [I, H] */
@@ -68,6 +79,10 @@ typedef struct sl_expert_layer {
     sl_tensor proto[3];
     uint64_t piece_off[SL_EX_PARTS], piece_len[SL_EX_PARTS];
     int32_t n_pieces, piece[SL_EX_PARTS]; /* the pieces present (non-empty), in order */
+    /* files: the layout in the files (sl_expert_src.layout); other than SL_EX_OUT_IN, each blob
+     * is transposed in place once read, through tbuf (its three matrices' bytes) */
+    sl_expert_layout layout;
+    uint8_t *tbuf;
 } sl_expert_layer;
 
 /* What a read came to, besides 0 (done) and an errno. */
@@ -162,6 +177,10 @@ typedef struct sl_store_params {
 typedef struct sl_expert_src {
     const sl_expert_extent *ext;
     sl_tensor proto[3];
+    /* Other than SL_EX_OUT_IN (float types only): the gate and up pieces of an expert are the two
+     * halves of the bytes of its [H, 2I] gate_up matrix, in order, and the down piece is its
+     * [I, H] matrix; the protos still say the shapes the store hands out. */
+    sl_expert_layout layout;
 } sl_expert_src;
 
 /* Modes resident and stream over experts in files (paths[n_files]), src[n_layers]: slots,
