@@ -8,6 +8,10 @@
 
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
+    if (jinja && strstr(jinja, "<|header_start|>") && strstr(jinja, "<|eot|>")) {
+        t->kind = SL_TEMPLATE_LLAMA4;
+        return;
+    }
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
     t->kind = SL_TEMPLATE_CHATML;
     t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
@@ -25,14 +29,24 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_error *err) {
     memset(t, 0, sizeof *t);
     if (!strcmp(name, "raw")) return SL_OK;
+    if (!strcmp(name, "llama4")) {
+        t->kind = SL_TEMPLATE_LLAMA4;
+        return SL_OK;
+    }
     t->kind = SL_TEMPLATE_CHATML;
     if (!strcmp(name, "chatml")) return SL_OK;
     if (!strcmp(name, "chatml-think")) {
         t->thinking_switch = 1;
         return SL_OK;
     }
-    return sl_fail(err, SL_ERR_ARG, "unknown chat template '%s' (chatml, chatml-think or raw)",
-                   name);
+    return sl_fail(err, SL_ERR_ARG,
+                   "unknown chat template '%s' (chatml, chatml-think, llama4 or raw)", name);
+}
+
+const char *sl_chat_template_name(const sl_chat_template *t) {
+    return t->kind == SL_TEMPLATE_CHATML   ? "ChatML"
+           : t->kind == SL_TEMPLATE_LLAMA4 ? "Llama-4"
+                                           : "none (raw text)";
 }
 
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error *err) {
@@ -115,8 +129,35 @@ static const char *strip_think(const char *s) {
     return end;
 }
 
+/* Llama-4's template: the text starts with BOS (the template writes it, the tokenizer adds
+ * none); a first system message is trimmed (Jinja's trim), the others are as they are. */
+static void render_llama4(const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                          chat_sink *k) {
+    put_tpl(k, "<|begin_of_text|>");
+    for (int32_t i = 0; i < n; i++) {
+        const char *text = msgs[i].content;
+        size_t len = strlen(text);
+        if (i == 0 && !strcmp(msgs[i].role, "system")) {
+            while (len && strchr(" \t\n\r\f\v", *text))
+                text++, len--;
+            while (len && strchr(" \t\n\r\f\v", text[len - 1]))
+                len--;
+        }
+        put_tpl(k, "<|header_start|>");
+        put_tpl(k, msgs[i].role);
+        put_tpl(k, "<|header_end|>\n\n");
+        k->put(k, text, len, 1);
+        put_tpl(k, "<|eot|>");
+    }
+    if (add_generation_prompt) put_tpl(k, "<|header_start|>assistant<|header_end|>\n\n");
+}
+
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
+    if (t->kind == SL_TEMPLATE_LLAMA4) {
+        render_llama4(msgs, n, add_generation_prompt, k);
+        return;
+    }
     if (t->kind == SL_TEMPLATE_RAW) {
         for (int32_t i = 0; i < n; i++)
             k->put(k, msgs[i].content, strlen(msgs[i].content), 1);

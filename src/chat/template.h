@@ -12,6 +12,12 @@
  *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
  *   is off, and earlier assistant turns stripped of their <think> block.
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
+ *
+ *   Llama-4 (its template without tools):
+ *     <|begin_of_text|>
+ *     <|header_start|>system<|header_end|>\n\n{system, trimmed}<|eot|>   (a first system message)
+ *     <|header_start|>user<|header_end|>\n\n{text}<|eot|>
+ *     <|header_start|>assistant<|header_end|>\n\n                       (generation prompt)
  */
 #ifndef SL_TEMPLATE_H
 #define SL_TEMPLATE_H
@@ -22,6 +28,7 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
+    SL_TEMPLATE_LLAMA4 = 2,
 } sl_template_kind;
 
 typedef struct sl_chat_template {
@@ -46,8 +53,10 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "llama4", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
+/* What a template is, in words ("ChatML", "Llama-4", "none (raw text)"). */
+const char *sl_chat_template_name(const sl_chat_template *t);
 
 /*
  * Renders msgs into out (cap bytes, always NUL-terminated when cap > 0); returns
