@@ -21,8 +21,8 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
     /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per piece of a files layer */
-    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS,
-                        sizeof(sl_read_job), err);
+    s->jobs =
+        sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
