@@ -78,11 +78,20 @@ static sl_status bind_mlp(const sl_ckpt *ck, sl_tensor *g, sl_tensor *u, sl_tens
     return SL_OK;
 }
 
+/* The family's FFN names (sl_family.ffn_name, router_name). */
+static const char *ffn_name(const sl_model *m) {
+    return m->family->ffn_name ? m->family->ffn_name : "mlp";
+}
+
 sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err) {
     const sl_config *c = &m->cfg;
     const sl_ckpt *ck = &m->ck;
     sl_layer *L = &m->layers[l];
     const int64_t H = c->hidden_size;
+    const char *ffn = ffn_name(m);
+    const char *router = m->family->router_name ? m->family->router_name : "gate";
+    char shared[96];
+    snprintf(shared, sizeof shared, "%s.shared_expert", ffn);
     sl_status st;
     if ((st = sl_ckpt_bind(ck, &L->ffn_norm, blk_norm_flags(m), SL_DIMS(H), err,
                            "layers.%d.post_attention_layernorm.weight", l)))
@@ -94,11 +103,11 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
                            "%s/config.json: layer %d is dense but "
                            "intermediate_size is not set",
                            m->ck.dir, l);
-        return bind_mlp(ck, &L->mlp_gate, &L->mlp_up, &L->mlp_down, H, c->intermediate_size, "mlp",
-                        l, err);
+        return bind_mlp(ck, &L->mlp_gate, &L->mlp_up, &L->mlp_down, H, c->intermediate_size, ffn, l,
+                        err);
     }
     if ((st = sl_ckpt_bind(ck, &L->router, SL_BIND_REQUIRED, SL_DIMS(c->n_experts, H), err,
-                           "layers.%d.mlp.gate.weight", l)))
+                           "layers.%d.%s.%s.weight", l, ffn, router)))
         return st;
     if (!o->shared_expert) return SL_OK;
     if (c->shared_intermediate_size <= 0)
@@ -107,25 +116,54 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
                        "is not set",
                        m->ck.dir);
     if ((st = bind_mlp(ck, &L->sh_gate, &L->sh_up, &L->sh_down, H, c->shared_intermediate_size,
-                       "mlp.shared_expert", l, err)))
+                       shared, l, err)) ||
+        o->shared_ungated)
         return st;
     return sl_ckpt_bind(ck, &L->sh_router, SL_BIND_REQUIRED, SL_DIMS(1, H), err,
-                        "layers.%d.mlp.shared_expert_gate.weight", l);
+                        "layers.%d.%s_gate.weight", l, shared);
+}
+
+/* The views of expert e of fused [in, out] tensors (sl_expert_layout), gate_up [E, H, 2I] and
+ * down [E, I, H]: what the store reads and transposes, not matrices to compute with. gate and up
+ * hold the two halves of the raw gate_up bytes, down the raw down bytes, each shaped as the
+ * matrix the store makes of them. */
+static void in_out_views(sl_expert *x, const sl_tensor *gu, const sl_tensor *down, int32_t e,
+                         int64_t H, int64_t I) {
+    const sl_tensor m = sl_tensor_slice(gu, e);
+    x->gate = m;
+    x->gate.ndim = 2, x->gate.shape[0] = I, x->gate.shape[1] = H;
+    x->gate.nbytes = m.nbytes / 2;
+    x->up = x->gate;
+    x->up.data = (const uint8_t *)m.data + m.nbytes / 2;
+    x->down = sl_tensor_slice(down, e);
+    x->down.shape[0] = H, x->down.shape[1] = I;
 }
 
 /* Layer l's routed experts of a checkpoint into ex[E]: fused tensors (gate_up_proj [E, 2I, H],
- * down_proj [E, H, I]) if it has them, else stacked ones (gate_proj and up_proj [E, I, H],
- * down_proj: GGUF's ffn_*_exps), else one set per expert. */
-static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, int32_t E, int64_t H,
-                                 int64_t I, sl_error *err) {
+ * down_proj [E, H, I], or their [in, out] forms as layout says) if it has them, else stacked
+ * ones (gate_proj and up_proj [E, I, H], down_proj: GGUF's ffn_*_exps), else one set per
+ * expert; under layers.l.<ffn>.experts. */
+static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, const char *ffn,
+                                 sl_expert_layout layout, int32_t E, int64_t H, int64_t I,
+                                 sl_error *err) {
     sl_status st;
     char name[160];
-    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(name, sizeof name, "layers.%d.%s.experts.gate_up_proj", l, ffn);
+    if (sl_ckpt_find(ck, name) && layout != SL_EX_OUT_IN) {
+        sl_tensor gu, down;
+        if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, H, 2 * I), err, "%s", name)) ||
+            (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
+                               "layers.%d.%s.experts.down_proj", l, ffn)))
+            return st;
+        for (int32_t e = 0; e < E; e++)
+            in_out_views(&ex[e], &gu, &down, e, H, I);
+        return SL_OK;
+    }
     if (sl_ckpt_find(ck, name)) {
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.mlp.experts.down_proj", l)))
+                               "layers.%d.%s.experts.down_proj", l, ffn)))
             return st;
         for (int32_t e = 0; e < E; e++) {
             sl_tensor m = sl_tensor_slice(&gu, e);
@@ -135,14 +173,14 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
         }
         return SL_OK;
     }
-    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_proj", l);
+    snprintf(name, sizeof name, "layers.%d.%s.experts.gate_proj", l, ffn);
     if (sl_ckpt_find(ck, name)) {
         sl_tensor g, u, d;
         if ((st = sl_ckpt_bind(ck, &g, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &u, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
-                               "layers.%d.mlp.experts.up_proj", l)) ||
+                               "layers.%d.%s.experts.up_proj", l, ffn)) ||
             (st = sl_ckpt_bind(ck, &d, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.mlp.experts.down_proj", l)))
+                               "layers.%d.%s.experts.down_proj", l, ffn)))
             return st;
         for (int32_t e = 0; e < E; e++) {
             ex[e].gate = sl_tensor_slice(&g, e);
@@ -151,14 +189,14 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
         }
         return SL_OK;
     }
-    const char *fmt = "layers.%d.mlp.experts.%d.%s.weight";
+    const char *fmt = "layers.%d.%s.experts.%d.%s.weight";
     for (int32_t e = 0; e < E; e++)
-        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
-                               "gate_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
+        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, ffn,
+                               e, "gate_proj")) ||
+            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, ffn, e,
                                "up_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, e,
-                               "down_proj")))
+            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, ffn,
+                               e, "down_proj")))
             return st;
     return SL_OK;
 }
@@ -173,7 +211,7 @@ static int locate_piece(const sl_ckpt *ck, const void *p, sl_expert_extent *x) {
 /* The store reads the bound experts from the checkpoint's files itself (modes resident and
  * stream): each matrix's data, scales and biases from where its view's lie in the mappings. */
 static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_params *sp,
-                                 sl_error *err) {
+                                 sl_expert_layout layout, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers, nf = sl_ckpt_n_files(&m->ck);
     sl_expert_src *src = sl_calloc((size_t)nl, sizeof *src, err);
@@ -189,6 +227,7 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
             break;
         }
         src[l].ext = ext;
+        src[l].layout = layout;
         for (int32_t e = 0; !st && e < E; e++) {
             const sl_tensor *mat[3] = {&views[l][e].gate, &views[l][e].up, &views[l][e].down};
             for (int k = 0; !st && k < 3; k++) {
@@ -219,6 +258,7 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
 sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers;
+    const sl_expert_layout layout = m->family->experts_layout;
     sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);
     sl_status st = views ? SL_OK : SL_ERR_NOMEM;
     for (int32_t l = 0; !st && l < nl; l++) {
@@ -226,11 +266,15 @@ sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err
         if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
             st = SL_ERR_NOMEM;
         else
-            st = bind_hf_experts(&m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
-                                 err);
+            st = bind_hf_experts(&m->ck, views[l], l, ffn_name(m), layout, E, c->hidden_size,
+                                 c->moe_intermediate_size, err);
     }
-    if (!st && sp->mode != SL_EXPERTS_MAPPED)
-        st = open_from_files(m, views, sp, err);
+    /* Experts stored [in, out] are transposed as they are read: never mapped (the same
+     * bytes, read once, in place of views into the mapping). */
+    sl_store_params rp = *sp;
+    if (layout != SL_EX_OUT_IN && rp.mode == SL_EXPERTS_MAPPED) rp.mode = SL_EXPERTS_RESIDENT;
+    if (!st && rp.mode != SL_EXPERTS_MAPPED)
+        st = open_from_files(m, views, &rp, layout, err);
     else if (!st)
         st = sl_experts_open_views(&m->experts, nl, E, (const sl_expert *const *)views, err);
     for (int32_t l = 0; views && l < nl; l++)

@@ -24,7 +24,8 @@ typedef enum blk_linear_proj {
 } blk_linear_proj;
 
 typedef struct blk_ffn_opts {
-    int32_t shared_expert; /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
+    int32_t shared_expert;  /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
+    int32_t shared_ungated; /* ... summed as it is, with no shared_expert_gate (Llama-4) */
 } blk_ffn_opts;
 
 /* How the sublayer and final norms bind: required, or optional when the family's own blocks

@@ -262,12 +262,12 @@ sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_s
 /* Which group of weights a checkpoint tensor belongs to, by its (Hugging Face) name. */
 static int weight_group(const sl_tensor *t) {
     const char *n = t->name;
-    if (strstr(n, ".mlp.experts.")) return 0;
+    if (strstr(n, ".mlp.experts.") || strstr(n, ".feed_forward.experts.")) return 0;
     if (strstr(n, "shared_expert")) return 1;
     if (t->ndim < 2) return 7;
     if (strstr(n, ".self_attn.")) return 2;
     if (strstr(n, ".linear_attn.")) return 3;
-    if (strstr(n, "mlp.gate.weight")) return 4;
+    if (strstr(n, "mlp.gate.weight") || strstr(n, ".router.weight")) return 4;
     if (strstr(n, "embed_tokens")) return 5;
     if (strstr(n, "lm_head")) return 6;
     return 8;
@@ -444,7 +444,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     for (int32_t l = 0; l < c->n_layers; l++) {
         n_moe += c->layer_is_moe[l];
         if (c->layer_is_moe[l] && first_moe < 0) first_moe = l;
-        shared |= m->layers[l].sh_router.data != NULL;
+        shared |= m->layers[l].sh_gate.data != NULL;
     }
     int64_t resident = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {

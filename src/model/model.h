@@ -167,6 +167,11 @@ struct sl_family {
     int graph_steps;
     /* The sublayer and final norms are the family's own (bound optional; blk_norm_flags). */
     int own_norms;
+    /* Its checkpoint's FFN names: layers.N.<ffn_name>.{gate_proj, up_proj, down_proj,
+     * <router_name>, shared_expert, experts} ("mlp" and "gate" when NULL), and how its fused
+     * experts lay out their matrices. */
+    const char *ffn_name, *router_name;
+    sl_expert_layout experts_layout;
 };
 
 /* The family running model_type arch, or NULL (families/families.c); the names of those
