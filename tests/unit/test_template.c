@@ -54,6 +54,28 @@ TEST(test_chatml_render) {
     CHECK(t.kind == SL_TEMPLATE_RAW);
 }
 
+/* Llama-4: BOS from the template, a first system message trimmed, no trim elsewhere. */
+TEST(test_llama4_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    sl_chat_template_from_source("{{- bos_token }}{{- '<|header_start|>' + message['role'] + "
+                                 "'<|header_end|>\\n\\n' }}{{- \"<|eot|>\" }}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_LLAMA4 && !strcmp(sl_chat_template_name(&t), "Llama-4"));
+    const sl_chat_msg msgs[] = {{"system", "  Be brief.\n"}, {"user", " Hi "}, {"system", " x "}};
+    sl_chat_render(&t, msgs, 3, 1, 0, buf, sizeof buf);
+    const char *want = "<|begin_of_text|><|header_start|>system<|header_end|>\n\nBe brief.<|eot|>"
+                       "<|header_start|>user<|header_end|>\n\n Hi <|eot|>"
+                       "<|header_start|>system<|header_end|>\n\n x <|eot|>"
+                       "<|header_start|>assistant<|header_end|>\n\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    CHECK(sl_chat_template_from_name("llama4", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_LLAMA4);
+    sl_chat_render(&t, msgs + 1, 1, 0, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<|begin_of_text|><|header_start|>user<|header_end|>\n\n Hi <|eot|>"), "%s",
+           buf);
+}
+
 TEST(test_chat_template_detect) {
     char dir[600], path[700];
     snprintf(dir, sizeof dir, "%s/tplmodel", test_tmpdir());
