@@ -311,6 +311,13 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
                      path, c->n_heads, c->n_kv_heads);
         goto done;
     }
+    if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)) ||
+        (st = parse_linear(c, root, path, err)))
+        goto done;
+    parse_eos(c, root, top);
+    if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))
+        goto done;
+    /* After the family's keys: some default num_experts_per_tok (Llama-4: 1). */
     if (c->n_experts > 0 && (c->n_experts_used < 1 || c->n_experts_used > c->n_experts)) {
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: num_experts_per_tok %d must be in [1, num_experts "
@@ -318,12 +325,6 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
                      path, c->n_experts_used, c->n_experts);
         goto done;
     }
-    if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)) ||
-        (st = parse_linear(c, root, path, err)))
-        goto done;
-    parse_eos(c, root, top);
-    if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))
-        goto done;
 done:
     json_decref(top);
     if (st) sl_config_free(c);

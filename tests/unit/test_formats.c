@@ -248,6 +248,58 @@ TEST(test_config_rope_precedence) {
     }
 }
 
+/* Llama-4's keys: transformers' defaults (NoPE every no_rope_layer_interval-th layer, chunked
+ * exactly on the RoPE ones, MoE every interleave_moe_layer_step-th, theta 500000), its
+ * llama3 RoPE, and the values it refuses. */
+TEST(test_config_llama4) {
+    static const char base[] = "{\"model_type\":\"llama4_text\",\"vocab_size\":10,"
+                               "\"hidden_size\":8,\"num_hidden_layers\":4,"
+                               "\"num_attention_heads\":2,\"head_dim\":8,\"intermediate_size\":6,"
+                               "\"intermediate_size_mlp\":12,\"num_local_experts\":4%s}";
+    char text[1024];
+    sl_config c;
+    sl_error err = {0};
+    snprintf(text, sizeof text, base, ",\"interleave_moe_layer_step\":2");
+    CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_OK, "%s", err.msg);
+    CHECK(c.rope_theta == 500000.0 && c.rope_interleaved && c.n_experts_used == 1);
+    CHECK(c.moe_intermediate_size == 6 && c.shared_intermediate_size == 6 &&
+          c.intermediate_size == 12);
+    CHECK(!c.layer_is_moe[0] && c.layer_is_moe[1] && !c.layer_is_moe[2] && c.layer_is_moe[3]);
+    sl_config_free(&c);
+    snprintf(text, sizeof text, base,
+             ",\"moe_layers\":[0,2,9],\"rope_parameters\":{\"rope_type\":\"llama3\","
+             "\"rope_theta\":7.0,\"factor\":8.0,\"low_freq_factor\":1.0,"
+             "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64}");
+    CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_OK, "%s", err.msg);
+    CHECK(c.layer_is_moe[0] && !c.layer_is_moe[1] && c.layer_is_moe[2] && !c.layer_is_moe[3]);
+    CHECK(c.rope_theta == 7.0 && c.rope_scaling == SL_ROPE_LLAMA3 && c.rope_factor == 8.0 &&
+          c.rope_high_freq == 4.0 && c.rope_orig_max == 64);
+    sl_config_free(&c);
+    struct {
+        const char *keys, *needle;
+    } bad[] = {
+        {",\"layer_types\":[\"chunked_attention\",\"sliding_attention\",\"full_attention\","
+         "\"full_attention\"]",
+         "layer_types[1] 'sliding_attention' is not supported"},
+        {",\"layer_types\":[\"full_attention\"]", "'layer_types' is not a list"},
+        {",\"no_rope_layers\":[1,1]", "'no_rope_layers' is not a list of at least 4"},
+        {",\"moe_layers\":[\"1\"]", "moe_layers[0] is not an integer"},
+        {",\"attention_chunk_size\":null", "attention_chunk_size is null"},
+        {",\"num_experts_per_tok\":5", "'num_experts_per_tok' = 5 is out of range [1, 4]"},
+        {",\"partial_rotary_factor\":0.5", "partial_rotary_factor other than 1"},
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}", "'low_freq_factor'"},
+        {",\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":8.0}",
+         "'dynamic' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, base, bad[i].keys);
+        sl_error_clear(&err);
+        CHECKF(sl_config_parse(&c, text, "config.json", &err) != SL_OK &&
+                   strstr(err.msg, "config.json: ") && strstr(err.msg, bad[i].needle),
+               "%s: %s", bad[i].keys, err.msg);
+    }
+}
+
 /* ---- checkpoint directories broken in one way each, made from a fixture ---- */
 
 static char *slurp(const char *path, size_t *n) {
