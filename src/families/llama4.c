@@ -160,6 +160,10 @@ static sl_status llama4_read_config(sl_config *c, const json_t *root, const char
     c->shared_intermediate_size = inter;
     c->intermediate_size = inter_mlp;
     c->rope_interleaved = 1;
+    /* The k largest logits, sigmoid of each, weighing the experts' inputs (sl_route_cfg). */
+    c->route_score = SL_ROUTE_TOPK_SIGMOID;
+    c->moe_weight_input = 1;
+    c->norm_topk_prob = 0;
     /* Llama-4's base frequency when config.json gives none. */
     const json_t *rs = json_object_get(root, "rope_scaling");
     const json_t *rp =
