@@ -145,16 +145,18 @@ static void in_out_views(sl_expert *x, const sl_tensor *gu, const sl_tensor *dow
 }
 
 /* Layer l's routed experts of a checkpoint into ex[E]: fused tensors (gate_up_proj [E, 2I, H],
- * down_proj [E, H, I], or their [in, out] forms as layout says) if it has them, else stacked
- * ones (gate_proj and up_proj [E, I, H], down_proj: GGUF's ffn_*_exps), else one set per
- * expert; under layers.l.<ffn>.experts. */
+ * down_proj [E, H, I], or their [in, out] forms as the family's layout says) if it has them,
+ * else stacked ones (gate_proj and up_proj [E, I, H], down_proj: GGUF's ffn_*_exps), else one
+ * set per expert; under layers.l.<ffn>.experts. *found: the layout of what was bound. */
 static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, const char *ffn,
                                  sl_expert_layout layout, int32_t E, int64_t H, int64_t I,
-                                 sl_error *err) {
+                                 sl_expert_layout *found, sl_error *err) {
     sl_status st;
     char name[160];
     snprintf(name, sizeof name, "layers.%d.%s.experts.gate_up_proj", l, ffn);
+    *found = SL_EX_OUT_IN;
     if (sl_ckpt_find(ck, name) && layout != SL_EX_OUT_IN) {
+        *found = layout;
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, H, 2 * I), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
@@ -216,7 +218,7 @@ static int locate_piece(const sl_ckpt *ck, const void *p, sl_expert_extent *x) {
 /* The store reads the bound experts from the checkpoint's files itself (modes resident and
  * stream): each matrix's data, scales and biases from where its view's lie in the mappings. */
 static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_params *sp,
-                                 sl_expert_layout layout, sl_error *err) {
+                                 const sl_expert_layout *layouts, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers, nf = sl_ckpt_n_files(&m->ck);
     sl_expert_src *src = sl_calloc((size_t)nl, sizeof *src, err);
@@ -232,7 +234,7 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
             break;
         }
         src[l].ext = ext;
-        src[l].layout = layout;
+        src[l].layout = layouts[l];
         for (int32_t e = 0; !st && e < E; e++) {
             const sl_tensor *mat[3] = {&views[l][e].gate, &views[l][e].up, &views[l][e].down};
             for (int k = 0; !st && k < 3; k++) {
@@ -263,28 +265,31 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
 sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers;
-    const sl_expert_layout layout = m->family->experts_layout;
     sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);
-    sl_status st = views ? SL_OK : SL_ERR_NOMEM;
+    sl_expert_layout *layouts = sl_calloc((size_t)nl, sizeof *layouts, err);
+    sl_status st = views && layouts ? SL_OK : SL_ERR_NOMEM;
+    int in_out = 0;
     for (int32_t l = 0; !st && l < nl; l++) {
         if (!c->layer_is_moe[l] || E == 0) continue;
         if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
             st = SL_ERR_NOMEM;
         else
-            st = bind_hf_experts(&m->ck, views[l], l, ffn_name(m), layout, E, c->hidden_size,
-                                 c->moe_intermediate_size, err);
+            st = bind_hf_experts(&m->ck, views[l], l, ffn_name(m), m->family->experts_layout, E,
+                                 c->hidden_size, c->moe_intermediate_size, &layouts[l], err);
+        in_out |= layouts[l] != SL_EX_OUT_IN;
     }
     /* Experts stored [in, out] are transposed as they are read: never mapped (the same
      * bytes, read once, in place of views into the mapping). */
     sl_store_params rp = *sp;
-    if (layout != SL_EX_OUT_IN && rp.mode == SL_EXPERTS_MAPPED) rp.mode = SL_EXPERTS_RESIDENT;
+    if (in_out && rp.mode == SL_EXPERTS_MAPPED) rp.mode = SL_EXPERTS_RESIDENT;
     if (!st && rp.mode != SL_EXPERTS_MAPPED)
-        st = open_from_files(m, views, &rp, layout, err);
+        st = open_from_files(m, views, &rp, layouts, err);
     else if (!st)
         st = sl_experts_open_views(&m->experts, nl, E, (const sl_expert *const *)views, err);
     for (int32_t l = 0; views && l < nl; l++)
         free(views[l]);
     free(views);
+    free(layouts);
     return st;
 }
 
