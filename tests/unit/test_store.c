@@ -413,3 +413,65 @@ TEST(test_corrupt_packs) {
     sl_session_free(s);
     sl_model_free(m);
 }
+
+/* ---- experts stored [in, out] (sl_expert_layout), read from a file and transposed ---- */
+
+/* Fused F32 experts of E = 3, H = 5, I = 2 in a file: gate_up [E, H, 2I] then down [E, I, H],
+ * element values their own flat index. Every layout, resident and streamed through one slot,
+ * must hand out gate [I, H], up [I, H] and down [H, I] that are the transposes. */
+TEST(test_store_in_out_layouts) {
+    enum { E = 3, H = 5, I = 2 };
+    const size_t ngu = (size_t)E * H * 2 * I, nd = (size_t)E * I * H;
+    float buf[E * H * 2 * I + E * I * H];
+    for (size_t i = 0; i < ngu + nd; i++)
+        buf[i] = (float)i;
+    char path[600];
+    snprintf(path, sizeof path, "%s/in_out_experts.bin", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(buf, sizeof buf, 1, f) == 1);
+    if (f) fclose(f);
+    sl_expert_extent ext[E * SL_EX_PARTS];
+    memset(ext, 0, sizeof ext);
+    for (int e = 0; e < E; e++) {
+        const uint64_t gu = (uint64_t)e * H * 2 * I * 4, d = ngu * 4 + (uint64_t)e * I * H * 4;
+        ext[e * SL_EX_PARTS + SL_EX_GATE] = (sl_expert_extent){0, gu};
+        ext[e * SL_EX_PARTS + SL_EX_UP] = (sl_expert_extent){0, gu + (uint64_t)I * H * 4};
+        ext[e * SL_EX_PARTS + SL_EX_DOWN] = (sl_expert_extent){0, d};
+    }
+    static const float dummy;
+    const sl_tensor gp = {.dtype = SL_DTYPE_F32,
+                          .ndim = 2,
+                          .shape = {I, H},
+                          .data = &dummy,
+                          .nbytes = (size_t)I * H * 4};
+    sl_tensor dp = gp;
+    dp.shape[0] = H, dp.shape[1] = I;
+    const char *paths[1] = {path};
+    for (int layout = SL_EX_IN_OUT; layout <= SL_EX_IN_OUT_INTERLEAVED; layout++)
+        for (int mode = SL_EXPERTS_RESIDENT; mode <= SL_EXPERTS_STREAM; mode++) {
+            const sl_expert_src src = {.ext = ext, .proto = {gp, gp, dp}, .layout = layout};
+            const sl_store_params p = {
+                .mode = mode, .cache_experts = 1, .min_slots = 1, .io_threads = 2};
+            sl_expert_store s;
+            sl_error err = {0};
+            memset(&s, 0, sizeof s);
+            CHECKF(sl_experts_open_files(&s, 1, E, 1, paths, &src, &p, &err) == SL_OK, "%s",
+                   err.msg);
+            for (int32_t e = E - 1; e >= 0 && !test_failures; e--) {
+                const sl_expert *x;
+                CHECKF(sl_experts_fetch(&s, 0, &e, 1, &x, &err) == SL_OK, "%s", err.msg);
+                const float *g = x->gate.data, *u = x->up.data, *d = x->down.data;
+                for (int i = 0; i < I; i++)
+                    for (int h = 0; h < H; h++) {
+                        const size_t row = (size_t)e * H * 2 * I + (size_t)h * 2 * I;
+                        const int cg = layout == SL_EX_IN_OUT ? i : 2 * i;
+                        const int cu = layout == SL_EX_IN_OUT ? I + i : 2 * i + 1;
+                        CHECKF(g[i * H + h] == buf[row + cg] && u[i * H + h] == buf[row + cu] &&
+                                   d[h * I + i] == buf[ngu + (size_t)e * I * H + (size_t)i * H + h],
+                               "layout %d mode %d expert %d (%d, %d)", layout, mode, e, i, h);
+                    }
+            }
+            sl_experts_free(&s);
+        }
+    unlink(path);
+}
