@@ -62,6 +62,14 @@ typedef struct sl_attn_args {
     /* Non-NULL: the qkv_prep of these inputs comes first (its q, kc and vc are the q, kcache
      * and vcache above); a backend may fuse the two. */
     const sl_qkv_args *prep;
+    /* Sliding window: > 0, the query at position p sees only the keys p - window + 1 .. p
+     * (0: every one up to p). Not combined with a selection (window 0 when sel is given). */
+    int32_t window;
+    /* Attention sinks: [n_heads] (F32/F16/BF16), a learned logit per head that joins the
+     * softmax's denominator and weighs no value:
+     *   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sink_h - m)),  m = max(s, sink_h)
+     * NULL: none. */
+    const sl_tensor *sinks;
 } sl_attn_args;
 
 typedef enum sl_act {

@@ -62,6 +62,10 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                        (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
                                           "k_norm.weight"))))
         return st;
+    if (o->sinks && (st = sl_ckpt_bind(ck, &L->sinks, SL_BIND_REQUIRED, SL_DIMS(c->n_heads), err, p,
+                                       l, "sinks")))
+        return st;
+    L->window = c->layer_is_sliding && c->layer_is_sliding[l] ? c->sliding_window : 0;
     return SL_OK;
 }
 
@@ -325,6 +329,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .n_sel = sel ? sel->n_sel : NULL,
         .sel_stride = sel ? sel->stride : 0,
         .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
+        .window = sel ? 0 : L->window,
+        .sinks = L->sinks.data ? &L->sinks : NULL,
     };
     op->attention(be, &a);
     if (L->attn_gated)

@@ -17,6 +17,7 @@
 #include "format/pack.h"
 #include "model/blocks.h"
 #include "model/gguf_ckpt.h"
+#include "model/rope.h"
 
 /* A packed model's config is the "config" object of its manifest; *version its format. */
 /* A pack's manifest: its config into cfg, its format version, and (gv, may be NULL) the values
@@ -66,7 +67,7 @@ static int32_t model_weights(sl_model *m, sl_tensor **out) {
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         sl_layer *L = &m->layers[l];
         W(L->attn_norm), W(L->wq), W(L->wk), W(L->wv), W(L->wo), W(L->bq), W(L->bk), W(L->bv);
-        W(L->bo), W(L->q_norm), W(L->k_norm), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
+        W(L->bo), W(L->q_norm), W(L->k_norm), W(L->sinks), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
         W(L->in_z), W(L->in_b), W(L->in_a), W(L->conv_w), W(L->A_log), W(L->dt_bias);
         W(L->lin_norm), W(L->out_proj), W(L->ffn_norm), W(L->mlp_gate), W(L->mlp_up);
         W(L->mlp_down), W(L->router), W(L->sh_gate), W(L->sh_up), W(L->sh_down), W(L->sh_router);
@@ -592,23 +593,15 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->h_hidden = carve(hv, H, sizeof(float));
 }
 
-/* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
- * host, then copied to backend memory. */
+/* cos/sin of pos * inv_freq (model/rope.h: the config's scaling type, in float32 as
+ * transformers computes them); built on the host, then copied to backend memory. */
 static sl_status fill_rope(sl_session *s, sl_error *err) {
     const sl_config *c = &s->model->cfg;
     const sl_backend *be = &s->model->be;
-    const int32_t half = c->rot_dim / 2;
-    const size_t n = (size_t)s->max_ctx * (size_t)half;
+    const size_t n = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
     float *cs = malloc(2 * n * sizeof(float));
     if (!cs) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    for (int32_t i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rot_dim);
-        for (int32_t p = 0; p < s->max_ctx; p++) {
-            float ang = (float)p * inv;
-            cs[(size_t)p * (size_t)half + (size_t)i] = cosf(ang);
-            cs[n + (size_t)p * (size_t)half + (size_t)i] = sinf(ang);
-        }
-    }
+    sl_rope_tables(&c->rope, c->rope_theta, c->rot_dim, s->max_ctx, cs, cs + n);
     be->ops->to_dev(be, s->rope_cos, cs, n * sizeof(float));
     be->ops->to_dev(be, s->rope_sin, cs + n, n * sizeof(float));
     free(cs);
