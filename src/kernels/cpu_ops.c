@@ -250,6 +250,27 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+static void cpu_swiglu_clamped(const sl_backend *be, float *out, const float *gate,
+                               const float *up, size_t n, float alpha, float limit) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        const float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
+        out[i] = (u + 1.0f) * glu;
+    }
+}
+
+static void cpu_add_bias(const sl_backend *be, float *y, const sl_tensor *b, int32_t rows) {
+    (void)be;
+    const size_t n = (size_t)b->shape[0];
+    for (size_t i = 0; i < n; i++) {
+        float bi;
+        sl_to_f32(&bi, b->data, b->dtype, i, 1);
+        for (int32_t r = 0; r < rows; r++)
+            y[(size_t)r * n + i] += bi;
+    }
+}
+
 /* The row slice [r0, r0 + n) of a matrix: the same rows, so the same dot products. */
 static sl_tensor row_slice(const sl_tensor *w, int64_t r0, int64_t n) {
     if (sl_tensor_is_fp8(w)) return sl_fp8_rows(w, r0, n);
@@ -522,6 +543,8 @@ static const sl_ops cpu_ops = {
     .rope = cpu_rope,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .swiglu_clamped = cpu_swiglu_clamped,
+    .add_bias = cpu_add_bias,
     .axpy = cpu_axpy,
     .sigmoid_mul = cpu_sigmoid_mul,
     .l2norm = cpu_l2norm,

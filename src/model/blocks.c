@@ -1,6 +1,8 @@
 /* Shared decoder blocks (contracts in blocks.h). */
 #include "model/blocks.h"
 
+#include "model/expert_relayout.h"
+
 #include <math.h>
 
 /* ------------------------------------------------------------- binding */
@@ -221,6 +223,8 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
 }
 
 sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err) {
+    if (m->cfg.expert_layout == SL_EXPERT_LAYOUT_GATE_UP_T)
+        return sl_open_experts_gate_up_t(m, sp, err);
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers;
     sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);

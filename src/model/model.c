@@ -411,7 +411,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
-                    sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used);
+                    sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
+                                        c->expert_glu);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
@@ -528,6 +529,9 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .inter = c->moe_intermediate_size,
                             .max_batch = s->max_batch,
                             .renormalize = c->norm_topk_prob,
+                            .glu = c->expert_glu,
+                            .glu_alpha = c->expert_glu_alpha,
+                            .glu_limit = c->expert_glu_limit,
                             .shared = c->shared_intermediate_size > 0};
     const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
     size_t moe_dev, moe_host;

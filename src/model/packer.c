@@ -1234,6 +1234,10 @@ static sl_status convert_experts(const char *path, uint32_t to, hwriter *w, sl_e
                      "%s: experts of types %s, %s, %s, which format version %u cannot hold", path,
                      sl_dtype_name(h.dtype[0]), sl_dtype_name(h.dtype[1]),
                      sl_dtype_name(h.dtype[2]), to);
+    if (!st && to < 3 && h.bias_dtype != SL_DTYPE_NONE)
+        st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                     "%s: experts with linear biases, which format version %u cannot hold", path,
+                     to);
     if (!st) {
         h2 = h;
         h2.version = to;
