@@ -958,6 +958,41 @@ static void run_binary(ot_run *r, const ot_case *c) {
     free(a), free(b), free(ref), dfree(r, da), dfree(r, db);
 }
 
+/* p: n, in place (out = gate); the clamped SwiGLU with gpt-oss's alpha and limit, inputs
+ * reaching past the limit on both sides */
+static void run_swiglu_clamped(ot_run *r, const ot_case *c) {
+    const size_t n = (size_t)c->p[0], tot = n + 3;
+    const float alpha = 1.702f, limit = 7.0f;
+    float *g = rand_vec(r, tot, 10), *u = rand_vec(r, tot, 10);
+    float *dg = UPF(r, g, tot), *du = UPF(r, u, tot), *dout = c->p[1] ? dg : poisoned(r, tot);
+    double *ref = c->p[1] ? widen(g, tot) : ref_vec(tot);
+    for (size_t i = 0; i < n; i++) {
+        const double gg = fmin(g[i], limit), uu = fmin(fmax(u[i], -limit), limit);
+        ref[i] = (uu + 1) * gg * sigm((double)(float)(gg * alpha));
+    }
+    r->be->ops->swiglu_clamped(r->be, dout, dg, du, n, alpha, limit);
+    ot_check(r, "y", dout, ref, tot, c->tol);
+    if (!c->p[1]) dfree(r, dout);
+    free(g), free(u), free(ref), dfree(r, dg), dfree(r, du);
+}
+
+/* p: rows, n; the bias in c->dt */
+static void run_add_bias(ot_run *r, const ot_case *c) {
+    const int32_t rows = c->p[0], n = c->p[1];
+    const size_t tot = (size_t)rows * n + 3;
+    float *y = rand_vec(r, tot, 2), *dy = UPF(r, y, tot);
+    ot_weight b;
+    weight_make(r, &b, c->dt, 0, n, 1, 0);
+    double *ref = widen(y, tot);
+    for (int32_t t = 0; t < rows; t++)
+        for (int32_t i = 0; i < n; i++)
+            ref[(size_t)t * n + i] = (double)y[(size_t)t * n + i] + b.wide[i];
+    r->be->ops->add_bias(r->be, dy, &b.d, rows);
+    ot_check(r, "y", dy, ref, tot, c->tol);
+    free(y), free(ref), dfree(r, dy);
+    weight_free(r, &b);
+}
+
 /* p: n, act, in place */
 static void run_activate(ot_run *r, const ot_case *c) {
     static const float div[] = {4.0f, 3.0f, 2.0f}, mul[] = {1.0f, 2.0f, 0.5f};
@@ -1506,6 +1541,11 @@ static const ot_case table[] = {
     {"axpy", run_binary, F32, {4097, 1}, 2e-6},
     {"sigmoid_mul", run_binary, F32, {5, 2}, 2e-6},
     {"sigmoid_mul", run_binary, F32, {4097, 2}, 2e-6},
+    {"swiglu_clamped", run_swiglu_clamped, F32, {1, 0}, 2e-6},
+    {"swiglu_clamped", run_swiglu_clamped, F32, {4097, 1}, 2e-6},
+    {"add_bias", run_add_bias, BF16, {1, 5}, 1e-7},
+    {"add_bias", run_add_bias, F32, {7, 2880}, 1e-7},
+    {"add_bias", run_add_bias, F16, {3, 33}, 1e-7},
     {"activate", run_activate, F32, {7, SL_ACT_SIGMOID, 0}, 2e-6},
     {"activate", run_activate, F32, {4097, SL_ACT_SILU, 1}, 2e-6},
     {"activate", run_activate, F32, {1000, SL_ACT_NONE, 0}, 2e-6},
