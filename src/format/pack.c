@@ -260,7 +260,8 @@ void sl_experts_layout(sl_experts_header *h) {
     for (int m = 0; m < 3; m++) { /* linear biases, [I], [I], [H] */
         const int has = h->bias_dtype != SL_DTYPE_NONE;
         h->part[SL_EX_GATE_LB + m] = has ? off : 0;
-        if (has) off = align_up(off + (uint64_t)rows[m] * sl_dtype_size(h->bias_dtype), SL_PACK_ALIGN);
+        if (has)
+            off = align_up(off + (uint64_t)rows[m] * sl_dtype_size(h->bias_dtype), SL_PACK_ALIGN);
     }
     h->blob_bytes = align_up(off, SL_PACK_PAGE);
     /* Version 2's CRC table fills the first page up to 960 experts; more push the blobs on. */
@@ -292,7 +293,8 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
                        "%s: format version %u (this sluice reads %d to %d)", path, h->version,
                        SL_PACK_VERSION_MIN, SL_PACK_VERSION);
     /* Version 3's byte 23: the experts' linear biases (0: none). */
-    h->bias_dtype = h->version >= 3 ? sl_pack_dtype_from_code((uint8_t)(codes >> 24)) : SL_DTYPE_NONE;
+    h->bias_dtype =
+        h->version >= 3 ? sl_pack_dtype_from_code((uint8_t)(codes >> 24)) : SL_DTYPE_NONE;
     int types_ok = h->version < 3 || codes >> 24 == 0 || h->bias_dtype == SL_DTYPE_F32 ||
                    h->bias_dtype == SL_DTYPE_F16 || h->bias_dtype == SL_DTYPE_BF16;
     for (int m = 0; m < 3; m++) {

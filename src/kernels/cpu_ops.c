@@ -250,8 +250,8 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-static void cpu_swiglu_clamped(const sl_backend *be, float *out, const float *gate,
-                               const float *up, size_t n, float alpha, float limit) {
+static void cpu_swiglu_clamped(const sl_backend *be, float *out, const float *gate, const float *up,
+                               size_t n, float alpha, float limit) {
     (void)be;
     for (size_t i = 0; i < n; i++) {
         const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);

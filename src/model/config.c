@@ -81,8 +81,8 @@ static sl_status parse_yarn(sl_config *c, const json_t *root, const json_t *rp, 
         (st = sl_config_num(rp, "beta_fast", 0, -1e9, 0, 1e9, &r->beta_fast, path, err)) ||
         (st = sl_config_num(rp, "beta_slow", 0, -1e9, 0, 1e9, &r->beta_slow, path, err)) ||
         (st = sl_config_num(rp, "mscale", 0, -1e9, 0, 1e9, &r->mscale, path, err)) ||
-        (st = sl_config_num(rp, "mscale_all_dim", 0, -1e9, 0, 1e9, &r->mscale_all_dim, path,
-                            err)) ||
+        (st =
+             sl_config_num(rp, "mscale_all_dim", 0, -1e9, 0, 1e9, &r->mscale_all_dim, path, err)) ||
         (json_object_get(rp, "attention_factor") &&
          (st = sl_config_num(rp, "attention_factor", 1, 0, 1, 1e9, &r->attention_factor, path,
                              err))) ||
@@ -251,14 +251,14 @@ static sl_status parse_sliding(sl_config *c, const json_t *root, const char *pat
     size_t i;
     json_t *v;
     int any = 0;
-    json_array_foreach(types, i, v) any |= json_is_string(v) &&
-                                           strcmp(json_string_value(v), "sliding_attention") == 0;
+    json_array_foreach(types, i, v) any |=
+        json_is_string(v) && strcmp(json_string_value(v), "sliding_attention") == 0;
     if (!any) return SL_OK;
     if (json_array_size(types) != (size_t)c->n_layers)
         return sl_fail(err, SL_ERR_FORMAT,
                        "%s: 'layer_types' is not an array of num_hidden_layers entries", path);
-    sl_status st = sl_config_int(root, "sliding_window", -1, 1, INT32_MAX, &c->sliding_window,
-                                 path, err);
+    sl_status st =
+        sl_config_int(root, "sliding_window", -1, 1, INT32_MAX, &c->sliding_window, path, err);
     if (st) return st;
     if (!(c->layer_is_sliding = calloc((size_t)c->n_layers, 1)))
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");

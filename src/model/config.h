@@ -33,8 +33,8 @@ typedef enum sl_rope_type {
  * model/rope.h turns it into inverse frequencies. Zero for the default type. */
 typedef struct sl_rope_scaling {
     sl_rope_type type;
-    double factor;                /* yarn: context extension (max_position / original when absent) */
-    double beta_fast, beta_slow;  /* yarn: rotations bounding the ramp (32 and 1 by default) */
+    double factor;               /* yarn: context extension (max_position / original when absent) */
+    double beta_fast, beta_slow; /* yarn: rotations bounding the ramp (32 and 1 by default) */
     double original_max_position; /* yarn: the pre-training context */
     int32_t truncate;             /* yarn: floor/ceil the correction range (default on) */
     /* multiplies cos and sin (yarn: the key's value, else from factor, mscale and

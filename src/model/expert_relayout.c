@@ -88,7 +88,8 @@ static sl_status bind_exact(const sl_ckpt *ck, sl_tensor *out, sl_dtype dt, int3
     if (dt == SL_DTYPE_NONE)
         return sl_ckpt_bind(ck, out, SL_BIND_REQUIRED, ndim, shape, err, "%s", name);
     const sl_ckpt_entry *e = sl_ckpt_find(ck, name);
-    if (!e) return sl_fail(err, SL_ERR_SHAPE, "%s: missing tensor '%s%s'", ck->dir, ck->prefix, name);
+    if (!e)
+        return sl_fail(err, SL_ERR_SHAPE, "%s: missing tensor '%s%s'", ck->dir, ck->prefix, name);
     int ok = e->t->dtype == dt && e->t->ndim == ndim;
     for (int32_t i = 0; ok && i < ndim; i++)
         ok = e->t->shape[i] == shape[i];
@@ -106,8 +107,8 @@ static sl_status bind_exact(const sl_ckpt *ck, sl_tensor *out, sl_dtype dt, int3
 }
 
 /* Layer l's tensors into src (its relayout r, whose extents ext[E x n_raw] it fills). */
-static sl_status bind_layer(const sl_model *m, int32_t l, sl_expert_src *src,
-                            sl_expert_relayout *r, sl_expert_extent *ext, sl_error *err) {
+static sl_status bind_layer(const sl_model *m, int32_t l, sl_expert_src *src, sl_expert_relayout *r,
+                            sl_expert_extent *ext, sl_error *err) {
     const sl_ckpt *ck = &m->ck;
     const int32_t E = m->cfg.n_experts;
     const int64_t H = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
@@ -131,7 +132,8 @@ static sl_status bind_layer(const sl_model *m, int32_t l, sl_expert_src *src,
                            "%s: MXFP4 experts need hidden_size (%lld) and intermediate_size "
                            "(%lld) to be multiples of 32",
                            ck->dir, (long long)H, (long long)I);
-        if ((st = bind_exact(ck, &t[0], SL_DTYPE_U8, SL_DIMS(E, 2 * I, H / 32, 16), err, f[0], l)) ||
+        if ((st =
+                 bind_exact(ck, &t[0], SL_DTYPE_U8, SL_DIMS(E, 2 * I, H / 32, 16), err, f[0], l)) ||
             (st = bind_exact(ck, &t[1], SL_DTYPE_U8, SL_DIMS(E, 2 * I, H / 32), err, f[1], l)) ||
             (st = bind_exact(ck, &t[2], SL_DTYPE_NONE, SL_DIMS(E, 2 * I), err, f[2], l)) ||
             (st = bind_exact(ck, &t[3], SL_DTYPE_U8, SL_DIMS(E, H, I / 32, 16), err, f[3], l)) ||
@@ -161,8 +163,8 @@ static sl_status bind_layer(const sl_model *m, int32_t l, sl_expert_src *src,
         r->raw_len[i] = t[i].nbytes / (size_t)E;
         for (int32_t e = 0; e < E; e++) {
             sl_expert_extent *x = &ext[(size_t)n * e + i];
-            x->file = sl_ckpt_locate(ck, (const uint8_t *)t[i].data + (size_t)e * r->raw_len[i],
-                                     &x->off);
+            x->file =
+                sl_ckpt_locate(ck, (const uint8_t *)t[i].data + (size_t)e * r->raw_len[i], &x->off);
             if (x->file < 0)
                 return sl_fail(err, SL_ERR_UNSUPPORTED, "%s: layer %d: %s is not in the files",
                                ck->dir, l, t[i].name);

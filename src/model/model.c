@@ -415,9 +415,9 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st)
-        m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
-                    sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
-                                        c->expert_glu);
+        m->graphs =
+            p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
+            sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used, c->expert_glu);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;

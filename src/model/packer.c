@@ -422,7 +422,8 @@ static sl_status write_experts(sl_model *m, int32_t l, const char *path, const s
                            .n_experts = (uint32_t)c->n_experts,
                            .hidden = (uint32_t)c->hidden_size,
                            .inter = (uint32_t)c->moe_intermediate_size,
-                           .bias_dtype = ex0->gate_bias.data ? ex0->gate_bias.dtype : SL_DTYPE_NONE};
+                           .bias_dtype =
+                               ex0->gate_bias.data ? ex0->gate_bias.dtype : SL_DTYPE_NONE};
     /* Each matrix its own type (a GGUF's down_proj is often of another type than gate and
      * up), the same for every expert of the layer. */
     const sl_tensor first_t[3] = {ex0->gate, ex0->up, ex0->down};
@@ -874,8 +875,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         if (man && (m->ck.norm_folded || m->ck.A_neg_exp || m->ck.v_tiled))
             json_object_set_new(man, "gguf_values",
                                 json_pack("{s:b, s:b, s:b}", "norm_folded", m->ck.norm_folded,
-                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled",
-                                          m->ck.v_tiled));
+                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled", m->ck.v_tiled));
         st = cfg ? write_manifest(man, out_dir, err) : SL_ERR_FORMAT;
         json_decref(man);
     }

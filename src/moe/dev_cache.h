@@ -28,8 +28,8 @@ typedef struct sl_dev_cache {
     size_t slot_bytes;
     size_t off[SL_EX_PARTS]; /* gate, gate scales, gate biases, up ..., down ..., then the
                               * linear biases of the three, inside a slot (sl_expert_part) */
-    sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
-    int32_t all;          /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
+    sl_dev_layer *layers;    /* [n_layers]; mem NULL for dense layers */
+    int32_t all;             /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
     int64_t requests, hits, bytes;
     double time;
 } sl_dev_cache;

@@ -21,8 +21,8 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
     /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per piece of a files layer */
-    s->jobs =
-        sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
+    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS,
+                        sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
@@ -695,8 +695,8 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
         const int32_t n = rl ? rl->n_raw : L->n_pieces;
         for (int32_t i = 0; i < n; i++) {
             const int k = rl ? i : L->piece[i];
-            const sl_expert_extent *x = rl ? &L->raw_ext[(size_t)rl->n_raw * e + i]
-                                           : &L->ext[SL_EX_PARTS * e + k];
+            const sl_expert_extent *x =
+                rl ? &L->raw_ext[(size_t)rl->n_raw * e + i] : &L->ext[SL_EX_PARTS * e + k];
             uint8_t *dst = rl ? s->stage + L->raw_off[i] : b + L->piece_off[k];
             const uint64_t len = rl ? rl->raw_len[i] : L->piece_len[k];
             int r = read_full(s->fds[x->file], dst, len, x->off, s->layers[l].align, s->bounce,

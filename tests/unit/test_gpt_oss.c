@@ -81,7 +81,8 @@ TEST(test_rope_yarn) {
     sl_config c;
     sl_error err = {0};
     CHECKF(sl_config_parse(&c, cfg, "config.json", &err) == SL_OK, "%s", err.msg);
-    CHECK(c.rope.type == SL_ROPE_YARN && fabs(c.rope.attention_factor - 1.3465735902799727) < 1e-12);
+    CHECK(c.rope.type == SL_ROPE_YARN &&
+          fabs(c.rope.attention_factor - 1.3465735902799727) < 1e-12);
     CHECK(c.layer_is_sliding && c.layer_is_sliding[0] && !c.layer_is_sliding[1] &&
           c.sliding_window == 128);
     float inv[32];
@@ -94,8 +95,8 @@ TEST(test_rope_yarn) {
                                      {31, 3.023511396804679e-07f}};
     for (int i = 0; i < 4; i++) {
         const float w = want[i][1], g = inv[(int)want[i][0]];
-        CHECKF(fabsf(g - w) <= 2e-6f * fabsf(w), "inv_freq[%d] %.9g, want %.9g", (int)want[i][0],
-               g, w);
+        CHECKF(fabsf(g - w) <= 2e-6f * fabsf(w), "inv_freq[%d] %.9g, want %.9g", (int)want[i][0], g,
+               w);
     }
     sl_config_free(&c);
     /* DeepSeek-V3's mscale and mscale_all_dim: their ratio (1 when equal) */
@@ -132,7 +133,8 @@ TEST(test_gpt_oss_config_errors) {
                  bad[i].extra);
         sl_config c;
         sl_error err = {0};
-        CHECKF(sl_config_parse(&c, cfg, "config.json", &err) != SL_OK && strstr(err.msg, bad[i].want),
+        CHECKF(sl_config_parse(&c, cfg, "config.json", &err) != SL_OK &&
+                   strstr(err.msg, bad[i].want),
                "case %zu: %s", i, err.msg);
     }
 }

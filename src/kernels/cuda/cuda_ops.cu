@@ -849,8 +849,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     }
     mx = block_reduce<true>(mx, sh); /* also orders the sc writes before the reads below */
     /* one split: the sink joins the max and the sum here (several: attn_merge does) */
-    const float sink =
-        a.sinks && !a.part ? cu_load_f(a.sinks, a.sinks_dt, (size_t)h) : -INFINITY;
+    const float sink = a.sinks && !a.part ? cu_load_f(a.sinks, a.sinks_dt, (size_t)h) : -INFINITY;
     mx = fmaxf(mx, sink);
     float sum = 0.0f;
     for (int j = tid; j < nj; j += ATT_THREADS) {
