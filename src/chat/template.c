@@ -126,13 +126,17 @@ static const char *strip_think(const char *s) {
 }
 
 /* The final channel's text of an assistant reply as the model wrote it (its analysis and any
- * earlier message dropped, the terminator too): what harmony keeps of an earlier turn. A text
- * without channels is returned whole; *n receives its length. */
+ * earlier message dropped, the terminator too): what harmony keeps of an earlier turn. A reply
+ * decoded without its special tokens reads "analysis...assistantfinal...": the text after the
+ * last "assistantfinal". A text without channels is returned whole; *n receives its length. */
 static const char *harmony_final(const char *s, size_t *n) {
     const char *p = s, *f;
     while ((f = strstr(p, "<|channel|>final<|message|>")))
         p = f + strlen("<|channel|>final<|message|>");
     if (p == s && (f = strstr(s, "<|message|>"))) p = f + strlen("<|message|>");
+    if (p == s && !strncmp(s, "analysis", 8))
+        while ((f = strstr(p, "assistantfinal")))
+            p = f + strlen("assistantfinal");
     size_t len = strlen(p);
     static const char *const ends[] = {"<|return|>", "<|end|>", "<|call|>"};
     for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {

@@ -88,6 +88,12 @@ TEST(test_harmony_render) {
                            "<|message|>Hello!<|return|>") &&
                !strstr(buf, "analysis<|message|>greet"),
            "%s", buf);
+    /* a reply decoded without special tokens keeps its final channel's text too */
+    const sl_chat_msg plain[] = {{"user", "Hi"}, {"assistant", "analysisgreetassistantfinalHey"}};
+    sl_chat_render(&t, plain, 2, 1, 0, buf, sizeof buf);
+    CHECKF(strstr(buf, "<|channel|>final<|message|>Hey<|end|><|start|>assistant") &&
+               !strstr(buf, "greet"),
+           "%s", buf);
     sl_error err = {0};
     CHECK(sl_chat_template_from_name("harmony", &t, &err) == SL_OK &&
           t.kind == SL_TEMPLATE_HARMONY);
