@@ -19,8 +19,7 @@
 #define GPT_OSS_LIMIT 7.0
 
 typedef struct gpt_oss_model {
-    sl_tensor *router_bias; /* [n_layers] of [E] */
-    char features[256];     /* sl_model_info.features */
+    char features[256]; /* sl_model_info.features */
 } gpt_oss_model;
 
 static sl_status gpt_oss_read_config(sl_config *c, const json_t *root, const char *path,
@@ -57,8 +56,9 @@ static sl_status gpt_oss_read_config(sl_config *c, const json_t *root, const cha
                            path, l);
     c->moe_intermediate_size = c->intermediate_size;
     c->intermediate_size = 0;
-    /* top-k of the logits, then their softmax: the same as the softmax's top k renormalised */
-    c->norm_topk_prob = 1;
+    /* GptOssTopKRouter: the top k of the logits (with the router's bias), then their softmax */
+    c->route_score = SL_ROUTE_TOPK_SOFTMAX;
+    c->norm_topk_prob = 0;
     c->expert_glu = SL_GLU_SWIGLU_CLAMPED;
     c->expert_glu_alpha = GPT_OSS_ALPHA;
     c->expert_glu_limit = (float)GPT_OSS_LIMIT;
@@ -73,8 +73,6 @@ static sl_status gpt_oss_bind(sl_model *m, sl_error *err) {
     gpt_oss_model *g = sl_calloc(1, sizeof *g, err);
     if (!g) return SL_ERR_NOMEM;
     m->fam = g;
-    if (!(g->router_bias = sl_calloc((size_t)c->n_layers, sizeof(sl_tensor), err)))
-        return SL_ERR_NOMEM;
     const int64_t H = c->hidden_size, E = c->n_experts;
     sl_status st = blk_bind_globals(m, err);
     for (int32_t l = 0; !st && l < c->n_layers; l++) {
@@ -85,7 +83,7 @@ static sl_status gpt_oss_bind(sl_model *m, sl_error *err) {
                                "layers.%d.post_attention_layernorm.weight", l)) ||
             (st = sl_ckpt_bind(&m->ck, &L->router, SL_BIND_REQUIRED, SL_DIMS(E, H), err,
                                "layers.%d.mlp.router.weight", l)) ||
-            (st = sl_ckpt_bind(&m->ck, &g->router_bias[l], SL_BIND_REQUIRED, SL_DIMS(E), err,
+            (st = sl_ckpt_bind(&m->ck, &L->router_bias, SL_BIND_REQUIRED, SL_DIMS(E), err,
                                "layers.%d.mlp.router.bias", l)))
             break;
     }
@@ -107,17 +105,8 @@ static sl_status gpt_oss_bind(sl_model *m, sl_error *err) {
     return SL_OK;
 }
 
-static int32_t gpt_oss_weights(sl_model *m, sl_tensor **out) {
-    gpt_oss_model *g = m->fam;
-    for (int32_t l = 0; out && l < m->cfg.n_layers; l++)
-        out[l] = &g->router_bias[l];
-    return m->cfg.n_layers;
-}
-
 static void gpt_oss_free(sl_model *m) {
-    gpt_oss_model *g = m->fam;
-    if (g) free(g->router_bias);
-    free(g);
+    free(m->fam);
     m->fam = NULL;
 }
 
@@ -132,7 +121,6 @@ const sl_family sl_family_gpt_oss = {
     .read_config = gpt_oss_read_config,
     .attn_layer_types = (const char *const[]){"sliding_attention", NULL},
     .bind = gpt_oss_bind,
-    .weights = gpt_oss_weights,
     .free_model = gpt_oss_free,
     .info = gpt_oss_info,
     .forward = blk_prenorm_decoder,
