@@ -58,10 +58,22 @@ TEST(test_gpt_oss_modes_bitwise) {
         const sl_pack_params pp = {.quant = SL_QUANT_KEEP};
         sl_error err = {0};
         CHECKF(sl_pack(dir, out, &pp, &err) == SL_OK, "%s", err.msg);
-        float *pk = test_logits(out, &mp, ids, N_IDS, N_IDS, NULL, &V);
-        CHECKF(pk && memcmp(pk, base, count * sizeof(float)) == 0, "%s: the kept pack differs",
-               cases[c]);
-        free(pk);
+        /* its blobs' linear biases: streamed, and through the device cache */
+        const sl_model_params pv[] = {
+            mp,
+            {.n_threads = 2, .experts = SL_EXPERTS_STREAM, .cache_experts = k},
+            {.n_threads = 2,
+             .experts = SL_EXPERTS_STREAM,
+             .cache_experts = k + 1,
+             .backend = SL_BACKEND_CPU_DEVICE,
+             .gpu_experts = k},
+        };
+        for (size_t i = 0; i < sizeof pv / sizeof pv[0]; i++) {
+            float *pk = test_logits(out, &pv[i], ids, N_IDS, i ? 1 : N_IDS, NULL, &V);
+            CHECKF(pk && memcmp(pk, base, count * sizeof(float)) == 0,
+                   "%s: the kept pack differs (variant %zu)", cases[c], i);
+            free(pk);
+        }
         free(base);
     }
 }
