@@ -13,6 +13,18 @@
  *   is off, and earlier assistant turns stripped of their <think> block.
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
  *
+ *   Harmony (gpt-oss), as its chat_template renders a conversation without tools:
+ *     <|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n
+ *       Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: {effort}\n\n
+ *       # Valid channels: analysis, commentary, final. Channel must be included for every
+ *       message.<|end|>
+ *     <|start|>developer<|message|># Instructions\n\n{system}\n\n<|end|>   (a first system
+ *                                                            or developer message)
+ *     <|start|>user<|message|>{text}<|end|>
+ *     <|start|>assistant<|channel|>final<|message|>{text}<|end|>   (the final channel's text
+ *                                     of an earlier reply; <|return|> ends a last one instead)
+ *     <|start|>assistant                                     (generation prompt)
+ *   Other roles are left out, as the template leaves them.
  *   Llama-4 (its template without tools):
  *     <|begin_of_text|>
  *     <|header_start|>system<|header_end|>\n\n{system, trimmed}<|eot|>   (a first system message)
@@ -28,13 +40,18 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
-    SL_TEMPLATE_LLAMA4 = 2,
+    SL_TEMPLATE_HARMONY = 2, /* gpt-oss */
+    SL_TEMPLATE_LLAMA4 = 3,
 } sl_template_kind;
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
     int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
     char default_system[128]; /* inserted when the conversation has no system message */
+    /* Harmony: the system message's date ("YYYY-MM-DD"; empty: today's, as the template's
+     * strftime_now) and reasoning effort (empty: "medium", the template's default) */
+    char date[16];
+    char reasoning[16];
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -53,7 +70,7 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "llama4", "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "llama4", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 /* What a template is, in words ("ChatML", "Llama-4", "none (raw text)"). */
 const char *sl_chat_template_name(const sl_chat_template *t);

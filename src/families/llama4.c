@@ -160,6 +160,7 @@ static sl_status llama4_read_config(sl_config *c, const json_t *root, const char
     c->shared_intermediate_size = inter;
     c->intermediate_size = inter_mlp;
     c->rope_interleaved = 1;
+    c->expert_layout = SL_EXPERT_LAYOUT_IN_OUT;
     /* The k largest logits, sigmoid of each, weighing the experts' inputs (sl_route_cfg). */
     c->route_score = SL_ROUTE_TOPK_SIGMOID;
     c->moe_weight_input = 1;
@@ -256,5 +257,4 @@ const sl_family sl_family_llama4 = {
     .graph_steps = 1,
     .ffn_name = "feed_forward",
     .router_name = "router",
-    .experts_layout = SL_EX_IN_OUT,
 };

@@ -1,6 +1,8 @@
 /* Shared decoder blocks (contracts in blocks.h). */
 #include "model/blocks.h"
 
+#include "model/expert_relayout.h"
+
 #include <math.h>
 
 /* ------------------------------------------------------------- binding */
@@ -62,6 +64,10 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                        (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
                                           "k_norm.weight"))))
         return st;
+    if (o->sinks && (st = sl_ckpt_bind(ck, &L->sinks, SL_BIND_REQUIRED, SL_DIMS(c->n_heads), err, p,
+                                       l, "sinks")))
+        return st;
+    L->window = c->layer_is_sliding && c->layer_is_sliding[l] ? c->sliding_window : 0;
     return SL_OK;
 }
 
@@ -128,44 +134,14 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
                         "layers.%d.%s_gate.weight", l, shared);
 }
 
-/* The views of expert e of fused [in, out] tensors (sl_expert_layout), gate_up [E, H, 2I] and
- * down [E, I, H]: what the store reads and transposes, not matrices to compute with. gate and up
- * hold the two halves of the raw gate_up bytes, down the raw down bytes, each shaped as the
- * matrix the store makes of them. */
-static void in_out_views(sl_expert *x, const sl_tensor *gu, const sl_tensor *down, int32_t e,
-                         int64_t H, int64_t I) {
-    const sl_tensor m = sl_tensor_slice(gu, e);
-    x->gate = m;
-    x->gate.ndim = 2, x->gate.shape[0] = I, x->gate.shape[1] = H;
-    x->gate.nbytes = m.nbytes / 2;
-    x->up = x->gate;
-    x->up.data = (const uint8_t *)m.data + m.nbytes / 2;
-    x->down = sl_tensor_slice(down, e);
-    x->down.shape[0] = H, x->down.shape[1] = I;
-}
-
 /* Layer l's routed experts of a checkpoint into ex[E]: fused tensors (gate_up_proj [E, 2I, H],
- * down_proj [E, H, I], or their [in, out] forms as the family's layout says) if it has them,
- * else stacked ones (gate_proj and up_proj [E, I, H], down_proj: GGUF's ffn_*_exps), else one
- * set per expert; under layers.l.<ffn>.experts. *found: the layout of what was bound. */
+ * down_proj [E, H, I]) if it has them, else stacked ones (gate_proj and up_proj [E, I, H],
+ * down_proj: GGUF's ffn_*_exps), else one set per expert; under layers.l.<ffn>.experts. */
 static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, const char *ffn,
-                                 sl_expert_layout layout, int32_t E, int64_t H, int64_t I,
-                                 sl_expert_layout *found, sl_error *err) {
+                                 int32_t E, int64_t H, int64_t I, sl_error *err) {
     sl_status st;
     char name[160];
     snprintf(name, sizeof name, "layers.%d.%s.experts.gate_up_proj", l, ffn);
-    *found = SL_EX_OUT_IN;
-    if (sl_ckpt_find(ck, name) && layout != SL_EX_OUT_IN) {
-        *found = layout;
-        sl_tensor gu, down;
-        if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, H, 2 * I), err, "%s", name)) ||
-            (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
-                               "layers.%d.%s.experts.down_proj", l, ffn)))
-            return st;
-        for (int32_t e = 0; e < E; e++)
-            in_out_views(&ex[e], &gu, &down, e, H, I);
-        return SL_OK;
-    }
     if (sl_ckpt_find(ck, name)) {
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
@@ -218,7 +194,7 @@ static int locate_piece(const sl_ckpt *ck, const void *p, sl_expert_extent *x) {
 /* The store reads the bound experts from the checkpoint's files itself (modes resident and
  * stream): each matrix's data, scales and biases from where its view's lie in the mappings. */
 static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_params *sp,
-                                 const sl_expert_layout *layouts, sl_error *err) {
+                                 sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers, nf = sl_ckpt_n_files(&m->ck);
     sl_expert_src *src = sl_calloc((size_t)nl, sizeof *src, err);
@@ -234,7 +210,6 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
             break;
         }
         src[l].ext = ext;
-        src[l].layout = layouts[l];
         for (int32_t e = 0; !st && e < E; e++) {
             const sl_tensor *mat[3] = {&views[l][e].gate, &views[l][e].up, &views[l][e].down};
             for (int k = 0; !st && k < 3; k++) {
@@ -263,33 +238,28 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
 }
 
 sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err) {
+    if (m->cfg.expert_layout == SL_EXPERT_LAYOUT_GATE_UP_T ||
+        m->cfg.expert_layout == SL_EXPERT_LAYOUT_IN_OUT)
+        return sl_open_experts_gate_up_t(m, sp, err);
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers;
     sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);
-    sl_expert_layout *layouts = sl_calloc((size_t)nl, sizeof *layouts, err);
-    sl_status st = views && layouts ? SL_OK : SL_ERR_NOMEM;
-    int in_out = 0;
+    sl_status st = views ? SL_OK : SL_ERR_NOMEM;
     for (int32_t l = 0; !st && l < nl; l++) {
         if (!c->layer_is_moe[l] || E == 0) continue;
         if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
             st = SL_ERR_NOMEM;
         else
-            st = bind_hf_experts(&m->ck, views[l], l, ffn_name(m), m->family->experts_layout, E,
-                                 c->hidden_size, c->moe_intermediate_size, &layouts[l], err);
-        in_out |= layouts[l] != SL_EX_OUT_IN;
+            st = bind_hf_experts(&m->ck, views[l], l, ffn_name(m), E, c->hidden_size,
+                                 c->moe_intermediate_size, err);
     }
-    /* Experts stored [in, out] are transposed as they are read: never mapped (the same
-     * bytes, read once, in place of views into the mapping). */
-    sl_store_params rp = *sp;
-    if (in_out && rp.mode == SL_EXPERTS_MAPPED) rp.mode = SL_EXPERTS_RESIDENT;
-    if (!st && rp.mode != SL_EXPERTS_MAPPED)
-        st = open_from_files(m, views, &rp, layouts, err);
+    if (!st && sp->mode != SL_EXPERTS_MAPPED)
+        st = open_from_files(m, views, sp, err);
     else if (!st)
         st = sl_experts_open_views(&m->experts, nl, E, (const sl_expert *const *)views, err);
     for (int32_t l = 0; views && l < nl; l++)
         free(views[l]);
     free(views);
-    free(layouts);
     return st;
 }
 
@@ -383,6 +353,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .sel_stride = sel ? sel->stride : 0,
         .chunk = L->attn_chunk,
         .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
+        .window = sel ? 0 : L->window,
+        .sinks = L->sinks.data ? &L->sinks : NULL,
     };
     op->attention(be, &a);
     if (L->attn_gated)

@@ -17,6 +17,8 @@ typedef struct sl_layer {
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
+    sl_tensor sinks;          /* [nh]: attention sinks (sl_attn_args.sinks) */
+    int32_t window;           /* sliding window of the layer's attention (0: none) */
     /* Attention variants of the layer (0: none). NoPE: no RoPE on q and k; chunked local
      * attention (sl_attn_args.chunk); q's temperature tuning (sl_qkv_args). */
     int32_t no_rope;
@@ -171,10 +173,8 @@ struct sl_family {
     /* The sublayer and final norms are the family's own (bound optional; blk_norm_flags). */
     int own_norms;
     /* Its checkpoint's FFN names: layers.N.<ffn_name>.{gate_proj, up_proj, down_proj,
-     * <router_name>, shared_expert, experts} ("mlp" and "gate" when NULL), and how its fused
-     * experts lay out their matrices. */
+     * <router_name>, shared_expert, experts} ("mlp" and "gate" when NULL). */
     const char *ffn_name, *router_name;
-    sl_expert_layout experts_layout;
 };
 
 /* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */

@@ -121,8 +121,8 @@ TEST(test_config_parse) {
          "\"num_attention_heads\":3,\"num_key_value_heads\":2}",
          "multiple"},
         {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
-         "\"num_attention_heads\":2,\"rope_scaling\":{\"rope_type\":\"yarn\"}}",
-         "yarn"},
+         "\"num_attention_heads\":2,\"rope_scaling\":{\"rope_type\":\"dynamic\"}}",
+         "dynamic"},
         {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
          "\"num_attention_heads\":2,\"mlp_only_layers\":[5]}",
          "mlp_only_layers"},
@@ -272,15 +272,15 @@ TEST(test_config_llama4) {
              "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":64}");
     CHECKF(sl_config_parse(&c, text, "config.json", &err) == SL_OK, "%s", err.msg);
     CHECK(c.layer_is_moe[0] && !c.layer_is_moe[1] && c.layer_is_moe[2] && !c.layer_is_moe[3]);
-    CHECK(c.rope_theta == 7.0 && c.rope_scaling == SL_ROPE_LLAMA3 && c.rope_factor == 8.0 &&
-          c.rope_high_freq == 4.0 && c.rope_orig_max == 64);
+    CHECK(c.rope_theta == 7.0 && c.rope.type == SL_ROPE_LLAMA3 && c.rope.factor == 8.0 &&
+          c.rope.high_freq_factor == 4.0 && c.rope.original_max_position == 64);
     sl_config_free(&c);
     struct {
         const char *keys, *needle;
     } bad[] = {
-        {",\"layer_types\":[\"chunked_attention\",\"sliding_attention\",\"full_attention\","
+        {",\"layer_types\":[\"chunked_attention\",\"bogus_attention\",\"full_attention\","
          "\"full_attention\"]",
-         "layer_types[1] 'sliding_attention' is not supported"},
+         "layer_types[1] 'bogus_attention' is not supported"},
         {",\"layer_types\":[\"full_attention\"]", "'layer_types' is not a list"},
         {",\"no_rope_layers\":[1,1]", "'no_rope_layers' is not a list of at least 4"},
         {",\"moe_layers\":[\"1\"]", "moe_layers[0] is not an integer"},
