@@ -55,6 +55,7 @@ int cli_inspect(int argc, char **argv) {
            i.n_kv_heads, i.head_dim);
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
+    printf("router         %s\n", i.router ? i.router : "-");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
     printf("weights        experts %s; resident core %s; one expert %s; all experts %s\n",
            i.weights, size_str((double)i.resident_bytes, s1), size_str((double)i.expert_bytes, s2),

@@ -62,6 +62,12 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                        (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
                                           "k_norm.weight"))))
         return st;
+    L->qk_norm_full = o->qk_norm_full;
+    if (o->qk_norm_full && ((st = sl_ckpt_bind(ck, &L->q_norm, SL_BIND_REQUIRED, SL_DIMS(nq), err,
+                                               p, l, "q_norm.weight")) ||
+                            (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(nkv), err,
+                                               p, l, "k_norm.weight"))))
+        return st;
     return SL_OK;
 }
 
@@ -293,6 +299,13 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         op->copy2d(be, b->q, h, b->qg, 2 * h, T * (int32_t)nh, (int32_t)h);
         op->copy2d(be, b->qgate, h, b->qg + h, 2 * h, T * (int32_t)nh, (int32_t)h);
     }
+    if (L->qk_norm_full) { /* over the whole projections, before RoPE (the prep's are per head) */
+        op->rmsnorm(be, b->q, b->q, &L->q_norm, T, c->n_heads * hd, c->rms_norm_eps,
+                    m->norm_offset);
+        op->rmsnorm(be, b->k, b->k, &L->k_norm, T, (int32_t)kv_row, c->rms_norm_eps,
+                    m->norm_offset);
+    }
+    const int head_norms = L->q_norm.data && !L->qk_norm_full;
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     const sl_qkv_args qa = {
@@ -301,8 +314,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .v = b->v,
         .kc = kc,
         .vc = vc,
-        .q_norm = L->q_norm.data ? &L->q_norm : NULL,
-        .k_norm = L->q_norm.data ? &L->k_norm : NULL,
+        .q_norm = head_norms ? &L->q_norm : NULL,
+        .k_norm = head_norms ? &L->k_norm : NULL,
         .T = T,
         .pos0 = pos0,
         .n_heads = c->n_heads,

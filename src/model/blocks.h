@@ -13,8 +13,11 @@ typedef struct blk_attn_opts {
     int32_t qkv_bias; /* q/k/v projections carry a bias (Qwen2) */
     int32_t o_bias;   /* o_proj carries a bias */
     int32_t qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
-    int32_t gated;    /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
-                       * (Qwen3-Next, Qwen3.5) */
+    /* RMSNorm of q and k over their whole projections (nh * hd, nkv * hd) before RoPE, weights
+     * q_norm [nh * hd] and k_norm [nkv * hd] (OLMoE) */
+    int32_t qk_norm_full;
+    int32_t gated; /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
+                    * (Qwen3-Next, Qwen3.5) */
 } blk_attn_opts;
 
 typedef enum blk_linear_proj {
