@@ -12,6 +12,13 @@
  *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
  *   is off, and earlier assistant turns stripped of their <think> block.
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
+ *
+ *   GLM-4.5 / 4.6 (no newline or space between turns):
+ *     [gMASK]<sop><|system|>\n{system}<|user|>\n{text}[/nothink]
+ *     <|assistant|>\n<think>{reasoning}</think>[\n{text}]    (reasoning only after the
+ *                                                           last user turn)
+ *     <|assistant|>[\n<think></think>]                      (generation prompt)
+ *   the bracketed parts when thinking is off (the switch is enable_thinking).
  */
 #ifndef SL_TEMPLATE_H
 #define SL_TEMPLATE_H
@@ -22,7 +29,11 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
+    SL_TEMPLATE_GLM = 2, /* GLM-4.5 / 4.6 */
 } sl_template_kind;
+
+/* "ChatML", "GLM-4.5", "none (raw text)": for messages. */
+const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
@@ -46,7 +57,7 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "glm", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
 /*
