@@ -63,6 +63,7 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                                           "k_norm.weight"))))
         return st;
     L->qk_norm_full = o->qk_norm_full;
+    L->qkv_clip = o->qkv_clip;
     if (o->qk_norm_full && ((st = sl_ckpt_bind(ck, &L->q_norm, SL_BIND_REQUIRED, SL_DIMS(nq), err,
                                                p, l, "q_norm.weight")) ||
                             (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(nkv), err,
@@ -304,6 +305,12 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
                     m->norm_offset);
         op->rmsnorm(be, b->k, b->k, &L->k_norm, T, (int32_t)kv_row, c->rms_norm_eps,
                     m->norm_offset);
+    }
+    if (L->qkv_clip > 0) {
+        const float lim = L->qkv_clip;
+        op->clamp(be, b->q, (size_t)T * (size_t)c->n_heads * (size_t)hd, -lim, lim);
+        op->clamp(be, b->k, (size_t)T * kv_row, -lim, lim);
+        op->clamp(be, b->v, (size_t)T * kv_row, -lim, lim);
     }
     const int head_norms = L->q_norm.data && !L->qk_norm_full;
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;

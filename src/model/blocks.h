@@ -16,8 +16,10 @@ typedef struct blk_attn_opts {
     /* RMSNorm of q and k over their whole projections (nh * hd, nkv * hd) before RoPE, weights
      * q_norm [nh * hd] and k_norm [nkv * hd] (OLMoE) */
     int32_t qk_norm_full;
-    int32_t gated; /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
-                    * (Qwen3-Next, Qwen3.5) */
+    float qkv_clip; /* q, k and v clamped to [-qkv_clip, qkv_clip] after the projections and the
+                     * full-width norms, before RoPE (OLMoE's clip_qkv); 0: none */
+    int32_t gated;  /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
+                     * (Qwen3-Next, Qwen3.5) */
 } blk_attn_opts;
 
 typedef enum blk_linear_proj {

@@ -17,6 +17,7 @@ typedef struct sl_layer {
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
     int32_t qk_norm_full;     /* ... over the whole projection: [nh*hd], [nkv*hd] (OLMoE) */
+    float qkv_clip;           /* blk_attn_opts.qkv_clip */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
     /* Gated DeltaNet (is_linear); key_dim = nk*dk, value_dim = nv*dv,
      * conv_dim = 2*key_dim + value_dim. Either the fused Qwen3-Next projections

@@ -453,6 +453,7 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
 void cu_attention(const sl_backend *be, const sl_attn_args *a);
 void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
 void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n);
+void cu_clamp(const sl_backend *be, float *x, size_t n, float lo, float hi);
 void cu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,
                    int32_t rep, int32_t n);
 void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
