@@ -133,7 +133,18 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
     sl_status st;
     char name[160];
     snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj", l);
-    if (sl_ckpt_find(ck, name)) {
+    const sl_ckpt_entry *fe = sl_ckpt_find(ck, name);
+    const sl_tensor *fused = fe ? fe->t : NULL;
+    /* The original Qwen3-VL-MoE checkpoints store them transposed ([E, H, 2I], [E, I, H]; their
+     * conversion_mapping transposes them at load): not views of the file in this layout. */
+    if (fused && fused->ndim == 3 && fused->shape[1] == H && fused->shape[2] == 2 * I && H != 2 * I)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: %s is [%d, %lld, %lld] (experts stored transposed, [E, hidden, 2 x "
+                       "intermediate], as the original Qwen3-VL-MoE checkpoints): not supported; "
+                       "sluice reads [E, 2 x intermediate, hidden], the layout transformers 5 "
+                       "saves (load and save_pretrained it once)",
+                       ck->dir, name, E, (long long)H, (long long)(2 * I));
+    if (fused) {
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
