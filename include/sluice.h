@@ -168,6 +168,9 @@ typedef struct sl_model_info {
     const char *router;         /* how the router picks and weighs: "softmax, top-2 renormalised",
                                  * "sigmoid + correction bias, 2 of 8 groups, x2.5", ... ("-": no
                                  * experts) */
+    const char *features;       /* what the family computes beyond the plain decoder, in words
+                                 * (attention sinks, sliding windows, RoPE scaling, ...), or
+                                 * NULL */
 } sl_model_info;
 
 /* What a MODEL path can be. */
