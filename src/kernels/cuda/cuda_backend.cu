@@ -324,6 +324,7 @@ static sl_ops make_ops(void) {
     o.qkv_prep = FLUSHED(cu_qkv_prep);
     o.attention = FLUSHED(cu_attention);
     o.swiglu = FLUSHED(cu_swiglu);
+    o.act_mul = FLUSHED(cu_act_mul);
     o.axpy = FLUSHED(cu_axpy);
     o.weighted_sum = FLUSHED(cu_weighted_sum);
     o.moe_route = cu_moe_route;
