@@ -44,6 +44,9 @@ typedef struct sl_config {
     int32_t lin_conv_kernel;   /* linear_conv_kernel_dim (K) */
     int32_t lin_gate_sigmoid;  /* Gated DeltaNet's output gate is sigmoid, not SiLU */
     int32_t eos_id;            /* the first of config.json's eos_token_id; -1 when absent */
+    /* final_logit_softcapping: logits = c tanh(logits / c) (0: none) */
+    float logit_softcap;
+    int32_t expert_act; /* sl_act of the routed experts' gate (0: SiLU); the family's to set */
     /* The family of model_type (NULL: one sluice does not run; loading refuses it) and the
      * keys only it reads (its read_config hook's, one allocation), or NULL. */
     const sl_family *family;

@@ -94,7 +94,10 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
     be->ops->to_dev(be, ms->grp_idx, ms->h_grp, 2 * (size_t)rows * sizeof(int32_t));
     be->ops->copy_rows(be, ms->xg, NULL, io->x, ms->grp_idx, rows, (int32_t)H);
     be->ops->matmul_batch(be, ms->bg, (const float *const *)ms->bx, ms->wg, ms->bT, 2 * n);
-    be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
+    if (ms->d.act == SL_ACT_SILU)
+        be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
+    else
+        be->ops->act_mul(be, io->gate, io->gate, io->up, (size_t)rows * I, (sl_act)ms->d.act);
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
     be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, io->rows, NULL, rows, (int32_t)H);
 }
@@ -111,7 +114,7 @@ static void dev_proto(const sl_dev_cache *dev, int32_t l, const sl_tensor *proto
 static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, const int32_t *ids) {
     const sl_backend *be = ms->env.be;
     const sl_dev_cache *dev = ms->env.dev;
-    if (!dev->layers || !be->ops->moe_experts) return 0;
+    if (!dev->layers || !be->ops->moe_experts || ms->d.act != SL_ACT_SILU) return 0;
     const sl_tensor *proto[3];
     dev_proto(dev, l, proto);
     return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, dev->layers[l].table,
@@ -183,8 +186,8 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     double t0 = sl_now();
     /* Routing runs in backend memory; the picks and weights stay there for the experts. */
     int32_t *ids_dev = T == 1 ? ms->route_ids + (size_t)l * (size_t)k : ms->topk_ids_dev;
-    be->ops->moe_route(be, ids_dev, ms->topk_w, ms->router_logits, io->x, w->router, T, k,
-                       ms->d.renormalize);
+    be->ops->moe_route(be, ids_dev, ms->topk_w, ms->router_logits,
+                       io->router_x ? io->router_x : io->x, w->router, T, k, ms->d.renormalize);
     /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
      * all; the histogram and cache counts wait for the end of the pass (sl_moe_settle). */
     if (T == 1 && dev->all && fused_experts(ms, io, l, ids_dev)) {

@@ -32,6 +32,9 @@ typedef struct sl_moe_dims {
     int32_t max_batch;   /* B, tokens per chunk */
     int32_t renormalize; /* the k router weights are renormalised to sum 1 */
     int32_t shared;      /* some layer has a shared expert (sh_out is sized) */
+    /* The routed experts' activation (sl_act): SL_ACT_SILU (0) is SwiGLU; another one (GELU-tanh)
+     * runs the batched path (act_mul), never the fused kernels, which know SiLU alone. */
+    int32_t act;
 } sl_moe_dims;
 
 /* The model's side of the step, set once (sl_moe_layout's caller): the backend, the expert
@@ -52,7 +55,8 @@ typedef struct sl_moe_weights {
 
 /* The step's input and output, and the FFN scratch it shares with the dense MLP. */
 typedef struct sl_moe_io {
-    const float *x;   /* [T, H] normed input */
+    const float *x;        /* [T, H] normed input */
+    const float *router_x; /* [T, H] the router's input where it differs from x (Gemma 4), or NULL */
     float *out;       /* [T, H] */
     float *gate, *up; /* [B, max(I, Is)] SwiGLU hidden */
     float *rows;      /* [B, H] a batch of experts' (or the shared expert's) output rows */
