@@ -226,10 +226,9 @@ sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err
         if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
             st = SL_ERR_NOMEM;
         else
-            st = bind_hf_experts(&m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
-                                 m->family->experts_module ? m->family->experts_module
-                                                           : "mlp.experts",
-                                 err);
+            st = bind_hf_experts(
+                &m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
+                m->family->experts_module ? m->family->experts_module : "mlp.experts", err);
     }
     if (!st && sp->mode != SL_EXPERTS_MAPPED)
         st = open_from_files(m, views, sp, err);

@@ -302,8 +302,7 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         goto done;
     }
     if ((!(c->family && c->family->own_rope) && (st = parse_rope(c, root, path, err))) ||
-        (st = parse_layer_kinds(c, root, path, err)) ||
-        (st = parse_linear(c, root, path, err)))
+        (st = parse_layer_kinds(c, root, path, err)) || (st = parse_linear(c, root, path, err)))
         goto done;
     parse_eos(c, root, top);
     if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))

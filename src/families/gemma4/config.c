@@ -43,8 +43,8 @@ static sl_status parse_layer_types(const sl_config *c, g4_config *g, const json_
  * with attention_k_eq_v, num_global_key_value_heads for every full layer. hd and nkv: [n_layers].
  */
 static sl_status parse_head_shapes(const sl_config *c, const g4_config *g, int32_t k_eq_v,
-                                   const json_t *root, const char *path, int32_t *hd,
-                                   int32_t *nkv, sl_error *err) {
+                                   const json_t *root, const char *path, int32_t *hd, int32_t *nkv,
+                                   sl_error *err) {
     sl_status st;
     for (int32_t l = 0; l < c->n_layers; l++)
         hd[l] = c->head_dim, nkv[l] = c->n_kv_heads;
@@ -93,8 +93,7 @@ static sl_status parse_kind_rope(g4_kind *k, const json_t *rp, const char *kname
                                  sl_error *err) {
     sl_status st;
     if (!json_is_object(rp))
-        return sl_fail(err, SL_ERR_FORMAT, "%s: rope_parameters.%s is not an object", path,
-                       kname);
+        return sl_fail(err, SL_ERR_FORMAT, "%s: rope_parameters.%s is not an object", path, kname);
     json_t *type = json_object_get(rp, "rope_type");
     const char *tn = json_is_string(type) ? json_string_value(type) : type ? NULL : "default";
     double partial = 1.0;
@@ -149,10 +148,10 @@ sl_status g4_read_config(sl_config *c, const json_t *root, const char *path, sl_
                                   path, err)) &&
              !(st = sl_config_int(root, "enable_moe_block", 0, 0, 1, &g->moe, path, err)) &&
              !(st = sl_config_int(root, "attention_k_eq_v", 0, 0, 1, &k_eq_v, path, err)) &&
-             !(st = sl_config_int(root, "hidden_size_per_layer_input", 256, 0, 1 << 16,
-                                  &g->ple_dim, path, err)) &&
-             !(st = sl_config_int(root, "vocab_size_per_layer_input", 262144, 1, big,
-                                  &g->ple_vocab, path, err)) &&
+             !(st = sl_config_int(root, "hidden_size_per_layer_input", 256, 0, 1 << 16, &g->ple_dim,
+                                  path, err)) &&
+             !(st = sl_config_int(root, "vocab_size_per_layer_input", 262144, 1, big, &g->ple_vocab,
+                                  path, err)) &&
              !(st = sl_config_int(root, "num_kv_shared_layers", 0, 0, c->n_layers - 1,
                                   &g->n_kv_shared, path, err)) &&
              !(st = sl_config_int(root, "use_double_wide_mlp", 0, 0, 1, &double_wide, path, err)))

@@ -2,8 +2,7 @@
  * Gemma 4 (model_type "gemma4_text", Gemma4ForCausalLM, and "gemma4", the text model of
  * Gemma4ForConditionalGeneration under model.language_model.; its vision and audio towers are
  * not bound), with or without its MoE block (enable_moe_block), as transformers 5.17 computes
- * it (modeling_gemma4.py). Norms are RMSNorm with a plain weight; the embedding is scaled by
- * sqrt(H) in the table's dtype.
+ * it (modeling_gemma4.py). Norms are RMSNorm with a plain weight.
  *
  *   x = embed(ids) * sqrt(H)
  *   ple = ((rmsnorm_P(W_ple x / sqrt(H)) + embed_ple(ids) * sqrt(P)) / sqrt(2))  [T, L, P]
@@ -27,18 +26,6 @@
 #include "families/gemma4/gemma4.h"
 
 /* ------------------------------------------------------------- model */
-
-/* v rounded to the dtype a weight is stored in (transformers multiplies the embedding by its
- * scale cast to the table's dtype). */
-static float in_dtype(float v, sl_dtype dt) {
-    if (dt == SL_DTYPE_BF16) {
-        float r;
-        const uint16_t h = sl_f32_to_bf16(v);
-        sl_to_f32(&r, &h, SL_DTYPE_BF16, 0, 1);
-        return r;
-    }
-    return v;
-}
 
 static sl_status bind_layer(sl_model *m, int32_t l, sl_error *err) {
     const sl_config *c = &m->cfg;
@@ -66,8 +53,8 @@ static sl_status bind_layer(sl_model *m, int32_t l, sl_error *err) {
         (st = sl_ckpt_bind(ck, &L->wq, R, SL_DIMS(nq, H), err, a, l, "q_proj")) ||
         (st = sl_ckpt_bind(ck, &L->q_norm, R, SL_DIMS(hd), err, a, l, "q_norm")) ||
         (st = sl_ckpt_bind(ck, &L->wo, R, SL_DIMS(H, nq), err, a, l, "o_proj")) ||
-        (st = sl_ckpt_bind(ck, &L->mlp_gate, R, SL_DIMS(I, H), err, "layers.%d.mlp.gate_proj.weight",
-                           l)) ||
+        (st = sl_ckpt_bind(ck, &L->mlp_gate, R, SL_DIMS(I, H), err,
+                           "layers.%d.mlp.gate_proj.weight", l)) ||
         (st = sl_ckpt_bind(ck, &L->mlp_up, R, SL_DIMS(I, H), err, "layers.%d.mlp.up_proj.weight",
                            l)) ||
         (st = sl_ckpt_bind(ck, &L->mlp_down, R, SL_DIMS(H, I), err,
@@ -80,19 +67,18 @@ static sl_status bind_layer(sl_model *m, int32_t l, sl_error *err) {
          (!K->no_v && (st = sl_ckpt_bind(ck, &L->wv, R, SL_DIMS(nkv, H), err, a, l, "v_proj")))))
         return st;
     L->is_moe = c->layer_is_moe[l];
-    if (L->is_moe &&
-        ((st = sl_ckpt_bind(ck, &L->router, R, SL_DIMS(E, H), err, "layers.%d.router.proj.weight",
-                            l)) ||
-         (st = sl_ckpt_bind(ck, &G->router_scale, R, SL_DIMS(H), err, "layers.%d.router.scale",
-                            l)) ||
-         (st = sl_ckpt_bind(ck, &G->expert_scale, R, SL_DIMS(E), err,
-                            "layers.%d.router.per_expert_scale", l)) ||
-         (st = sl_ckpt_bind(ck, &G->post_ffn_norm1, R, SL_DIMS(H), err,
-                            "layers.%d.post_feedforward_layernorm_1.weight", l)) ||
-         (st = sl_ckpt_bind(ck, &G->pre_ffn_norm2, R, SL_DIMS(H), err,
-                            "layers.%d.pre_feedforward_layernorm_2.weight", l)) ||
-         (st = sl_ckpt_bind(ck, &G->post_ffn_norm2, R, SL_DIMS(H), err,
-                            "layers.%d.post_feedforward_layernorm_2.weight", l))))
+    if (L->is_moe && ((st = sl_ckpt_bind(ck, &L->router, R, SL_DIMS(E, H), err,
+                                         "layers.%d.router.proj.weight", l)) ||
+                      (st = sl_ckpt_bind(ck, &G->router_scale, R, SL_DIMS(H), err,
+                                         "layers.%d.router.scale", l)) ||
+                      (st = sl_ckpt_bind(ck, &G->expert_scale, R, SL_DIMS(E), err,
+                                         "layers.%d.router.per_expert_scale", l)) ||
+                      (st = sl_ckpt_bind(ck, &G->post_ffn_norm1, R, SL_DIMS(H), err,
+                                         "layers.%d.post_feedforward_layernorm_1.weight", l)) ||
+                      (st = sl_ckpt_bind(ck, &G->pre_ffn_norm2, R, SL_DIMS(H), err,
+                                         "layers.%d.pre_feedforward_layernorm_2.weight", l)) ||
+                      (st = sl_ckpt_bind(ck, &G->post_ffn_norm2, R, SL_DIMS(H), err,
+                                         "layers.%d.post_feedforward_layernorm_2.weight", l))))
         return st;
     if (P && ((st = sl_ckpt_bind(ck, &G->ple_gate, R, SL_DIMS(P, H), err,
                                  "layers.%d.per_layer_input_gate.weight", l)) ||
@@ -104,8 +90,8 @@ static sl_status bind_layer(sl_model *m, int32_t l, sl_error *err) {
     /* layer_scalar: a persistent buffer, read once (the weights are still host memory here) */
     sl_tensor ls = {0};
     G->scalar = 1.0f;
-    if ((st = sl_ckpt_bind(ck, &ls, SL_BIND_OPTIONAL, SL_DIMS(1), err, "layers.%d.layer_scalar",
-                           l)))
+    if ((st =
+             sl_ckpt_bind(ck, &ls, SL_BIND_OPTIONAL, SL_DIMS(1), err, "layers.%d.layer_scalar", l)))
         return st;
     if (ls.data) sl_to_f32(&G->scalar, ls.data, ls.dtype, 0, 1);
     return SL_OK;
@@ -139,9 +125,10 @@ static sl_status gemma4_bind(sl_model *m, sl_error *err) {
          (st = sl_ckpt_bind(&m->ck, &gm->ple_pnorm, SL_BIND_REQUIRED, SL_DIMS(g->ple_dim), err,
                             "per_layer_projection_norm.weight"))))
         return st;
-    /* sqrt(H) and sqrt(P) as float32 tensors, then in the tables' dtype */
-    gm->embed_scale = in_dtype((float)sqrt((double)H), m->embed.dtype);
-    gm->ple_scale = in_dtype((float)sqrt((double)g->ple_dim), gm->ple_embed.dtype);
+    /* sqrt(H) and sqrt(P) as float32 tensors: transformers casts them to the table's dtype,
+     * which is float32 when it computes in float32 (as sluice does, whatever the storage) */
+    gm->embed_scale = (float)sqrt((double)H);
+    gm->ple_scale = (float)sqrt((double)g->ple_dim);
     for (int32_t l = 0; !st && l < c->n_layers; l++)
         st = bind_layer(m, l, err);
     return st;
@@ -313,8 +300,7 @@ static void attention(sl_session *s, int32_t l, int32_t T) {
         const sl_tensor *w[3] = {&L->wq, &L->wk, &L->wv};
         const int32_t Ts[3] = {T, T, T};
         op->matmul_batch(be, y, x, w, Ts, K->no_v ? 2 : 3);
-        if (K->no_v)
-            op->copy2d(be, b->v, (size_t)nkv * hd, b->k, (size_t)nkv * hd, T, nkv * hd);
+        if (K->no_v) op->copy2d(be, b->v, (size_t)nkv * hd, b->k, (size_t)nkv * hd, T, nkv * hd);
         op->rmsnorm(be, b->v, b->v, &g4_mod(m)->ones, T * nkv, hd, eps, 0.0f);
     } else {
         /* KV-shared: only the queries; keys and values are the source layer's */
@@ -370,8 +356,7 @@ static void per_layer_inputs(sl_session *s, int32_t T) {
     be->ops->embed(be, b->ple_tok, &gm->ple_embed, s->b.ids, T);
     be->ops->activate(be, b->ple_tok, b->ple_tok, n, 1.0f, gm->ple_scale, SL_ACT_NONE);
     be->ops->matmul(be, b->ple, s->b.x, &gm->ple_model, NULL, T);
-    be->ops->activate(be, b->ple, b->ple, n, 1.0f, (float)pow(c->hidden_size, -0.5),
-                      SL_ACT_NONE);
+    be->ops->activate(be, b->ple, b->ple, n, 1.0f, (float)pow(c->hidden_size, -0.5), SL_ACT_NONE);
     be->ops->rmsnorm(be, b->ple, b->ple, &gm->ple_pnorm, T * c->n_layers, g->ple_dim,
                      c->rms_norm_eps, 0.0f);
     be->ops->axpy(be, b->ple, 1.0f, b->ple_tok, n);
@@ -463,8 +448,7 @@ static sl_status gemma4_forward(sl_session *s, const int32_t *ids, int32_t T, fl
         sl_status st = feed_forward(s, l, T, err);
         if (st) return st;
         if (g->ple_dim) per_layer_input(s, l, T);
-        if (G->scalar != 1.0f)
-            op->activate(be, sb->x, sb->x, n, 1.0f, G->scalar, SL_ACT_NONE);
+        if (G->scalar != 1.0f) op->activate(be, sb->x, sb->x, n, 1.0f, G->scalar, SL_ACT_NONE);
     }
     /* Only the rows whose logits are wanted go through the final norm and the head. */
     const int32_t first = all_logits ? 0 : T - 1;

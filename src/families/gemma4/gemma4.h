@@ -42,52 +42,52 @@ typedef struct g4_config {
     int32_t ple_vocab;      /* vocab_size_per_layer_input */
     int32_t n_kv_shared;    /* num_kv_shared_layers */
     int32_t max_head_dim, max_q, max_kv; /* the largest head_dim, nh * head_dim, nkv * head_dim */
-    g4_layer_cfg layers[]; /* [n_layers] */
+    g4_layer_cfg layers[];               /* [n_layers] */
 } g4_config;
 
 /* What the family adds to decoder layer l (sl_model.layers[l] holds attn_norm =
  * input_layernorm, ffn_norm = pre_feedforward_layernorm, wq..wo, q_norm, k_norm, the MLP
  * and router = router.proj). */
 typedef struct g4_layer {
-    sl_tensor post_attn_norm;            /* [H] post_attention_layernorm */
-    sl_tensor post_ffn_norm;             /* [H] post_feedforward_layernorm */
-    sl_tensor post_ffn_norm1;            /* [H] post_feedforward_layernorm_1 (MLP side) */
-    sl_tensor pre_ffn_norm2;             /* [H] pre_feedforward_layernorm_2 (experts' input) */
-    sl_tensor post_ffn_norm2;            /* [H] post_feedforward_layernorm_2 (experts' output) */
-    sl_tensor router_scale;              /* [H] router.scale */
-    sl_tensor expert_scale;              /* [E] router.per_expert_scale */
-    sl_tensor ple_gate;                  /* [P, H] per_layer_input_gate */
-    sl_tensor ple_proj;                  /* [H, P] per_layer_projection */
-    sl_tensor ple_norm;                  /* [H] post_per_layer_input_norm */
-    float scalar;                        /* layer_scalar */
-    int32_t mlp_inter;                   /* the MLP's width (2I when double wide) */
+    sl_tensor post_attn_norm; /* [H] post_attention_layernorm */
+    sl_tensor post_ffn_norm;  /* [H] post_feedforward_layernorm */
+    sl_tensor post_ffn_norm1; /* [H] post_feedforward_layernorm_1 (MLP side) */
+    sl_tensor pre_ffn_norm2;  /* [H] pre_feedforward_layernorm_2 (experts' input) */
+    sl_tensor post_ffn_norm2; /* [H] post_feedforward_layernorm_2 (experts' output) */
+    sl_tensor router_scale;   /* [H] router.scale */
+    sl_tensor expert_scale;   /* [E] router.per_expert_scale */
+    sl_tensor ple_gate;       /* [P, H] per_layer_input_gate */
+    sl_tensor ple_proj;       /* [H, P] per_layer_projection */
+    sl_tensor ple_norm;       /* [H] post_per_layer_input_norm */
+    float scalar;             /* layer_scalar */
+    int32_t mlp_inter;        /* the MLP's width (2I when double wide) */
 } g4_layer;
 
 /* What the family adds to the model (sl_model.fam). */
 typedef struct g4_model {
-    g4_layer *layers;     /* [n_layers] */
-    sl_tensor ple_embed;  /* [ple_vocab, L * P] embed_tokens_per_layer */
-    sl_tensor ple_model;  /* [L * P, H] per_layer_model_projection */
-    sl_tensor ple_pnorm;  /* [P] per_layer_projection_norm */
-    sl_tensor ones;       /* [max_head_dim] F32 ones: the weight of the scale-free norms */
-    float *ones_data;     /* its host memory */
-    float embed_scale;    /* sqrt(H) in the embedding's dtype */
-    float ple_scale;      /* sqrt(P) in embed_tokens_per_layer's dtype */
+    g4_layer *layers;    /* [n_layers] */
+    sl_tensor ple_embed; /* [ple_vocab, L * P] embed_tokens_per_layer */
+    sl_tensor ple_model; /* [L * P, H] per_layer_model_projection */
+    sl_tensor ple_pnorm; /* [P] per_layer_projection_norm */
+    sl_tensor ones;      /* [max_head_dim] F32 ones: the weight of the scale-free norms */
+    float *ones_data;    /* its host memory */
+    float embed_scale;   /* sqrt(H) in the embedding's dtype */
+    float ple_scale;     /* sqrt(P) in embed_tokens_per_layer's dtype */
 } g4_model;
 
 /* What the family adds to a session (sl_session.fam). B = max_batch. */
 typedef struct g4_session {
-    float *q, *k, *v, *attn;        /* [B, max_q], [B, max_kv] x 2, [B, max_q] */
-    float *kcache, *vcache;         /* every non-shared layer's [max_ctx, nkv * head_dim] */
-    size_t *kv_off;                 /* host [n_layers] each layer's offset in them (floats) */
-    float *rope_cos[G4_KINDS];      /* [max_ctx, head_dim / 2] per kind */
+    float *q, *k, *v, *attn;   /* [B, max_q], [B, max_kv] x 2, [B, max_q] */
+    float *kcache, *vcache;    /* every non-shared layer's [max_ctx, nkv * head_dim] */
+    size_t *kv_off;            /* host [n_layers] each layer's offset in them (floats) */
+    float *rope_cos[G4_KINDS]; /* [max_ctx, head_dim / 2] per kind */
     float *rope_sin[G4_KINDS];
-    float *mlp, *mlp_up;            /* [B, max MLP width] */
-    float *h1, *h2;                 /* [B, H] the MLP and MoE sides of the feed-forward */
-    float *rx;                      /* [B, H] the router's input */
-    float *ple;                     /* [B, L * P] per-layer inputs */
-    float *ple_tok;                 /* [B, L * P] their token-identity part */
-    float *ple_in, *ple_g;          /* [B, P] layer l's slice, and its gate */
+    float *mlp, *mlp_up;   /* [B, max MLP width] */
+    float *h1, *h2;        /* [B, H] the MLP and MoE sides of the feed-forward */
+    float *rx;             /* [B, H] the router's input */
+    float *ple;            /* [B, L * P] per-layer inputs */
+    float *ple_tok;        /* [B, L * P] their token-identity part */
+    float *ple_in, *ple_g; /* [B, P] layer l's slice, and its gate */
 } g4_session;
 
 static inline const g4_config *g4_cfg(const sl_model *m) {
