@@ -49,14 +49,16 @@ typedef struct sl_moe_env {
 /* A MoE layer's tensors besides its routed experts (those are in the store). */
 typedef struct sl_moe_weights {
     const sl_tensor *router;                    /* [E, H] */
+    const sl_tensor *expert_scale;              /* TEMP (route's field lands in main) */
     const sl_tensor *sh_gate, *sh_up, *sh_down; /* [Is, H], [Is, H], [H, Is] */
     const sl_tensor *sh_router;                 /* [1, H]; NULL: no shared expert */
 } sl_moe_weights;
 
 /* The step's input and output, and the FFN scratch it shares with the dense MLP. */
 typedef struct sl_moe_io {
-    const float *x;        /* [T, H] normed input */
-    const float *router_x; /* [T, H] the router's input where it differs from x (Gemma 4), or NULL */
+    const float *x; /* [T, H] normed input */
+    const float
+        *router_x;    /* [T, H] the router's input where it differs from x (Gemma 4), or NULL */
     float *out;       /* [T, H] */
     float *gate, *up; /* [B, max(I, Is)] SwiGLU hidden */
     float *rows;      /* [B, H] a batch of experts' (or the shared expert's) output rows */
