@@ -56,12 +56,11 @@ typedef struct sl_moe_weights {
 
 /* The step's input and output, and the FFN scratch it shares with the dense MLP. */
 typedef struct sl_moe_io {
-    const float *x; /* [T, H] normed input */
-    const float
-        *router_x;    /* [T, H] the router's input where it differs from x (Gemma 4), or NULL */
-    float *out;       /* [T, H] */
-    float *gate, *up; /* [B, max(I, Is)] SwiGLU hidden */
-    float *rows;      /* [B, H] a batch of experts' (or the shared expert's) output rows */
+    const float *x;        /* [T, H] normed input */
+    const float *router_x; /* [T, H] the router's own input (Gemma 4), or NULL: x */
+    float *out;            /* [T, H] */
+    float *gate, *up;      /* [B, max(I, Is)] SwiGLU hidden */
+    float *rows;           /* [B, H] a batch of experts' (or the shared expert's) output rows */
 } sl_moe_io;
 
 /*
