@@ -69,6 +69,7 @@ int cli_inspect(int argc, char **argv) {
         printf("PLE            %d layer(s), n-gram tables %s on disk, %d rows per token "
                "and layer\n",
                i.n_ple_layers, size_str((double)i.ple_table_bytes, s1), i.ple_rows_per_token);
+    if (i.family_notes) printf("%-14s %s\n", i.arch, i.family_notes);
     sl_tokenizer *tok = NULL;
     sl_error terr = {0};
     if (sl_tokenizer_load(dir, &tok, &terr) == SL_OK) {

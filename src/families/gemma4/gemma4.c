@@ -460,8 +460,42 @@ static sl_status gemma4_forward(sl_session *s, const int32_t *ids, int32_t T, fl
 
 /* ------------------------------------------------------------- family */
 
+/* "sliding window 16 on 2 layers (heads of 16, 2 KV), full on 2 (heads of 32, 2 KV,
+ * 8 of 16 frequencies rotating, keys as values); per-layer inputs of 16; KV of the last 2
+ * layers shared; logits soft-capped at 30" */
 static void gemma4_info(const sl_model *m, sl_model_info *info) {
-    (void)m, (void)info;
+    const g4_config *g = g4_cfg(m);
+    char *p = g4_mod(m)->notes;
+    const size_t cap = sizeof g4_mod(m)->notes;
+    size_t k = 0;
+    int32_t count[G4_KINDS] = {0};
+    for (int32_t l = 0; l < m->cfg.n_layers; l++)
+        count[g->layers[l].kind]++;
+    for (int i = 0; i < G4_KINDS && k < cap; i++) {
+        const g4_kind *K = &g->kind[i];
+        if (!count[i]) continue;
+        if (i == G4_SLIDING)
+            k += (size_t)snprintf(p + k, cap - k, "sliding window %d on", g->sliding_window);
+        else
+            k += (size_t)snprintf(p + k, cap - k, "%sfull on", k ? ", " : "");
+        if (k < cap)
+            k += (size_t)snprintf(p + k, cap - k, " %d layers (heads of %d, %d KV", count[i],
+                                  K->head_dim, K->n_kv_heads);
+        if (k < cap && K->rope_angles < K->head_dim / 2)
+            k += (size_t)snprintf(p + k, cap - k, ", %d of %d frequencies rotating", K->rope_angles,
+                                  K->head_dim / 2);
+        if (k < cap)
+            k += (size_t)snprintf(p + k, cap - k, "%s)", K->no_v ? ", keys as values" : "");
+    }
+    if (k < cap && g->ple_dim)
+        k += (size_t)snprintf(p + k, cap - k, "; per-layer inputs of %d", g->ple_dim);
+    if (k < cap && g->n_kv_shared)
+        k += (size_t)snprintf(p + k, cap - k, "; KV of the last %d layers shared", g->n_kv_shared);
+    if (k < cap && m->cfg.logit_softcap > 0)
+        k += (size_t)snprintf(p + k, cap - k, "; logits soft-capped at %g",
+                              (double)m->cfg.logit_softcap);
+    if (k < cap && !g->moe) snprintf(p + k, cap - k, "; dense (no MoE block)");
+    info->family_notes = p;
 }
 
 const sl_family sl_family_gemma4 = {

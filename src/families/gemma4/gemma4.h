@@ -71,8 +71,9 @@ typedef struct g4_model {
     sl_tensor ple_pnorm; /* [P] per_layer_projection_norm */
     sl_tensor ones;      /* [max_head_dim] F32 ones: the weight of the scale-free norms */
     float *ones_data;    /* its host memory */
-    float embed_scale;   /* sqrt(H) in the embedding's dtype */
-    float ple_scale;     /* sqrt(P) in embed_tokens_per_layer's dtype */
+    float embed_scale;   /* sqrt(H), the embedding's factor */
+    float ple_scale;     /* sqrt(P), embed_tokens_per_layer's */
+    char notes[256];     /* sl_model_info.family_notes */
 } g4_model;
 
 /* What the family adds to a session (sl_session.fam). B = max_batch. */
