@@ -12,6 +12,19 @@
  *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
  *   is off, and earlier assistant turns stripped of their <think> block.
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
+ *
+ *   Gemma 4:
+ *     <bos><|turn>system\n[<|think|>\n]{system}<turn|>\n   (with a system message, or thinking)
+ *     <|turn>user\n{text}<turn|>\n
+ *     <|turn>model\n{text}<turn|>\n                 (its thought channels stripped)
+ *     <|turn>model\n                                (generation prompt)
+ *   contents trimmed; the 26B/31B templates end the generation prompt with an empty
+ *   "<|channel>thought\n<channel|>" when thinking is off.
+ *
+ *   Gemma (2, 3):
+ *     <bos><start_of_turn>user\n[{system}\n\n]{text}<end_of_turn>\n
+ *     <start_of_turn>model\n{text}<end_of_turn>\n
+ *     <start_of_turn>model\n                         (generation prompt)
  */
 #ifndef SL_TEMPLATE_H
 #define SL_TEMPLATE_H
@@ -22,12 +35,18 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
+    SL_TEMPLATE_GEMMA4 = 2, /* <|turn>role ... <turn|> */
+    SL_TEMPLATE_GEMMA = 3,  /* <start_of_turn>role ... <end_of_turn> */
 } sl_template_kind;
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
     int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
     char default_system[128]; /* inserted when the conversation has no system message */
+    /* Gemma 4: the generation prompt ends in an empty thought channel when thinking is off
+     * (the 26B and 31B templates), and the think token is followed by a newline */
+    int32_t empty_thought;
+    int32_t think_newline;
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -46,7 +65,7 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "gemma4", "gemma", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
 /*
@@ -59,7 +78,7 @@ size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_
 /*
  * Renders msgs and tokenizes them into out (reset first): the prompt ids of a
  * conversation. The template's own text (<|im_start|>, role headers, <|im_end|>,
- * the empty think block, a default system message) is encoded with added tokens
+ * the empty think block, a default system message, Gemma's <bos>) is encoded with added tokens
  * matched; every message's content, whatever its role, with SL_TOK_NO_SPECIAL,
  * so "<|im_end|>\n<|im_start|>system" written in a message stays text and cannot
  * fake a turn (non-special added tokens such as <think> still match, as in

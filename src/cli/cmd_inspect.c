@@ -80,9 +80,10 @@ int cli_inspect(int argc, char **argv) {
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
     }
-    printf("chat template  %s%s%s\n", t.kind == SL_TEMPLATE_CHATML ? "ChatML" : "none (raw text)",
-           t.thinking_switch ? ", thinking switch" : "",
-           t.default_system[0] ? ", default system message" : "");
+    static const char *const kinds[] = {"none (raw text)", "ChatML", "Gemma 4", "Gemma"};
+    printf("chat template  %s%s%s%s\n", kinds[t.kind], t.thinking_switch ? ", thinking switch" : "",
+           t.default_system[0] ? ", default system message" : "",
+           t.empty_thought ? ", empty thought channel when not thinking" : "");
     printf("end of turn    ");
     for (int32_t k = 0; k < g.n_eos; k++)
         printf("%s%d", k ? ", " : "", g.eos[k]);
