@@ -267,7 +267,7 @@ static int weight_group(const sl_tensor *t) {
     if (t->ndim < 2) return 7;
     if (strstr(n, ".self_attn.")) return 2;
     if (strstr(n, ".linear_attn.")) return 3;
-    if (strstr(n, "mlp.gate.weight")) return 4;
+    if (strstr(n, "mlp.gate.weight") || strstr(n, ".router.proj.")) return 4;
     if (strstr(n, "embed_tokens")) return 5;
     if (strstr(n, "lm_head")) return 6;
     return 8;
