@@ -188,18 +188,6 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     int32_t *ids_dev = T == 1 ? ms->route_ids + (size_t)l * (size_t)k : ms->topk_ids_dev;
     be->ops->moe_route(be, ids_dev, ms->topk_w, ms->router_logits,
                        io->router_x ? io->router_x : io->x, w->router, T, k, ms->d.renormalize);
-    if (w->expert_scale) { /* TEMP: route's per-expert scale lands in main */
-        int32_t hid[4096];
-        float hw[4096], sc[1024];
-        be->ops->to_host(be, hid, ids_dev, (size_t)(T * k) * sizeof(int32_t));
-        be->ops->to_host(be, hw, ms->topk_w, (size_t)(T * k) * sizeof(float));
-        uint8_t raw[4096];
-        be->ops->to_host(be, raw, w->expert_scale->data, w->expert_scale->nbytes);
-        sl_to_f32(sc, raw, w->expert_scale->dtype, 0, (size_t)E);
-        for (int32_t i = 0; i < T * k; i++)
-            hw[i] *= sc[hid[i]];
-        be->ops->to_dev(be, ms->topk_w, hw, (size_t)(T * k) * sizeof(float));
-    }
     /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
      * all; the histogram and cache counts wait for the end of the pass (sl_moe_settle). */
     if (T == 1 && dev->all && fused_experts(ms, io, l, ids_dev)) {

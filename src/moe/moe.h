@@ -49,7 +49,6 @@ typedef struct sl_moe_env {
 /* A MoE layer's tensors besides its routed experts (those are in the store). */
 typedef struct sl_moe_weights {
     const sl_tensor *router;                    /* [E, H] */
-    const sl_tensor *expert_scale;              /* TEMP (route's field lands in main) */
     const sl_tensor *sh_gate, *sh_up, *sh_down; /* [Is, H], [Is, H], [H, Is] */
     const sl_tensor *sh_router;                 /* [1, H]; NULL: no shared expert */
 } sl_moe_weights;
