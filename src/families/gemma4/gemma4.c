@@ -71,7 +71,7 @@ static sl_status bind_layer(sl_model *m, int32_t l, sl_error *err) {
                                          "layers.%d.router.proj.weight", l)) ||
                       (st = sl_ckpt_bind(ck, &G->router_scale, R, SL_DIMS(H), err,
                                          "layers.%d.router.scale", l)) ||
-                      (st = sl_ckpt_bind(ck, &G->expert_scale, R, SL_DIMS(E), err,
+                      (st = sl_ckpt_bind(ck, &L->expert_scale, R, SL_DIMS(E), err,
                                          "layers.%d.router.per_expert_scale", l)) ||
                       (st = sl_ckpt_bind(ck, &G->post_ffn_norm1, R, SL_DIMS(H), err,
                                          "layers.%d.post_feedforward_layernorm_1.weight", l)) ||
@@ -142,7 +142,7 @@ static int32_t gemma4_weights(sl_model *m, sl_tensor **out) {
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         g4_layer *G = &gm->layers[l];
         W(G->post_attn_norm), W(G->post_ffn_norm), W(G->post_ffn_norm1), W(G->pre_ffn_norm2);
-        W(G->post_ffn_norm2), W(G->router_scale), W(G->expert_scale), W(G->ple_gate);
+        W(G->post_ffn_norm2), W(G->router_scale), W(G->ple_gate);
         W(G->ple_proj), W(G->ple_norm);
     }
 #undef W
@@ -384,7 +384,7 @@ static sl_status feed_forward(sl_session *s, int32_t l, int32_t T, sl_error *err
         op->rmsnorm(be, b->rx, sb->x, &G->router_scale, T, H, eps, 0.0f);
         op->activate(be, b->rx, b->rx, n, 1.0f, (float)pow(H, -0.5), SL_ACT_NONE);
         op->rmsnorm(be, sb->xn, sb->x, &G->pre_ffn_norm2, T, H, eps, 0.0f);
-        const sl_moe_weights w = {.router = &L->router, .expert_scale = &G->expert_scale};
+        const sl_moe_weights w = {.router = &L->router, .expert_scale = &L->expert_scale};
         const sl_moe_io io = {.x = sb->xn,
                               .router_x = b->rx,
                               .out = b->h2,

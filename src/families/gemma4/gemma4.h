@@ -46,8 +46,8 @@ typedef struct g4_config {
 } g4_config;
 
 /* What the family adds to decoder layer l (sl_model.layers[l] holds attn_norm =
- * input_layernorm, ffn_norm = pre_feedforward_layernorm, wq..wo, q_norm, k_norm, the MLP
- * and router = router.proj). */
+ * input_layernorm, ffn_norm = pre_feedforward_layernorm, wq..wo, q_norm, k_norm, the MLP,
+ * router = router.proj and expert_scale = router.per_expert_scale). */
 typedef struct g4_layer {
     sl_tensor post_attn_norm; /* [H] post_attention_layernorm */
     sl_tensor post_ffn_norm;  /* [H] post_feedforward_layernorm */
@@ -55,7 +55,6 @@ typedef struct g4_layer {
     sl_tensor pre_ffn_norm2;  /* [H] pre_feedforward_layernorm_2 (experts' input) */
     sl_tensor post_ffn_norm2; /* [H] post_feedforward_layernorm_2 (experts' output) */
     sl_tensor router_scale;   /* [H] router.scale */
-    sl_tensor expert_scale;   /* [E] router.per_expert_scale */
     sl_tensor ple_gate;       /* [P, H] per_layer_input_gate */
     sl_tensor ple_proj;       /* [H, P] per_layer_projection */
     sl_tensor ple_norm;       /* [H] post_per_layer_input_norm */
