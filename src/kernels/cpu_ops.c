@@ -209,13 +209,12 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     for (int32_t it = 0; it < n_items; it++) {
         const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
         const int32_t *sel = a->sel ? a->sel + (size_t)t * (size_t)a->sel_stride : NULL;
-        const int32_t p0 = a->window > 0 ? SL_MAX(0, a->pos0 + t - a->window + 1) : 0;
-        const int32_t n_keys = sel ? a->n_sel[t] : a->pos0 + t + 1 - p0;
+        const int32_t n_keys = sel ? a->n_sel[t] : a->pos0 + t + 1;
         float *sc = a->scratch + (size_t)omp_get_thread_num() * ctx;
         const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
         float mx = -INFINITY;
         for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : p0 + j);
+            const size_t row = (size_t)(sel ? sel[j] : j);
             const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             float s = 0;
             for (int32_t d = 0; d < hd; d++)
@@ -233,7 +232,7 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
         for (int32_t d = 0; d < hd; d++)
             o[d] = 0;
         for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : p0 + j);
+            const size_t row = (size_t)(sel ? sel[j] : j);
             const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             const float p = sc[j] * inv;
             for (int32_t d = 0; d < hd; d++)

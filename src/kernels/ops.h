@@ -62,8 +62,6 @@ typedef struct sl_attn_args {
     /* Non-NULL: the qkv_prep of these inputs comes first (its q, kc and vc are the q, kcache
      * and vcache above); a backend may fuse the two. */
     const sl_qkv_args *prep;
-    /* TEMP (gptoss's field lands in main): sliding window, 0 none */
-    int32_t window;
 } sl_attn_args;
 
 typedef enum sl_act {
