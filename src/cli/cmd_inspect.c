@@ -56,6 +56,7 @@ int cli_inspect(int argc, char **argv) {
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
+    if (i.features && i.features[0]) printf("features       %s\n", i.features);
     printf("weights        experts %s; resident core %s; one expert %s; all experts %s\n",
            i.weights, size_str((double)i.resident_bytes, s1), size_str((double)i.expert_bytes, s2),
            size_str((double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes, s3));
@@ -69,7 +70,6 @@ int cli_inspect(int argc, char **argv) {
         printf("PLE            %d layer(s), n-gram tables %s on disk, %d rows per token "
                "and layer\n",
                i.n_ple_layers, size_str((double)i.ple_table_bytes, s1), i.ple_rows_per_token);
-    if (i.family_notes) printf("%-14s %s\n", i.arch, i.family_notes);
     sl_tokenizer *tok = NULL;
     sl_error terr = {0};
     if (sl_tokenizer_load(dir, &tok, &terr) == SL_OK) {
@@ -80,7 +80,8 @@ int cli_inspect(int argc, char **argv) {
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
     }
-    static const char *const kinds[] = {"none (raw text)", "ChatML", "Gemma 4", "Gemma"};
+    static const char *const kinds[] = {"none (raw text)", "ChatML", "harmony (gpt-oss)", "Gemma 4",
+                                        "Gemma"};
     printf("chat template  %s%s%s%s\n", kinds[t.kind], t.thinking_switch ? ", thinking switch" : "",
            t.default_system[0] ? ", default system message" : "",
            t.empty_thought ? ", empty thought channel when not thinking" : "");

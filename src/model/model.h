@@ -17,6 +17,8 @@ typedef struct sl_layer {
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
+    sl_tensor sinks;          /* [nh]: attention sinks (sl_attn_args.sinks) */
+    int32_t window;           /* sliding window of the layer's attention (0: none) */
     /* Gated DeltaNet (is_linear); key_dim = nk*dk, value_dim = nv*dv,
      * conv_dim = 2*key_dim + value_dim. Either the fused Qwen3-Next projections
      * (in_qkvz, in_ba, interleaved per key-head group) or the separate Qwen3.5 ones. */
@@ -165,9 +167,10 @@ struct sl_family {
     int graph_steps;
     /* The sublayer and final norms are the family's own (bound optional; blk_norm_flags). */
     int own_norms;
-    /* config.json's RoPE keys are the family's (its read_config sets rope_theta and rot_dim):
-     * RoPE parameters per layer type (Gemma 4), which the shared parser refuses. */
-    int own_rope;
+    /* config.json's attention keys are the family's (its read_config sets rope_theta and
+     * rot_dim): RoPE parameters per layer type (Gemma 4), which the shared parser refuses, and
+     * layer_types / sliding_window with the family's own defaults. */
+    int own_attention_config;
     /* The family keeps its own KV cache (layers of different shapes): the shared one
      * (sl_session.kcache, vcache) is not carved. */
     int own_kv_cache;

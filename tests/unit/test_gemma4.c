@@ -26,7 +26,7 @@ TEST(test_gemma4_config) {
     CHECK(g->kind[G4_FULL].head_dim == 512 && g->kind[G4_FULL].n_kv_heads == 2 &&
           g->kind[G4_FULL].rope_angles == 64 && g->kind[G4_FULL].theta == 1e6);
     CHECK(g->sliding_window == 512 && g->ple_dim == 256 && !g->moe && c.n_experts == 0);
-    CHECK(c.expert_act == SL_ACT_GELU_TANH && c.logit_softcap == 0 && g->max_q == 4 * 512);
+    CHECK(c.expert_glu == SL_GLU_GELU_TANH && c.logit_softcap == 0 && g->max_q == 4 * 512);
     sl_config_free(&c);
 
     /* The MoE checkpoints' keys: keys as values with global KV heads, top_k_experts,

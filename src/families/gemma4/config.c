@@ -220,7 +220,7 @@ sl_status g4_read_config(sl_config *c, const json_t *root, const char *path, sl_
                        path, g->ple_vocab, c->vocab_size);
     /* The MoE block: routed experts (GELU-tanh, like the MLP) beside every layer's MLP, their
      * router's top-k weights renormalised. Without it the model is dense. */
-    c->expert_act = SL_ACT_GELU_TANH;
+    c->expert_glu = SL_GLU_GELU_TANH;
     if (!g->moe) {
         c->n_experts = c->n_experts_used = 0;
         memset(c->layer_is_moe, 0, nl);

@@ -495,7 +495,7 @@ static void gemma4_info(const sl_model *m, sl_model_info *info) {
         k += (size_t)snprintf(p + k, cap - k, "; logits soft-capped at %g",
                               (double)m->cfg.logit_softcap);
     if (k < cap && !g->moe) snprintf(p + k, cap - k, "; dense (no MoE block)");
-    info->family_notes = p;
+    info->features = p;
 }
 
 const sl_family sl_family_gemma4 = {
@@ -510,7 +510,7 @@ const sl_family sl_family_gemma4 = {
     .session_layout = gemma4_layout,
     .session_init = gemma4_session_init,
     .forward = gemma4_forward,
-    .own_rope = 1,
+    .own_attention_config = 1,
     .own_kv_cache = 1,
     .experts_module = "experts",
 };

@@ -72,7 +72,7 @@ typedef struct g4_model {
     float *ones_data;    /* its host memory */
     float embed_scale;   /* sqrt(H), the embedding's factor */
     float ple_scale;     /* sqrt(P), embed_tokens_per_layer's */
-    char notes[256];     /* sl_model_info.family_notes */
+    char notes[256];     /* sl_model_info.features */
 } g4_model;
 
 /* What the family adds to a session (sl_session.fam). B = max_batch. */
