@@ -14,6 +14,7 @@ extern const sl_family sl_family_olmoe;
 extern const sl_family sl_family_glm4_moe;
 extern const sl_family sl_family_qwen3_vl_moe;
 extern const sl_family sl_family_gpt_oss;
+extern const sl_family sl_family_gemma4;
 
 /* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
  * model runs) and as a text-only one: two model_types, one family. */
@@ -35,6 +36,8 @@ static const struct {
     {"qwen3_vl_moe", &sl_family_qwen3_vl_moe},
     {"qwen3_vl_moe_text", &sl_family_qwen3_vl_moe},
     {"gpt_oss", &sl_family_gpt_oss},
+    {"gemma4", &sl_family_gemma4},
+    {"gemma4_text", &sl_family_gemma4},
     /* clang-format on */
 };
 
@@ -45,6 +48,6 @@ const sl_family *sl_family_find(const char *arch) {
 }
 
 const char *sl_family_names(void) {
-    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, mixtral, olmoe, "
-           "glm4_moe, qwen3_vl_moe";
+    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, gemma4, mixtral, "
+           "olmoe, glm4_moe, qwen3_vl_moe";
 }

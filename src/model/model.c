@@ -265,12 +265,12 @@ sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_s
 /* Which group of weights a checkpoint tensor belongs to, by its (Hugging Face) name. */
 static int weight_group(const sl_tensor *t) {
     const char *n = t->name;
-    if (strstr(n, ".mlp.experts.")) return 0;
+    if (sl_ckpt_is_expert_name(n)) return 0;
     if (strstr(n, "shared_expert")) return 1;
     if (t->ndim < 2) return 7;
     if (strstr(n, ".self_attn.")) return 2;
     if (strstr(n, ".linear_attn.")) return 3;
-    if (strstr(n, "mlp.gate.weight")) return 4;
+    if (strstr(n, "mlp.gate.weight") || strstr(n, ".router.proj.")) return 4;
     if (strstr(n, "embed_tokens")) return 5;
     if (strstr(n, "lm_head")) return 6;
     return 8;
@@ -488,7 +488,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     int64_t resident = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
-        if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
+        if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
         const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
         resident += (int64_t)t->nbytes;
@@ -588,7 +588,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t nkv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     const size_t I = (size_t)SL_MAX(c->intermediate_size,
                                     SL_MAX(c->moe_intermediate_size, c->shared_intermediate_size));
-    const size_t kv = (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
+    const size_t kv =
+        s->model->family->own_kv_cache ? 0 : (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
     const size_t rope = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
     const size_t nlin = c->n_linear_layers ? (size_t)c->n_layers : 0;
     const size_t nv = (size_t)c->lin_n_value_heads;
