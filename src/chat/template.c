@@ -7,8 +7,40 @@
 
 #include "format/gguf.h"
 
+const char *sl_chat_template_kind_name(sl_template_kind kind) {
+    switch (kind) {
+    case SL_TEMPLATE_CHATML: return "ChatML";
+    case SL_TEMPLATE_HARMONY: return "harmony (gpt-oss)";
+    case SL_TEMPLATE_GEMMA4: return "Gemma 4";
+    case SL_TEMPLATE_GEMMA: return "Gemma";
+    case SL_TEMPLATE_GLM: return "GLM-4.5";
+    case SL_TEMPLATE_LLAMA4: return "Llama-4";
+    default: return "none (raw text)";
+    }
+}
+
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
+    /* GLM-4.5 / 4.6: "[gMASK]<sop>", then "<|user|>\n" turns with the "/nothink" switch (GLM-4.7
+     * and later lay turns out otherwise and are not recognised) */
+    if (jinja && strstr(jinja, "[gMASK]<sop>") && strstr(jinja, "<|user|>\n") &&
+        strstr(jinja, "/nothink") && strstr(jinja, "<|assistant|>")) {
+        t->kind = SL_TEMPLATE_GLM;
+        t->thinking_switch = 1;
+        return;
+    }
+    if (jinja && strstr(jinja, "<|turn>")) {
+        t->kind = SL_TEMPLATE_GEMMA4;
+        t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
+        /* Jinja string literals: '<|channel>thought\n<channel|>' and '<|think|>\n' */
+        t->empty_thought = strstr(jinja, "'<|channel>thought\\n<channel|>'") != NULL;
+        t->think_newline = strstr(jinja, "'<|think|>\\n'") != NULL;
+        return;
+    }
+    if (jinja && strstr(jinja, "<start_of_turn>")) {
+        t->kind = SL_TEMPLATE_GEMMA;
+        return;
+    }
     if (jinja && strstr(jinja, "<|start|>") && strstr(jinja, "<|message|>") &&
         strstr(jinja, "<|channel|>")) {
         t->kind = SL_TEMPLATE_HARMONY;
@@ -35,6 +67,11 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_error *err) {
     memset(t, 0, sizeof *t);
     if (!strcmp(name, "raw")) return SL_OK;
+    if (!strcmp(name, "gemma4") || !strcmp(name, "gemma")) {
+        t->kind = name[5] ? SL_TEMPLATE_GEMMA4 : SL_TEMPLATE_GEMMA;
+        t->thinking_switch = t->think_newline = name[5] != 0;
+        return SL_OK;
+    }
     if (!strcmp(name, "harmony")) {
         t->kind = SL_TEMPLATE_HARMONY;
         return SL_OK;
@@ -49,16 +86,15 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         t->thinking_switch = 1;
         return SL_OK;
     }
+    if (!strcmp(name, "glm")) {
+        t->kind = SL_TEMPLATE_GLM;
+        t->thinking_switch = 1;
+        return SL_OK;
+    }
     return sl_fail(err, SL_ERR_ARG,
-                   "unknown chat template '%s' (chatml, chatml-think, harmony, llama4 or raw)",
+                   "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, glm, "
+                   "llama4 or raw)",
                    name);
-}
-
-const char *sl_chat_template_name(const sl_chat_template *t) {
-    return t->kind == SL_TEMPLATE_CHATML    ? "ChatML"
-           : t->kind == SL_TEMPLATE_HARMONY ? "harmony (gpt-oss)"
-           : t->kind == SL_TEMPLATE_LLAMA4  ? "Llama-4"
-                                            : "none (raw text)";
 }
 
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error *err) {
@@ -139,6 +175,176 @@ static const char *strip_think(const char *s) {
     while (*end == '\n')
         end++;
     return end;
+}
+
+/* s[0..n) without leading and trailing whitespace (Python's str.strip()), into *b, *e. */
+static void strip_ws(const char *s, size_t n, const char **b, const char **e) {
+    const char *p = s, *q = s + n;
+    while (p < q && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+        p++;
+    while (q > p && (q[-1] == ' ' || q[-1] == '\n' || q[-1] == '\t' || q[-1] == '\r'))
+        q--;
+    *b = p, *e = q;
+}
+
+/*
+ * GLM-4.5's template (chat_template.jinja of zai-org/GLM-4.5, text messages): an assistant
+ * message holding "<think>...</think>" is split into its reasoning (kept only after the last
+ * user turn) and its answer; the answer and reasoning are stripped of surrounding whitespace.
+ */
+static void render_glm(const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                       int enable_thinking, chat_sink *k) {
+    int32_t last_user = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!strcmp(msgs[i].role, "user")) last_user = i;
+    put_tpl(k, "[gMASK]<sop>");
+    for (int32_t i = 0; i < n; i++) {
+        const char *c = msgs[i].content, *role = msgs[i].role;
+        const size_t len = strlen(c);
+        if (!strcmp(role, "user")) {
+            put_tpl(k, "<|user|>\n");
+            k->put(k, c, len, 1);
+            static const char nt[] = "/nothink";
+            if (!enable_thinking && !(len >= 8 && !strcmp(c + len - 8, nt))) put_tpl(k, nt);
+        } else if (!strcmp(role, "assistant")) {
+            put_tpl(k, "<|assistant|>");
+            const char *ans = c, *ans_end = c + len, *rb = c, *re = c;
+            const char *close = strstr(c, "</think>");
+            if (close) { /* reasoning: before the first </think>, after the last <think> */
+                const char *last_close = close;
+                for (const char *p; (p = strstr(last_close + 8, "</think>"));)
+                    last_close = p;
+                re = close;
+                while (re > c && re[-1] == '\n')
+                    re--;
+                rb = c;
+                for (const char *p = c; (p = strstr(p, "<think>")) && p < re; p += 7)
+                    rb = p + 7;
+                while (rb < re && *rb == '\n')
+                    rb++;
+                ans = last_close + 8;
+                while (*ans == '\n')
+                    ans++;
+            }
+            const char *sb, *se;
+            strip_ws(rb, (size_t)(re - rb), &sb, &se);
+            if (i > last_user && se > sb) {
+                put_tpl(k, "\n<think>");
+                k->put(k, sb, (size_t)(se - sb), 1);
+                put_tpl(k, "</think>");
+            } else {
+                put_tpl(k, "\n<think></think>");
+            }
+            strip_ws(ans, (size_t)(ans_end - ans), &sb, &se);
+            if (se > sb) {
+                put_tpl(k, "\n");
+                k->put(k, sb, (size_t)(se - sb), 1);
+            }
+        } else if (!strcmp(role, "system")) {
+            put_tpl(k, "<|system|>\n");
+            k->put(k, c, len, 1);
+        } /* other roles (tool results) render nothing without their structure */
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|assistant|>");
+        if (!enable_thinking) put_tpl(k, "\n<think></think>");
+    }
+}
+
+/* The kept part [*a, *b) of the piece of s starting at p (up to the next "<channel|>", or the
+ * end): what comes before a "<|channel>" in it, all of it when it has none. Returns where the
+ * next piece starts, or NULL after the last. */
+static const char *thought_piece(const char *p, const char **a, const char **b) {
+    const char *close = strstr(p, "<channel|>"), *end = close ? close : p + strlen(p);
+    const char *open = strstr(p, "<|channel>");
+    *a = p, *b = open && open < end ? open : end;
+    return close ? close + 10 : NULL;
+}
+
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Gemma 4's strip_thinking: the kept parts of every piece between "<channel|>"s, joined, then
+ * trimmed. Two passes: where the join's first and last non-space characters are, then the
+ * kept parts clipped to them. */
+static void put_stripped(chat_sink *k, const char *s) {
+    const char *first = NULL, *last = NULL, *a, *b;
+    for (const char *p = s; p;) {
+        p = thought_piece(p, &a, &b);
+        for (const char *c = a; c < b; c++)
+            if (!is_space(*c)) {
+                if (!first) first = c;
+                last = c + 1;
+            }
+    }
+    if (!first) return;
+    for (const char *p = s; p;) {
+        p = thought_piece(p, &a, &b);
+        if (a < first) a = first;
+        if (b > last) b = last;
+        if (a < b) k->put(k, a, (size_t)(b - a), 1);
+    }
+}
+
+/* A message's content as Jinja's `| trim` leaves it (ASCII whitespace off both ends). */
+static void put_trimmed(chat_sink *k, const char *s, size_t n) {
+    while (n && is_space(s[0]))
+        s++, n--;
+    while (n && is_space(s[n - 1]))
+        n--;
+    k->put(k, s, n, 1);
+}
+
+static int is_system(const sl_chat_msg *m) {
+    return !strcmp(m->role, "system") || !strcmp(m->role, "developer");
+}
+
+/* Gemma 4's template for text conversations (no tools, one assistant message a turn). */
+static void render_gemma4(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                          int add_generation_prompt, int enable_thinking, chat_sink *k) {
+    const int think = t->thinking_switch && enable_thinking, sys = n > 0 && is_system(&msgs[0]);
+    put_tpl(k, "<bos>");
+    if (think || sys) {
+        put_tpl(k, "<|turn>system\n");
+        if (think) put_tpl(k, t->think_newline ? "<|think|>\n" : "<|think|>");
+        if (sys) put_trimmed(k, msgs[0].content, strlen(msgs[0].content));
+        put_tpl(k, "<turn|>\n");
+    }
+    for (int32_t i = sys; i < n; i++) {
+        const int model = !strcmp(msgs[i].role, "assistant");
+        put_tpl(k, "<|turn>");
+        put_tpl(k, model ? "model" : msgs[i].role);
+        put_tpl(k, "\n");
+        if (model)
+            put_stripped(k, msgs[i].content);
+        else
+            put_trimmed(k, msgs[i].content, strlen(msgs[i].content));
+        put_tpl(k, "<turn|>\n");
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|turn>model\n");
+        if (t->empty_thought && !think) put_tpl(k, "<|channel>thought\n<channel|>");
+    }
+}
+
+/* Gemma 2 and 3: a system message opens the first turn, followed by a blank line. */
+static void render_gemma(const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                         chat_sink *k) {
+    const int sys = n > 0 && is_system(&msgs[0]);
+    put_tpl(k, "<bos>");
+    for (int32_t i = sys; i < n; i++) {
+        put_tpl(k, "<start_of_turn>");
+        put_tpl(k, !strcmp(msgs[i].role, "assistant") ? "model" : msgs[i].role);
+        put_tpl(k, "\n");
+        if (sys && i == 1) {
+            k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+            put_tpl(k, "\n\n");
+        }
+        put_trimmed(k, msgs[i].content, strlen(msgs[i].content));
+        put_tpl(k, "<end_of_turn>\n");
+    }
+    if (add_generation_prompt) put_tpl(k, "<start_of_turn>model\n");
 }
 
 /* The final channel's text of an assistant reply as the model wrote it (its analysis and any
@@ -232,6 +438,18 @@ static void render_llama4(const sl_chat_msg *msgs, int32_t n, int add_generation
 
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
+    if (t->kind == SL_TEMPLATE_GLM) {
+        render_glm(msgs, n, add_generation_prompt, enable_thinking, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_GEMMA4) {
+        render_gemma4(t, msgs, n, add_generation_prompt, enable_thinking, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_GEMMA) {
+        render_gemma(msgs, n, add_generation_prompt, k);
+        return;
+    }
     if (t->kind == SL_TEMPLATE_HARMONY) {
         render_harmony(t, msgs, n, add_generation_prompt, k);
         return;

@@ -25,6 +25,27 @@
  *                                     of an earlier reply; <|return|> ends a last one instead)
  *     <|start|>assistant                                     (generation prompt)
  *   Other roles are left out, as the template leaves them.
+ *
+ *   GLM-4.5 / 4.6 (no newline or space between turns):
+ *     [gMASK]<sop><|system|>\n{system}<|user|>\n{text}[/nothink]
+ *     <|assistant|>\n<think>{reasoning}</think>[\n{text}]    (reasoning only after the
+ *                                                           last user turn)
+ *     <|assistant|>[\n<think></think>]                      (generation prompt)
+ *   the bracketed parts when thinking is off (the switch is enable_thinking).
+ *
+ *   Gemma 4:
+ *     <bos><|turn>system\n[<|think|>\n]{system}<turn|>\n   (with a system message, or thinking)
+ *     <|turn>user\n{text}<turn|>\n
+ *     <|turn>model\n{text}<turn|>\n                 (its thought channels stripped)
+ *     <|turn>model\n                                (generation prompt)
+ *   contents trimmed; the 26B/31B templates end the generation prompt with an empty
+ *   "<|channel>thought\n<channel|>" when thinking is off.
+ *
+ *   Gemma (2, 3):
+ *     <bos><start_of_turn>user\n[{system}\n\n]{text}<end_of_turn>\n
+ *     <start_of_turn>model\n{text}<end_of_turn>\n
+ *     <start_of_turn>model\n                         (generation prompt)
+ *
  *   Llama-4 (its template without tools):
  *     <|begin_of_text|>
  *     <|header_start|>system<|header_end|>\n\n{system, trimmed}<|eot|>   (a first system message)
@@ -41,8 +62,15 @@ typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
     SL_TEMPLATE_HARMONY = 2, /* gpt-oss */
-    SL_TEMPLATE_LLAMA4 = 3,
+    SL_TEMPLATE_GEMMA4 = 3,  /* <|turn>role ... <turn|> */
+    SL_TEMPLATE_GEMMA = 4,   /* <start_of_turn>role ... <end_of_turn> */
+    SL_TEMPLATE_GLM = 5,     /* GLM-4.5 / 4.6 */
+    SL_TEMPLATE_LLAMA4 = 6,
 } sl_template_kind;
+
+/* "ChatML", "harmony (gpt-oss)", "Gemma 4", "Gemma", "GLM-4.5", "none (raw text)": for
+ * messages. */
+const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
@@ -52,6 +80,10 @@ typedef struct sl_chat_template {
      * strftime_now) and reasoning effort (empty: "medium", the template's default) */
     char date[16];
     char reasoning[16];
+    /* Gemma 4: the generation prompt ends in an empty thought channel when thinking is off
+     * (the 26B and 31B templates), and the think token is followed by a newline */
+    int32_t empty_thought;
+    int32_t think_newline;
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -70,10 +102,9 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "llama4", "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
+ * "glm", "llama4", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
-/* What a template is, in words ("ChatML", "Llama-4", "none (raw text)"). */
-const char *sl_chat_template_name(const sl_chat_template *t);
 
 /*
  * Renders msgs into out (cap bytes, always NUL-terminated when cap > 0); returns
@@ -85,7 +116,7 @@ size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_
 /*
  * Renders msgs and tokenizes them into out (reset first): the prompt ids of a
  * conversation. The template's own text (<|im_start|>, role headers, <|im_end|>,
- * the empty think block, a default system message) is encoded with added tokens
+ * the empty think block, a default system message, Gemma's <bos>) is encoded with added tokens
  * matched; every message's content, whatever its role, with SL_TOK_NO_SPECIAL,
  * so "<|im_end|>\n<|im_start|>system" written in a message stays text and cannot
  * fake a turn (non-special added tokens such as <think> still match, as in

@@ -9,8 +9,13 @@ extern const sl_family sl_family_qwen2_moe;
 extern const sl_family sl_family_qwen3_next;
 extern const sl_family sl_family_qwen3_5_moe;
 extern const sl_family sl_family_qwen4_exp;
+extern const sl_family sl_family_mixtral;
+extern const sl_family sl_family_olmoe;
+extern const sl_family sl_family_glm4_moe;
+extern const sl_family sl_family_qwen3_vl_moe;
 extern const sl_family sl_family_gpt_oss;
 extern const sl_family sl_family_llama4;
+extern const sl_family sl_family_gemma4;
 
 /* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
  * model runs) and as a text-only one: two model_types, one family. */
@@ -26,9 +31,16 @@ static const struct {
     {"qwen3_5_moe_text", &sl_family_qwen3_5_moe},
     {"qwen4_exp", &sl_family_qwen4_exp},
     {"qwen4_exp_text", &sl_family_qwen4_exp},
+    {"mixtral", &sl_family_mixtral},
+    {"olmoe", &sl_family_olmoe},
+    {"glm4_moe", &sl_family_glm4_moe},
+    {"qwen3_vl_moe", &sl_family_qwen3_vl_moe},
+    {"qwen3_vl_moe_text", &sl_family_qwen3_vl_moe},
     {"gpt_oss", &sl_family_gpt_oss},
     {"llama4", &sl_family_llama4},
     {"llama4_text", &sl_family_llama4},
+    {"gemma4", &sl_family_gemma4},
+    {"gemma4_text", &sl_family_gemma4},
     /* clang-format on */
 };
 
@@ -39,5 +51,6 @@ const sl_family *sl_family_find(const char *arch) {
 }
 
 const char *sl_family_names(void) {
-    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, llama4";
+    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, gemma4, mixtral, "
+           "olmoe, glm4_moe, qwen3_vl_moe, llama4";
 }

@@ -32,10 +32,10 @@ typedef struct llama4_config {
     uint8_t *chunked; /* [n_layers] 1: chunked local attention */
 } llama4_config;
 
-/* What bind makes beside the checkpoint's tensors: the unit weight of the L2 norm; and the
- * attention layout in words (sl_model_info.attention). */
+/* What bind makes beside the checkpoint's tensors: the unit weight of the L2 norm; and what it
+ * computes, in words (sl_model_info.features). */
 typedef struct llama4_model {
-    char attention[192];
+    char features[256];
     sl_tensor ones; /* [head_dim] F32 */
     float data[];
 } llama4_model;
@@ -217,28 +217,31 @@ static sl_status llama4_bind(sl_model *m, sl_error *err) {
 static void llama4_info(const sl_model *m, sl_model_info *info) {
     const llama4_config *f = m->cfg.fam;
     llama4_model *fm = m->fam;
-    size_t k = 0, cap = sizeof fm->attention;
+    char *buf = fm->features;
+    size_t k = 0, cap = sizeof fm->features;
     for (int kind = 3; kind >= 0; kind--) { /* rope x chunked, RoPE and chunked first */
         const int rope = kind >> 1, chunked = kind & 1;
         int32_t n = 0;
         for (int32_t l = 0; l < m->cfg.n_layers; l++)
             n += f->rope[l] == rope && f->chunked[l] == chunked;
         if (!n || k >= cap) continue;
-        k += (size_t)snprintf(fm->attention + k, cap - k, "%s", k ? "; " : "");
         if (chunked)
-            k += (size_t)snprintf(fm->attention + k, cap - k, "chunked (%d)", f->chunk);
+            k += (size_t)snprintf(buf + k, cap - k, "%schunked attention (%d)", k ? "; " : "",
+                                  f->chunk);
         else
-            k += (size_t)snprintf(fm->attention + k, cap - k, "full");
-        k += (size_t)snprintf(fm->attention + k, cap - k, " %s on %d layer%s",
-                              rope ? "RoPE" : "NoPE", n, n > 1 ? "s" : "");
+            k += (size_t)snprintf(buf + k, cap - k, "%sfull attention", k ? "; " : "");
+        if (k < cap)
+            k += (size_t)snprintf(buf + k, cap - k, " %s on %d layer%s", rope ? "RoPE" : "NoPE", n,
+                                  n > 1 ? "s" : "");
         if (rope && f->use_qk_norm && k < cap)
-            k += (size_t)snprintf(fm->attention + k, cap - k, ", qk L2 norm");
+            k += (size_t)snprintf(buf + k, cap - k, ", qk L2 norm");
         if (!rope && f->temp_tuning && k < cap)
-            k += (size_t)snprintf(fm->attention + k, cap - k,
-                                  ", temperature tuning (floor %d, scale %g)", f->floor_scale,
-                                  f->attn_scale);
+            k += (size_t)snprintf(buf + k, cap - k, ", temperature tuning (floor %d, scale %g)",
+                                  f->floor_scale, f->attn_scale);
     }
-    info->attention = fm->attention;
+    if (m->cfg.rope.type == SL_ROPE_LLAMA3 && k < cap)
+        snprintf(buf + k, cap - k, "; llama3 RoPE (factor %g)", m->cfg.rope.factor);
+    info->features = buf;
 }
 
 static void llama4_free_model(sl_model *m) {
@@ -257,4 +260,5 @@ const sl_family sl_family_llama4 = {
     .graph_steps = 1,
     .ffn_name = "feed_forward",
     .router_name = "router",
+    .experts_module = "feed_forward.experts",
 };

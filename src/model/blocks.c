@@ -64,6 +64,13 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                        (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
                                           "k_norm.weight"))))
         return st;
+    L->qk_norm_full = o->qk_norm_full;
+    L->qkv_clip = o->qkv_clip;
+    if (o->qk_norm_full && ((st = sl_ckpt_bind(ck, &L->q_norm, SL_BIND_REQUIRED, SL_DIMS(nq), err,
+                                               p, l, "q_norm.weight")) ||
+                            (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(nkv), err,
+                                               p, l, "k_norm.weight"))))
+        return st;
     if (o->sinks && (st = sl_ckpt_bind(ck, &L->sinks, SL_BIND_REQUIRED, SL_DIMS(c->n_heads), err, p,
                                        l, "sinks")))
         return st;
@@ -136,17 +143,28 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
 
 /* Layer l's routed experts of a checkpoint into ex[E]: fused tensors (gate_up_proj [E, 2I, H],
  * down_proj [E, H, I]) if it has them, else stacked ones (gate_proj and up_proj [E, I, H],
- * down_proj: GGUF's ffn_*_exps), else one set per expert; under layers.l.<ffn>.experts. */
-static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, const char *ffn,
-                                 int32_t E, int64_t H, int64_t I, sl_error *err) {
+ * down_proj: GGUF's ffn_*_exps), else one set per expert. */
+static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, int32_t E, int64_t H,
+                                 int64_t I, const char *mod, sl_error *err) {
     sl_status st;
     char name[160];
-    snprintf(name, sizeof name, "layers.%d.%s.experts.gate_up_proj", l, ffn);
-    if (sl_ckpt_find(ck, name)) {
+    snprintf(name, sizeof name, "layers.%d.%s.gate_up_proj", l, mod);
+    const sl_ckpt_entry *fe = sl_ckpt_find(ck, name);
+    const sl_tensor *fused = fe ? fe->t : NULL;
+    /* The original Qwen3-VL-MoE checkpoints store them transposed ([E, H, 2I], [E, I, H]; their
+     * conversion_mapping transposes them at load): not views of the file in this layout. */
+    if (fused && fused->ndim == 3 && fused->shape[1] == H && fused->shape[2] == 2 * I && H != 2 * I)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: %s is [%d, %lld, %lld] (experts stored transposed, [E, hidden, 2 x "
+                       "intermediate], as the original Qwen3-VL-MoE checkpoints): not supported; "
+                       "sluice reads [E, 2 x intermediate, hidden], the layout transformers 5 "
+                       "saves (load and save_pretrained it once)",
+                       ck->dir, name, E, (long long)H, (long long)(2 * I));
+    if (fused) {
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.%s.experts.down_proj", l, ffn)))
+                               "layers.%d.%s.down_proj", l, mod)))
             return st;
         for (int32_t e = 0; e < E; e++) {
             sl_tensor m = sl_tensor_slice(&gu, e);
@@ -156,14 +174,14 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, co
         }
         return SL_OK;
     }
-    snprintf(name, sizeof name, "layers.%d.%s.experts.gate_proj", l, ffn);
+    snprintf(name, sizeof name, "layers.%d.%s.gate_proj", l, mod);
     if (sl_ckpt_find(ck, name)) {
         sl_tensor g, u, d;
         if ((st = sl_ckpt_bind(ck, &g, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &u, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
-                               "layers.%d.%s.experts.up_proj", l, ffn)) ||
+                               "layers.%d.%s.up_proj", l, mod)) ||
             (st = sl_ckpt_bind(ck, &d, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.%s.experts.down_proj", l, ffn)))
+                               "layers.%d.%s.down_proj", l, mod)))
             return st;
         for (int32_t e = 0; e < E; e++) {
             ex[e].gate = sl_tensor_slice(&g, e);
@@ -172,13 +190,13 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, co
         }
         return SL_OK;
     }
-    const char *fmt = "layers.%d.%s.experts.%d.%s.weight";
+    const char *fmt = "layers.%d.%s.%d.%s.weight";
     for (int32_t e = 0; e < E; e++)
-        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, ffn,
+        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, mod,
                                e, "gate_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, ffn, e,
+            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, mod, e,
                                "up_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, ffn,
+            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, mod,
                                e, "down_proj")))
             return st;
     return SL_OK;
@@ -250,8 +268,9 @@ sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err
         if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
             st = SL_ERR_NOMEM;
         else
-            st = bind_hf_experts(&m->ck, views[l], l, ffn_name(m), E, c->hidden_size,
-                                 c->moe_intermediate_size, err);
+            st = bind_hf_experts(
+                &m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
+                m->family->experts_module ? m->family->experts_module : "mlp.experts", err);
     }
     if (!st && sp->mode != SL_EXPERTS_MAPPED)
         st = open_from_files(m, views, sp, err);
@@ -312,6 +331,19 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         op->copy2d(be, b->q, h, b->qg, 2 * h, T * (int32_t)nh, (int32_t)h);
         op->copy2d(be, b->qgate, h, b->qg + h, 2 * h, T * (int32_t)nh, (int32_t)h);
     }
+    if (L->qk_norm_full) { /* over the whole projections, before RoPE (the prep's are per head) */
+        op->rmsnorm(be, b->q, b->q, &L->q_norm, T, c->n_heads * hd, c->rms_norm_eps,
+                    m->norm_offset);
+        op->rmsnorm(be, b->k, b->k, &L->k_norm, T, (int32_t)kv_row, c->rms_norm_eps,
+                    m->norm_offset);
+    }
+    if (L->qkv_clip > 0) {
+        const float lim = L->qkv_clip;
+        op->clamp(be, b->q, (size_t)T * (size_t)c->n_heads * (size_t)hd, -lim, lim);
+        op->clamp(be, b->k, (size_t)T * kv_row, -lim, lim);
+        op->clamp(be, b->v, (size_t)T * kv_row, -lim, lim);
+    }
+    const int head_norms = L->q_norm.data && !L->qk_norm_full;
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     const sl_qkv_args qa = {
@@ -320,8 +352,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .v = b->v,
         .kc = kc,
         .vc = vc,
-        .q_norm = L->q_norm.data ? &L->q_norm : NULL,
-        .k_norm = L->q_norm.data ? &L->k_norm : NULL,
+        .q_norm = head_norms ? &L->q_norm : NULL,
+        .k_norm = head_norms ? &L->k_norm : NULL,
         .T = T,
         .pos0 = pos0,
         .n_heads = c->n_heads,
@@ -399,6 +431,9 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     /* Straight into the caller's buffer when backend memory is host memory. */
     float *dst = be->device ? s->b.logits : logits;
     be->ops->matmul(be, dst, x, &m->lm_head, NULL, rows);
+    if (m->cfg.logit_softcap > 0) /* c tanh(logits / c), as transformers divides, then scales */
+        be->ops->activate(be, dst, dst, (size_t)rows * (size_t)m->cfg.vocab_size,
+                          m->cfg.logit_softcap, m->cfg.logit_softcap, SL_ACT_TANH);
     if (s->defer_logits) return; /* sl_session_forward copies them after the graph */
     be->ops->to_host(be, logits, dst, (size_t)rows * (size_t)m->cfg.vocab_size * sizeof(float));
 }

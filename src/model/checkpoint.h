@@ -60,6 +60,13 @@ int32_t sl_ckpt_locate(const sl_ckpt *ck, const void *p, uint64_t *off);
 /* The file an entry is in, for messages. */
 const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e);
 
+/* Whether a checkpoint tensor is (a part of) routed experts, which the expert store holds, by
+ * its name: ".experts." in it ("layers.N.mlp.experts.gate_up_proj", Gemma 4's
+ * "layers.N.experts.down_proj"; not "shared_experts"). */
+static inline int sl_ckpt_is_expert_name(const char *name) {
+    return strstr(name, ".experts.") != NULL;
+}
+
 /* Looks a tensor up by (unprefixed) name; NULL when absent. */
 const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name);
 

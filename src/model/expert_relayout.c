@@ -124,8 +124,8 @@ static sl_status bind_layer(const sl_model *m, int32_t l, sl_expert_src *src, sl
     const int64_t H = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
     const int halves = m->cfg.expert_layout == SL_EXPERT_LAYOUT_IN_OUT;
     char pre[96], name[160];
-    snprintf(pre, sizeof pre, "layers.%%d.%s.experts.",
-             m->family->ffn_name ? m->family->ffn_name : "mlp");
+    snprintf(pre, sizeof pre, "layers.%%d.%s.",
+             m->family->experts_module ? m->family->experts_module : "mlp.experts");
     snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj_blocks", l);
     const int mx = !halves && sl_ckpt_find(ck, name) != NULL;
     sl_tensor t[6];

@@ -262,23 +262,48 @@ sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_s
     return st;
 }
 
-/* Whether a checkpoint tensor is a routed expert's, by its (Hugging Face) name. */
-static int is_expert_name(const char *n) {
-    return strstr(n, ".mlp.experts.") || strstr(n, ".feed_forward.experts.");
-}
-
 /* Which group of weights a checkpoint tensor belongs to, by its (Hugging Face) name. */
 static int weight_group(const sl_tensor *t) {
     const char *n = t->name;
-    if (is_expert_name(n)) return 0;
+    if (sl_ckpt_is_expert_name(n)) return 0;
     if (strstr(n, "shared_expert")) return 1;
     if (t->ndim < 2) return 7;
     if (strstr(n, ".self_attn.")) return 2;
     if (strstr(n, ".linear_attn.")) return 3;
-    if (strstr(n, "mlp.gate.weight") || strstr(n, ".router.weight")) return 4;
+    if (strstr(n, "mlp.gate.weight") || strstr(n, ".router.proj.") || strstr(n, ".router.weight"))
+        return 4;
     if (strstr(n, "embed_tokens")) return 5;
     if (strstr(n, "lm_head")) return 6;
     return 8;
+}
+
+/* "sigmoid + selection bias, top-8 of the best 4 of 8 groups, renormalised, x2.5; weights on
+ * the experts' inputs": the router rule (sl_route_cfg) in words. */
+static void describe_router(const sl_model *m, char *buf, size_t cap) {
+    const sl_config *c = &m->cfg;
+    const sl_route_cfg r = sl_config_route(c);
+    int has_bias = 0, has_sb = 0, has_es = 0;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        has_bias |= m->layers[l].router_bias.data != NULL;
+        has_sb |= m->layers[l].select_bias.data != NULL;
+        has_es |= m->layers[l].expert_scale.data != NULL;
+    }
+    static const char *const score[] = {"softmax, then top-%d", "top-%d, then softmax",
+                                        "sigmoid, top-%d", "top-%d, then sigmoid"};
+    if (c->n_experts <= 0) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, cap, score[r.score], c->n_experts_used);
+#define ADD(...) (n += n < cap ? (size_t)snprintf(buf + n, cap - n, __VA_ARGS__) : 0)
+    if (has_bias) ADD(", linear bias");
+    if (has_sb) ADD(" by score + correction bias");
+    if (r.n_group > 1) ADD(" from the best %d of %d groups", r.topk_group, r.n_group);
+    if (r.renormalize) ADD(", renormalised");
+    if (has_es) ADD(", per-expert scales");
+    if (r.scale != 0.0f && r.scale != 1.0f) ADD(", x%g", (double)r.scale);
+    if (c->moe_weight_input) ADD("; weights on the experts' inputs");
+#undef ADD
 }
 
 /* "experts Q4_K 4.50 bpw (67%), Q6_K 6.56 (33%); attention ..." : per group of weights, each
@@ -299,7 +324,7 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         const sl_tensor *t = m->ck.entries[i].t;
         const size_t len = strlen(t->name);
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
-        if (relaid && is_expert_name(t->name) && !strstr(t->name, "_bias")) continue;
+        if (relaid && sl_ckpt_is_expert_name(t->name) && !strstr(t->name, "_bias")) continue;
         if (sl_tensor_is_fp8(t)) fp8_rows = t->brows, fp8_cols = t->group;
         double n = 1;
         for (int32_t d = 0; d < t->ndim; d++)
@@ -421,6 +446,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
+    if (!st) describe_router(m, m->router, sizeof m->router);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
@@ -463,7 +489,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     int64_t resident = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
-        if (is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
+        if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
         const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
         resident += (int64_t)t->nbytes;
@@ -506,6 +532,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .shared_expert = shared,
         .packed = m->kind == SL_MODEL_PACK,
         .types = m->types,
+        .router = m->router,
         .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
                   : m->kind == SL_MODEL_GGUF ? "GGUF"
                   : m->ck.mlx_bits           ? "MLX"
@@ -562,7 +589,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t nkv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     const size_t I = (size_t)SL_MAX(c->intermediate_size,
                                     SL_MAX(c->moe_intermediate_size, c->shared_intermediate_size));
-    const size_t kv = (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
+    const size_t kv =
+        s->model->family->own_kv_cache ? 0 : (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
     const size_t rope = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
     const size_t nlin = c->n_linear_layers ? (size_t)c->n_layers : 0;
     const size_t nv = (size_t)c->lin_n_value_heads;

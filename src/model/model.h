@@ -16,6 +16,8 @@ typedef struct sl_layer {
     sl_tensor wq, wk, wv, wo; /* [nh*hd, H], [nkv*hd, H], [nkv*hd, H], [H, nh*hd] */
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
+    int32_t qk_norm_full;     /* ... over the whole projection: [nh*hd], [nkv*hd] (OLMoE) */
+    float qkv_clip;           /* blk_attn_opts.qkv_clip */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
     sl_tensor sinks;          /* [nh]: attention sinks (sl_attn_args.sinks) */
     int32_t window;           /* sliding window of the layer's attention (0: none) */
@@ -67,6 +69,7 @@ struct sl_model {
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t kind;      /* sl_model_kind: where it was loaded from */
     char types[768];   /* sl_model_info.types */
+    char router[160];  /* sl_model_info.router */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
     /* the pack's format version (1: no checksums) */
@@ -175,6 +178,16 @@ struct sl_family {
     /* Its checkpoint's FFN names: layers.N.<ffn_name>.{gate_proj, up_proj, down_proj,
      * <router_name>, shared_expert, experts} ("mlp" and "gate" when NULL). */
     const char *ffn_name, *router_name;
+    /* config.json's attention keys are the family's (its read_config sets rope_theta and
+     * rot_dim): RoPE parameters per layer type (Gemma 4), which the shared parser refuses, and
+     * layer_types / sliding_window with the family's own defaults. */
+    int own_attention_config;
+    /* The family keeps its own KV cache (layers of different shapes): the shared one
+     * (sl_session.kcache, vcache) is not carved. */
+    int own_kv_cache;
+    /* Where a layer's routed experts sit in the checkpoint, "layers.N.<this>.gate_up_proj"
+     * and so on (blk_bind_experts); NULL: "mlp.experts". */
+    const char *experts_module;
 };
 
 /* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */

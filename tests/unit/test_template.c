@@ -62,7 +62,7 @@ TEST(test_llama4_render) {
     sl_chat_template_from_source("{{- bos_token }}{{- '<|header_start|>' + message['role'] + "
                                  "'<|header_end|>\\n\\n' }}{{- \"<|eot|>\" }}",
                                  &t);
-    CHECK(t.kind == SL_TEMPLATE_LLAMA4 && !strcmp(sl_chat_template_name(&t), "Llama-4"));
+    CHECK(t.kind == SL_TEMPLATE_LLAMA4 && !strcmp(sl_chat_template_kind_name(t.kind), "Llama-4"));
     const sl_chat_msg msgs[] = {{"system", "  Be brief.\n"}, {"user", " Hi "}, {"system", " x "}};
     sl_chat_render(&t, msgs, 3, 1, 0, buf, sizeof buf);
     const char *want = "<|begin_of_text|><|header_start|>system<|header_end|>\n\nBe brief.<|eot|>"
@@ -74,6 +74,38 @@ TEST(test_llama4_render) {
     sl_chat_render(&t, msgs + 1, 1, 0, 0, buf, sizeof buf);
     CHECKF(!strcmp(buf, "<|begin_of_text|><|header_start|>user<|header_end|>\n\n Hi <|eot|>"), "%s",
            buf);
+}
+
+/* GLM-4.5: recognised by its own text; the renderings transformers gives with its
+ * chat_template.jinja (the reasoning kept after the last user turn only, /nothink and an empty
+ * think block when thinking is off). */
+TEST(test_glm_render) {
+    sl_chat_template t;
+    char buf[1024];
+    sl_chat_template_from_source("[gMASK]<sop>\n{%- if tools -%}...{%- if m.role == 'user' -%}"
+                                 "<|user|>\n{{ content }}{{- '/nothink' if ... -}}<|assistant|>",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_GLM && t.thinking_switch);
+    const sl_chat_msg c1[] = {{"system", "You are a helpful assistant"},
+                              {"user", "Hello"},
+                              {"assistant", "Hi there"},
+                              {"user", "How are you?"}};
+    sl_chat_render(&t, c1, 4, 1, 1, buf, sizeof buf);
+    const char *want = "[gMASK]<sop><|system|>\nYou are a helpful assistant<|user|>\nHello"
+                       "<|assistant|>\n<think></think>\nHi there<|user|>\nHow are you?"
+                       "<|assistant|>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    sl_chat_render(&t, conv, 4, 1, 0, buf, sizeof buf);
+    want = "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi/nothink<|assistant|>\n<think></think>"
+           "\nHello!<|user|>\n2+2?/nothink<|assistant|>\n<think></think>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* reasoning after the last user turn stays, stripped */
+    const sl_chat_msg c2[] = {{"user", "2+2?/nothink"},
+                              {"assistant", "<think>\n add them \n</think>\n\n 4 \n"}};
+    sl_chat_render(&t, c2, 2, 0, 0, buf, sizeof buf);
+    want = "[gMASK]<sop><|user|>\n2+2?/nothink<|assistant|>\n<think>add them</think>\n4";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    CHECK(!strcmp(sl_chat_template_kind_name(t.kind), "GLM-4.5"));
 }
 
 /* gpt-oss's harmony format, as its chat_template renders this conversation (date and reasoning
@@ -143,6 +175,47 @@ TEST(test_chat_template_detect) {
     CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK && t.kind == SL_TEMPLATE_CHATML &&
           !t.thinking_switch);
     CHECK(sl_chat_template_detect("/nonexistent", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_RAW);
+}
+/* Gemma 4 (its 26B/31B jinja's pieces, as the Jinja source spells them) and Gemma 2/3. */
+TEST(test_gemma_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    const sl_chat_msg g4[] = {
+        {"system", "  Be brief.\n"},
+        {"user", "Hi "},
+        {"assistant", "<|channel>thought\nhello?<channel|> Hello!<|channel>x<channel|>\n"},
+        {"user", "2+2?"},
+    };
+    sl_chat_template_from_source("{{- bos_token -}}{%- if enable_thinking -%}{{- '<|think|>\\n' "
+                                 "-}}...{{- '<|turn>model\\n' -}}{%- if not enable_thinking "
+                                 "-%}{{- '<|channel>thought\\n<channel|>' -}}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_GEMMA4 && t.thinking_switch && t.empty_thought && t.think_newline);
+    sl_chat_render(&t, g4, 4, 1, 0, buf, sizeof buf);
+    const char *want = "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n"
+                       "<|turn>model\nHello!<turn|>\n<|turn>user\n2+2?<turn|>\n"
+                       "<|turn>model\n<|channel>thought\n<channel|>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* thinking on: the think token opens a system turn, even without a system message */
+    sl_chat_render(&t, g4 + 1, 1, 1, 1, buf, sizeof buf);
+    want = "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* the E2B/E4B templates: no empty thought channel */
+    sl_chat_template_from_source("<|turn>user", &t);
+    CHECK(t.kind == SL_TEMPLATE_GEMMA4 && !t.empty_thought && !t.thinking_switch);
+    sl_chat_render(&t, g4 + 1, 1, 1, 1, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<bos><|turn>user\nHi<turn|>\n<|turn>model\n"), "%s", buf);
+    /* Gemma 3: the system message opens the first turn */
+    sl_chat_template_from_source("{{ bos_token }}...<start_of_turn>", &t);
+    CHECK(t.kind == SL_TEMPLATE_GEMMA);
+    const sl_chat_msg g3[] = {{"system", "Be brief."}, {"user", " Hi"}, {"assistant", "Hello!"}};
+    sl_chat_render(&t, g3, 3, 1, 0, buf, sizeof buf);
+    want = "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+           "Hello!<end_of_turn>\n<start_of_turn>model\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    CHECK(sl_chat_template_from_name("gemma4", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_GEMMA4);
+    CHECK(sl_chat_template_from_name("gemma", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_GEMMA);
 }
 
 TEST(test_generation_config) {

@@ -324,12 +324,14 @@ static sl_ops make_ops(void) {
     o.qkv_prep = FLUSHED(cu_qkv_prep);
     o.attention = FLUSHED(cu_attention);
     o.swiglu = FLUSHED(cu_swiglu);
+    o.act_mul = FLUSHED(cu_act_mul);
     o.swiglu_clamped = FLUSHED(cu_swiglu_clamped);
     o.add_bias = FLUSHED(cu_add_bias);
     o.axpy = FLUSHED(cu_axpy);
     o.weighted_sum = FLUSHED(cu_weighted_sum);
     o.moe_route = cu_moe_route;
     o.scale_rows = FLUSHED(cu_scale_rows);
+    o.clamp = FLUSHED(cu_clamp);
     o.moe_experts = FLUSHED(cu_moe_experts);
     o.sigmoid_mul = FLUSHED(cu_sigmoid_mul);
     o.l2norm = FLUSHED(cu_l2norm);
