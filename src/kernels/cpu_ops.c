@@ -511,6 +511,7 @@ static const sl_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
+    .latent_attention = sl_latent_attention_cpu,
     .swiglu = cpu_swiglu,
     .axpy = cpu_axpy,
     .sigmoid_mul = cpu_sigmoid_mul,
