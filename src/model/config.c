@@ -2,7 +2,7 @@
  * config.json parsing with jansson. Keys follow transformers 5.17: RoPE's base
  * may sit at the top level ("rope_theta") or inside "rope_parameters" (the
  * 5.x spelling) or "rope_scaling", with transformers' precedence (parse_rope);
- * only the default RoPE type is supported.
+ * the default RoPE type and YaRN are supported.
  */
 #include "model/config.h"
 
@@ -54,8 +54,54 @@ sl_status sl_config_num(const json_t *o, const char *key, double dflt, double lo
     return SL_OK;
 }
 
+/* YaRN's keys of rope dict rp (named name), resolved as _compute_yarn_parameters does: factor
+ * (max_position / original when absent), beta_fast and beta_slow (32 and 1 when absent or 0),
+ * truncate (default on), and attention_factor (the key's, else 0.1 ln(factor) + 1, or with both
+ * mscale and mscale_all_dim the ratio of their two such terms). original_max_position_embeddings
+ * at the top level wins over the dict's (RotaryEmbeddingConfigMixin), and max_position stands
+ * in for both. */
+static double yarn_mscale(double scale, double mscale) {
+    return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+static sl_status parse_yarn(sl_config *c, const json_t *root, const json_t *rp, const char *path,
+                            sl_error *err) {
+    sl_rope_scaling *r = &c->rope;
+    const char *ok = "original_max_position_embeddings";
+    double orig = c->max_position;
+    int32_t trunc = 1;
+    sl_status st;
+    if ((st = sl_config_num(json_object_get(root, ok) ? root : rp, ok, orig, 1, 0, 1e12, &orig,
+                            path, err)))
+        return st;
+    r->original_max_position = orig;
+    r->attention_factor = NAN;
+    if ((st = sl_config_num(rp, "factor", c->max_position / orig, 0, 1, 1e9, &r->factor, path,
+                            err)) ||
+        (st = sl_config_num(rp, "beta_fast", 0, -1e9, 0, 1e9, &r->beta_fast, path, err)) ||
+        (st = sl_config_num(rp, "beta_slow", 0, -1e9, 0, 1e9, &r->beta_slow, path, err)) ||
+        (st = sl_config_num(rp, "mscale", 0, -1e9, 0, 1e9, &r->mscale, path, err)) ||
+        (st = sl_config_num(rp, "mscale_all_dim", 0, -1e9, 0, 1e9, &r->mscale_all_dim, path,
+                            err)) ||
+        (json_object_get(rp, "attention_factor") &&
+         (st = sl_config_num(rp, "attention_factor", 1, 0, 1, 1e9, &r->attention_factor, path,
+                             err))) ||
+        (st = sl_config_int(rp, "truncate", 1, 0, 1, &trunc, path, err)))
+        return st;
+    if (r->beta_fast == 0) r->beta_fast = 32; /* Python's `or`: 0 takes the default too */
+    if (r->beta_slow == 0) r->beta_slow = 1;
+    r->truncate = trunc;
+    if (!isnan(r->attention_factor)) return SL_OK;
+    if (r->mscale != 0 && r->mscale_all_dim != 0)
+        r->attention_factor =
+            yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim);
+    else
+        r->attention_factor = yarn_mscale(r->factor, 1);
+    return SL_OK;
+}
+
 /*
- * RoPE parameters: base frequency and partial rotation; rejects scaled variants. The
+ * RoPE parameters: base frequency, partial rotation and the scaling type (default or YaRN). The
  * precedence is transformers 5.17's (RotaryEmbeddingConfigMixin): "rope_scaling", when present
  * and not empty, stands in for "rope_parameters" as a whole; the keys of that one dict win, and
  * the top-level "rope_theta" and "partial_rotary_factor" only fill what it lacks (a config with
@@ -85,11 +131,16 @@ static sl_status parse_rope(sl_config *c, const json_t *root, const char *path, 
         }
         json_t *type = json_object_get(rp, "rope_type");
         if (!type) type = json_object_get(rp, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "default") == 0))
+        const char *tn = json_is_string(type) ? json_string_value(type) : NULL;
+        if (tn && strcmp(tn, "yarn") == 0)
+            c->rope.type = SL_ROPE_YARN;
+        else if (type && !(tn && strcmp(tn, "default") == 0))
             return sl_fail(err, SL_ERR_UNSUPPORTED,
-                           "%s: %s.rope_type '%s' is not supported (only 'default')", path, name,
-                           json_is_string(type) ? json_string_value(type) : "?");
+                           "%s: %s.rope_type '%s' is not supported ('default' or 'yarn')", path,
+                           name, tn ? tn : "?");
     }
+    c->rope.attention_factor = 1.0;
+    if (c->rope.type == SL_ROPE_YARN && (st = parse_yarn(c, root, rp, path, err))) return st;
     const json_t *theta_from = json_object_get(rp, "rope_theta") ? rp : root;
     const json_t *partial_from = json_object_get(rp, "partial_rotary_factor") ? rp : root;
     /* The inverse frequencies are theta^(-2i/rot) in float32: a base below 1 makes them grow

@@ -11,6 +11,27 @@
 typedef struct sl_family sl_family;
 typedef struct json_t json_t; /* jansson's */
 
+typedef enum sl_rope_type {
+    SL_ROPE_DEFAULT = 0, /* inv_freq[i] = theta^(-2i/rot) */
+    SL_ROPE_YARN = 1,    /* YaRN: interpolated below the correction range, extrapolated above,
+                          * a linear ramp between; cos and sin scaled by attention_factor */
+} sl_rope_type;
+
+/* rope_parameters' scaling (transformers 5.17, modeling_rope_utils.py), resolved at parse:
+ * model/rope.h turns it into inverse frequencies. Zero for the default type. */
+typedef struct sl_rope_scaling {
+    sl_rope_type type;
+    double factor;                /* yarn: context extension (max_position / original when absent) */
+    double beta_fast, beta_slow;  /* yarn: rotations bounding the ramp (32 and 1 by default) */
+    double original_max_position; /* yarn: the pre-training context */
+    int32_t truncate;             /* yarn: floor/ceil the correction range (default on) */
+    /* multiplies cos and sin (yarn: the key's value, else from factor, mscale and
+     * mscale_all_dim); 1 for the default type */
+    double attention_factor;
+    double mscale, mscale_all_dim; /* yarn: as given, 0 when absent (DeepSeek-V3's softmax scale
+                                    * uses them too) */
+} sl_rope_scaling;
+
 typedef struct sl_config {
     char arch[64]; /* model_type */
     int32_t vocab_size;
@@ -33,6 +54,7 @@ typedef struct sl_config {
     int32_t max_position;
     float rms_norm_eps;
     double rope_theta;
+    sl_rope_scaling rope;
     uint8_t *layer_is_moe; /* [n_layers]: 1 = routed experts, 0 = dense FFN */
     /* Gated DeltaNet (linear attention) of the hybrid families; zero when absent. */
     uint8_t *layer_is_linear; /* [n_layers]: 1 = linear attention, 0 = full attention */

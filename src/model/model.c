@@ -17,6 +17,7 @@
 #include "format/pack.h"
 #include "model/blocks.h"
 #include "model/gguf_ckpt.h"
+#include "model/rope.h"
 
 /* A packed model's config is the "config" object of its manifest; *version its format. */
 /* A pack's manifest: its config into cfg, its format version, and (gv, may be NULL) the values
@@ -542,7 +543,8 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t nkv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     const size_t I = (size_t)SL_MAX(c->intermediate_size,
                                     SL_MAX(c->moe_intermediate_size, c->shared_intermediate_size));
-    const size_t kv = (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
+    const size_t kv =
+        s->model->family->own_kv_cache ? 0 : (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
     const size_t rope = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
     const size_t nlin = c->n_linear_layers ? (size_t)c->n_layers : 0;
     const size_t nv = (size_t)c->lin_n_value_heads;
@@ -592,23 +594,15 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->h_hidden = carve(hv, H, sizeof(float));
 }
 
-/* cos/sin of pos * theta^(-2i/rot), in float32 as transformers computes them; built on the
- * host, then copied to backend memory. */
+/* cos/sin of pos * inv_freq (model/rope.h: the config's scaling type, in float32 as
+ * transformers computes them); built on the host, then copied to backend memory. */
 static sl_status fill_rope(sl_session *s, sl_error *err) {
     const sl_config *c = &s->model->cfg;
     const sl_backend *be = &s->model->be;
-    const int32_t half = c->rot_dim / 2;
-    const size_t n = (size_t)s->max_ctx * (size_t)half;
+    const size_t n = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
     float *cs = malloc(2 * n * sizeof(float));
     if (!cs) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
-    for (int32_t i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->rot_dim);
-        for (int32_t p = 0; p < s->max_ctx; p++) {
-            float ang = (float)p * inv;
-            cs[(size_t)p * (size_t)half + (size_t)i] = cosf(ang);
-            cs[n + (size_t)p * (size_t)half + (size_t)i] = sinf(ang);
-        }
-    }
+    sl_rope_tables(&c->rope, c->rope_theta, c->rot_dim, s->max_ctx, cs, cs + n);
     be->ops->to_dev(be, s->rope_cos, cs, n * sizeof(float));
     be->ops->to_dev(be, s->rope_sin, cs + n, n * sizeof(float));
     free(cs);

@@ -162,6 +162,9 @@ struct sl_family {
     int graph_steps;
     /* The sublayer and final norms are the family's own (bound optional; blk_norm_flags). */
     int own_norms;
+    /* The family keeps its own KV cache (layers of different shapes; MLA's latent rows): the
+     * shared one (sl_session.kcache, vcache) is not carved. */
+    int own_kv_cache;
 };
 
 /* The family running model_type arch, or NULL (families/families.c); the names of those
