@@ -96,7 +96,7 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/san/%.o)
 SAN_UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/san/%.o)
 
-.PHONY: all test unit parity cli-test server-test fault-test san fuzz-smoke fuzz bench run format clean
+.PHONY: all test unit parity fam-test cli-test server-test fault-test san fuzz-smoke fuzz bench run format clean
 
 all: $(BUILD)/sluice
 	@echo "sluice built: $(BUILD)/sluice ($(BACKENDS); SIMD chosen at run time$(if $(DEPS),; libraries from $(DEPS)))"
@@ -143,6 +143,10 @@ unit: $(BUILD)/test_unit $(QWEN3_TOK)
 cli-test: $(BUILD)/sluice $(QWEN3_TOK)
 	bash tests/cli_test.sh $(BUILD)/sluice tests/fixtures
 	bash tests/mlx_test.sh $(BUILD)/sluice tests/fixtures
+
+# The issue-27 families against transformers (tests/fixtures/fam); FAM_CASES picks cases.
+fam-test: $(BUILD)/sluice
+	PYTHON=/usr/bin/python3 bash tests/fam_test.sh $(BUILD)/sluice $(FAM_CASES)
 
 # The OpenAI-compatible server driven by the official `openai` npm client
 # (installed into tests/server/node_modules on first run), curl and a load test.
