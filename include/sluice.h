@@ -165,6 +165,8 @@ typedef struct sl_model_info {
     int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */
     int32_t pack_version;       /* packed: the format version (1: no checksums, nothing read is
                                  * verified; 'sluice verify --upgrade' adds them) */
+    const char *attention;      /* the family's attention when not plain (multi-head latent
+                                 * attention), one line; NULL otherwise */
 } sl_model_info;
 
 /* What a MODEL path can be. */

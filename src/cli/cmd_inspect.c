@@ -53,6 +53,7 @@ int cli_inspect(int argc, char **argv) {
     printf("layers         %d (%d with routed experts)\n", i.n_layers, i.n_moe_layers);
     printf("hidden         %d, %d heads / %d KV heads of %d\n", i.hidden_size, i.n_heads,
            i.n_kv_heads, i.head_dim);
+    if (i.attention) printf("attention      %s\n", i.attention);
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
