@@ -6,8 +6,20 @@
 
 #include "format/gguf.h"
 
+/* DeepSeek's turn markers (U+FF5C bars, U+2581 for the spaces): the text of added tokens. */
+#define DS_BOS       "<｜begin▁of▁sentence｜>"
+#define DS_EOS       "<｜end▁of▁sentence｜>"
+#define DS_USER      "<｜User｜>"
+#define DS_ASSISTANT "<｜Assistant｜>"
+
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
+    if (jinja && strstr(jinja, DS_USER) && strstr(jinja, DS_ASSISTANT)) {
+        t->kind = SL_TEMPLATE_DEEPSEEK;
+        t->join_system = strstr(jinja, "is_first_sp") != NULL;
+        t->strip_think = strstr(jinja, "</think>") != NULL;
+        return;
+    }
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
     t->kind = SL_TEMPLATE_CHATML;
     t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
@@ -25,14 +37,19 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_error *err) {
     memset(t, 0, sizeof *t);
     if (!strcmp(name, "raw")) return SL_OK;
+    if (!strcmp(name, "deepseek")) {
+        t->kind = SL_TEMPLATE_DEEPSEEK;
+        t->join_system = 1;
+        return SL_OK;
+    }
     t->kind = SL_TEMPLATE_CHATML;
     if (!strcmp(name, "chatml")) return SL_OK;
     if (!strcmp(name, "chatml-think")) {
         t->thinking_switch = 1;
         return SL_OK;
     }
-    return sl_fail(err, SL_ERR_ARG, "unknown chat template '%s' (chatml, chatml-think or raw)",
-                   name);
+    return sl_fail(err, SL_ERR_ARG,
+                   "unknown chat template '%s' (chatml, chatml-think, deepseek or raw)", name);
 }
 
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error *err) {
@@ -115,8 +132,44 @@ static const char *strip_think(const char *s) {
     return end;
 }
 
+/* DeepSeek's template: BOS, the system prompt, then the user and assistant turns (other roles
+ * render nothing: its tool turns are not supported). */
+static void render_deepseek(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                            int add_generation_prompt, chat_sink *k) {
+    put_tpl(k, DS_BOS);
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!strcmp(msgs[i].role, "system")) last = i;
+    for (int32_t i = 0, first = 1; i < n; i++) {
+        if (strcmp(msgs[i].role, "system") || (!t->join_system && i != last)) continue;
+        if (!first) put_tpl(k, "\n\n");
+        k->put(k, msgs[i].content, strlen(msgs[i].content), 1);
+        first = 0;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *text = msgs[i].content;
+        if (!strcmp(msgs[i].role, "user")) {
+            put_tpl(k, DS_USER);
+            k->put(k, text, strlen(text), 1);
+        } else if (!strcmp(msgs[i].role, "assistant")) {
+            if (t->strip_think) { /* content.split('</think>')[-1] */
+                for (const char *p = strstr(text, "</think>"); p; p = strstr(text, "</think>"))
+                    text = p + 8;
+            }
+            put_tpl(k, DS_ASSISTANT);
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, DS_EOS);
+        }
+    }
+    if (add_generation_prompt) put_tpl(k, DS_ASSISTANT);
+}
+
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
+    if (t->kind == SL_TEMPLATE_DEEPSEEK) {
+        render_deepseek(t, msgs, n, add_generation_prompt, k);
+        return;
+    }
     if (t->kind == SL_TEMPLATE_RAW) {
         for (int32_t i = 0; i < n; i++)
             k->put(k, msgs[i].content, strlen(msgs[i].content), 1);

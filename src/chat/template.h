@@ -12,6 +12,13 @@
  *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
  *   is off, and earlier assistant turns stripped of their <think> block.
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
+ *
+ *   DeepSeek (V3, R1; <｜User｜> and <｜Assistant｜> in the template):
+ *     <｜begin▁of▁sentence｜>{system}<｜User｜>{text}<｜Assistant｜>{text}<｜end▁of▁sentence｜>
+ *     ...<｜Assistant｜>                               (generation prompt)
+ *   the system messages joined by "\n\n" where the template joins them (V3-0324 and later),
+ *   else the last one; earlier assistant turns stripped of their reasoning (up to </think>)
+ *   where the template does that (R1).
  */
 #ifndef SL_TEMPLATE_H
 #define SL_TEMPLATE_H
@@ -22,12 +29,15 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
+    SL_TEMPLATE_DEEPSEEK = 2,
 } sl_template_kind;
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
     int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
     char default_system[128]; /* inserted when the conversation has no system message */
+    int32_t join_system;      /* DeepSeek: every system message, "\n\n" between (else the last) */
+    int32_t strip_think;      /* DeepSeek: earlier assistant turns lose their reasoning */
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -46,7 +56,7 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "deepseek", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
 /*

@@ -80,7 +80,10 @@ int cli_inspect(int argc, char **argv) {
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
     }
-    printf("chat template  %s%s%s\n", t.kind == SL_TEMPLATE_CHATML ? "ChatML" : "none (raw text)",
+    printf("chat template  %s%s%s\n",
+           t.kind == SL_TEMPLATE_CHATML     ? "ChatML"
+           : t.kind == SL_TEMPLATE_DEEPSEEK ? "DeepSeek"
+                                            : "none (raw text)",
            t.thinking_switch ? ", thinking switch" : "",
            t.default_system[0] ? ", default system message" : "");
     printf("end of turn    ");
