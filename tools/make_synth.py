@@ -45,6 +45,21 @@ PRESETS = {
                       make_ngram_vocab_size_divisible_by=128, ple_conv_kernel_size=4,
                       indexer_n_heads=8, indexer_kv_heads=1, indexer_head_dim=128,
                       indexer_budget=2048, indexer_compress_ratio=16, eos_token_id=248044),
+    # gpt-oss-120b layer shapes: 36 layers alternating sliding (128) / full attention with sinks,
+    # 128 experts top-4 stored in MXFP4 as the official checkpoint (*_blocks, *_scales).
+    "gpt-oss-120b": dict(model_type="gpt_oss", vocab_size=201088, hidden_size=2880,
+                         num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                         num_local_experts=128, num_experts_per_tok=4, intermediate_size=2880,
+                         sliding_window=128, num_hidden_layers=36, attention_bias=True),
+    # DeepSeek-V3 / R1 layer shapes: MLA (q LoRA 1536, KV latent 512 + 64 RoPE dims), 256
+    # experts top-8 in 8 groups (4 kept), one shared expert, the first 3 of 61 layers dense.
+    "deepseek-v3": dict(model_type="deepseek_v3", vocab_size=129280, hidden_size=7168,
+                        num_attention_heads=128, num_key_value_heads=128, q_lora_rank=1536,
+                        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                        v_head_dim=128, n_routed_experts=256, num_experts_per_tok=8, n_group=8,
+                        topk_group=4, n_shared_experts=1, routed_scaling_factor=2.5,
+                        moe_intermediate_size=2048, intermediate_size=18432,
+                        first_k_dense_replace=3, norm_topk_prob=True, num_hidden_layers=61),
     # Tiny layers with the real Qwen vocabulary: end-to-end tests of the text commands.
     "tiny-qwen-vocab": dict(model_type="qwen3_moe", vocab_size=151936, hidden_size=32,
                             num_attention_heads=2, num_key_value_heads=1, head_dim=16,
@@ -86,7 +101,7 @@ class Writer:
         self.path = path
         header, off = {}, 0
         for name, (dtype, shape) in specs.items():
-            n = int(np.prod(shape)) * (2 if dtype == "BF16" else 4)
+            n = int(np.prod(shape)) * {"BF16": 2, "U8": 1}.get(dtype, 4)
             header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
         header["__metadata__"] = {"format": "pt"}
@@ -132,6 +147,8 @@ def main():
         cfg["num_hidden_layers"] = a.layers
     if a.ngram_base:
         cfg["ngram_vocab_size_base"] = a.ngram_base
+    if cfg["model_type"] in ("gpt_oss", "deepseek_v3"):
+        return write_other(a, cfg)
     qwen4 = cfg["model_type"] == "qwen4_exp_text"
     hybrid = cfg["model_type"] in ("qwen3_5_moe_text", "qwen4_exp_text")
     cfg.update(rms_norm_eps=1e-6, max_position_embeddings=40960, hidden_act="silu",
@@ -240,6 +257,102 @@ def main():
         else:
             arr = bf16(rng, shape, 0.02)
         w.put(arr)
+        print(f"\r[{i + 1}/{len(specs)}] {name}".ljust(70), end="", file=sys.stderr, flush=True)
+    w.close()
+    print(f"\nwrote {a.out} ({os.path.getsize(os.path.join(a.out, 'model.safetensors')) / 1e9:.2f} GB)",
+          file=sys.stderr)
+
+
+def write_other(a, cfg):
+    """gpt-oss and DeepSeek-V3: their own tensor names (transformers'), written like main's."""
+    cfg.update(max_position_embeddings=131072, tie_word_embeddings=False, torch_dtype="bfloat16",
+               hidden_act="silu")
+    V, H, L = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]
+    nh = cfg["num_attention_heads"]
+    specs = {"model.embed_tokens.weight": ("BF16", (V, H)), "lm_head.weight": ("BF16", (V, H)),
+             "model.norm.weight": ("BF16", (H,))}
+    if cfg["model_type"] == "gpt_oss":
+        nkv, hd, E, I = cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_local_experts"], cfg["intermediate_size"]
+        cfg.update(architectures=["GptOssForCausalLM"], rms_norm_eps=1e-5,
+                   layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(L)],
+                   rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0,
+                                        beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                        original_max_position_embeddings=4096),
+                   quantization_config=dict(quant_method="mxfp4", modules_to_not_convert=[
+                       "model.layers.*.self_attn", "model.layers.*.mlp.router",
+                       "model.embed_tokens", "lm_head"]))
+        for l in range(L):
+            p = f"model.layers.{l}."
+            specs[p + "input_layernorm.weight"] = ("BF16", (H,))
+            specs[p + "post_attention_layernorm.weight"] = ("BF16", (H,))
+            for n, rows, cols in (("q", nh * hd, H), ("k", nkv * hd, H), ("v", nkv * hd, H), ("o", H, nh * hd)):
+                specs[p + f"self_attn.{n}_proj.weight"] = ("BF16", (rows, cols))
+                specs[p + f"self_attn.{n}_proj.bias"] = ("BF16", (rows,))
+            specs[p + "self_attn.sinks"] = ("BF16", (nh,))
+            specs[p + "mlp.router.weight"] = ("BF16", (E, H))
+            specs[p + "mlp.router.bias"] = ("BF16", (E,))
+            specs[p + "mlp.experts.gate_up_proj_blocks"] = ("U8", (E, 2 * I, H // 32, 16))
+            specs[p + "mlp.experts.gate_up_proj_scales"] = ("U8", (E, 2 * I, H // 32))
+            specs[p + "mlp.experts.gate_up_proj_bias"] = ("BF16", (E, 2 * I))
+            specs[p + "mlp.experts.down_proj_blocks"] = ("U8", (E, H, I // 32, 16))
+            specs[p + "mlp.experts.down_proj_scales"] = ("U8", (E, H, I // 32))
+            specs[p + "mlp.experts.down_proj_bias"] = ("BF16", (E, H))
+    else:
+        E, I, Id = cfg["n_routed_experts"], cfg["moe_intermediate_size"], cfg["intermediate_size"]
+        qr, kr = cfg["q_lora_rank"], cfg["kv_lora_rank"]
+        rd, nd, vd = cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+        cfg["first_k_dense_replace"] = min(cfg["first_k_dense_replace"], max(L - 2, 0))
+        cfg.update(architectures=["DeepseekV3ForCausalLM"], rms_norm_eps=1e-6, rope_interleave=True,
+                   max_position_embeddings=163840,
+                   rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0,
+                                        beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
+                                        original_max_position_embeddings=4096))
+        for l in range(L):
+            p = f"model.layers.{l}."
+            specs[p + "input_layernorm.weight"] = ("BF16", (H,))
+            specs[p + "post_attention_layernorm.weight"] = ("BF16", (H,))
+            q = p + "self_attn."
+            specs[q + "q_a_proj.weight"] = ("BF16", (qr, H))
+            specs[q + "q_a_layernorm.weight"] = ("BF16", (qr,))
+            specs[q + "q_b_proj.weight"] = ("BF16", (nh * (nd + rd), qr))
+            specs[q + "kv_a_proj_with_mqa.weight"] = ("BF16", (kr + rd, H))
+            specs[q + "kv_a_layernorm.weight"] = ("BF16", (kr,))
+            specs[q + "kv_b_proj.weight"] = ("BF16", (nh * (nd + vd), kr))
+            specs[q + "o_proj.weight"] = ("BF16", (H, nh * vd))
+            if l < cfg["first_k_dense_replace"]:
+                for n, rows, cols in (("gate", Id, H), ("up", Id, H), ("down", H, Id)):
+                    specs[p + f"mlp.{n}_proj.weight"] = ("BF16", (rows, cols))
+                continue
+            specs[p + "mlp.gate.weight"] = ("BF16", (E, H))
+            specs[p + "mlp.gate.e_score_correction_bias"] = ("F32", (E,))
+            Is = I * cfg["n_shared_experts"]
+            for n, rows, cols in (("gate", Is, H), ("up", Is, H), ("down", H, Is)):
+                specs[p + f"mlp.shared_experts.{n}_proj.weight"] = ("BF16", (rows, cols))
+            for e in range(E):
+                for n, rows, cols in (("gate", I, H), ("up", I, H), ("down", H, I)):
+                    specs[p + f"mlp.experts.{e}.{n}_proj.weight"] = ("BF16", (rows, cols))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    rng = np.random.default_rng(a.seed)
+    w = Writer(os.path.join(a.out, "model.safetensors"), specs)
+    for i, (name, (dtype, shape)) in enumerate(specs.items()):
+        nbytes = int(np.prod(shape)) * {"BF16": 2, "U8": 1}.get(dtype, 4)
+        if a.zero_experts and ".mlp.experts." in name and not name.endswith("_scales"):
+            w.hole(nbytes)
+            continue
+        if name.endswith("_blocks"):  # random FP4 codes
+            w.put(rng.integers(0, 256, size=shape, dtype=np.uint8))
+        elif name.endswith("_scales"):  # e8m0: weights of about 2^-6
+            w.put(rng.integers(119, 124, size=shape, dtype=np.uint8))
+        elif dtype == "F32":
+            w.put((rng.standard_normal(size=shape, dtype=np.float32) * 0.01).astype(np.float32))
+        elif name.endswith("norm.weight"):
+            w.put(np.full(shape, 0x3F80, dtype=np.uint16))
+        elif name.endswith("mlp.gate.weight") or name.endswith("router.weight"):
+            w.put(bf16(rng, shape, 0.05))
+        else:
+            w.put(bf16(rng, shape, 0.02))
         print(f"\r[{i + 1}/{len(specs)}] {name}".ljust(70), end="", file=sys.stderr, flush=True)
     w.close()
     print(f"\nwrote {a.out} ({os.path.getsize(os.path.join(a.out, 'model.safetensors')) / 1e9:.2f} GB)",
