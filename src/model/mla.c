@@ -35,7 +35,7 @@ static void widen_row(const sl_tensor *t, int64_t n, float *dst) {
  *     (4 bytes a weight: DeepSeek-V3's 128 heads make it 32 MiB a layer).
  * W_UV needs no copy: its rows are a view of kv_b_proj.
  */
-static sl_status make_uk_t(const blk_mla_dims *d, blk_mla_layer *L, sl_error *err) {
+sl_status blk_mla_make_uk_t(const blk_mla_dims *d, blk_mla_layer *L, sl_error *err) {
     const sl_tensor *kb = &L->kv_b;
     const int64_t nh = d->n_heads, dn = d->nope_dim, dv = d->v_dim, kv = d->kv_lora_rank;
     const int64_t rows = nh * kv;
@@ -132,7 +132,7 @@ sl_status blk_bind_mla(sl_model *m, int32_t l, const blk_mla_dims *d, blk_mla_la
                                        "kv_a_proj_with_mqa.bias")) ||
                     (st = sl_ckpt_bind(ck, &L->b_o, bias, SL_DIMS(H), err, p, l, "o_proj.bias"))))
         return st;
-    return make_uk_t(d, L, err);
+    return blk_mla_make_uk_t(d, L, err);
 }
 
 void blk_mla_free(blk_mla_layer *L) {

@@ -68,6 +68,8 @@ typedef struct blk_mla_buf {
  * W_UK^T. */
 sl_status blk_bind_mla(sl_model *m, int32_t l, const blk_mla_dims *d, blk_mla_layer *L,
                        sl_error *err);
+/* L->uk_t, W_UK^T of every head, from L->kv_b (bind calls it; mla.c says how). */
+sl_status blk_mla_make_uk_t(const blk_mla_dims *d, blk_mla_layer *L, sl_error *err);
 /* Releases what bind made. */
 void blk_mla_free(blk_mla_layer *L);
 /* L's tensors into out[n...] (out may be NULL); returns the count (sl_family.weights). */
