@@ -160,13 +160,13 @@ typedef struct sl_model_info {
     int32_t n_ple_layers;       /* Qwen4-Exp: layers with a PLE n-gram table */
     int64_t ple_table_bytes;    /* their tables, all together (kept on disk) */
     int32_t ple_rows_per_token; /* rows one token reads per PLE layer */
+    const char *attention;      /* the family's attention layout in words, or NULL (Llama-4:
+                                 * "chunked (8192) RoPE on 36 layers, full NoPE on 12, ...") */
     const char *backend;        /* "cpu" or "cuda" */
     int32_t gpu_expert_slots;   /* CUDA: expert slots per MoE layer in GPU memory */
     int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */
     int32_t pack_version;       /* packed: the format version (1: no checksums, nothing read is
                                  * verified; 'sluice verify --upgrade' adds them) */
-    const char *attention;      /* the family's attention when not plain (multi-head latent
-                                 * attention), one line; NULL otherwise */
 } sl_model_info;
 
 /* What a MODEL path can be. */

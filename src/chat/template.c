@@ -52,6 +52,12 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
                    "unknown chat template '%s' (chatml, chatml-think, deepseek or raw)", name);
 }
 
+const char *sl_chat_template_name(const sl_chat_template *t) {
+    return t->kind == SL_TEMPLATE_CHATML     ? "ChatML"
+           : t->kind == SL_TEMPLATE_DEEPSEEK ? "DeepSeek"
+                                             : "none (raw text)";
+}
+
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error *err) {
     char path[4096];
     struct stat sb;

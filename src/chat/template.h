@@ -58,6 +58,8 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
 /* By name: "chatml", "chatml-think" (with the thinking switch), "deepseek", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
+/* What a template is, in words ("ChatML", "DeepSeek", "none (raw text)"). */
+const char *sl_chat_template_name(const sl_chat_template *t);
 
 /*
  * Renders msgs into out (cap bytes, always NUL-terminated when cap > 0); returns

@@ -53,7 +53,6 @@ int cli_inspect(int argc, char **argv) {
     printf("layers         %d (%d with routed experts)\n", i.n_layers, i.n_moe_layers);
     printf("hidden         %d, %d heads / %d KV heads of %d\n", i.hidden_size, i.n_heads,
            i.n_kv_heads, i.head_dim);
-    if (i.attention) printf("attention      %s\n", i.attention);
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
@@ -66,6 +65,7 @@ int cli_inspect(int argc, char **argv) {
     printf("backend        %s", i.backend);
     if (i.gpu_expert_slots) printf(", %d expert slots per layer in GPU memory", i.gpu_expert_slots);
     printf("\n");
+    if (i.attention) printf("attention      %s\n", i.attention);
     if (i.n_ple_layers)
         printf("PLE            %d layer(s), n-gram tables %s on disk, %d rows per token "
                "and layer\n",
@@ -80,10 +80,7 @@ int cli_inspect(int argc, char **argv) {
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
     }
-    printf("chat template  %s%s%s\n",
-           t.kind == SL_TEMPLATE_CHATML     ? "ChatML"
-           : t.kind == SL_TEMPLATE_DEEPSEEK ? "DeepSeek"
-                                            : "none (raw text)",
+    printf("chat template  %s%s%s\n", sl_chat_template_name(&t),
            t.thinking_switch ? ", thinking switch" : "",
            t.default_system[0] ? ", default system message" : "");
     printf("end of turn    ");
