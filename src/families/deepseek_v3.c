@@ -5,8 +5,9 @@
  * part of each head, interleaved pairs by default, YaRN's mscale^2 in the softmax scale) and,
  * from layer first_k_dense_replace on, routed experts picked by sigmoid scores with a
  * correction bias, group-limited (n_group groups, topk_group kept), renormalised
- * (norm_topk_prob) and scaled (routed_scaling_factor), plus n_shared_experts shared experts
- * summed in ungated. As transformers 5.17's modeling_deepseek_v3.py computes it.
+ * (norm_topk_prob) and scaled (routed_scaling_factor): moe_route's SL_ROUTE_SIGMOID; plus
+ * n_shared_experts shared experts summed in ungated (one MLP n_shared_experts times as wide).
+ * As transformers 5.17's modeling_deepseek_v3.py computes it.
  */
 #include <jansson.h>
 #include <math.h>
@@ -18,16 +19,13 @@
 typedef struct ds3_config {
     blk_mla_dims mla;
     int32_t first_k_dense; /* first_k_dense_replace: layers before it are dense */
-    int32_t n_group, topk_group;
-    int32_t n_shared; /* n_shared_experts */
-    double routed_scaling;
-    char attn_info[192]; /* the inspect line */
+    int32_t n_shared;      /* n_shared_experts */
+    char attn_info[192];   /* the inspect line */
 } ds3_config;
 
-/* What the model adds (sl_model.fam): per layer its MLA weights and the router's bias. */
+/* What the model adds (sl_model.fam): per layer its MLA weights. */
 typedef struct ds3_layer {
     blk_mla_layer mla;
-    sl_tensor e_bias; /* [E] mlp.gate.e_score_correction_bias */
 } ds3_layer;
 
 /* transformers' yarn_get_mscale. */
@@ -72,8 +70,9 @@ static sl_status ds3_read_config(sl_config *c, const json_t *root, const char *p
         (st = sl_config_int(root, "n_routed_experts", 256, 0, 1 << 16, &c->n_experts, path, err)) ||
         (st = sl_config_int(root, "num_experts_per_tok", 8, 1, 1 << 16, &c->n_experts_used, path,
                             err)) ||
-        (st = sl_config_int(root, "n_group", 8, 1, 1 << 16, &dc->n_group, path, err)) ||
-        (st = sl_config_int(root, "topk_group", 4, 1, 1 << 16, &dc->topk_group, path, err)) ||
+        (st = sl_config_int(root, "n_group", 8, 1, SL_ROUTE_MAX_GROUPS, &c->n_group, path, err)) ||
+        (st = sl_config_int(root, "topk_group", 4, 1, SL_ROUTE_MAX_GROUPS, &c->topk_group, path,
+                            err)) ||
         (st = sl_config_int(root, "n_shared_experts", 1, 0, 1024, &dc->n_shared, path, err)) ||
         (st =
              sl_config_num(root, "routed_scaling_factor", 2.5, 0.0, 1, 1e6, &scaling, path, err)) ||
@@ -85,7 +84,10 @@ static sl_status ds3_read_config(sl_config *c, const json_t *root, const char *p
         return st;
     if (q_null) d->q_lora_rank = 0;
     if (nul) head_dim = d->rope_dim;
-    dc->routed_scaling = scaling;
+    /* the router: sigmoid scores, picked by score + e_score_correction_bias among the best
+     * topk_group groups, renormalised (norm_topk_prob; + 1e-20), times routed_scaling_factor */
+    c->route_score = SL_ROUTE_SIGMOID;
+    c->routed_scale = (float)scaling;
     /* Values transformers' own code cannot run: refused with what it would do. */
     if (head_dim != d->rope_dim)
         return sl_fail(err, SL_ERR_UNSUPPORTED,
@@ -113,17 +115,17 @@ static sl_status ds3_read_config(sl_config *c, const json_t *root, const char *p
                        "qk_rope_head_dim dims)",
                        path, json_number_value(prf));
     if (c->n_experts > 0) {
-        const int32_t E = c->n_experts, k = c->n_experts_used, g = dc->n_group;
+        const int32_t E = c->n_experts, k = c->n_experts_used, g = c->n_group;
         if (E % g != 0 || E / g < 2)
             return sl_fail(err, SL_ERR_UNSUPPORTED,
                            "%s: n_routed_experts %d in n_group %d groups: groups must be equal "
                            "and of at least 2 experts (each group scores by its top 2)",
                            path, E, g);
-        if (dc->topk_group > g || k > dc->topk_group * (E / g))
+        if (c->topk_group > g || k > c->topk_group * (E / g))
             return sl_fail(err, SL_ERR_FORMAT,
                            "%s: topk_group %d of n_group %d groups cannot hold "
                            "num_experts_per_tok %d experts",
-                           path, dc->topk_group, g, k);
+                           path, c->topk_group, g, k);
     }
     /* The attention geometry the shared code sees: RoPE over qk_rope_head_dim (head_dim), the
      * latent cache the family's own (sl_family.own_kv_cache). */
@@ -155,41 +157,23 @@ static sl_status ds3_read_config(sl_config *c, const json_t *root, const char *p
 static sl_status ds3_bind(sl_model *m, sl_error *err) {
     const sl_config *c = &m->cfg;
     const ds3_config *dc = c->fam;
-    const int64_t H = c->hidden_size, Is = c->shared_intermediate_size;
     ds3_layer *fl = sl_calloc((size_t)c->n_layers, sizeof *fl, err);
     if (!fl) return SL_ERR_NOMEM;
     m->fam = fl;
     sl_status st = blk_bind_globals(m, err);
-    const blk_ffn_opts ffn = {.shared_expert = 0};
-    for (int32_t l = 0; !st && l < c->n_layers; l++) {
-        sl_layer *L = &m->layers[l];
-        if ((st = blk_bind_mla(m, l, &dc->mla, &fl[l].mla, err)) ||
-            (st = blk_bind_ffn(m, l, &ffn, err)))
-            break;
-        if (!L->is_moe) continue;
-        const char *f = "layers.%d.mlp.shared_experts.%s.weight";
-        if ((st = sl_ckpt_bind(&m->ck, &fl[l].e_bias, SL_BIND_REQUIRED, SL_DIMS(c->n_experts), err,
-                               "layers.%d.mlp.gate.e_score_correction_bias", l)))
-            break;
-        if (Is > 0 && ((st = sl_ckpt_bind(&m->ck, &L->sh_gate, SL_BIND_REQUIRED, SL_DIMS(Is, H),
-                                          err, f, l, "gate_proj")) ||
-                       (st = sl_ckpt_bind(&m->ck, &L->sh_up, SL_BIND_REQUIRED, SL_DIMS(Is, H), err,
-                                          f, l, "up_proj")) ||
-                       (st = sl_ckpt_bind(&m->ck, &L->sh_down, SL_BIND_REQUIRED, SL_DIMS(H, Is),
-                                          err, f, l, "down_proj"))))
-            break;
-    }
+    /* the router's e_score_correction_bias; the shared experts (mlp.shared_experts, ungated) */
+    const blk_ffn_opts ffn = {.shared_experts = dc->n_shared > 0, .select_bias = 1};
+    for (int32_t l = 0; !st && l < c->n_layers; l++)
+        if (!(st = blk_bind_mla(m, l, &dc->mla, &fl[l].mla, err)))
+            st = blk_bind_ffn(m, l, &ffn, err);
     return st;
 }
 
 static int32_t ds3_weights(sl_model *m, sl_tensor **out) {
     ds3_layer *fl = m->fam;
     int32_t n = 0;
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    for (int32_t l = 0; l < m->cfg.n_layers; l++)
         n += blk_mla_weights(&fl[l].mla, out ? out + n : NULL);
-        if (out) out[n] = &fl[l].e_bias;
-        n++;
-    }
     return n;
 }
 
@@ -214,7 +198,7 @@ static void ds3_session_layout(sl_session *s, sl_carver *dev, sl_carver *host) {
     blk_mla_layout(s, &dc->mla, s->fam, dev, host);
 }
 
-/* The pre-norm decoder (blk_prenorm_decoder's order) over MLA, with the shared experts' sum. */
+/* The pre-norm decoder (blk_prenorm_decoder's order) over MLA. */
 static sl_status ds3_forward(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                              int all_logits, sl_error *err) {
     const sl_model *m = s->model;
@@ -235,11 +219,6 @@ static sl_status ds3_forward(sl_session *s, const int32_t *ids, int32_t T, float
         blk_residual_norm(s, &L->ffn_norm, T);
         sl_status st = blk_ffn(s, l, T, err);
         if (st) return st;
-        if (L->is_moe && L->sh_gate.data) { /* routed + shared, as transformers adds them */
-            sl_moe_swiglu_mlp(be, b->ffn_out, b->xn, &L->sh_gate, &L->sh_up, &L->sh_down, b->gate,
-                              b->up, T);
-            op->axpy(be, b->out, 1.0f, b->ffn_out, (size_t)T * (size_t)H);
-        }
         blk_residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
     }
     const int32_t first = all_logits ? 0 : T - 1;

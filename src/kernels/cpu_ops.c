@@ -78,16 +78,24 @@ static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, con
     }
 }
 
-static void cpu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits,
-                          const float *x, const sl_tensor *router, int32_t T, int32_t k,
-                          int renormalize) {
-    const int32_t E = (int32_t)router->shape[0];
-    sl_matmul_cpu(be, logits, x, router, NULL, T);
-    for (int32_t t = 0; t < T; t++) {
-        float *p = logits + (size_t)t * (size_t)E;
-        sl_router_topk(p, E, k, renormalize, p, ids + (size_t)t * (size_t)k,
-                       w + (size_t)t * (size_t)k);
+static void cpu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s,
+                           int32_t rows, int32_t rep, int32_t n) {
+    (void)be;
+    for (int32_t i = 0; i < rows; i++) {
+        const float *xr = x + (size_t)(i / rep) * (size_t)n;
+        float *yr = y + (size_t)i * (size_t)n;
+        for (int32_t c = 0; c < n; c++)
+            yr[c] = s[i] * xr[c];
     }
+}
+
+static void cpu_moe_route(const sl_backend *be, const sl_route_args *a) {
+    const int32_t E = (int32_t)a->router->shape[0], k = a->k;
+    sl_matmul_cpu(be, a->logits, a->x, a->router, a->bias, a->T);
+    for (int32_t t = 0; t < a->T; t++)
+        sl_route_topk(a->logits + (size_t)t * (size_t)E, E, k, &a->cfg, a->select_bias,
+                      a->expert_scale, a->ids + (size_t)t * (size_t)k,
+                      a->w + (size_t)t * (size_t)k);
 }
 
 static void cpu_hc_inject(const sl_backend *be, float *w, const float *out, const float *inj,
@@ -504,6 +512,7 @@ static const sl_ops cpu_ops = {
     .add_rmsnorm = cpu_add_rmsnorm,
     .qkv_prep = cpu_qkv_prep,
     .moe_experts = cpu_moe_experts,
+    .scale_rows = cpu_scale_rows,
     .hc_inject = cpu_hc_inject,
     .matmul = sl_matmul_cpu,
     .matmul_batch = sl_matmul_batch_cpu,

@@ -127,6 +127,53 @@ typedef struct sl_latent_attn_args {
     float *scratch;                 /* n_threads x (pos0 + T) floats (CPU) */
 } sl_latent_attn_args;
 
+/*
+ * How a MoE router turns a token's E logits l = x . router^T (+ bias) into k picks (rank order)
+ * and their weights w. Ties go to the lower expert id in every choice.
+ *   SOFTMAX:       p = softmax(l) over all E; the k largest p; w = p
+ *   TOPK_SOFTMAX:  the k largest l; w = softmax over those k
+ *   SIGMOID:       s = sigmoid(l); the k largest s + select_bias, from the topk_group best
+ *                  groups when n_group > 1 (E in n_group runs of E / n_group experts; a group
+ *                  scores the sum of its two largest s + select_bias); w = s, unbiased
+ *   TOPK_SIGMOID:  the k largest l; w = sigmoid(l)
+ * then, in this order: w /= sum of the k when renormalize (SIGMOID: sum + 1e-20; sums in rank
+ * order), w *= expert_scale[pick], w *= scale.
+ */
+typedef enum sl_route_score {
+    SL_ROUTE_SOFTMAX = 0,
+    SL_ROUTE_TOPK_SOFTMAX = 1,
+    SL_ROUTE_SIGMOID = 2,
+    SL_ROUTE_TOPK_SIGMOID = 3,
+} sl_route_score;
+
+#define SL_ROUTE_MAX_GROUPS 64 /* n_group (group scores live in registers / on the stack) */
+
+/* A router's rules beside its tensors: one per model. All zero is Qwen's softmax router
+ * without renormalisation. */
+typedef struct sl_route_cfg {
+    sl_route_score score;
+    int32_t renormalize;
+    int32_t n_group, topk_group; /* SIGMOID's group-limited choice; n_group 0 or 1: none */
+    float scale;                 /* the weights' last factor; 0 means 1 */
+} sl_route_cfg;
+
+/* Whether cfg suits E experts and k picks: NULL, or what is wrong (for a config error). */
+const char *sl_route_cfg_check(const sl_route_cfg *cfg, int32_t E, int32_t k);
+
+/* One moe_route call: T tokens x, all buffers in backend memory. */
+typedef struct sl_route_args {
+    int32_t *ids;                  /* [T, k] picks, rank order */
+    float *w;                      /* [T, k] their weights */
+    float *logits;                 /* [T, E] then the scores the picks come from (below) */
+    const float *x;                /* [T, H] */
+    const sl_tensor *router;       /* [E, H] */
+    const sl_tensor *bias;         /* [E] the router's linear bias, or NULL */
+    const sl_tensor *select_bias;  /* [E] SIGMOID's selection bias, or NULL */
+    const sl_tensor *expert_scale; /* [E] per-expert weight factor, or NULL */
+    int32_t T, k;
+    sl_route_cfg cfg;
+} sl_route_args;
+
 /* Where one expert's weights are in backend memory, a row of moe_experts' table: data,
  * scales and biases (the last two NULL unless quantised) of gate, up and down, in that order. */
 typedef struct sl_expert_ptrs {
@@ -239,12 +286,14 @@ typedef struct sl_ops {
      * x[t*k + r]; w in backend memory, rows of n. */
     void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
                          int32_t k, int32_t n);
-    /* The router of T tokens x (all in backend memory): logits = x . router^T [T, E] (what
-     * matmul gives), then per row what sl_router_topk does: softmax (logits then hold the
-     * probabilities), the k most probable (ties to the lower id), their probabilities
-     * renormalised to sum 1 when renormalize; ids and w are [T, k]. */
-    void (*moe_route)(const sl_backend *be, int32_t *ids, float *w, float *logits, const float *x,
-                      const sl_tensor *router, int32_t T, int32_t k, int renormalize);
+    /* y[i] = s[i] * x[i / rep], rows of n, i < rows (one multiply an element): each row of x
+     * repeated rep times, each copy scaled by its own factor (s in backend memory). */
+    void (*scale_rows)(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,
+                       int32_t rep, int32_t n);
+    /* The router of T tokens (sl_route_args): logits = x . router^T + bias (what matmul
+     * gives), then per row what sl_route_topk does; logits then hold the probabilities
+     * (SOFTMAX), the sigmoid scores without select_bias (SIGMOID) or the logits (TOPK_*). */
+    void (*moe_route)(const sl_backend *be, const sl_route_args *a);
     /* Optional (NULL, or returns 0 for weights it has no kernel for; blocks then go through
      * matmul_batch): the routed experts of T tokens with no host step. For each (token t,
      * rank r) row i = t k + r, with e = ids[i] and e's weights at table[e] (both in backend

@@ -100,15 +100,20 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
     if ((st = sl_ckpt_bind(ck, &L->router, SL_BIND_REQUIRED, SL_DIMS(c->n_experts, H), err,
                            "layers.%d.mlp.gate.weight", l)))
         return st;
-    if (!o->shared_expert) return SL_OK;
+    if (o->select_bias &&
+        (st = sl_ckpt_bind(ck, &L->select_bias, SL_BIND_REQUIRED, SL_DIMS(c->n_experts), err,
+                           "layers.%d.mlp.gate.e_score_correction_bias", l)))
+        return st;
+    if (!o->shared_expert && !o->shared_experts) return SL_OK;
     if (c->shared_intermediate_size <= 0)
         return sl_fail(err, SL_ERR_FORMAT,
-                       "%s/config.json: shared_expert_intermediate_size "
+                       "%s/config.json: the shared expert's intermediate size "
                        "is not set",
                        m->ck.dir);
     if ((st = bind_mlp(ck, &L->sh_gate, &L->sh_up, &L->sh_down, H, c->shared_intermediate_size,
-                       "mlp.shared_expert", l, err)))
+                       o->shared_experts ? "mlp.shared_experts" : "mlp.shared_expert", l, err)))
         return st;
+    if (o->shared_experts) return SL_OK;
     return sl_ckpt_bind(ck, &L->sh_router, SL_BIND_REQUIRED, SL_DIMS(1, H), err,
                         "layers.%d.mlp.shared_expert_gate.weight", l);
 }
@@ -340,12 +345,15 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                           b->gate, b->up, T);
         return SL_OK;
     }
-    const int shared = L->sh_router.data != NULL;
+    const int shared = L->sh_gate.data != NULL;
     const sl_moe_weights w = {.router = &L->router,
-                              .sh_gate = &L->sh_gate,
+                              .router_bias = L->router_bias.data ? &L->router_bias : NULL,
+                              .select_bias = L->select_bias.data ? &L->select_bias : NULL,
+                              .expert_scale = L->expert_scale.data ? &L->expert_scale : NULL,
+                              .sh_gate = shared ? &L->sh_gate : NULL,
                               .sh_up = &L->sh_up,
                               .sh_down = &L->sh_down,
-                              .sh_router = shared ? &L->sh_router : NULL};
+                              .sh_router = L->sh_router.data ? &L->sh_router : NULL};
     const sl_moe_io io = {
         .x = b->xn, .out = b->out, .gate = b->gate, .up = b->up, .rows = b->ffn_out};
     return sl_moe_forward(&s->moe, l, &w, &io, T, err);

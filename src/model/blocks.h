@@ -24,7 +24,10 @@ typedef enum blk_linear_proj {
 } blk_linear_proj;
 
 typedef struct blk_ffn_opts {
-    int32_t shared_expert; /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
+    int32_t shared_expert;  /* MoE layers add a sigmoid-gated shared expert (Qwen2-MoE) */
+    int32_t shared_experts; /* MoE layers add an ungated shared expert, mlp.shared_experts.*
+                             * (DeepSeek-V3, GLM-4.5), of shared_intermediate_size */
+    int32_t select_bias;    /* the router has mlp.gate.e_score_correction_bias [E] */
 } blk_ffn_opts;
 
 /* How the sublayer and final norms bind: required, or optional when the family's own blocks

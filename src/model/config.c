@@ -351,10 +351,29 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
     parse_eos(c, root, top);
     if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))
         goto done;
+    if (c->n_experts > 0) {
+        const sl_route_cfg rc = sl_config_route(c);
+        const char *why = sl_route_cfg_check(&rc, c->n_experts, c->n_experts_used);
+        if (why) {
+            st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                         "%s: the router (n_group %d, topk_group %d, num_experts %d, "
+                         "num_experts_per_tok %d): %s",
+                         path, c->n_group, c->topk_group, c->n_experts, c->n_experts_used, why);
+            goto done;
+        }
+    }
 done:
     json_decref(top);
     if (st) sl_config_free(c);
     return st;
+}
+
+sl_route_cfg sl_config_route(const sl_config *c) {
+    return (sl_route_cfg){.score = (sl_route_score)c->route_score,
+                          .renormalize = c->norm_topk_prob,
+                          .n_group = c->n_group,
+                          .topk_group = c->topk_group,
+                          .scale = c->routed_scale};
 }
 
 sl_status sl_config_load(sl_config *c, const char *path, sl_error *err) {

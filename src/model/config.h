@@ -48,6 +48,13 @@ typedef struct sl_config {
     int32_t n_experts_used; /* top-k */
     int32_t decoder_sparse_step;
     int32_t norm_topk_prob;
+    /* The MoE router's rule beside norm_topk_prob (sl_route_cfg, kernels/ops.h), set by the
+     * families' read_config; all zero is the softmax router. Checked after read_config. */
+    int32_t route_score;      /* sl_route_score */
+    int32_t n_group;          /* SL_ROUTE_SIGMOID's expert groups (0 or 1: none) */
+    int32_t topk_group;       /* ... of which the picks come from the best topk_group */
+    float routed_scale;       /* routed_scaling_factor: the weights' last factor (0: 1) */
+    int32_t moe_weight_input; /* the router weights scale the experts' input (sl_moe_dims) */
     int32_t tie_word_embeddings;
     int32_t attention_bias; /* Qwen3: bias on q, k, v and o projections (default off) */
     int32_t qkv_bias;       /* Qwen2-MoE: bias on q, k, v projections (default on) */

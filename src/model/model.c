@@ -70,7 +70,9 @@ static int32_t model_weights(sl_model *m, sl_tensor **out) {
         W(L->bo), W(L->q_norm), W(L->k_norm), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
         W(L->in_z), W(L->in_b), W(L->in_a), W(L->conv_w), W(L->A_log), W(L->dt_bias);
         W(L->lin_norm), W(L->out_proj), W(L->ffn_norm), W(L->mlp_gate), W(L->mlp_up);
-        W(L->mlp_down), W(L->router), W(L->sh_gate), W(L->sh_up), W(L->sh_down), W(L->sh_router);
+        W(L->mlp_down), W(L->router), W(L->router_bias);
+        W(L->select_bias), W(L->expert_scale), W(L->sh_gate), W(L->sh_up), W(L->sh_down),
+            W(L->sh_router);
     }
 #undef W
     if (m->family->weights) n += m->family->weights(m, out ? out + n : NULL);
@@ -411,7 +413,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
-                    sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used);
+                    sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
+                                        c->moe_weight_input);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
@@ -445,7 +448,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     for (int32_t l = 0; l < c->n_layers; l++) {
         n_moe += c->layer_is_moe[l];
         if (c->layer_is_moe[l] && first_moe < 0) first_moe = l;
-        shared |= m->layers[l].sh_router.data != NULL;
+        shared |= m->layers[l].sh_gate.data != NULL;
     }
     int64_t resident = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
@@ -527,8 +530,9 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .hidden = c->hidden_size,
                             .inter = c->moe_intermediate_size,
                             .max_batch = s->max_batch,
-                            .renormalize = c->norm_topk_prob,
-                            .shared = c->shared_intermediate_size > 0};
+                            .shared = c->shared_intermediate_size > 0,
+                            .route = sl_config_route(c),
+                            .weight_input = c->moe_weight_input};
     const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
     size_t moe_dev, moe_host;
     sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);

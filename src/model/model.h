@@ -34,8 +34,11 @@ typedef struct sl_layer {
     int32_t is_moe;
     sl_tensor mlp_gate, mlp_up, mlp_down; /* dense FFN: [I, H], [I, H], [H, I] */
     sl_tensor router;                     /* [E, H] */
+    sl_tensor router_bias;                /* [E]: the router's linear bias (optional) */
+    sl_tensor select_bias;                /* [E]: e_score_correction_bias (sigmoid routing) */
+    sl_tensor expert_scale;               /* [E]: per-expert router weight factor */
     sl_tensor sh_gate, sh_up, sh_down;    /* shared expert: [Is, H], [Is, H], [H, Is] */
-    sl_tensor sh_router;                  /* [1, H]: sigmoid gate of the shared expert */
+    sl_tensor sh_router; /* [1, H]: sigmoid gate of the shared expert (absent: ungated) */
 } sl_layer;
 
 typedef struct sl_family sl_family;
@@ -166,6 +169,9 @@ struct sl_family {
      * shared one (sl_session.kcache, vcache) is not carved. */
     int own_kv_cache;
 };
+
+/* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */
+sl_route_cfg sl_config_route(const sl_config *c);
 
 /* The family running model_type arch, or NULL (families/families.c); the names of those
  * sluice runs, for messages. */

@@ -28,6 +28,7 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->prev_set = sl_carve(&hv, nl, 1);
     ms->act = sl_carve(&cv, k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
     ms->xg = sl_carve(&cv, B * H, sizeof(float));
+    ms->xw = sl_carve(&cv, d->weight_input ? B * k * H : 0, sizeof(float));
     ms->expert_out = sl_carve(&cv, B * k * H, sizeof(float));
     ms->router_logits = sl_carve(&cv, B * E, sizeof(float));
     ms->sh_logit = sl_carve(&cv, B, sizeof(float));
@@ -78,7 +79,8 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
         const int32_t e = list[j], cnt = ms->expert_count[e];
         const int32_t *r = ms->expert_rows + ms->expert_start[e] - cnt;
         for (int32_t i = 0; i < cnt; i++) {
-            ms->h_grp[off + i] = r[i] / k;    /* token row read */
+            /* row read: the token's, or its (token, rank) row of scaled inputs */
+            ms->h_grp[off + i] = ms->d.weight_input ? r[i] : r[i] / k;
             ms->h_grp[rows + off + i] = r[i]; /* (token, rank) row written */
         }
         const sl_expert *ex = views[j];
@@ -92,7 +94,8 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
         off += cnt;
     }
     be->ops->to_dev(be, ms->grp_idx, ms->h_grp, 2 * (size_t)rows * sizeof(int32_t));
-    be->ops->copy_rows(be, ms->xg, NULL, io->x, ms->grp_idx, rows, (int32_t)H);
+    be->ops->copy_rows(be, ms->xg, NULL, ms->d.weight_input ? ms->xw : io->x, ms->grp_idx, rows,
+                       (int32_t)H);
     be->ops->matmul_batch(be, ms->bg, (const float *const *)ms->bx, ms->wg, ms->bT, 2 * n);
     be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
@@ -107,25 +110,36 @@ static void dev_proto(const sl_dev_cache *dev, int32_t l, const sl_tensor *proto
 
 /* One token's k experts (picks ids, weights in topk_w) through the backend's fused kernels,
  * on the device cache's table of layer l, combined into out; 0 when there is no such cache or
- * kernel. */
+ * kernel. With weight_input the k scaled input rows go through as k one-pick tokens (weights
+ * 1) into expert_out, then summed as the batched path sums them: the same bits. */
 static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, const int32_t *ids) {
     const sl_backend *be = ms->env.be;
     const sl_dev_cache *dev = ms->env.dev;
+    const int32_t k = ms->d.k;
     if (!dev->layers || !be->ops->moe_experts) return 0;
     const sl_tensor *proto[3];
     dev_proto(dev, l, proto);
-    return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, dev->layers[l].table,
-                                proto, 1, ms->d.k);
+    const sl_expert_ptrs *table = dev->layers[l].table;
+    if (!ms->d.weight_input)
+        return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, table, proto, 1,
+                                    k);
+    if (!be->ops->moe_experts(be, ms->expert_out, ms->act, ms->xw, ids, ms->topk_w, table, proto, k,
+                              1))
+        return 0;
+    be->ops->weighted_sum(be, io->out, ms->expert_out, ms->topk_w, 1, k, ms->d.hidden);
+    return 1;
 }
 
 int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
-                        int32_t k) {
+                        int32_t k, int weight_input) {
     for (int32_t l = 0; l < store->n_layers; l++) {
         if (!store->layers[l].n_experts) continue;
         if (!dev->all || !dev->layers[l].views || !be->ops->moe_experts) return 0;
         const sl_tensor *proto[3];
         dev_proto(dev, l, proto);
-        if (!be->ops->moe_experts(be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0, k)) return 0;
+        if (!be->ops->moe_experts(be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0,
+                                  weight_input ? 1 : k))
+            return 0;
     }
     return 1;
 }
@@ -149,14 +163,21 @@ static void count_repeats(sl_moe_scratch *ms, int32_t l, const int32_t *ids) {
     ms->prev_set[l] = 1;
 }
 
-/* The shared expert (when the layer has one) into sh_out: sigmoid(gate . x) * shared(x).
- * Queued where the routed experts leave the device idle or copying: after the host has read
- * the picks (their copies then overlap it), or after the fused kernels. */
+/* The shared expert (when the layer has one) into sh_out: sigmoid(sh_router . x) * shared(x),
+ * or shared(x) alone when it has no gate. Queued where the routed experts leave the device idle
+ * or copying: after the host has read the picks (their copies then overlap it), or after the
+ * fused kernels. */
 static void shared_expert(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_moe_io *io,
                           int32_t T) {
     const sl_backend *be = ms->env.be;
-    if (!w->sh_router) return;
+    if (!w->sh_gate) return;
     const double t0 = sl_now();
+    if (!w->sh_router) {
+        sl_moe_swiglu_mlp(be, ms->sh_out, io->x, w->sh_gate, w->sh_up, w->sh_down, io->gate, io->up,
+                          T);
+        ms->env.stats->t_expert_compute += sl_now() - t0;
+        return;
+    }
     sl_moe_swiglu_mlp(be, io->rows, io->x, w->sh_gate, w->sh_up, w->sh_down, io->gate, io->up, T);
     be->ops->matmul(be, ms->sh_logit, io->x, w->sh_router, NULL, T);
     be->ops->activate(be, ms->sh_logit, ms->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
@@ -183,8 +204,22 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     double t0 = sl_now();
     /* Routing runs in backend memory; the picks and weights stay there for the experts. */
     int32_t *ids_dev = T == 1 ? ms->route_ids + (size_t)l * (size_t)k : ms->topk_ids_dev;
-    be->ops->moe_route(be, ids_dev, ms->topk_w, ms->router_logits, io->x, w->router, T, k,
-                       ms->d.renormalize);
+    const sl_route_args ra = {.ids = ids_dev,
+                              .w = ms->topk_w,
+                              .logits = ms->router_logits,
+                              .x = io->x,
+                              .router = w->router,
+                              .bias = w->router_bias,
+                              .select_bias = w->select_bias,
+                              .expert_scale = w->expert_scale,
+                              .T = T,
+                              .k = k,
+                              .cfg = ms->d.route};
+    be->ops->moe_route(be, &ra);
+    if (ms->d.weight_input) { /* the weights go into the inputs; the sums then take 1 */
+        be->ops->scale_rows(be, ms->xw, io->x, ms->topk_w, T * k, k, (int32_t)H);
+        be->ops->fill(be, ms->topk_w, 1.0f, (size_t)T * (size_t)k);
+    }
     /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
      * all; the histogram and cache counts wait for the end of the pass (sl_moe_settle). */
     if (T == 1 && dev->all && fused_experts(ms, io, l, ids_dev)) {
@@ -283,7 +318,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     }
     if (!fused) be->ops->weighted_sum(be, io->out, ms->expert_out, ms->topk_w, T, k, (int32_t)H);
 shared:
-    if (w->sh_router) be->ops->axpy(be, io->out, 1.0f, ms->sh_out, (size_t)T * H);
+    if (w->sh_gate) be->ops->axpy(be, io->out, 1.0f, ms->sh_out, (size_t)T * H);
     return SL_OK;
 }
 

@@ -4,14 +4,15 @@
  * where each expert's weights are (host store, backend cache), fetch them and
  * compute, then sum each token's rows in router-rank order (so the result never
  * depends on the chunk, the grouping or where the weights came from), plus the
- * sigmoid-gated shared expert when the layer has one.
+ * shared expert (sigmoid-gated or not) when the layer has one.
  *
  *   x -> moe_route -> ids, w        (backend memory)
+ *     weight_input: x_r = w[r] * x, and w = 1 from here on
  *     decode, a slot per expert:    fused kernels, no host step (settled later)
  *     else: ids to the host, counting sort by expert, then per group of experts
  *           the store can hold:     fetch, map into the device cache, compute
  *           (fused kernels for one token, else gate/up batch, SwiGLU, down batch)
- *   out = sum_r w[r] * expert_r(x) (+ sigmoid(sh_router . x) * shared(x))
+ *   out = sum_r w[r] * expert_r(x_r) (+ [sigmoid(sh_router . x) *] shared(x))
  *
  * A session owns one sl_moe_scratch, carved at its creation (sl_moe_layout):
  * nothing is allocated while a forward pass runs.
@@ -24,14 +25,17 @@
 
 /* What the scratch is sized for. */
 typedef struct sl_moe_dims {
-    int32_t n_layers;    /* all layers: the decode bookkeeping has a row per layer */
-    int32_t n_experts;   /* E */
-    int32_t k;           /* experts per token */
-    int32_t hidden;      /* H */
-    int32_t inter;       /* I, a routed expert's intermediate size */
-    int32_t max_batch;   /* B, tokens per chunk */
-    int32_t renormalize; /* the k router weights are renormalised to sum 1 */
-    int32_t shared;      /* some layer has a shared expert (sh_out is sized) */
+    int32_t n_layers;   /* all layers: the decode bookkeeping has a row per layer */
+    int32_t n_experts;  /* E */
+    int32_t k;          /* experts per token */
+    int32_t hidden;     /* H */
+    int32_t inter;      /* I, a routed expert's intermediate size */
+    int32_t max_batch;  /* B, tokens per chunk */
+    int32_t shared;     /* some layer has a shared expert (sh_out is sized) */
+    sl_route_cfg route; /* how the router picks and weighs (kernels/ops.h) */
+    /* The router weight of each pick scales that expert's input (x_r = w[r] * x, one multiply)
+     * and the outputs are summed with weight 1, instead of weighing the outputs (Llama 4). */
+    int32_t weight_input;
 } sl_moe_dims;
 
 /* The model's side of the step, set once (sl_moe_layout's caller): the backend, the expert
@@ -46,8 +50,11 @@ typedef struct sl_moe_env {
 /* A MoE layer's tensors besides its routed experts (those are in the store). */
 typedef struct sl_moe_weights {
     const sl_tensor *router;                    /* [E, H] */
-    const sl_tensor *sh_gate, *sh_up, *sh_down; /* [Is, H], [Is, H], [H, Is] */
-    const sl_tensor *sh_router;                 /* [1, H]; NULL: no shared expert */
+    const sl_tensor *router_bias;               /* [E] or NULL (sl_route_args.bias) */
+    const sl_tensor *select_bias;               /* [E] or NULL (sl_route_args.select_bias) */
+    const sl_tensor *expert_scale;              /* [E] or NULL (sl_route_args.expert_scale) */
+    const sl_tensor *sh_gate, *sh_up, *sh_down; /* [Is, H], [Is, H], [H, Is]; NULL: none */
+    const sl_tensor *sh_router; /* [1, H] the shared expert's sigmoid gate; NULL: ungated */
 } sl_moe_weights;
 
 /* The step's input and output, and the FFN scratch it shares with the dense MLP. */
@@ -83,6 +90,7 @@ typedef struct sl_moe_scratch {
     uint8_t *prev_set;         /* host [n_layers]: step counted (sl_stats.decode_repeats) */
     float *act;                /* [k, I] SwiGLU rows of the fused expert path */
     float *xg;                 /* [B, H] rows gathered for a batch of experts */
+    float *xw;                 /* [B * k, H] weight_input: each (token, rank)'s scaled input */
     float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
     float *router_logits;      /* [B, E] */
     float *sh_logit;           /* [B] */
@@ -115,9 +123,10 @@ void sl_moe_forget_steps(sl_moe_scratch *ms);
 void sl_moe_drop_pending(sl_moe_scratch *ms);
 
 /* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
- * device slot and the backend's fused kernels taking their weights (the no-sync path). */
+ * device slot and the backend's fused kernels taking their weights (the no-sync path), for
+ * k picks a token (weight_input: as sl_moe_dims'). */
 int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
-                        int32_t k);
+                        int32_t k, int weight_input);
 
 /* out[T, H] = down(silu(gate x) * up x) for rows x[T, H], with the hidden rows in hg and hu
  * ([T, I]): the shared expert's MLP, and the dense FFN's. */

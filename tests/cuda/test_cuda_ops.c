@@ -350,8 +350,25 @@ static void test_norm_next(void) {
             int32_t hid[KT], gid[KT], *did = gpu.ops->alloc(&gpu, sizeof hid);
             float hw[KT], *dw = gpu.ops->alloc(&gpu, sizeof hw);
             float *hl = poison_vec(NE), *dl = UPF(hl, NE);
-            cpu.ops->moe_route(&cpu, hid, hw, hl, y, &router.h, 1, KT, 1);
-            gpu.ops->moe_route(&gpu, did, dw, dl, dy, &router.d, 1, KT, 1);
+            const sl_route_cfg rc = {.renormalize = 1};
+            const sl_route_args ha = {.ids = hid,
+                                      .w = hw,
+                                      .logits = hl,
+                                      .x = y,
+                                      .router = &router.h,
+                                      .T = 1,
+                                      .k = KT,
+                                      .cfg = rc},
+                                da = {.ids = did,
+                                      .w = dw,
+                                      .logits = dl,
+                                      .x = dy,
+                                      .router = &router.d,
+                                      .T = 1,
+                                      .k = KT,
+                                      .cfg = rc};
+            cpu.ops->moe_route(&cpu, &ha);
+            gpu.ops->moe_route(&gpu, &da);
             gpu.ops->to_host(&gpu, gid, did, sizeof gid);
             r.cases++;
             if (memcmp(gid, hid, sizeof gid) && !r.bad++)
@@ -568,7 +585,15 @@ static void bench_layer(void) {
     const double t_norm = TIME_US(gpu.ops->add_rmsnorm(&gpu, dy, dres, dx, &nw.d, 1, H, 1e-6f, 0));
     const double t_qkv = TIME_US(gpu.ops->matmul_batch(&gpu, qkv_y, qkv_x, qkv_w, ones, 3));
     const double t_o = TIME_US(gpu.ops->matmul(&gpu, dy, dx, &o.d, NULL, 1));
-    const double t_route = TIME_US(gpu.ops->moe_route(&gpu, dids, dw, dl, dx, &router.d, 1, KT, 1));
+    const sl_route_args ra = {.ids = dids,
+                              .w = dw,
+                              .logits = dl,
+                              .x = dx,
+                              .router = &router.d,
+                              .T = 1,
+                              .k = KT,
+                              .cfg = {.renormalize = 1}};
+    const double t_route = TIME_US(gpu.ops->moe_route(&gpu, &ra));
     const double t_rgemv = TIME_US(gpu.ops->matmul(&gpu, dl, dx, &router.d, NULL, 1));
     const double t_exp =
         TIME_US(gpu.ops->moe_experts(&gpu, dy, dact, dx, dids, dw, table, proto, 1, KT));
@@ -721,8 +746,25 @@ static void test_moe(void) {
                     int32_t hid[6 * 40], gid[6 * 40], *did = gpu.ops->alloc(&gpu, sizeof hid);
                     float hw[6 * 40], *dw = gpu.ops->alloc(&gpu, sizeof hw);
                     const int renorm = ti & 1;
-                    cpu.ops->moe_route(&cpu, hid, hw, hl, hx, &rw.h, T, k, renorm);
-                    gpu.ops->moe_route(&gpu, did, dw, dl, dx, &rw.d, T, k, renorm);
+                    const sl_route_cfg rc = {.renormalize = renorm};
+                    const sl_route_args ha = {.ids = hid,
+                                              .w = hw,
+                                              .logits = hl,
+                                              .x = hx,
+                                              .router = &rw.h,
+                                              .T = T,
+                                              .k = k,
+                                              .cfg = rc},
+                                        da = {.ids = did,
+                                              .w = dw,
+                                              .logits = dl,
+                                              .x = dx,
+                                              .router = &rw.d,
+                                              .T = T,
+                                              .k = k,
+                                              .cfg = rc};
+                    cpu.ops->moe_route(&cpu, &ha);
+                    gpu.ops->moe_route(&gpu, &da);
                     gpu.ops->to_host(&gpu, gid, did, (size_t)T * k * sizeof(int32_t));
                     r.cases++;
                     if (memcmp(gid, hid, (size_t)T * k * sizeof(int32_t)) && !r.bad++)
@@ -734,6 +776,64 @@ static void test_moe(void) {
                     free(hx), free(hl), dfree(dx), dfree(dl), dfree(did), dfree(dw);
                 }
             wpair_free(&rw);
+        }
+    /* the other rules (one warp a token over logits of a matmul with the bias): softmax with
+     * per-expert factors, top-k then softmax, sigmoid with groups, top-k then sigmoid */
+    static const sl_route_cfg rules[] = {
+        {.score = SL_ROUTE_SOFTMAX, .renormalize = 1, .scale = 0.5f},
+        {.score = SL_ROUTE_TOPK_SOFTMAX},
+        {.score = SL_ROUTE_SIGMOID, .renormalize = 1, .n_group = 4, .topk_group = 2, .scale = 2.5f},
+        {.score = SL_ROUTE_SIGMOID, .n_group = 0},
+        {.score = SL_ROUTE_TOPK_SIGMOID},
+    };
+    for (size_t ri = 0; ri < sizeof rules / sizeof rules[0]; ri++)
+        for (int ei = 0; ei < 4; ei++) {
+            const int32_t E = Es[ei] == 60 ? 64 : Es[ei] == 513 ? 512 : Es[ei];
+            const int32_t T = 1 + 2 * ei, k = SL_MIN(E / 4, 8);
+            wpair rw, bias, sb, es;
+            wpair_make(&rw, SL_DTYPE_BF16, E, KR, 0.5f, 0);
+            wpair_make(&bias, SL_DTYPE_F32, 0, E, 0.5f, 0);
+            wpair_make(&sb, SL_DTYPE_F32, 0, E, 0.2f, 0);
+            wpair_make(&es, SL_DTYPE_BF16, 0, E, 1.0f, 0);
+            const int has_bias = ri == 1, has_sb = rules[ri].score == SL_ROUTE_SIGMOID,
+                      has_es = ri == 0;
+            float *hx = rand_vec((size_t)T * KR, 1), *dx = UPF(hx, T * KR);
+            float *hl = poison_vec((size_t)T * E), *dl = UPF(hl, T * E);
+            int32_t hid[7 * 8], gid[7 * 8], *did = gpu.ops->alloc(&gpu, sizeof hid);
+            float hw[7 * 8], *dw = gpu.ops->alloc(&gpu, sizeof hw);
+            const sl_route_args ha = {.ids = hid,
+                                      .w = hw,
+                                      .logits = hl,
+                                      .x = hx,
+                                      .router = &rw.h,
+                                      .bias = has_bias ? &bias.h : NULL,
+                                      .select_bias = has_sb ? &sb.h : NULL,
+                                      .expert_scale = has_es ? &es.h : NULL,
+                                      .T = T,
+                                      .k = k,
+                                      .cfg = rules[ri]},
+                                da = {.ids = did,
+                                      .w = dw,
+                                      .logits = dl,
+                                      .x = dx,
+                                      .router = &rw.d,
+                                      .bias = has_bias ? &bias.d : NULL,
+                                      .select_bias = has_sb ? &sb.d : NULL,
+                                      .expert_scale = has_es ? &es.d : NULL,
+                                      .T = T,
+                                      .k = k,
+                                      .cfg = rules[ri]};
+            cpu.ops->moe_route(&cpu, &ha);
+            gpu.ops->moe_route(&gpu, &da);
+            gpu.ops->to_host(&gpu, gid, did, (size_t)T * k * sizeof(int32_t));
+            r.cases++;
+            if (memcmp(gid, hid, (size_t)T * k * sizeof(int32_t)) && !r.bad++)
+                snprintf(r.first_bad, sizeof r.first_bad, "ids differ (rule %d, E %d, k %d, T %d)",
+                         (int)ri, E, k, T);
+            check(&r, "weights", dw, hw, (size_t)T * k, 1e-5);
+            check(&r, "scores", dl, hl, (size_t)T * E, 1e-5);
+            free(hx), free(hl), dfree(dx), dfree(dl), dfree(did), dfree(dw);
+            wpair_free(&rw), wpair_free(&bias), wpair_free(&sb), wpair_free(&es);
         }
     op_end(&r);
 

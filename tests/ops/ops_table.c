@@ -1257,11 +1257,36 @@ static void ref_topk(const double *p, int32_t E, int32_t k, int32_t *ids) {
     }
 }
 
-/* p: E, K, k, T, renormalize, exact ties (rows E-1 and E/2 repeat rows 1 and 3) */
+/* The router rules run_moe_route tries (p[6]): the plain softmax, then one of each other score
+ * with the tensor it may carry. */
+static sl_route_cfg route_rule(int32_t rule, int32_t renorm, int32_t n_group) {
+    static const sl_route_cfg rules[] = {
+        {.score = SL_ROUTE_SOFTMAX},
+        {.score = SL_ROUTE_TOPK_SOFTMAX},           /* with a router bias */
+        {.score = SL_ROUTE_SIGMOID, .scale = 2.5f}, /* with select_bias, groups */
+        {.score = SL_ROUTE_TOPK_SIGMOID},           /* none */
+        {.score = SL_ROUTE_SOFTMAX, .scale = 0.5f}, /* with expert_scale */
+    };
+    sl_route_cfg cfg = rules[rule];
+    cfg.renormalize = renorm;
+    if (cfg.score == SL_ROUTE_SIGMOID && n_group > 1)
+        cfg.n_group = n_group, cfg.topk_group = SL_MAX(n_group / 2, 1);
+    return cfg;
+}
+
+/* p: E, K, k, T, renormalize, exact ties (rows E-1 and E/2 repeat rows 1 and 3), rule
+ * (route_rule), n_group. The reference computes in double: the keys the picks rank by (masked
+ * to -inf outside the chosen groups), then the weights of the op's own picks (a near tie may
+ * swap two picks). */
 static void run_moe_route(ot_run *r, const ot_case *c) {
     const int32_t E = c->p[0], K = c->p[1], k = c->p[2], T = c->p[3], renorm = c->p[4];
-    ot_weight w;
+    const sl_route_cfg cfg = route_rule(c->p[6], renorm, c->p[7]);
+    ot_weight w, bias, sb, es;
     weight_make(r, &w, c->dt, E, K, 0.5f, 0);
+    weight_make(r, &bias, SL_DTYPE_F32, 0, E, 0.5f, 0);
+    weight_make(r, &sb, SL_DTYPE_F32, 0, E, 0.2f, 0);
+    weight_make(r, &es, SL_DTYPE_BF16, 0, E, 1.0f, 0);
+    const int has_bias = c->p[6] == 1, has_sb = c->p[6] == 2, has_es = c->p[6] == 4;
     if (c->p[5]) {
         const size_t rb = sl_row_bytes(c->dt, K);
         uint8_t *h = w.hdata;
@@ -1275,47 +1300,111 @@ static void run_moe_route(ot_run *r, const ot_case *c) {
     const size_t ln = (size_t)T * E + 3, kn = (size_t)T * k;
     float *dl = poisoned(r, ln), *dw = poisoned(r, kn + 2);
     int32_t *dids = r->be->ops->alloc(r->be, kn * sizeof(int32_t));
-    double *probs = ref_vec(ln), *wref = ref_vec(kn + 2);
-    ref_matmul(probs, x, w.wide, E, K, T);
+    double *sc = ref_vec(ln), *wref = ref_vec(kn + 2), *key = ref_vec((size_t)E);
+    ref_matmul(sc, x, w.wide, E, K, T);
     for (int32_t t = 0; t < T; t++) {
-        double *p = probs + (size_t)t * E, mx = -INFINITY, sum = 0;
+        double *p = sc + (size_t)t * E, mx = -INFINITY, sum = 0;
         for (int32_t e = 0; e < E; e++)
-            mx = fmax(mx, p[e]);
-        for (int32_t e = 0; e < E; e++)
-            sum += (p[e] = exp(p[e] - mx));
-        for (int32_t e = 0; e < E; e++)
-            p[e] /= sum;
+            p[e] += has_bias ? bias.wide[e] : 0;
+        if (cfg.score == SL_ROUTE_SOFTMAX) {
+            for (int32_t e = 0; e < E; e++)
+                mx = fmax(mx, p[e]);
+            for (int32_t e = 0; e < E; e++)
+                sum += (p[e] = exp(p[e] - mx));
+            for (int32_t e = 0; e < E; e++)
+                p[e] /= sum;
+        } else if (cfg.score == SL_ROUTE_SIGMOID) {
+            for (int32_t e = 0; e < E; e++)
+                p[e] = sigm(p[e]);
+        }
     }
-    r->be->ops->moe_route(r->be, dids, dw, dl, dx, &w.d, T, k, renorm);
+    const sl_route_args a = {.ids = dids,
+                             .w = dw,
+                             .logits = dl,
+                             .x = dx,
+                             .router = &w.d,
+                             .bias = has_bias ? &bias.d : NULL,
+                             .select_bias = has_sb ? &sb.d : NULL,
+                             .expert_scale = has_es ? &es.d : NULL,
+                             .T = T,
+                             .k = k,
+                             .cfg = cfg};
+    r->be->ops->moe_route(r->be, &a);
     int32_t *ids = malloc(kn * sizeof(int32_t)), *want = malloc((size_t)k * sizeof(int32_t));
     r->be->ops->to_host(r->be, ids, dids, kn * sizeof(int32_t));
     const double tol = prod_tol(r, c->dt, c->tol);
+    const int bad0 = r->bad;
     for (int32_t t = 0; t < T; t++) {
-        const double *p = probs + (size_t)t * E;
+        const double *p = sc + (size_t)t * E;
         const int32_t *got = ids + (size_t)t * k;
-        ref_topk(p, E, k, want);
-        double sum = 0;
+        for (int32_t e = 0; e < E; e++)
+            key[e] = p[e] + (has_sb ? sb.wide[e] : 0);
+        if (cfg.n_group > 1) { /* groups by the sum of their two best keys */
+            const int32_t ng = E / cfg.n_group;
+            double gs[SL_ROUTE_MAX_GROUPS];
+            int32_t top2[2];
+            for (int32_t g = 0; g < cfg.n_group; g++) {
+                ref_topk(key + g * ng, ng, 2, top2);
+                gs[g] = key[g * ng + top2[0]] + key[g * ng + top2[1]];
+            }
+            for (int32_t g = 0; g < cfg.n_group; g++) {
+                int32_t rank = 0;
+                for (int32_t h = 0; h < cfg.n_group; h++)
+                    rank += gs[h] > gs[g] || (gs[h] == gs[g] && h < g);
+                if (rank >= cfg.topk_group)
+                    for (int32_t e = g * ng; e < (g + 1) * ng; e++)
+                        key[e] = -INFINITY;
+            }
+        }
+        ref_topk(key, E, k, want);
+        const double span = cfg.score == SL_ROUTE_SOFTMAX ? key[want[0]] : 1 + fabs(key[want[0]]);
+        double sum = 0, wk[64];
         for (int32_t j = 0; j < k; j++) {
-            /* the j-th pick: a valid, new id whose probability is the j-th largest (to the
-             * tolerance: near ties may swap); exact ties go to the lower id */
+            /* the j-th pick: a valid, new id whose key is the j-th largest (to the tolerance:
+             * near ties may swap); exact ties go to the lower id */
             int ok = got[j] >= 0 && got[j] < E;
             for (int32_t i = 0; ok && i < j; i++)
                 ok = got[i] != got[j];
-            if (ok) ok = fabs(p[got[j]] - p[want[j]]) <= tol * p[want[0]];
-            if (ok && j && p[got[j]] == p[got[j - 1]]) ok = got[j] > got[j - 1];
+            if (ok) ok = fabs(key[got[j]] - key[want[j]]) <= tol * span;
+            if (ok && j && key[got[j]] == key[got[j - 1]]) ok = got[j] > got[j - 1];
             if (!ok) {
                 fail(r, "ids[%d]: got %d want %d", t * k + j, got[j], want[j]);
                 break;
             }
-            sum += p[got[j]];
+            const double v = p[got[j]];
+            wk[j] = cfg.score == SL_ROUTE_TOPK_SOFTMAX   ? exp(v - p[got[0]])
+                    : cfg.score == SL_ROUTE_TOPK_SIGMOID ? sigm(v)
+                                                         : v;
+            sum += wk[j];
         }
+        if (r->bad > bad0) break;
+        double den = 1;
+        if (cfg.score == SL_ROUTE_TOPK_SOFTMAX) den = sum;
+        if (cfg.renormalize) den = cfg.score == SL_ROUTE_TOPK_SOFTMAX ? sum : sum + 1e-20;
         for (int32_t j = 0; j < k; j++)
-            if (got[j] >= 0 && got[j] < E) wref[(size_t)t * k + j] = p[got[j]] / (renorm ? sum : 1);
+            wref[(size_t)t * k + j] =
+                wk[j] / den * (has_es ? es.wide[got[j]] : 1) * (cfg.scale != 0 ? cfg.scale : 1);
     }
-    ot_check(r, "w", dw, wref, kn + 2, tol);
-    ot_check(r, "probs", dl, probs, ln, tol);
-    free(x), free(ids), free(want), free(probs), free(wref);
+    if (r->bad == bad0) ot_check(r, "w", dw, wref, kn + 2, tol);
+    ot_check(r, "scores", dl, sc, ln, tol);
+    free(x), free(ids), free(want), free(sc), free(wref), free(key);
     dfree(r, dx), dfree(r, dl), dfree(r, dw), dfree(r, dids), weight_free(r, &w);
+    weight_free(r, &bias), weight_free(r, &sb), weight_free(r, &es);
+}
+
+/* p: rows, rep, n */
+static void run_scale_rows(ot_run *r, const ot_case *c) {
+    const int32_t rows = c->p[0], rep = c->p[1], n = c->p[2];
+    const size_t xn = (size_t)((rows + rep - 1) / rep) * n, yn = (size_t)rows * n + 3;
+    float *x = rand_vec(r, xn, 2), *sv = rand_vec(r, (size_t)rows, 1);
+    float *dx = UPF(r, x, xn), *ds = UPF(r, sv, rows), *dy = poisoned(r, yn);
+    double *ref = ref_vec(yn);
+    for (int32_t i = 0; i < rows; i++)
+        for (int32_t j = 0; j < n; j++)
+            ref[(size_t)i * n + j] = (double)(sv[i] * x[(size_t)(i / rep) * n + j]);
+    r->be->ops->scale_rows(r->be, dy, dx, ds, rows, rep, n);
+    ot_check(r, "y", dy, ref, yn, 0);
+    free(x), free(sv), free(ref), dfree(r, dx), dfree(r, ds), dfree(r, dy);
 }
 
 /* p: T, H, I, a missing expert (its table row zero: the tokens that pick it are skipped).
@@ -1610,6 +1699,18 @@ static const ot_case table[] = {
     {"moe_route", run_moe_route, F32, {1100, 64, 40, 2, 1, 0}, 1e-5},
     {"moe_route", run_moe_route, Q4_K, {64, 256, 4, 3, 1, 1}, 1e-5},
     {"moe_route", run_moe_route, Q8_0, {60, 96, 8, 2, 0, 0}, 1e-5},
+    {"moe_route", run_moe_route, F32, {64, 64, 4, 3, 1, 0, 1, 0}, 1e-5},
+    {"moe_route", run_moe_route, BF16, {8, 256, 2, 2, 0, 1, 1, 0}, 1e-5},
+    {"moe_route", run_moe_route, F32, {64, 64, 6, 5, 1, 0, 2, 8}, 1e-5},
+    {"moe_route", run_moe_route, BF16, {256, 128, 8, 2, 1, 1, 2, 8}, 1e-5},
+    {"moe_route", run_moe_route, F32, {60, 64, 4, 3, 0, 0, 2, 0}, 1e-5},
+    {"moe_route", run_moe_route, Q4, {128, 256, 4, 1, 0, 0, 2, 1}, 1e-5},
+    {"moe_route", run_moe_route, F32, {16, 64, 1, 3, 0, 0, 3, 0}, 1e-5},
+    {"moe_route", run_moe_route, BF16, {129, 128, 8, 4, 0, 1, 3, 0}, 1e-5},
+    {"moe_route", run_moe_route, F32, {128, 64, 8, 4, 1, 0, 4, 0}, 1e-5},
+    {"moe_route", run_moe_route, BF16, {33, 96, 3, 1, 0, 1, 4, 0}, 1e-5},
+    {"scale_rows", run_scale_rows, F32, {12, 4, 33}, 0},
+    {"scale_rows", run_scale_rows, F32, {5, 1, 2049}, 0},
     {"moe_experts", run_moe_experts, Q4, {3, 256, 128, 0}, 1e-4},
     {"moe_experts", run_moe_experts, Q8, {1, 192, 64, 0}, 1e-4},
     {"moe_experts", run_moe_experts, BF16, {5, 128, 320, 1}, 1e-4},

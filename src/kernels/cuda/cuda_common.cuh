@@ -406,8 +406,7 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
 int cu_moe_experts(const sl_backend *be, float *y, float *act, const float *x, const int32_t *ids,
                    const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
                    int32_t T, int32_t k);
-void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, const float *x,
-                  const sl_tensor *router, int32_t T, int32_t k, int renormalize);
+void cu_moe_route(const sl_backend *be, const sl_route_args *a);
 void cu_embed(const sl_backend *be, float *y, const sl_tensor *table, const int32_t *ids,
               int32_t T);
 /* The same ops for ggml's block types (cuda_blocks.cu), which the four above hand them to. */
@@ -455,6 +454,8 @@ void cu_attention(const sl_backend *be, const sl_attn_args *a);
 void cu_latent_attention(const sl_backend *be, const sl_latent_attn_args *a); /* cuda_mla.cu */
 void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
 void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n);
+void cu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,
+                   int32_t rep, int32_t n);
 void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
                      int32_t k, int32_t n);
 void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n);

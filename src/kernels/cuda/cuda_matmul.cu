@@ -1403,12 +1403,159 @@ static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, cons
     }
 }
 
-void cu_moe_route(const sl_backend *be, int32_t *ids, float *w, float *logits, const float *x,
-                  const sl_tensor *router, int32_t T, int32_t k, int renormalize) {
+/*
+ * Every sl_route_cfg rule (the path for anything but a plain softmax router), one warp per
+ * token over logits already computed (bias included): the scores into logits, the groups (lane
+ * g scores group g, the sum of its two largest keys, then counts the groups ranked before it),
+ * then k rounds, each taking the best key ranked after the previous pick among the allowed
+ * experts (each lane its entries, then a butterfly), then lane 0 turns the picks into weights
+ * in rank order, as sl_route_topk does.
+ */
+struct cu_route_rule {
+    int score, renorm, n_group, topk_group;
+    float scale;
+    const void *sb, *es; /* select_bias and expert_scale data, or NULL */
+    int sb_dt, es_dt;
+};
+
+__device__ __forceinline__ float rule_key(const float *l, const cu_route_rule &r, int e) {
+    return r.sb ? __ldcg(l + e) + cu_load_f(r.sb, r.sb_dt, (size_t)e) : __ldcg(l + e);
+}
+
+__global__ void route_rule_kernel(int32_t *__restrict__ ids_all, float *__restrict__ w_all,
+                                  float *__restrict__ logits, int E, int k, cu_route_rule r) {
+    __shared__ float gs[SL_ROUTE_MAX_GROUPS];
+    __shared__ int allowed[SL_ROUTE_MAX_GROUPS];
+    cu_pdl_wait();
+    const int lane = threadIdx.x;
+    const size_t t = blockIdx.x;
+    float *l = logits + t * (size_t)E;
+    int32_t *ids = ids_all + t * (size_t)k;
+    float *w = w_all + t * (size_t)k;
+    if (r.score == SL_ROUTE_SOFTMAX) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int e = lane; e < E; e += 32)
+            mx = fmaxf(mx, __ldcg(l + e));
+        mx = warp_max(mx);
+        for (int e = lane; e < E; e += 32) {
+            const float v = expf(__ldcg(l + e) - mx);
+            l[e] = v;
+            sum += v;
+        }
+        sum = warp_sum(sum);
+        for (int e = lane; e < E; e += 32)
+            l[e] /= sum;
+    } else if (r.score == SL_ROUTE_SIGMOID) {
+        for (int e = lane; e < E; e += 32)
+            l[e] = 1.0f / (1.0f + expf(-__ldcg(l + e)));
+    }
+    __syncwarp();
+    const int sig = r.score == SL_ROUTE_SIGMOID;
+    const cu_route_rule rk = {
+        r.score, r.renorm, r.n_group, r.topk_group, r.scale, sig ? r.sb : NULL, NULL, r.sb_dt, 0};
+    const int grouped = sig && r.n_group > 1, ng = grouped ? E / r.n_group : E;
+    if (grouped) {
+        for (int g = lane; g < r.n_group; g += 32) {
+            int i1 = -1, i2 = -1;
+            float v1 = 0.0f, v2 = 0.0f;
+            for (int e = g * ng; e < (g + 1) * ng; e++) {
+                const float v = rule_key(l, rk, e);
+                if (i1 < 0 || cu_ranks_before(v, e, v1, i1))
+                    i2 = i1, v2 = v1, i1 = e, v1 = v;
+                else if (i2 < 0 || cu_ranks_before(v, e, v2, i2))
+                    i2 = e, v2 = v;
+            }
+            gs[g] = v1 + v2;
+        }
+        __syncwarp();
+        for (int g = lane; g < r.n_group; g += 32) {
+            int rank = 0;
+            for (int h = 0; h < r.n_group; h++)
+                rank += cu_ranks_before(gs[h], h, gs[g], g);
+            allowed[g] = rank < r.topk_group;
+        }
+        __syncwarp();
+    }
+    float prev_v = 0.0f;
+    int prev_i = -1;
+    for (int q = 0; q < k; q++) {
+        float bv = 0.0f;
+        int bi = -1;
+        for (int e = lane; e < E; e += 32) {
+            if (grouped && !allowed[e / ng]) continue;
+            const float v = rule_key(l, rk, e);
+            if (prev_i >= 0 && !cu_ranks_before(prev_v, prev_i, v, e)) continue;
+            if (bi < 0 || cu_ranks_before(v, e, bv, bi)) bv = v, bi = e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi >= 0 && (bi < 0 || cu_ranks_before(ov, oi, bv, bi))) bv = ov, bi = oi;
+        }
+        if (bi < 0) bi = q, bv = rule_key(l, rk, q); /* only NaN gets here: keep ids valid */
+        if (lane == 0) ids[q] = bi;
+        prev_v = bv, prev_i = bi;
+    }
+    __syncwarp();
+    if (lane) return;
+    float sum = 0.0f;
+    const float mx = __ldcg(l + ids[0]);
+    for (int q = 0; q < k; q++) {
+        const float v = __ldcg(l + ids[q]);
+        float x = v;
+        if (r.score == SL_ROUTE_TOPK_SIGMOID) x = 1.0f / (1.0f + expf(-v));
+        if (r.score == SL_ROUTE_TOPK_SOFTMAX) sum += x = expf(v - mx);
+        w[q] = x;
+    }
+    if (r.score == SL_ROUTE_TOPK_SOFTMAX)
+        for (int q = 0; q < k; q++)
+            w[q] /= sum;
+    if (r.renorm) {
+        float s = 0.0f;
+        for (int q = 0; q < k; q++) /* rank order, as the CPU sums */
+            s += w[q];
+        if (sig) s += 1e-20f;
+        for (int q = 0; q < k; q++)
+            w[q] /= s;
+    }
+    if (r.es)
+        for (int q = 0; q < k; q++)
+            w[q] *= cu_load_f(r.es, r.es_dt, (size_t)ids[q]);
+    if (r.scale != 0.0f && r.scale != 1.0f)
+        for (int q = 0; q < k; q++)
+            w[q] *= r.scale;
+}
+
+void cu_moe_route(const sl_backend *be, const sl_route_args *a) {
+    const sl_tensor *router = a->router;
     const int64_t E = router->shape[0], K = router->shape[1];
+    const int32_t T = a->T, k = a->k;
     const int dt = (int)router->dtype, C = chunk_of(dt);
     if (T <= 0 || E <= 0 || k <= 0) return;
     cu_ctx *c = cu_of(be);
+    const sl_route_cfg *rc = &a->cfg;
+    const int plain = rc->score == SL_ROUTE_SOFTMAX && !a->bias && !a->select_bias &&
+                      !a->expert_scale && (rc->scale == 0.0f || rc->scale == 1.0f);
+    if (!plain) {
+        cu_matmul(be, a->logits, a->x, router, a->bias, T);
+        const cu_route_rule r = {(int)rc->score,
+                                 rc->renormalize,
+                                 rc->n_group,
+                                 rc->topk_group,
+                                 rc->scale,
+                                 a->select_bias ? a->select_bias->data : NULL,
+                                 a->expert_scale ? a->expert_scale->data : NULL,
+                                 a->select_bias ? (int)a->select_bias->dtype : 0,
+                                 a->expert_scale ? (int)a->expert_scale->dtype : 0};
+        cu_launch(route_rule_kernel, (unsigned)T, 32, 0, c, a->ids, a->w, a->logits, (int)E, k, r);
+        CUDA_LAUNCHED(c);
+        return;
+    }
+    int32_t *ids = a->ids;
+    float *w = a->w, *logits = a->logits;
+    const float *x = a->x;
+    const int renormalize = rc->renormalize;
     const int fast = T <= 4 && C > 0 && K % C == 0 && E < INT32_MAX && K < INT32_MAX &&
                      ((uintptr_t)router->data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x */

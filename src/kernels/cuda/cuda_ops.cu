@@ -104,6 +104,27 @@ void cu_fill(const sl_backend *be, float *dst, float v, size_t n) {
 
 /* ------------------------------------------------------ element-wise */
 
+__global__ void scale_rows_kernel(float *__restrict__ y, const float *__restrict__ x,
+                                  const float *__restrict__ s, int32_t rows, int32_t rep,
+                                  int32_t n) {
+    cu_pdl_wait();
+    const size_t total = (size_t)rows * (size_t)n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / (size_t)n, c = i % (size_t)n;
+        y[i] = s[r] * x[(r / (size_t)rep) * (size_t)n + c];
+    }
+}
+
+void cu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,
+                   int32_t rep, int32_t n) {
+    cu_ctx *c = cu_of(be);
+    const size_t total = (size_t)rows * (size_t)n;
+    if (rows <= 0 || n <= 0 || rep <= 0) return;
+    cu_launch(scale_rows_kernel, ew_blocks(total), EW_THREADS, 0, c, y, x, s, rows, rep, n);
+    CUDA_LAUNCHED(c);
+}
+
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, size_t n) {
     cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
