@@ -58,6 +58,11 @@ int32_t sl_ckpt_locate(const sl_ckpt *ck, const void *p, uint64_t *off);
 /* The file an entry is in, for messages. */
 const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e);
 
+/* Whether a tensor's full name is of a decoder layer at or past n_layers ("<prefix>layers.N."
+ * with N >= n_layers): the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints
+ * append (num_nextn_predict_layers), which no forward pass reads, nor a pack keeps. */
+int sl_ckpt_past_layers(const sl_ckpt *ck, const char *name, int32_t n_layers);
+
 /* Looks a tensor up by (unprefixed) name; NULL when absent. */
 const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name);
 
