@@ -841,7 +841,8 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         if (man && (m->ck.norm_folded || m->ck.A_neg_exp || m->ck.v_tiled))
             json_object_set_new(man, "gguf_values",
                                 json_pack("{s:b, s:b, s:b}", "norm_folded", m->ck.norm_folded,
-                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled", m->ck.v_tiled));
+                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled",
+                                          m->ck.v_tiled));
         st = cfg ? write_manifest(man, out_dir, err) : SL_ERR_FORMAT;
         json_decref(man);
     }
