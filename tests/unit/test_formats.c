@@ -121,8 +121,8 @@ TEST(test_config_parse) {
          "\"num_attention_heads\":3,\"num_key_value_heads\":2}",
          "multiple"},
         {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":1,"
-         "\"num_attention_heads\":2,\"rope_scaling\":{\"rope_type\":\"yarn\"}}",
-         "yarn"},
+         "\"num_attention_heads\":2,\"rope_scaling\":{\"rope_type\":\"dynamic\"}}",
+         "dynamic"},
         {"{\"model_type\":\"x\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
          "\"num_attention_heads\":2,\"mlp_only_layers\":[5]}",
          "mlp_only_layers"},
