@@ -72,9 +72,10 @@ check_case() {
     done
     [ $same = 1 ] && ok "$name: resident and streamed experts give the mapped bits"
 
-    # int8 within 2e-2 and int4 within 2e-1 of the float logits (tiny random models are far
+    # int8 within 3e-2 and int4 within 0.35 of the float logits (tiny random models, one group
+    # of 64 per row, are far
     # less forgiving than trained ones; the figure is printed for the record).
-    for q in int8:2e-2 int4:2e-1; do
+    for q in int8:3e-2 int4:0.35; do
         rm -rf "$TMP/pk"
         if "$BIN" pack "$dir" "$TMP/pk" --quant "${q%%:*}" >/dev/null 2>"$TMP/err" &&
             "$BIN" logits "$TMP/pk" --ids "$ids" --out "$TMP/p.f32" 2>>"$TMP/err"; then

@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "format/gguf.h"
 
@@ -18,6 +19,11 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
         t->kind = SL_TEMPLATE_DEEPSEEK;
         t->join_system = strstr(jinja, "is_first_sp") != NULL;
         t->strip_think = strstr(jinja, "</think>") != NULL;
+        return;
+    }
+    if (jinja && strstr(jinja, "<|start|>") && strstr(jinja, "<|message|>") &&
+        strstr(jinja, "<|channel|>")) {
+        t->kind = SL_TEMPLATE_HARMONY;
         return;
     }
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
@@ -42,6 +48,10 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         t->join_system = 1;
         return SL_OK;
     }
+    if (!strcmp(name, "harmony")) {
+        t->kind = SL_TEMPLATE_HARMONY;
+        return SL_OK;
+    }
     t->kind = SL_TEMPLATE_CHATML;
     if (!strcmp(name, "chatml")) return SL_OK;
     if (!strcmp(name, "chatml-think")) {
@@ -49,11 +59,13 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         return SL_OK;
     }
     return sl_fail(err, SL_ERR_ARG,
-                   "unknown chat template '%s' (chatml, chatml-think, deepseek or raw)", name);
+                   "unknown chat template '%s' (chatml, chatml-think, harmony, deepseek or raw)",
+                   name);
 }
 
 const char *sl_chat_template_name(const sl_chat_template *t) {
     return t->kind == SL_TEMPLATE_CHATML     ? "ChatML"
+           : t->kind == SL_TEMPLATE_HARMONY  ? "harmony (gpt-oss)"
            : t->kind == SL_TEMPLATE_DEEPSEEK ? "DeepSeek"
                                              : "none (raw text)";
 }
@@ -170,10 +182,80 @@ static void render_deepseek(const sl_chat_template *t, const sl_chat_msg *msgs, 
     if (add_generation_prompt) put_tpl(k, DS_ASSISTANT);
 }
 
+/* The final channel's text of an assistant reply as the model wrote it (its analysis and any
+ * earlier message dropped, the terminator too): what harmony keeps of an earlier turn. A reply
+ * decoded without its special tokens reads "analysis...assistantfinal...": the text after the
+ * last "assistantfinal". A text without channels is returned whole; *n receives its length. */
+static const char *harmony_final(const char *s, size_t *n) {
+    const char *p = s, *f;
+    while ((f = strstr(p, "<|channel|>final<|message|>")))
+        p = f + strlen("<|channel|>final<|message|>");
+    if (p == s && (f = strstr(s, "<|message|>"))) p = f + strlen("<|message|>");
+    if (p == s && !strncmp(s, "analysis", 8))
+        while ((f = strstr(p, "assistantfinal")))
+            p = f + strlen("assistantfinal");
+    size_t len = strlen(p);
+    static const char *const ends[] = {"<|return|>", "<|end|>", "<|call|>"};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        const size_t m = strlen(ends[i]);
+        if (len >= m && !memcmp(p + len - m, ends[i], m)) len -= m;
+    }
+    *n = len;
+    return p;
+}
+
+static void render_harmony(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                           int add_generation_prompt, chat_sink *k) {
+    char date[16];
+    if (t->date[0]) {
+        snprintf(date, sizeof date, "%s", t->date);
+    } else {
+        const time_t now = time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm) || !strftime(date, sizeof date, "%Y-%m-%d", &tm))
+            snprintf(date, sizeof date, "1970-01-01");
+    }
+    put_tpl(k, "<|start|>system<|message|>You are ChatGPT, a large language model trained by "
+               "OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: ");
+    put_tpl(k, date);
+    put_tpl(k, "\n\nReasoning: ");
+    put_tpl(k, t->reasoning[0] ? t->reasoning : "medium");
+    put_tpl(k, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
+               "every message.<|end|>");
+    int32_t i = 0;
+    if (n > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"))) {
+        if (msgs[0].content[0]) {
+            put_tpl(k, "<|start|>developer<|message|># Instructions\n\n");
+            k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+            put_tpl(k, "\n\n<|end|>");
+        }
+        i = 1;
+    }
+    for (; i < n; i++) {
+        const char *text = msgs[i].content;
+        if (!strcmp(msgs[i].role, "user")) {
+            put_tpl(k, "<|start|>user<|message|>");
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, "<|end|>");
+        } else if (!strcmp(msgs[i].role, "assistant")) {
+            size_t len;
+            const char *fin = harmony_final(text, &len);
+            put_tpl(k, "<|start|>assistant<|channel|>final<|message|>");
+            k->put(k, fin, len, 1);
+            put_tpl(k, i == n - 1 && !add_generation_prompt ? "<|return|>" : "<|end|>");
+        }
+    }
+    if (add_generation_prompt) put_tpl(k, "<|start|>assistant");
+}
+
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
     if (t->kind == SL_TEMPLATE_DEEPSEEK) {
         render_deepseek(t, msgs, n, add_generation_prompt, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_HARMONY) {
+        render_harmony(t, msgs, n, add_generation_prompt, k);
         return;
     }
     if (t->kind == SL_TEMPLATE_RAW) {

@@ -13,6 +13,19 @@
  *   is off, and earlier assistant turns stripped of their <think> block.
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
  *
+ *   Harmony (gpt-oss), as its chat_template renders a conversation without tools:
+ *     <|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n
+ *       Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: {effort}\n\n
+ *       # Valid channels: analysis, commentary, final. Channel must be included for every
+ *       message.<|end|>
+ *     <|start|>developer<|message|># Instructions\n\n{system}\n\n<|end|>   (a first system
+ *                                                            or developer message)
+ *     <|start|>user<|message|>{text}<|end|>
+ *     <|start|>assistant<|channel|>final<|message|>{text}<|end|>   (the final channel's text
+ *                                     of an earlier reply; <|return|> ends a last one instead)
+ *     <|start|>assistant                                     (generation prompt)
+ *   Other roles are left out, as the template leaves them.
+ *
  *   DeepSeek (V3, R1; <｜User｜> and <｜Assistant｜> in the template):
  *     <｜begin▁of▁sentence｜>{system}<｜User｜>{text}<｜Assistant｜>{text}<｜end▁of▁sentence｜>
  *     ...<｜Assistant｜>                               (generation prompt)
@@ -29,15 +42,20 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
-    SL_TEMPLATE_DEEPSEEK = 2,
+    SL_TEMPLATE_HARMONY = 2, /* gpt-oss */
+    SL_TEMPLATE_DEEPSEEK = 3,
 } sl_template_kind;
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
     int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
     char default_system[128]; /* inserted when the conversation has no system message */
-    int32_t join_system;      /* DeepSeek: every system message, "\n\n" between (else the last) */
-    int32_t strip_think;      /* DeepSeek: earlier assistant turns lose their reasoning */
+    /* Harmony: the system message's date ("YYYY-MM-DD"; empty: today's, as the template's
+     * strftime_now) and reasoning effort (empty: "medium", the template's default) */
+    char date[16];
+    char reasoning[16];
+    int32_t join_system; /* DeepSeek: every system message, "\n\n" between (else the last) */
+    int32_t strip_think; /* DeepSeek: earlier assistant turns lose their reasoning */
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -56,9 +74,10 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "deepseek", "raw". */
+/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "deepseek",
+ * "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
-/* What a template is, in words ("ChatML", "DeepSeek", "none (raw text)"). */
+/* What a template is, in words ("ChatML", "harmony (gpt-oss)", "DeepSeek", "none (raw text)"). */
 const char *sl_chat_template_name(const sl_chat_template *t);
 
 /*

@@ -56,6 +56,7 @@ int cli_inspect(int argc, char **argv) {
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
+    if (i.features && i.features[0]) printf("features       %s\n", i.features);
     printf("weights        experts %s; resident core %s; one expert %s; all experts %s\n",
            i.weights, size_str((double)i.resident_bytes, s1), size_str((double)i.expert_bytes, s2),
            size_str((double)i.n_moe_layers * i.n_experts * (double)i.expert_bytes, s3));

@@ -257,6 +257,12 @@ void sl_experts_layout(sl_experts_header *h) {
         h->part[3 * m + 2] = q ? off : 0;
         off = q ? align_up(off + sb, SL_PACK_ALIGN) : off;
     }
+    for (int m = 0; m < 3; m++) { /* linear biases, [I], [I], [H] */
+        const int has = h->bias_dtype != SL_DTYPE_NONE;
+        h->part[SL_EX_GATE_LB + m] = has ? off : 0;
+        if (has)
+            off = align_up(off + (uint64_t)rows[m] * sl_dtype_size(h->bias_dtype), SL_PACK_ALIGN);
+    }
     h->blob_bytes = align_up(off, SL_PACK_PAGE);
     /* Version 2's CRC table fills the first page up to 960 experts; more push the blobs on. */
     h->data_offset = h->version >= 2
@@ -268,7 +274,7 @@ void sl_experts_layout(sl_experts_header *h) {
 sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const void *bytes,
                                   size_t n, uint64_t file_size, sl_error *err) {
     const uint8_t *p = bytes;
-    if (n < 136 || memcmp(p, experts_magic, 8) != 0)
+    if (n < 160 || memcmp(p, experts_magic, 8) != 0)
         return sl_fail(err, SL_ERR_FORMAT, "%s: not a sluice experts file (bad magic)", path);
     memset(h, 0, sizeof *h);
     h->version = rd32(p + 8);
@@ -286,7 +292,11 @@ sl_status sl_experts_header_parse(sl_experts_header *h, const char *path, const 
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: format version %u (this sluice reads %d to %d)", path, h->version,
                        SL_PACK_VERSION_MIN, SL_PACK_VERSION);
-    int types_ok = h->version < 3 || codes >> 24 == 0;
+    /* Version 3's byte 23: the experts' linear biases (0: none). */
+    h->bias_dtype =
+        h->version >= 3 ? sl_pack_dtype_from_code((uint8_t)(codes >> 24)) : SL_DTYPE_NONE;
+    int types_ok = h->version < 3 || codes >> 24 == 0 || h->bias_dtype == SL_DTYPE_F32 ||
+                   h->bias_dtype == SL_DTYPE_F16 || h->bias_dtype == SL_DTYPE_BF16;
     for (int m = 0; m < 3; m++) {
         const sl_dtype t = h->dtype[m];
         types_ok &= (t == SL_DTYPE_BF16 || t == SL_DTYPE_F16 || t == SL_DTYPE_F32 ||
@@ -340,10 +350,11 @@ void sl_experts_header_write(const sl_experts_header *h, const uint32_t *crc, ui
     wr32(buf + 8, h->version);
     wr32(buf + 12, h->layer);
     wr32(buf + 16, h->n_experts);
-    if (h->version >= 3)
+    if (h->version >= 3) {
         for (int m = 0; m < 3; m++)
             buf[20 + m] = sl_pack_dtype_code(h->dtype[m]);
-    else
+        if (h->bias_dtype != SL_DTYPE_NONE) buf[23] = sl_pack_dtype_code(h->bias_dtype);
+    } else
         wr32(buf + 20, sl_pack_dtype_code(h->dtype[0]));
     wr32(buf + 24, h->hidden);
     wr32(buf + 28, h->inter);
@@ -372,6 +383,19 @@ sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob, int 
     }
     static const char *names[3] = {"gate_proj", "up_proj", "down_proj"};
     t.name = names[which];
+    return t;
+}
+
+sl_tensor sl_expert_bias(const sl_experts_header *h, const uint8_t *blob, int which) {
+    sl_tensor t = {0};
+    if (h->bias_dtype == SL_DTYPE_NONE) return t;
+    static const char *names[3] = {"gate_proj.bias", "up_proj.bias", "down_proj.bias"};
+    t.name = names[which];
+    t.dtype = h->bias_dtype;
+    t.ndim = 1;
+    t.shape[0] = which == 2 ? h->hidden : h->inter;
+    t.data = blob + h->part[SL_EX_GATE_LB + which];
+    t.nbytes = (size_t)t.shape[0] * sl_dtype_size(t.dtype);
     return t;
 }
 

@@ -38,7 +38,9 @@
 #define SL_NGRAM_HEADER_CRC   48u
 #define SL_CORE_RECORD_CRC    232u /* version 2: in an index record, the tensor's CRC32C */
 
-/* Where the nine arrays of an expert sit inside its blob (offsets from the blob start). */
+/* Where the arrays of an expert sit inside its blob (offsets from the blob start): each
+ * matrix's codes, quantisation scales and biases (the last two of Q8/Q4 only), then the
+ * linear biases its projections add (gpt-oss's experts; absent in most models). */
 typedef enum {
     SL_EX_GATE,
     SL_EX_GATE_S,
@@ -49,6 +51,9 @@ typedef enum {
     SL_EX_DOWN,
     SL_EX_DOWN_S,
     SL_EX_DOWN_B,
+    SL_EX_GATE_LB, /* [I] */
+    SL_EX_UP_LB,   /* [I] */
+    SL_EX_DOWN_LB, /* [H] */
     SL_EX_PARTS
 } sl_expert_part;
 
@@ -61,7 +66,11 @@ typedef struct sl_experts_header {
     uint64_t blob_bytes;  /* stride between experts, a multiple of SL_PACK_PAGE */
     uint64_t data_offset; /* first blob: 4096, or past a version-2 CRC table of > 960 experts */
     uint64_t file_size;
-    uint64_t part[SL_EX_PARTS]; /* offsets inside a blob; scales/biases 0 when unquantised */
+    uint64_t part[SL_EX_PARTS]; /* offsets inside a blob; scales/biases 0 when unquantised,
+                                 * linear biases 0 when absent */
+    /* the experts' linear biases (SL_EX_*_LB): F32, F16 or BF16; NONE when they have none.
+     * Version 3 (byte 23 of the header; older readers refuse a file that has them). */
+    sl_dtype bias_dtype;
 } sl_experts_header;
 
 /* An n-gram table file: rows [rows, dim] of dtype from data_offset. BF16, F16 or F32 rows are
@@ -122,6 +131,8 @@ void sl_experts_layout(sl_experts_header *h);
 /* A view of one matrix of the expert whose blob starts at blob. */
 sl_tensor sl_expert_matrix(const sl_experts_header *h, const uint8_t *blob,
                            int which /* 0 gate, 1 up, 2 down */);
+/* A view of the linear bias of one matrix ([I], [I], [H]); data NULL when the file has none. */
+sl_tensor sl_expert_bias(const sl_experts_header *h, const uint8_t *blob, int which);
 
 /* Serialises a header (writer side) into buf[h->data_offset]; version 2 with crc[n_experts],
  * the blobs' checksums, and the header's own. */

@@ -195,10 +195,12 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
     }
 }
 
-/* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t, or only the
- * rows listed in sel[t] (ascending) when a selection is given. */
+/* Causal attention: query t (position pos0 + t) sees cache rows 0 .. pos0 + t (the last
+ * window of them with a sliding window), or only the rows listed in sel[t] (ascending) when a
+ * selection is given; a head's sink logit joins the softmax's denominator. */
 static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     if (a->prep) cpu_qkv_prep(be, a->prep);
+    SL_ASSERT(!a->sel || a->window == 0);
     const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const size_t q_stride = (size_t)a->n_heads * (size_t)hd;
     const size_t kv_stride = (size_t)a->n_kv_heads * (size_t)hd;
@@ -209,12 +211,14 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     for (int32_t it = 0; it < n_items; it++) {
         const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
         const int32_t *sel = a->sel ? a->sel + (size_t)t * (size_t)a->sel_stride : NULL;
-        const int32_t n_keys = sel ? a->n_sel[t] : a->pos0 + t + 1;
+        const int32_t p = a->pos0 + t;
+        const int32_t first = a->window > 0 ? SL_MAX(0, p - a->window + 1) : 0;
+        const int32_t n_keys = sel ? a->n_sel[t] : p + 1 - first;
         float *sc = a->scratch + (size_t)omp_get_thread_num() * ctx;
         const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
         float mx = -INFINITY;
         for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : j);
+            const size_t row = (size_t)(sel ? sel[j] : first + j);
             const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
             float s = 0;
             for (int32_t d = 0; d < hd; d++)
@@ -222,21 +226,27 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
             sc[j] = s * a->scale;
             mx = fmaxf(mx, sc[j]);
         }
+        float sink = -INFINITY;
+        if (a->sinks) {
+            sl_to_f32(&sink, a->sinks->data, a->sinks->dtype, (size_t)h, 1);
+            mx = fmaxf(mx, sink);
+        }
         float sum = 0;
         for (int32_t j = 0; j < n_keys; j++) {
             sc[j] = expf(sc[j] - mx);
             sum += sc[j];
         }
+        if (a->sinks) sum += expf(sink - mx);
         const float inv = 1.0f / sum;
         float *o = a->out + (size_t)t * q_stride + (size_t)h * (size_t)hd;
         for (int32_t d = 0; d < hd; d++)
             o[d] = 0;
         for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : j);
+            const size_t row = (size_t)(sel ? sel[j] : first + j);
             const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
-            const float p = sc[j] * inv;
+            const float pj = sc[j] * inv;
             for (int32_t d = 0; d < hd; d++)
-                o[d] += p * v[d];
+                o[d] += pj * v[d];
         }
     }
 }
@@ -246,6 +256,27 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
     (void)be;
     for (size_t i = 0; i < n; i++)
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static void cpu_swiglu_clamped(const sl_backend *be, float *out, const float *gate, const float *up,
+                               size_t n, float alpha, float limit) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        const float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
+        out[i] = (u + 1.0f) * glu;
+    }
+}
+
+static void cpu_add_bias(const sl_backend *be, float *y, const sl_tensor *b, int32_t rows) {
+    (void)be;
+    const size_t n = (size_t)b->shape[0];
+    for (size_t i = 0; i < n; i++) {
+        float bi;
+        sl_to_f32(&bi, b->data, b->dtype, i, 1);
+        for (int32_t r = 0; r < rows; r++)
+            y[(size_t)r * n + i] += bi;
+    }
 }
 
 /* The row slice [r0, r0 + n) of a matrix: the same rows, so the same dot products. */
@@ -522,6 +553,8 @@ static const sl_ops cpu_ops = {
     .attention = cpu_attention,
     .latent_attention = sl_latent_attention_cpu,
     .swiglu = cpu_swiglu,
+    .swiglu_clamped = cpu_swiglu_clamped,
+    .add_bias = cpu_add_bias,
     .axpy = cpu_axpy,
     .sigmoid_mul = cpu_sigmoid_mul,
     .l2norm = cpu_l2norm,

@@ -62,7 +62,22 @@ typedef struct sl_attn_args {
     /* Non-NULL: the qkv_prep of these inputs comes first (its q, kc and vc are the q, kcache
      * and vcache above); a backend may fuse the two. */
     const sl_qkv_args *prep;
+    /* Sliding window: > 0, the query at position p sees only the keys p - window + 1 .. p
+     * (0: every one up to p). Not combined with a selection (window 0 when sel is given). */
+    int32_t window;
+    /* Attention sinks: [n_heads] (F32/F16/BF16), a learned logit per head that joins the
+     * softmax's denominator and weighs no value:
+     *   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sink_h - m)),  m = max(s, sink_h)
+     * NULL: none. */
+    const sl_tensor *sinks;
 } sl_attn_args;
+
+/* The gated activation of an MLP's hidden rows, glu(gate, up): what the routed experts of a
+ * model compute between their projections (sl_moe_dims.glu). */
+typedef enum sl_glu {
+    SL_GLU_SWIGLU = 0,         /* silu(gate) * up (the swiglu op) */
+    SL_GLU_SWIGLU_CLAMPED = 1, /* gpt-oss: the swiglu_clamped op, with alpha and limit */
+} sl_glu;
 
 typedef enum sl_act {
     SL_ACT_SILU = 0, /* x * sigmoid(x) */
@@ -280,6 +295,15 @@ typedef struct sl_ops {
     void (*latent_attention)(const sl_backend *be, const sl_latent_attn_args *a);
     /* out[i] = silu(gate[i]) * up[i] */
     void (*swiglu)(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
+    /* The clamped SwiGLU (SL_GLU_SWIGLU_CLAMPED), in this order as transformers' gpt-oss:
+     *   g = min(gate[i], limit), u = clamp(up[i], -limit, limit)
+     *   out[i] = (u + 1) * (g * sigmoid(g * alpha))
+     * out may alias gate. */
+    void (*swiglu_clamped)(const sl_backend *be, float *out, const float *gate, const float *up,
+                           size_t n, float alpha, float limit);
+    /* y[r][i] += b[i], r < rows, i < n = b's length: a linear layer's bias (F32/F16/BF16, backend
+     * memory) added to rows of products already made (what matmul's bias adds). */
+    void (*add_bias)(const sl_backend *be, float *y, const sl_tensor *b, int32_t rows);
     /* y[i] += s * x[i] */
     void (*axpy)(const sl_backend *be, float *y, float s, const float *x, size_t n);
     /* MoE combine, per token t < T: y[t] = sum over r < k (in order) of w[t*k + r] *

@@ -1,6 +1,8 @@
 /* Shared decoder blocks (contracts in blocks.h). */
 #include "model/blocks.h"
 
+#include "model/expert_relayout.h"
+
 #include <math.h>
 
 /* ------------------------------------------------------------- binding */
@@ -62,6 +64,10 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                        (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
                                           "k_norm.weight"))))
         return st;
+    if (o->sinks && (st = sl_ckpt_bind(ck, &L->sinks, SL_BIND_REQUIRED, SL_DIMS(c->n_heads), err, p,
+                                       l, "sinks")))
+        return st;
+    L->window = c->layer_is_sliding && c->layer_is_sliding[l] ? c->sliding_window : 0;
     return SL_OK;
 }
 
@@ -222,6 +228,8 @@ static sl_status open_from_files(sl_model *m, sl_expert **views, const sl_store_
 }
 
 sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err) {
+    if (m->cfg.expert_layout == SL_EXPERT_LAYOUT_GATE_UP_T)
+        return sl_open_experts_gate_up_t(m, sp, err);
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers;
     sl_expert **views = sl_calloc((size_t)nl, sizeof(sl_expert *), err);
@@ -330,6 +338,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .n_sel = sel ? sel->n_sel : NULL,
         .sel_stride = sel ? sel->stride : 0,
         .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
+        .window = sel ? 0 : L->window,
+        .sinks = L->sinks.data ? &L->sinks : NULL,
     };
     op->attention(be, &a);
     if (L->attn_gated)

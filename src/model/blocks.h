@@ -15,6 +15,7 @@ typedef struct blk_attn_opts {
     int32_t qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
     int32_t gated;    /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
                        * (Qwen3-Next, Qwen3.5) */
+    int32_t sinks;    /* a learned sink logit per head, self_attn.sinks (gpt-oss) */
 } blk_attn_opts;
 
 typedef enum blk_linear_proj {
@@ -35,7 +36,7 @@ typedef struct blk_ffn_opts {
 int blk_norm_flags(const sl_model *m);
 /* Embedding, final norm and LM head (tied or not). */
 sl_status blk_bind_globals(sl_model *m, sl_error *err);
-/* Norms and projections of layer l's self-attention. */
+/* Norms and projections of layer l's self-attention; its sliding window from the config. */
 sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_error *err);
 /* Norm and Gated DeltaNet tensors (linear_attn.*) of layer l (linear_attn.c). */
 sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj, sl_error *err);

@@ -81,8 +81,8 @@ static sl_status parse_yarn(sl_config *c, const json_t *root, const json_t *rp, 
         (st = sl_config_num(rp, "beta_fast", 0, -1e9, 0, 1e9, &r->beta_fast, path, err)) ||
         (st = sl_config_num(rp, "beta_slow", 0, -1e9, 0, 1e9, &r->beta_slow, path, err)) ||
         (st = sl_config_num(rp, "mscale", 0, -1e9, 0, 1e9, &r->mscale, path, err)) ||
-        (st = sl_config_num(rp, "mscale_all_dim", 0, -1e9, 0, 1e9, &r->mscale_all_dim, path,
-                            err)) ||
+        (st =
+             sl_config_num(rp, "mscale_all_dim", 0, -1e9, 0, 1e9, &r->mscale_all_dim, path, err)) ||
         (json_object_get(rp, "attention_factor") &&
          (st = sl_config_num(rp, "attention_factor", 1, 0, 1, 1e9, &r->attention_factor, path,
                              err))) ||
@@ -243,6 +243,30 @@ static sl_status parse_linear(sl_config *c, const json_t *root, const char *path
     return SL_OK;
 }
 
+/* Sliding-window layers: layer_types' "sliding_attention" entries, whose queries see the last
+ * sliding_window positions, their own included (transformers' sliding_window_overlay keeps
+ * kv_idx > q_idx - sliding_window). Nothing when no layer is one. */
+static sl_status parse_sliding(sl_config *c, const json_t *root, const char *path, sl_error *err) {
+    json_t *types = json_object_get(root, "layer_types");
+    size_t i;
+    json_t *v;
+    int any = 0;
+    json_array_foreach(types, i, v) any |=
+        json_is_string(v) && strcmp(json_string_value(v), "sliding_attention") == 0;
+    if (!any) return SL_OK;
+    if (json_array_size(types) != (size_t)c->n_layers)
+        return sl_fail(err, SL_ERR_FORMAT,
+                       "%s: 'layer_types' is not an array of num_hidden_layers entries", path);
+    sl_status st =
+        sl_config_int(root, "sliding_window", -1, 1, INT32_MAX, &c->sliding_window, path, err);
+    if (st) return st;
+    if (!(c->layer_is_sliding = calloc((size_t)c->n_layers, 1)))
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    json_array_foreach(types, i, v) c->layer_is_sliding[i] =
+        json_is_string(v) && strcmp(json_string_value(v), "sliding_attention") == 0;
+    return SL_OK;
+}
+
 /* eos_token_id of the text config (else the top level): an integer or a list, whose first
  * entry counts. A family that computes with it requires it in its read_config; elsewhere a
  * value that is not a token id is ignored. */
@@ -346,7 +370,7 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         goto done;
     }
     if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)) ||
-        (st = parse_linear(c, root, path, err)))
+        (st = parse_linear(c, root, path, err)) || (st = parse_sliding(c, root, path, err)))
         goto done;
     parse_eos(c, root, top);
     if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))
@@ -388,8 +412,10 @@ sl_status sl_config_load(sl_config *c, const char *path, sl_error *err) {
 void sl_config_free(sl_config *c) {
     free(c->layer_is_moe);
     free(c->layer_is_linear);
+    free(c->layer_is_sliding);
     free(c->fam);
     c->layer_is_moe = NULL;
     c->layer_is_linear = NULL;
+    c->layer_is_sliding = NULL;
     c->fam = NULL;
 }

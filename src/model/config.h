@@ -11,6 +11,18 @@
 typedef struct sl_family sl_family;
 typedef struct json_t json_t; /* jansson's */
 
+/* How a Hugging Face checkpoint stores a layer's routed experts (blk_bind_experts). */
+typedef enum sl_expert_layout {
+    /* gate_up_proj [E, 2I, H] (gate rows, then up), or gate_proj/up_proj [E, I, H], or one set
+     * per expert; down_proj [E, H, I] */
+    SL_EXPERT_LAYOUT_DEFAULT = 0,
+    /* gpt-oss: gate_up_proj [E, H, 2I] (in x out; gate and up columns interleaved, even and
+     * odd) and down_proj [E, I, H], with linear biases gate_up_proj_bias [E, 2I] (interleaved
+     * alike) and down_proj_bias [E, H]; or MXFP4 (gate_up_proj_blocks [E, 2I, H/32, 16] and
+     * _scales [E, 2I, H/32], out x in, rows interleaved; down_proj_blocks [E, H, I/32, 16]) */
+    SL_EXPERT_LAYOUT_GATE_UP_T = 1,
+} sl_expert_layout;
+
 typedef enum sl_rope_type {
     SL_ROPE_DEFAULT = 0, /* inv_freq[i] = theta^(-2i/rot) */
     SL_ROPE_YARN = 1,    /* YaRN: interpolated below the correction range, extrapolated above,
@@ -21,8 +33,8 @@ typedef enum sl_rope_type {
  * model/rope.h turns it into inverse frequencies. Zero for the default type. */
 typedef struct sl_rope_scaling {
     sl_rope_type type;
-    double factor;                /* yarn: context extension (max_position / original when absent) */
-    double beta_fast, beta_slow;  /* yarn: rotations bounding the ramp (32 and 1 by default) */
+    double factor;               /* yarn: context extension (max_position / original when absent) */
+    double beta_fast, beta_slow; /* yarn: rotations bounding the ramp (32 and 1 by default) */
     double original_max_position; /* yarn: the pre-training context */
     int32_t truncate;             /* yarn: floor/ceil the correction range (default on) */
     /* multiplies cos and sin (yarn: the key's value, else from factor, mscale and
@@ -73,6 +85,16 @@ typedef struct sl_config {
     int32_t lin_conv_kernel;   /* linear_conv_kernel_dim (K) */
     int32_t lin_gate_sigmoid;  /* Gated DeltaNet's output gate is sigmoid, not SiLU */
     int32_t eos_id;            /* the first of config.json's eos_token_id; -1 when absent */
+    /* The routed experts: their activation (an sl_glu, kernels/ops.h; 0 SwiGLU) with the
+     * clamped SwiGLU's alpha and limit, and how a Hugging Face checkpoint stores them
+     * (sl_expert_layout). The family's read_config sets them. */
+    int32_t expert_glu;
+    float expert_glu_alpha, expert_glu_limit;
+    int32_t expert_layout;
+    /* Sliding-window attention: layer_types' "sliding_attention" layers see the last
+     * sliding_window positions (their own included); NULL when no layer is one. */
+    uint8_t *layer_is_sliding; /* [n_layers] */
+    int32_t sliding_window;
     /* The family of model_type (NULL: one sluice does not run; loading refuses it) and the
      * keys only it reads (its read_config hook's, one allocation), or NULL. */
     const sl_family *family;

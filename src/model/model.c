@@ -67,7 +67,7 @@ static int32_t model_weights(sl_model *m, sl_tensor **out) {
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
         sl_layer *L = &m->layers[l];
         W(L->attn_norm), W(L->wq), W(L->wk), W(L->wv), W(L->wo), W(L->bq), W(L->bk), W(L->bv);
-        W(L->bo), W(L->q_norm), W(L->k_norm), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
+        W(L->bo), W(L->q_norm), W(L->k_norm), W(L->sinks), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
         W(L->in_z), W(L->in_b), W(L->in_a), W(L->conv_w), W(L->A_log), W(L->dt_bias);
         W(L->lin_norm), W(L->out_proj), W(L->ffn_norm), W(L->mlp_gate), W(L->mlp_up);
         W(L->mlp_down), W(L->router), W(L->router_bias);
@@ -287,11 +287,15 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
     int32_t fp8_rows = 0, fp8_cols = 0; /* block of the FP8 scales, which count in its bits */
     /* Q8/Q4 bits depend on the group and scale dtype (an MLX checkpoint mixes them): summed */
     double qbits[G][SL_DTYPE_COUNT] = {{0}};
+    /* Experts the store lays out as it reads them (MXFP4 codes and scales apart in the
+     * checkpoint) count as the store holds them, below. */
+    const int relaid = m->kind != SL_MODEL_PACK && m->cfg.expert_layout != SL_EXPERT_LAYOUT_DEFAULT;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
         const size_t len = strlen(t->name);
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
         if (sl_ckpt_past_layers(&m->ck, t->name, m->cfg.n_layers)) continue;
+        if (relaid && strstr(t->name, ".mlp.experts.") && !strstr(t->name, "_bias")) continue;
         if (sl_tensor_is_fp8(t)) fp8_rows = t->brows, fp8_cols = t->group;
         double n = 1;
         for (int32_t d = 0; d < t->ndim; d++)
@@ -303,11 +307,12 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
                      (sl_tensor_sdtype(t) == SL_DTYPE_F32 ? 64.0 : 32.0) / sl_tensor_group(t));
     }
     /* A pack's experts are in the store, not the checkpoint. */
-    for (int32_t l = 0; m->kind == SL_MODEL_PACK && l < m->cfg.n_layers; l++) {
+    for (int32_t l = 0; (m->kind == SL_MODEL_PACK || relaid) && l < m->cfg.n_layers; l++) {
         const sl_expert_layer *L = &m->experts.layers[l];
         for (int k = 0; L->n_experts && k < 3; k++) {
-            const sl_dtype dt = L->hdr.dtype[k];
-            const double n = (double)L->n_experts * L->hdr.hidden * (double)L->hdr.inter;
+            const sl_dtype dt = relaid ? L->proto[k].dtype : L->hdr.dtype[k];
+            const double n = (double)L->n_experts * (double)m->cfg.hidden_size *
+                             (double)m->cfg.moe_intermediate_size;
             count[0][dt] += n;
             if (sl_dtype_is_quant(dt)) qbits[0][dt] += n * sl_dtype_bits(dt);
         }
@@ -415,7 +420,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
-                                        c->moe_weight_input);
+                                        c->moe_weight_input, c->expert_glu);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
     if (st) goto fail;
     *out = m;
@@ -474,8 +479,10 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         else
             for (int k = 0; k < 3; k++) {
                 const sl_tensor *t = k == 0 ? &e->gate : k == 1 ? &e->up : &e->down;
+                const sl_tensor *b = k == 0 ? &e->gate_bias : k == 1 ? &e->up_bias : &e->down_bias;
                 expert_bytes +=
                     (int64_t)(t->nbytes + sl_tensor_scale_bytes(t) * (!!t->scales + !!t->biases));
+                if (b->data) expert_bytes += (int64_t)b->nbytes;
             }
         slots = L->slots.n_slots;
     }
@@ -534,7 +541,10 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .max_batch = s->max_batch,
                             .shared = c->shared_intermediate_size > 0,
                             .route = sl_config_route(c),
-                            .weight_input = c->moe_weight_input};
+                            .weight_input = c->moe_weight_input,
+                            .glu = c->expert_glu,
+                            .glu_alpha = c->expert_glu_alpha,
+                            .glu_limit = c->expert_glu_limit};
     const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
     size_t moe_dev, moe_host;
     sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);

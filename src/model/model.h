@@ -17,6 +17,8 @@ typedef struct sl_layer {
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
+    sl_tensor sinks;          /* [nh]: attention sinks (sl_attn_args.sinks) */
+    int32_t window;           /* sliding window of the layer's attention (0: none) */
     /* Gated DeltaNet (is_linear); key_dim = nk*dk, value_dim = nv*dv,
      * conv_dim = 2*key_dim + value_dim. Either the fused Qwen3-Next projections
      * (in_qkvz, in_ba, interleaved per key-head group) or the separate Qwen3.5 ones. */

@@ -29,6 +29,7 @@
 #include "core/crc32c.h"
 #include "format/gguf.h"
 #include "format/pack.h"
+#include "kernels/blocks.h"
 #include "kernels/fp8.h"
 #include "kernels/quant.h"
 #include "families/qwen4_exp/qwen4_exp.h"
@@ -179,18 +180,23 @@ static int ends_with(const char *s, const char *suffix) {
 /* What a float tensor becomes in the pack. */
 static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
     if (t->dtype == SL_DTYPE_I64 || p->quant == SL_QUANT_KEEP) return t->dtype;
-    const int is_router =
-        ends_with(t->name, "mlp.gate.weight") || ends_with(t->name, "shared_expert_gate.weight");
+    const int is_router = ends_with(t->name, "mlp.gate.weight") ||
+                          ends_with(t->name, "mlp.router.weight") ||
+                          ends_with(t->name, "shared_expert_gate.weight");
     if (t->ndim == 2 && p->quant != SL_QUANT_BF16 && (!is_router || p->quant_router))
         return p->quant == SL_QUANT_INT8 ? SL_DTYPE_Q8 : SL_DTYPE_Q4;
     if (t->ndim == 1) return t->dtype; /* norms and biases stay exact */
     return t->dtype == SL_DTYPE_F32 ? SL_DTYPE_BF16 : t->dtype;
 }
 
-/* Row n of K elements of t as floats: widened, or dequantised (FP8 block scales). */
+/* Row n of K elements of t as floats: widened, or dequantised (FP8 block scales, ggml blocks:
+ * MXFP4 experts quantised again). */
 static void widen_row(const sl_tensor *t, int64_t n, int64_t K, float *row) {
     if (sl_tensor_is_fp8(t))
         sl_dequant_fp8_row(t, n, row);
+    else if (sl_dtype_is_block(t->dtype))
+        sl_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)n * sl_row_bytes(t->dtype, K),
+                       row, K);
     else
         sl_to_f32(row, t->data, t->dtype, (size_t)(n * K), (size_t)K);
 }
@@ -403,19 +409,26 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
 
 /* ------------------------------------------------------ experts-LLL.bin */
 
-static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
-                               const sl_pack_params *p, char hex[65], uint64_t *size,
-                               sl_error *err) {
+/* Layer l's experts, each fetched from the store on its own (a store that lays its experts
+ * out as it reads them streams: memory holds a few blobs, not the layer). */
+static sl_status write_experts(sl_model *m, int32_t l, const char *path, const sl_pack_params *p,
+                               char hex[65], uint64_t *size, sl_error *err) {
     const sl_config *c = &m->cfg;
-    const sl_expert *ex = m->experts.layers[l].views;
+    const sl_expert *ex0;
+    const int32_t zero = 0;
+    sl_status st = sl_experts_fetch(&m->experts, l, &zero, 1, &ex0, err);
+    if (st) return st;
     sl_experts_header h = {.version = SL_PACK_VERSION,
                            .layer = (uint32_t)l,
                            .n_experts = (uint32_t)c->n_experts,
                            .hidden = (uint32_t)c->hidden_size,
-                           .inter = (uint32_t)c->moe_intermediate_size};
+                           .inter = (uint32_t)c->moe_intermediate_size,
+                           .bias_dtype =
+                               ex0->gate_bias.data ? ex0->gate_bias.dtype : SL_DTYPE_NONE};
     /* Each matrix its own type (a GGUF's down_proj is often of another type than gate and
      * up), the same for every expert of the layer. */
-    const sl_tensor *first[3] = {&ex[0].gate, &ex[0].up, &ex[0].down};
+    const sl_tensor first_t[3] = {ex0->gate, ex0->up, ex0->down};
+    const sl_tensor *first[3] = {&first_t[0], &first_t[1], &first_t[2]};
     for (int k = 0; k < 3; k++)
         h.dtype[k] = p->quant == SL_QUANT_INT8         ? SL_DTYPE_Q8
                      : p->quant == SL_QUANT_INT4       ? SL_DTYPE_Q4
@@ -432,13 +445,22 @@ static sl_status write_experts(const sl_model *m, int32_t l, const char *path,
         return sl_fail(err, SL_ERR_NOMEM, "out of memory for an expert blob");
     }
     hwriter w;
-    sl_status st = hw_open(&w, path, err);
+    st = hw_open(&w, path, err);
     if (!st) {
         /* The blobs first, at their places; the header with their checksums last. */
         hw_pad_to(&w, h.data_offset);
         for (int32_t e = 0; !st && e < c->n_experts; e++) {
             memset(blob, 0, h.blob_bytes);
-            const sl_tensor *src[3] = {&ex[e].gate, &ex[e].up, &ex[e].down};
+            const sl_expert *ex;
+            if ((st = sl_experts_fetch(&m->experts, l, &e, 1, &ex, err))) break;
+            const sl_tensor *src[3] = {&ex->gate, &ex->up, &ex->down};
+            const sl_tensor *bsrc[3] = {&ex->gate_bias, &ex->up_bias, &ex->down_bias};
+            for (int which = 0; which < 3 && h.bias_dtype != SL_DTYPE_NONE; which++) {
+                /* linear biases as they are: a few floats an expert */
+                const sl_tensor v = sl_expert_bias(&h, blob, which);
+                SL_ASSERT(bsrc[which]->dtype == h.bias_dtype && bsrc[which]->nbytes == v.nbytes);
+                memcpy((void *)v.data, bsrc[which]->data, v.nbytes);
+            }
             for (int which = 0; which < 3; which++) {
                 if (src[which]->dtype != first[which]->dtype) {
                     st = sl_fail(err, SL_ERR_UNSUPPORTED,
@@ -748,6 +770,19 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
                        src_dir);
     if ((st = prepare_out_dir(src_dir, out_dir, p.force, &created, err))) return st;
     sl_model_params mp = {.n_threads = 1};
+    /* Experts a checkpoint stores in another layout are laid out as they are read: streamed
+     * through a few slots, as write_experts fetches them one at a time, rather than all of
+     * them laid out in memory at load. */
+    sl_config cfg;
+    sl_error cerr = {0};
+    snprintf(path, sizeof path, "%s/config.json", src_dir);
+    if (src_kind == SL_MODEL_HF && sl_config_load(&cfg, path, &cerr) == SL_OK) {
+        if (cfg.expert_layout != SL_EXPERT_LAYOUT_DEFAULT) {
+            mp.experts = SL_EXPERTS_STREAM;
+            mp.cache_experts = SL_MAX(cfg.n_experts_used, 1);
+        }
+        sl_config_free(&cfg);
+    }
     sl_model *m = NULL;
     if ((st = sl_model_load(src_dir, &mp, &m, err)) ||
         (gguf && p.quant != SL_QUANT_KEEP && (st = refuse_requant(m, src_dir, p.quant, err)))) {
@@ -841,8 +876,7 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
         if (man && (m->ck.norm_folded || m->ck.A_neg_exp || m->ck.v_tiled))
             json_object_set_new(man, "gguf_values",
                                 json_pack("{s:b, s:b, s:b}", "norm_folded", m->ck.norm_folded,
-                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled",
-                                          m->ck.v_tiled));
+                                          "A_neg_exp", m->ck.A_neg_exp, "v_tiled", m->ck.v_tiled));
         st = cfg ? write_manifest(man, out_dir, err) : SL_ERR_FORMAT;
         json_decref(man);
     }
@@ -1235,6 +1269,10 @@ static sl_status convert_experts(const char *path, uint32_t to, hwriter *w, sl_e
                      "%s: experts of types %s, %s, %s, which format version %u cannot hold", path,
                      sl_dtype_name(h.dtype[0]), sl_dtype_name(h.dtype[1]),
                      sl_dtype_name(h.dtype[2]), to);
+    if (!st && to < 3 && h.bias_dtype != SL_DTYPE_NONE)
+        st = sl_fail(err, SL_ERR_UNSUPPORTED,
+                     "%s: experts with linear biases, which format version %u cannot hold", path,
+                     to);
     if (!st) {
         h2 = h;
         h2.version = to;

@@ -27,19 +27,21 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
     if (!d->layers) return SL_ERR_NOMEM;
     /* One slot layout for all layers: gate, up and down with their scales/biases, each part as
      * large as any layer's (a GGUF's layers may mix types: Q4_K_M's down is Q6_K in some). */
-    size_t part[9] = {0};
+    size_t part[SL_EX_PARTS] = {0};
     for (int32_t l = 0; l < d->n_layers; l++) {
         const sl_expert_layer *HL = &store->layers[l];
         const sl_expert *ex = HL->n_experts ? sample_view(HL) : NULL;
         if (!ex) continue;
         const sl_tensor *m[3] = {&ex->gate, &ex->up, &ex->down};
+        const sl_tensor *b[3] = {&ex->gate_bias, &ex->up_bias, &ex->down_bias};
         for (int i = 0; i < 3; i++) {
             part[3 * i] = SL_MAX(part[3 * i], m[i]->nbytes);
             part[3 * i + 1] = part[3 * i + 2] = SL_MAX(part[3 * i + 1], scale_bytes(m[i]));
+            if (b[i]->data) part[SL_EX_GATE_LB + i] = SL_MAX(part[SL_EX_GATE_LB + i], b[i]->nbytes);
         }
     }
     size_t off = 0;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < SL_EX_PARTS; i++) {
         d->off[i] = off;
         off = align64(off + part[i]);
     }
@@ -66,10 +68,12 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
             sl_expert *v = &L->views[i];
             *v = *ex;
             sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
+            sl_tensor *b[3] = {&v->gate_bias, &v->up_bias, &v->down_bias};
             for (int j = 0; j < 3; j++) {
                 m[j]->data = base + d->off[3 * j];
                 m[j]->scales = m[j]->scales ? base + d->off[3 * j + 1] : NULL;
                 m[j]->biases = m[j]->biases ? base + d->off[3 * j + 2] : NULL;
+                b[j]->data = b[j]->data ? base + d->off[SL_EX_GATE_LB + j] : NULL;
             }
         }
     }
@@ -110,6 +114,8 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
                 be->ops->to_dev(be, &L->table[old], &none, sizeof none);
             }
             const sl_tensor *src[3] = {&views[i]->gate, &views[i]->up, &views[i]->down};
+            const sl_tensor *bsrc[3] = {&views[i]->gate_bias, &views[i]->up_bias,
+                                        &views[i]->down_bias};
             uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
             const sl_expert *v = &L->views[s];
             const sl_expert_ptrs row = {{v->gate.data, v->gate.scales, v->gate.biases, v->up.data,
@@ -129,6 +135,11 @@ void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, cons
                 }
                 d->bytes +=
                     (int64_t)(src[j]->nbytes + (src[j]->biases ? 2 : 1) * scale_bytes(src[j]));
+                if (bsrc[j]->data) {
+                    be->ops->to_dev_async(be, base + d->off[SL_EX_GATE_LB + j], bsrc[j]->data,
+                                          bsrc[j]->nbytes);
+                    d->bytes += (int64_t)bsrc[j]->nbytes;
+                }
             }
         }
         views[i] = &L->views[s];

@@ -26,9 +26,10 @@ typedef struct sl_dev_cache {
     int32_t n_layers, n_experts, n_slots;
     sl_cache_policy policy;
     size_t slot_bytes;
-    size_t off[9];        /* gate, gate scales, gate biases, up ..., down ... inside a slot */
-    sl_dev_layer *layers; /* [n_layers]; mem NULL for dense layers */
-    int32_t all;          /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
+    size_t off[SL_EX_PARTS]; /* gate, gate scales, gate biases, up ..., down ..., then the
+                              * linear biases of the three, inside a slot (sl_expert_part) */
+    sl_dev_layer *layers;    /* [n_layers]; mem NULL for dense layers */
+    int32_t all;             /* every expert of every MoE layer has a slot (sl_dev_cache_fill) */
     int64_t requests, hits, bytes;
     double time;
 } sl_dev_cache;

@@ -21,8 +21,8 @@ static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     s->n_experts = n_experts;
     s->layers = sl_calloc((size_t)n_layers, sizeof(sl_expert_layer), err);
     /* a fetch's reads: up to SL_READ_MAX_PARTS per blob, or per piece of a files layer */
-    s->jobs =
-        sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS, sizeof(sl_read_job), err);
+    s->jobs = sl_calloc((size_t)SL_MAX(n_experts, 1) * SL_EX_PARTS * SL_READ_MAX_PARTS,
+                        sizeof(sl_read_job), err);
     s->miss_slot = sl_calloc((size_t)SL_MAX(n_experts, 1), sizeof(int32_t), err);
     if (!s->layers || !s->jobs || !s->miss_slot) return SL_ERR_NOMEM;
     for (int32_t l = 0; l < n_layers; l++)
@@ -373,6 +373,9 @@ static void set_views(sl_expert *v, const sl_experts_header *h, const uint8_t *b
     v->gate = sl_expert_matrix(h, blob, 0);
     v->up = sl_expert_matrix(h, blob, 1);
     v->down = sl_expert_matrix(h, blob, 2);
+    v->gate_bias = sl_expert_bias(h, blob, 0);
+    v->up_bias = sl_expert_bias(h, blob, 1);
+    v->down_bias = sl_expert_bias(h, blob, 2);
 }
 
 /* bytes as the CLI's sizes are written (powers of 1024: "1.2M"), rounded up so that the value
@@ -461,13 +464,26 @@ static void blob_views(const sl_expert_layer *L, sl_expert *v, const uint8_t *bl
         return;
     }
     sl_tensor *m[3] = {&v->gate, &v->up, &v->down};
+    sl_tensor *b[3] = {&v->gate_bias, &v->up_bias, &v->down_bias};
     for (int i = 0; i < 3; i++) {
         const uint64_t *off = &L->piece_off[3 * i], *len = &L->piece_len[3 * i];
         *m[i] = L->proto[i];
         m[i]->data = blob + off[0];
         m[i]->scales = len[1] ? (const void *)(blob + off[1]) : NULL;
         m[i]->biases = len[2] ? (const void *)(blob + off[2]) : NULL;
+        *b[i] = L->bias_proto[i];
+        b[i]->data =
+            L->piece_len[SL_EX_GATE_LB + i] ? blob + L->piece_off[SL_EX_GATE_LB + i] : NULL;
     }
+}
+
+/* The raw image of expert e of a relayout layer (its n_raw pieces at raw_off) laid out into
+ * blob, whose views are v. */
+static void relayout_blob(const sl_expert_layer *L, const uint8_t *image, const sl_expert *v) {
+    const uint8_t *raw[SL_RAW_MAX];
+    for (int32_t i = 0; i < L->relayout->n_raw; i++)
+        raw[i] = image + L->raw_off[i];
+    L->relayout->fn(L->relayout, raw, v);
 }
 
 /* Stream mode's slots of blob bytes each: as many as --cache-experts, or as --cache-mem buys
@@ -581,8 +597,23 @@ static sl_status store_open(sl_expert_store *s, int32_t n_layers, int32_t n_expe
     return SL_OK;
 }
 
+/* The staging buffer of relayout layers: images of raw_bytes, as many as a fetch reads in one
+ * round (the top-k a token needs; one at load in resident mode), the largest any layer needs. */
+static sl_status stage_reserve(sl_expert_store *s, uint64_t raw_bytes, const sl_store_params *p,
+                               sl_error *err) {
+    const int32_t n = p->mode == SL_EXPERTS_STREAM ? SL_MAX(p->min_slots, 1) : 1;
+    raw_bytes = align_up(raw_bytes, SL_PACK_PAGE);
+    if (raw_bytes <= s->stage_bytes && n <= s->n_stage) return SL_OK;
+    s->stage_bytes = SL_MAX(s->stage_bytes, raw_bytes);
+    s->n_stage = SL_MAX(s->n_stage, n);
+    free(s->stage);
+    s->stage = aligned_alloc(SL_PACK_PAGE, (size_t)s->n_stage * s->stage_bytes);
+    return s->stage ? SL_OK : sl_fail(err, SL_ERR_NOMEM, "out of memory for expert staging");
+}
+
 /* A files layer: extents copied, blob layout from the protos (each piece 64-byte aligned), then
- * every expert read (resident) or the slots made (stream). */
+ * every expert read (resident) or the slots made (stream). A relayout layer reads raw images
+ * into the store's staging buffer and lays each out into its blob. */
 static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert_src *src,
                                   const sl_store_params *p, int32_t n_moe, sl_error *err) {
     sl_expert_layer *L = &s->layers[l];
@@ -591,7 +622,7 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
     if (st) return st;
     const size_t n_ext = (size_t)E * SL_EX_PARTS;
     if (!(L->ext = sl_calloc(n_ext, sizeof(sl_expert_extent), err))) return SL_ERR_NOMEM;
-    memcpy(L->ext, src->ext, n_ext * sizeof(sl_expert_extent));
+    if (src->ext) memcpy(L->ext, src->ext, n_ext * sizeof(sl_expert_extent));
     uint64_t blob = 0, big = 0;
     for (int m = 0; m < 3; m++) {
         const sl_tensor *t = &src->proto[m];
@@ -607,32 +638,75 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
             big = SL_MAX(big, len[k]);
         }
     }
-    for (size_t i = 0; i < n_ext; i++)
-        if (L->piece_len[i % SL_EX_PARTS] && (L->ext[i].file < 0 || L->ext[i].file >= s->n_files))
-            return sl_fail(err, SL_ERR_ARG, "layer %d: expert %d: no such file", l,
-                           (int)(i / SL_EX_PARTS));
+    for (int m = 0; m < 3; m++) { /* the linear biases */
+        const sl_tensor *t = &src->bias_proto[m];
+        const uint64_t len =
+            t->dtype != SL_DTYPE_NONE ? (uint64_t)t->shape[0] * sl_dtype_size(t->dtype) : 0;
+        L->bias_proto[m] = *t;
+        L->bias_proto[m].data = NULL;
+        L->bias_proto[m].nbytes = (size_t)len;
+        L->piece_off[SL_EX_GATE_LB + m] = blob;
+        L->piece_len[SL_EX_GATE_LB + m] = len;
+        if (len) L->piece[L->n_pieces++] = SL_EX_GATE_LB + m;
+        blob = align_up(blob + len, 64);
+    }
+    const sl_expert_relayout *rl = src->relayout;
+    if (rl) {
+        /* the raw pieces replace the blob's as what is read */
+        if (!(L->relayout = sl_alloc(sizeof *L->relayout, err)) ||
+            !(L->raw_ext = sl_calloc((size_t)E * (size_t)rl->n_raw, sizeof(sl_expert_extent), err)))
+            return SL_ERR_NOMEM;
+        SL_ASSERT(rl->n_raw > 0 && rl->n_raw <= SL_RAW_MAX);
+        *L->relayout = *rl;
+        memcpy(L->raw_ext, rl->ext, (size_t)E * (size_t)rl->n_raw * sizeof(sl_expert_extent));
+        L->relayout->ext = L->raw_ext;
+        uint64_t off = 0;
+        big = 0;
+        for (int32_t i = 0; i < rl->n_raw; i++) {
+            L->raw_off[i] = off;
+            off = align_up(off + rl->raw_len[i], 64);
+            big = SL_MAX(big, rl->raw_len[i]);
+        }
+        L->raw_bytes = off;
+        for (size_t i = 0; i < (size_t)E * (size_t)rl->n_raw; i++)
+            if (L->raw_ext[i].file < 0 || L->raw_ext[i].file >= s->n_files)
+                return sl_fail(err, SL_ERR_ARG, "layer %d: expert %d: no such file", l,
+                               (int)(i / (size_t)rl->n_raw));
+    } else {
+        for (size_t i = 0; i < n_ext; i++)
+            if (L->piece_len[i % SL_EX_PARTS] &&
+                (L->ext[i].file < 0 || L->ext[i].file >= s->n_files))
+                return sl_fail(err, SL_ERR_ARG, "layer %d: expert %d: no such file", l,
+                               (int)(i / SL_EX_PARTS));
+    }
     blob = align_up(blob, SL_PACK_PAGE);
     L->hdr.blob_bytes = blob;
-    L->path = strdup(s->paths[L->ext[0].file]);
+    L->path = strdup(s->paths[rl ? L->raw_ext[0].file : L->ext[0].file]);
     if (!L->path) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     const uint64_t want = p->read_part ? p->read_part : SL_READ_PART;
     L->n_parts = (int32_t)SL_MIN(SL_MAX((big + want - 1) / want, (uint64_t)1), SL_READ_MAX_PARTS);
+    if (rl && (st = stage_reserve(s, L->raw_bytes, p, err))) return st;
     if (p->mode == SL_EXPERTS_STREAM) return make_slots(L, blob, p, n_moe, err);
     if (!(L->resident = aligned_alloc(SL_PACK_PAGE, (size_t)E * blob)))
         return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", L->path);
     for (int32_t e = 0; e < E; e++) {
         uint8_t *b = L->resident + (uint64_t)e * blob;
-        for (int32_t i = 0; i < L->n_pieces; i++) {
-            const int k = L->piece[i];
-            const sl_expert_extent *x = &L->ext[SL_EX_PARTS * e + k];
-            int r = read_full(s->fds[x->file], b + L->piece_off[k], L->piece_len[k], x->off,
-                              s->layers[l].align, s->bounce, SL_BOUNCE, NULL);
+        blob_views(L, &L->views[e], b);
+        const int32_t n = rl ? rl->n_raw : L->n_pieces;
+        for (int32_t i = 0; i < n; i++) {
+            const int k = rl ? i : L->piece[i];
+            const sl_expert_extent *x =
+                rl ? &L->raw_ext[(size_t)rl->n_raw * e + i] : &L->ext[SL_EX_PARTS * e + k];
+            uint8_t *dst = rl ? s->stage + L->raw_off[i] : b + L->piece_off[k];
+            const uint64_t len = rl ? rl->raw_len[i] : L->piece_len[k];
+            int r = read_full(s->fds[x->file], dst, len, x->off, s->layers[l].align, s->bounce,
+                              SL_BOUNCE, NULL);
             if (r)
-                return sl_fail(err, SL_ERR_IO, "%s: layer %d, reading expert %d (%s): %s",
-                               s->paths[x->file], l, e, L->proto[k / 3].name,
+                return sl_fail(err, SL_ERR_IO, "%s: layer %d, reading expert %d: %s",
+                               s->paths[x->file], l, e,
                                r == SL_READ_SHORT ? "short read (file truncated?)" : strerror(r));
         }
-        blob_views(L, &L->views[e], b);
+        if (rl) relayout_blob(L, s->stage, &L->views[e]);
     }
     return SL_OK;
 }
@@ -657,9 +731,9 @@ sl_status sl_experts_open_files(sl_expert_store *s, int32_t n_layers, int32_t n_
     }
     int32_t n_moe = 0;
     for (int32_t l = 0; l < n_layers; l++)
-        n_moe += src[l].ext != NULL && n_experts > 0;
+        n_moe += (src[l].ext || src[l].relayout) && n_experts > 0;
     for (int32_t l = 0, done = 0; !st && l < n_layers; l++) {
-        if (!src[l].ext || n_experts == 0) continue;
+        if ((!src[l].ext && !src[l].relayout) || n_experts == 0) continue;
         s->layers[l].align = direct ? SL_PACK_PAGE : 0;
         st = open_files_layer(s, l, &src[l], p, n_moe, err);
         if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
@@ -706,6 +780,7 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
         free(L->verified), free(L->slot_views), free(L->path), free(L->shift), free(L->ext);
+        free(L->relayout), free(L->raw_ext);
         sl_slot_cache_free(&L->slots);
     }
     for (int32_t i = 0; i < s->n_files; i++) {
@@ -713,7 +788,7 @@ void sl_experts_free(sl_expert_store *s) {
         free(s->paths[i]);
     }
     free(s->fds), free(s->paths);
-    free(s->layers), free(s->jobs), free(s->miss_slot), free(s->bounce);
+    free(s->layers), free(s->jobs), free(s->miss_slot), free(s->bounce), free(s->stage);
     memset(s, 0, sizeof *s);
 }
 
@@ -778,6 +853,64 @@ static void add_piece_jobs(const sl_expert_store *s, const sl_expert_layer *L, i
     }
 }
 
+/* The n_miss misses (slots miss_slot) of a relayout layer: their raw images read in rounds of
+ * n_stage into the staging buffer, each piece in n_parts parts, then laid out into the slots. A
+ * slot whose read failed is emptied, as in sl_experts_fetch. */
+static sl_status fetch_relayout(sl_expert_store *s, sl_expert_layer *L, int32_t layer,
+                                int32_t n_miss, sl_error *err) {
+    const sl_expert_relayout *rl = L->relayout;
+    sl_slot_cache *C = &L->slots;
+    const int32_t per = rl->n_raw * L->n_parts;
+    sl_status st = SL_OK;
+    for (int32_t j0 = 0; j0 < n_miss; j0 += s->n_stage) {
+        const int32_t nr = SL_MIN(s->n_stage, n_miss - j0);
+        for (int32_t j = 0; j < nr; j++) {
+            const int32_t e = C->slot_key[s->miss_slot[j0 + j]];
+            uint8_t *img = s->stage + (uint64_t)j * s->stage_bytes;
+            for (int32_t i = 0; i < rl->n_raw; i++) {
+                const sl_expert_extent *x = &L->raw_ext[(size_t)rl->n_raw * e + i];
+                const uint64_t len = rl->raw_len[i];
+                const uint64_t part = (len + (uint64_t)L->n_parts - 1) / (uint64_t)L->n_parts;
+                for (int32_t k = 0; k < L->n_parts; k++) {
+                    const uint64_t off = SL_MIN((uint64_t)k * part, len);
+                    s->jobs[j * per + i * L->n_parts + k] = (sl_read_job){
+                        .fd = s->fds[x->file],
+                        .offset = x->off + off,
+                        .len = SL_MIN(part, len - off),
+                        .dst = img + L->raw_off[i] + off,
+                        .align = L->align,
+                        .path = s->paths[x->file],
+                    };
+                }
+            }
+        }
+        const double t0 = sl_now();
+        sl_experts_read(s, s->jobs, nr * per);
+        s->read_time += sl_now() - t0;
+        for (int32_t j = 0; j < nr; j++) {
+            const int32_t slot = s->miss_slot[j0 + j], e = C->slot_key[slot];
+            const sl_read_job *bad = NULL;
+            for (int32_t k = 0; k < per && !bad; k++)
+                if (s->jobs[j * per + k].err) bad = &s->jobs[j * per + k];
+            if (!bad) {
+                relayout_blob(L, s->stage + (uint64_t)j * s->stage_bytes, &L->slot_views[slot]);
+                for (int32_t i = 0; i < rl->n_raw; i++)
+                    s->bytes_read += (int64_t)rl->raw_len[i];
+                continue;
+            }
+            sl_slot_drop(C, slot);
+            if (!st) {
+                char why[256];
+                st = sl_fail(err, sl_experts_read_status(bad->err),
+                             "%s: layer %d, expert %d (%llu bytes at %llu): %s", bad->path, layer,
+                             e, (unsigned long long)bad->len, (unsigned long long)bad->offset,
+                             sl_experts_read_error(s, bad, why, sizeof why));
+            }
+        }
+    }
+    return st;
+}
+
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                            const sl_expert **out, sl_error *err) {
     SL_ASSERT(layer >= 0 && layer < s->n_layers);
@@ -822,6 +955,11 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
             SL_ASSERT(slot >= 0);
             sl_slot_insert(C, slot, e);
             uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
+            if (L->relayout) { /* read below, in rounds through the staging buffer */
+                s->miss_slot[n_miss++] = slot;
+                out[i] = &L->slot_views[slot];
+                continue;
+            }
             if (L->ext) {
                 add_piece_jobs(s, L, e, dst, &s->jobs[n_miss * L->n_pieces * L->n_parts]);
                 s->miss_slot[n_miss++] = slot;
@@ -846,6 +984,7 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
         out[i] = &L->slot_views[slot];
     }
     if (!n_miss) return SL_OK;
+    if (L->relayout) return fetch_relayout(s, L, layer, n_miss, err);
     /* A blob's jobs: its parts (a pack), or each piece's parts (files). */
     const int32_t per = L->ext ? L->n_pieces * L->n_parts : L->n_parts;
     double t0 = sl_now();

@@ -35,7 +35,12 @@ typedef struct sl_expert {
     sl_tensor gate; /* [I, H] */
     sl_tensor up;   /* [I, H] */
     sl_tensor down; /* [H, I] */
+    /* linear biases the projections add (gpt-oss): [I], [I], [H] of F32/F16/BF16, data NULL
+     * when the experts have none (all of a layer's alike) */
+    sl_tensor gate_bias, up_bias, down_bias;
 } sl_expert;
+
+struct sl_expert_relayout;
 
 /* One MoE layer's experts. Dense layers have n_experts == 0. */
 typedef struct sl_expert_layer {
@@ -65,7 +70,13 @@ typedef struct sl_expert_layer {
      * a resident expert) holds piece p at piece_off[p], piece_len[p] bytes (0: absent), matrix m
      * typed as proto[m]; hdr.blob_bytes is the blob's size. A piece is read in n_parts parts. */
     struct sl_expert_extent *ext;
-    sl_tensor proto[3];
+    sl_tensor proto[3], bias_proto[3];
+    /* files whose experts lie in another layout (sl_expert_relayout): its copy, and the raw
+     * pieces' extents [n_experts x n_raw]; NULL: the pieces lie as the blob holds them */
+    struct sl_expert_relayout *relayout;
+    struct sl_expert_extent *raw_ext;
+    uint64_t raw_off[8]; /* piece i of the raw image (the staging buffer) at raw_off[i] */
+    uint64_t raw_bytes;  /* a raw image, 64-byte aligned */
     uint64_t piece_off[SL_EX_PARTS], piece_len[SL_EX_PARTS];
     int32_t n_pieces, piece[SL_EX_PARTS]; /* the pieces present (non-empty), in order */
 } sl_expert_layer;
@@ -127,6 +138,11 @@ typedef struct sl_expert_store {
     uint8_t *bounce;         /* the loading thread's aligned buffer (O_DIRECT retries) */
     sl_read_job *jobs;       /* [n_experts x SL_READ_MAX_PARTS] scratch for one fetch */
     int32_t *miss_slot;      /* [n_experts] */
+    /* relayout layers: raw images read from the files before they are laid out into blobs,
+     * n_stage of stage_bytes each (a fetch's misses go through them in rounds) */
+    uint8_t *stage;
+    int32_t n_stage;
+    uint64_t stage_bytes;
     /* counters (read by sl_model_get_stats) */
     int64_t requests, hits, bytes_read;
     double read_time;
@@ -153,15 +169,37 @@ typedef struct sl_store_params {
     void *progress_user;
 } sl_store_params;
 
+/*
+ * Experts whose bytes in the files are not laid out as a blob holds them: a checkpoint storing
+ * gate and up fused, their rows interleaved, transposed (in x out), or MXFP4 codes apart from
+ * their scales. Each expert is n_raw pieces of raw_len[i] bytes (piece i of expert e at
+ * ext[n_raw e + i]); the store reads them into a staging buffer, then fn writes the blob's
+ * matrices and linear biases (dst: views into the blob, whose data it fills; raw[i]: piece i)
+ * exactly, no value changed: a re-layout. ctx and the sizes are fn's.
+ */
+#define SL_RAW_MAX 8
+typedef struct sl_expert_relayout {
+    void (*fn)(const struct sl_expert_relayout *r, const uint8_t *const *raw, const sl_expert *dst);
+    int32_t n_raw;
+    uint64_t raw_len[SL_RAW_MAX];
+    const sl_expert_extent *ext; /* [n_experts x n_raw] */
+    int32_t kind;                /* fn's: which layout */
+    int64_t hidden, inter;
+} sl_expert_relayout;
+
 /* One MoE layer's experts in files (sl_experts_open_files). An expert is SL_EX_PARTS pieces, in
  * a pack blob's order (sl_expert_part): each matrix's data, scales and biases, the last two for
- * types that keep them apart from the codes (Q8/Q4 from MLX checkpoints, FP8's block scales).
- * ext[SL_EX_PARTS e + p] is where piece p of expert e lies; matrix m is typed and shaped like
- * proto[m], whose pointers are unused but say which pieces exist (non-NULL): data proto.nbytes
- * bytes, scales and biases sl_tensor_scale_bytes(proto) each. ext NULL: a dense layer. */
+ * types that keep them apart from the codes (Q8/Q4 from MLX checkpoints, FP8's block scales),
+ * then the linear biases. ext[SL_EX_PARTS e + p] is where piece p of expert e lies; matrix m is
+ * typed and shaped like proto[m], whose pointers are unused but say which pieces exist
+ * (non-NULL): data proto.nbytes bytes, scales and biases sl_tensor_scale_bytes(proto) each; its
+ * linear bias like bias_proto[m] (dtype NONE: none). ext NULL: a dense layer, unless relayout is
+ * given: then the pieces are read through it (ext unused). */
 typedef struct sl_expert_src {
     const sl_expert_extent *ext;
     sl_tensor proto[3];
+    sl_tensor bias_proto[3];
+    const sl_expert_relayout *relayout;
 } sl_expert_src;
 
 /* Modes resident and stream over experts in files (paths[n_files]), src[n_layers]: slots,

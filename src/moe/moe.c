@@ -97,9 +97,26 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
     be->ops->copy_rows(be, ms->xg, NULL, ms->d.weight_input ? ms->xw : io->x, ms->grp_idx, rows,
                        (int32_t)H);
     be->ops->matmul_batch(be, ms->bg, (const float *const *)ms->bx, ms->wg, ms->bT, 2 * n);
-    be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
+    const int bias = n > 0 && views[0]->gate_bias.data; /* a layer's experts all have or not */
+    for (int32_t j = 0; bias && j < n; j++) {
+        be->ops->add_bias(be, ms->bg[j], &views[j]->gate_bias, ms->bT[j]);
+        be->ops->add_bias(be, ms->bg[n + j], &views[j]->up_bias, ms->bT[j]);
+    }
+    if (ms->d.glu == SL_GLU_SWIGLU_CLAMPED)
+        be->ops->swiglu_clamped(be, io->gate, io->gate, io->up, (size_t)rows * I, ms->d.glu_alpha,
+                                ms->d.glu_limit);
+    else
+        be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
+    for (int32_t j = 0; bias && j < n; j++)
+        be->ops->add_bias(be, ms->bo[j], &views[j]->down_bias, ms->bT[j]);
     be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, io->rows, NULL, rows, (int32_t)H);
+}
+
+/* Whether layer l's experts can go through the backend's fused kernels (moe_experts): SwiGLU
+ * ones without linear biases, which those kernels do not compute. */
+static int fusable(const sl_dev_cache *dev, int32_t l, int32_t glu) {
+    return glu == SL_GLU_SWIGLU && !dev->layers[l].views[0].gate_bias.data;
 }
 
 /* The shapes and dtypes of layer l's expert slots in the device cache (all alike). */
@@ -116,7 +133,7 @@ static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, con
     const sl_backend *be = ms->env.be;
     const sl_dev_cache *dev = ms->env.dev;
     const int32_t k = ms->d.k;
-    if (!dev->layers || !be->ops->moe_experts) return 0;
+    if (!dev->layers || !be->ops->moe_experts || !fusable(dev, l, ms->d.glu)) return 0;
     const sl_tensor *proto[3];
     dev_proto(dev, l, proto);
     const sl_expert_ptrs *table = dev->layers[l].table;
@@ -131,10 +148,11 @@ static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, con
 }
 
 int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
-                        int32_t k, int weight_input) {
+                        int32_t k, int weight_input, int32_t glu) {
     for (int32_t l = 0; l < store->n_layers; l++) {
         if (!store->layers[l].n_experts) continue;
-        if (!dev->all || !dev->layers[l].views || !be->ops->moe_experts) return 0;
+        if (!dev->all || !dev->layers[l].views || !be->ops->moe_experts || !fusable(dev, l, glu))
+            return 0;
         const sl_tensor *proto[3];
         dev_proto(dev, l, proto);
         if (!be->ops->moe_experts(be, NULL, NULL, NULL, NULL, NULL, NULL, proto, 0,

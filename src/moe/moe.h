@@ -8,7 +8,8 @@
  *
  *   x -> moe_route -> ids, w        (backend memory)
  *     weight_input: x_r = w[r] * x, and w = 1 from here on
- *     decode, a slot per expert:    fused kernels, no host step (settled later)
+ *     decode, a slot per expert:    fused kernels, no host step (settled later; SwiGLU experts
+ *                                   without linear biases)
  *     else: ids to the host, counting sort by expert, then per group of experts
  *           the store can hold:     fetch, map into the device cache, compute
  *           (fused kernels for one token, else gate/up batch, SwiGLU, down batch)
@@ -36,6 +37,8 @@ typedef struct sl_moe_dims {
     /* The router weight of each pick scales that expert's input (x_r = w[r] * x, one multiply)
      * and the outputs are summed with weight 1, instead of weighing the outputs (Llama 4). */
     int32_t weight_input;
+    int32_t glu; /* sl_glu: the experts' activation (SwiGLU, or clamped with these) */
+    float glu_alpha, glu_limit;
 } sl_moe_dims;
 
 /* The model's side of the step, set once (sl_moe_layout's caller): the backend, the expert
@@ -123,10 +126,11 @@ void sl_moe_forget_steps(sl_moe_scratch *ms);
 void sl_moe_drop_pending(sl_moe_scratch *ms);
 
 /* Whether a decode step's experts run with no host step: no MoE layer, or every expert in a
- * device slot and the backend's fused kernels taking their weights (the no-sync path), for
- * k picks a token (weight_input: as sl_moe_dims'). */
+ * device slot and the backend's fused kernels taking their weights (the no-sync path: SwiGLU
+ * experts without linear biases), for k picks a token (weight_input: as sl_moe_dims'; glu, the
+ * experts' activation: sl_moe_dims.glu). */
 int sl_moe_no_host_step(const sl_backend *be, const sl_expert_store *store, const sl_dev_cache *dev,
-                        int32_t k, int weight_input);
+                        int32_t k, int weight_input, int32_t glu);
 
 /* out[T, H] = down(silu(gate x) * up x) for rows x[T, H], with the hidden rows in hg and hu
  * ([T, I]): the shared expert's MLP, and the dense FFN's. */

@@ -822,9 +822,10 @@ static void run_qkv_prep(ot_run *r, const ot_case *c) {
     qkv_free(r, &s);
 }
 
-/* p: T, pos0, heads, kv heads, head_dim, mode (0 dense, 1 a selection of rows, 2 with prep) */
+/* p: T, pos0, heads, kv heads, head_dim, mode (0 dense, 1 a selection of rows, 2 with prep),
+ * sliding window (0: none), sinks (1: a logit per head, in c->dt) */
 static void run_attention(ot_run *r, const ot_case *c) {
-    const int mode = c->p[5];
+    const int mode = c->p[5], window = c->p[6];
     const int32_t q[6] = {c->p[0], c->p[1], c->p[2], c->p[3], c->p[4], c->p[4]};
     qkv_case s;
     qkv_make(r, &s, q, mode == 2, 0, mode == 2 ? q[1] : q[0] + q[1]);
@@ -849,12 +850,17 @@ static void run_attention(ot_run *r, const ot_case *c) {
     double *ref = ref_vec(on);
     const double scale = 1 / sqrt((double)hd);
     double *sc = malloc((size_t)ctx * sizeof(double));
+    /* sinks around the scores' size, some above every score */
+    ot_weight sw = {0};
+    if (c->p[7]) weight_make(r, &sw, c->dt, 0, nh, 3, 0);
     for (int32_t t = 0; t < T; t++)
         for (int32_t h = 0; h < nh; h++) {
-            const int32_t kvh = h / (nh / nkv), n = mode == 1 ? nsel[t] : s.pos0 + t + 1;
+            const int32_t p = s.pos0 + t, first = window > 0 && p >= window ? p - window + 1 : 0;
+            const int32_t kvh = h / (nh / nkv), n = mode == 1 ? nsel[t] : p + 1 - first;
             double mx = -INFINITY, sum = 0;
+            const double sink = c->p[7] ? sw.wide[h] : -INFINITY;
             for (int32_t j = 0; j < n; j++) {
-                const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : j;
+                const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : first + j;
                 double acc = 0;
                 for (int32_t d = 0; d < hd; d++)
                     acc += (double)(float)rq[((size_t)t * nh + h) * hd + d] *
@@ -862,12 +868,14 @@ static void run_attention(ot_run *r, const ot_case *c) {
                 sc[j] = acc * (float)scale;
                 mx = fmax(mx, sc[j]);
             }
+            mx = fmax(mx, sink);
             for (int32_t j = 0; j < n; j++)
                 sum += (sc[j] = exp(sc[j] - mx));
+            sum += exp(sink - mx);
             for (int32_t d = 0; d < hd; d++) {
                 double o = 0;
                 for (int32_t j = 0; j < n; j++) {
-                    const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : j;
+                    const int32_t row = mode == 1 ? sel[(size_t)t * ctx + j] : first + j;
                     o += sc[j] / sum * (float)vc[((size_t)row * nkv + kvh) * hd + d];
                 }
                 ref[((size_t)t * nh + h) * hd + d] = o;
@@ -890,7 +898,9 @@ static void run_attention(ot_run *r, const ot_case *c) {
                       .sel = mode == 1 ? dsel : NULL,
                       .n_sel = mode == 1 ? dnsel : NULL,
                       .sel_stride = ctx,
-                      .prep = mode == 2 ? &s.a : NULL};
+                      .prep = mode == 2 ? &s.a : NULL,
+                      .window = window,
+                      .sinks = c->p[7] ? &sw.d : NULL};
     r->be->ops->attention(r->be, &a);
     ot_check(r, "out", dout, ref, on, c->tol);
     if (mode == 2) {
@@ -898,6 +908,7 @@ static void run_attention(ot_run *r, const ot_case *c) {
         ot_check(r, "vc", s.dvc, vc, (size_t)ctx * nkv * hd, 0);
     }
     free(rq), free(rk), free(kc), free(vc), free(sel), free(nsel), free(ref), free(sc);
+    if (c->p[7]) weight_free(r, &sw);
     dfree(r, dout), dfree(r, scratch), dfree(r, dsel), dfree(r, dnsel);
     qkv_free(r, &s);
 }
@@ -1035,6 +1046,41 @@ static void run_binary(ot_run *r, const ot_case *c) {
     ot_check(r, "y", dout, ref, tot, c->tol);
     if (dout != db) dfree(r, dout);
     free(a), free(b), free(ref), dfree(r, da), dfree(r, db);
+}
+
+/* p: n, in place (out = gate); the clamped SwiGLU with gpt-oss's alpha and limit, inputs
+ * reaching past the limit on both sides */
+static void run_swiglu_clamped(ot_run *r, const ot_case *c) {
+    const size_t n = (size_t)c->p[0], tot = n + 3;
+    const float alpha = 1.702f, limit = 7.0f;
+    float *g = rand_vec(r, tot, 10), *u = rand_vec(r, tot, 10);
+    float *dg = UPF(r, g, tot), *du = UPF(r, u, tot), *dout = c->p[1] ? dg : poisoned(r, tot);
+    double *ref = c->p[1] ? widen(g, tot) : ref_vec(tot);
+    for (size_t i = 0; i < n; i++) {
+        const double gg = fmin(g[i], limit), uu = fmin(fmax(u[i], -limit), limit);
+        ref[i] = (uu + 1) * gg * sigm((double)(float)(gg * alpha));
+    }
+    r->be->ops->swiglu_clamped(r->be, dout, dg, du, n, alpha, limit);
+    ot_check(r, "y", dout, ref, tot, c->tol);
+    if (!c->p[1]) dfree(r, dout);
+    free(g), free(u), free(ref), dfree(r, dg), dfree(r, du);
+}
+
+/* p: rows, n; the bias in c->dt */
+static void run_add_bias(ot_run *r, const ot_case *c) {
+    const int32_t rows = c->p[0], n = c->p[1];
+    const size_t tot = (size_t)rows * n + 3;
+    float *y = rand_vec(r, tot, 2), *dy = UPF(r, y, tot);
+    ot_weight b;
+    weight_make(r, &b, c->dt, 0, n, 1, 0);
+    double *ref = widen(y, tot);
+    for (int32_t t = 0; t < rows; t++)
+        for (int32_t i = 0; i < n; i++)
+            ref[(size_t)t * n + i] = (double)y[(size_t)t * n + i] + b.wide[i];
+    r->be->ops->add_bias(r->be, dy, &b.d, rows);
+    ot_check(r, "y", dy, ref, tot, c->tol);
+    free(y), free(ref), dfree(r, dy);
+    weight_free(r, &b);
 }
 
 /* p: n, act, in place */
@@ -1658,6 +1704,13 @@ static const ot_case table[] = {
     {"attention", run_attention, F32, {1, 40, 8, 2, 128, 1}, 2e-5},
     {"attention", run_attention, F32, {1, 37, 8, 2, 128, 2}, 2e-5},
     {"attention", run_attention, F32, {3, 9, 4, 2, 64, 2}, 2e-5},
+    /* sliding windows (cutting, and wider than the context) and sinks */
+    {"attention", run_attention, F32, {5, 20, 4, 2, 16, 0, 7, 0}, 2e-5},
+    {"attention", run_attention, BF16, {1, 300, 8, 2, 64, 0, 128, 1}, 2e-5},
+    {"attention", run_attention, F32, {1, 300, 8, 2, 64, 2, 128, 1}, 2e-5},
+    {"attention", run_attention, F32, {9, 3, 4, 4, 8, 0, 64, 1}, 2e-5},
+    {"attention", run_attention, F16, {3, 1, 4, 2, 32, 2, 2, 1}, 2e-5},
+    {"attention", run_attention, F32, {2, 5, 2, 1, 4, 1, 0, 1}, 2e-5},
     {"latent_attention", run_latent_attention, F32, {3, 4, 4, 32, 8, 1, 0}, 2e-5},
     {"latent_attention", run_latent_attention, F32, {1, 300, 3, 64, 16, 0, 1}, 2e-5},
     {"latent_attention", run_latent_attention, F32, {5, 0, 2, 20, 6, 1, 1}, 2e-5},
@@ -1671,6 +1724,11 @@ static const ot_case table[] = {
     {"axpy", run_binary, F32, {4097, 1}, 2e-6},
     {"sigmoid_mul", run_binary, F32, {5, 2}, 2e-6},
     {"sigmoid_mul", run_binary, F32, {4097, 2}, 2e-6},
+    {"swiglu_clamped", run_swiglu_clamped, F32, {1, 0}, 2e-6},
+    {"swiglu_clamped", run_swiglu_clamped, F32, {4097, 1}, 2e-6},
+    {"add_bias", run_add_bias, BF16, {1, 5}, 1e-7},
+    {"add_bias", run_add_bias, F32, {7, 2880}, 1e-7},
+    {"add_bias", run_add_bias, F16, {3, 33}, 1e-7},
     {"activate", run_activate, F32, {7, SL_ACT_SIGMOID, 0}, 2e-6},
     {"activate", run_activate, F32, {4097, SL_ACT_SILU, 1}, 2e-6},
     {"activate", run_activate, F32, {1000, SL_ACT_NONE, 0}, 2e-6},

@@ -54,6 +54,51 @@ TEST(test_chatml_render) {
     CHECK(t.kind == SL_TEMPLATE_RAW);
 }
 
+/* gpt-oss's harmony format, as its chat_template renders this conversation (date and reasoning
+ * effort given; an earlier reply keeps only its final channel's text). */
+TEST(test_harmony_render) {
+    sl_chat_template t;
+    sl_chat_template_from_source("{{- \"<|start|>system<|message|>\" }} ... "
+                                 "\"<|start|>assistant<|channel|>final<|message|>\"",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_HARMONY);
+    snprintf(t.date, sizeof t.date, "2025-06-28");
+    const sl_chat_msg msgs[] = {
+        {"system", "Be brief."},
+        {"user", "Hi"},
+        {"assistant", "<|channel|>analysis<|message|>greet<|end|><|start|>assistant<|channel|>"
+                      "final<|message|>Hello!<|return|>"},
+        {"user", "2+2?"},
+    };
+    char buf[2048];
+    sl_chat_render(&t, msgs, 4, 1, 0, buf, sizeof buf);
+    const char *want =
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+        "Knowledge cutoff: 2024-06\nCurrent date: 2025-06-28\n\nReasoning: medium\n\n# Valid "
+        "channels: analysis, commentary, final. Channel must be included for every "
+        "message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+        "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello!"
+        "<|end|><|start|>user<|message|>2+2?<|end|><|start|>assistant";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* no system message, a last reply without the generation prompt ends in <|return|> */
+    snprintf(t.reasoning, sizeof t.reasoning, "high");
+    sl_chat_render(&t, msgs + 1, 2, 0, 0, buf, sizeof buf);
+    CHECKF(strstr(buf, "Reasoning: high\n\n") && !strstr(buf, "developer") &&
+               strstr(buf, "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final"
+                           "<|message|>Hello!<|return|>") &&
+               !strstr(buf, "analysis<|message|>greet"),
+           "%s", buf);
+    /* a reply decoded without special tokens keeps its final channel's text too */
+    const sl_chat_msg plain[] = {{"user", "Hi"}, {"assistant", "analysisgreetassistantfinalHey"}};
+    sl_chat_render(&t, plain, 2, 1, 0, buf, sizeof buf);
+    CHECKF(strstr(buf, "<|channel|>final<|message|>Hey<|end|><|start|>assistant") &&
+               !strstr(buf, "greet"),
+           "%s", buf);
+    sl_error err = {0};
+    CHECK(sl_chat_template_from_name("harmony", &t, &err) == SL_OK &&
+          t.kind == SL_TEMPLATE_HARMONY);
+}
+
 /* DeepSeek-V3's template (its source abridged to what recognition reads): BOS, the system
  * prompt, <｜User｜> / <｜Assistant｜> turns closed by EOS; R1's strips earlier reasoning. */
 TEST(test_deepseek_render) {

@@ -140,6 +140,43 @@ void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float 
     CUDA_LAUNCHED(c);
 }
 
+__global__ void swiglu_clamped_kernel(float *out, const float *gate, const float *up, size_t n,
+                                      float alpha, float limit) {
+    cu_pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        const float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
+        out[i] = (u + 1.0f) * glu;
+    }
+}
+
+void cu_swiglu_clamped(const sl_backend *be, float *out, const float *gate, const float *up,
+                       size_t n, float alpha, float limit) {
+    cu_ctx *c = cu_of(be);
+    if (!n) return;
+    cu_launch(swiglu_clamped_kernel, ew_blocks(n), EW_THREADS, 0, c, out, gate, up, n, alpha,
+              limit);
+    CUDA_LAUNCHED(c);
+}
+
+/* y[r][i] += b[i]: one thread per element of the rows x n block. */
+__global__ void add_bias_kernel(float *y, const void *b, int bdt, size_t n, size_t total) {
+    cu_pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += cu_load_f(b, bdt, i % n);
+}
+
+void cu_add_bias(const sl_backend *be, float *y, const sl_tensor *b, int32_t rows) {
+    cu_ctx *c = cu_of(be);
+    const size_t n = (size_t)b->shape[0], total = n * (size_t)(rows > 0 ? rows : 0);
+    if (!total) return;
+    cu_launch(add_bias_kernel, ew_blocks(total), EW_THREADS, 0, c, y, b->data, (int)b->dtype, n,
+              total);
+    CUDA_LAUNCHED(c);
+}
+
 __global__ void axpy_kernel(float *y, float s, const float *x, size_t n) {
     cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -651,14 +688,24 @@ typedef struct att_params {
     const float *q, *kc, *vc;
     const int32_t *sel, *n_sel;
     int32_t T, pos0, n_heads, n_kv, hd, sel_stride, L, splits;
+    int32_t window;    /* sliding window (0: none): query t's keys start at att_first */
+    const void *sinks; /* [n_heads] a sink logit per head (sl_attn_args.sinks), or NULL */
+    int sinks_dt;
     float scale;
     float *part;
     unsigned *counts; /* [items] zero between launches, or NULL: attn_combine merges */
     qkv_params prep;  /* attn_kernel<W, true>: the qkv_prep it does first (T = 1) */
 } att_params;
 
+/* The first cache row query t sees: pos0 + t + 1 - window with a sliding window (not with a
+ * selection), else 0. Its keys are rows att_first .. pos0 + t. */
+__device__ __forceinline__ int att_first(const att_params &a, int t) {
+    return a.window > 0 && !a.sel ? max(0, a.pos0 + t + 1 - a.window) : 0;
+}
+
 /* out of one item from its splits' partial sums (parts read through L2: other blocks wrote
- * them), by the calling block's threads over the dims. */
+ * them), by the calling block's threads over the dims; the head's sink logit joins the
+ * denominator here. */
 __device__ void attn_merge(const att_params &a, int item) {
     const int hd = a.hd;
     const int t = item / a.n_heads, h = item % a.n_heads;
@@ -667,7 +714,9 @@ __device__ void attn_merge(const att_params &a, int item) {
     for (int s = 0; s < a.splits; s++)
         if (__ldcg(p + (size_t)s * (hd + 2) + hd + 1) > 0.0f)
             M = fmaxf(M, __ldcg(p + (size_t)s * (hd + 2) + hd));
-    float L = 0.0f;
+    const float sink = a.sinks ? cu_load_f(a.sinks, a.sinks_dt, (size_t)h) : -INFINITY;
+    M = fmaxf(M, sink);
+    float L = a.sinks ? expf(sink - M) : 0.0f;
     for (int s = 0; s < a.splits; s++) {
         const float *ps = p + (size_t)s * (hd + 2);
         const float l = __ldcg(ps + hd + 1);
@@ -714,6 +763,7 @@ __device__ __forceinline__ float att_comp(float4 v, int i) {
  * the writes land), asked of L2 so that the scores' and the output's reads after the wait are L2
  * hits, not two DRAM round trips (the rows of other layers' weights evict them between tokens). */
 __device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int kvh, int j0) {
+    j0 += att_first(a, t); /* a list index: the rows start at the window's first */
     const int j1 = min(j0 + a.L, a.pos0 + t + 1), lines = (a.hd * 4 + 127) / 128;
     const size_t kv_stride = (size_t)a.n_kv * a.hd;
     for (int q = threadIdx.x; q < 2 * lines * (j1 - j0); q += blockDim.x) {
@@ -740,10 +790,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
      * does whether the block's split holds the new key, with no selection): loaded first */
     float wq = 0.0f, wk = 0.0f, rc = 0.0f, rs = 0.0f;
     bool has_key = false;
+    const int first = att_first(a, t); /* keys are rows first + list index */
     if (PREP) {
         const qkv_params &p = a.prep;
         const int i = threadIdx.x;
-        has_key = j0 <= a.pos0 && a.pos0 < j0 + a.L;
+        has_key = j0 <= a.pos0 - first && a.pos0 - first < j0 + a.L;
         if (i < a.hd) {
             if (p.qn) wq = cu_load_f(p.qn, p.qn_dt, (size_t)i);
             if (p.kn && has_key) wk = cu_load_f(p.kn, p.kn_dt, (size_t)i);
@@ -767,7 +818,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
-    const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1;
+    const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1 - first;
     const int j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
     const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
@@ -787,7 +838,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
             sq[d] = q[d];
     }
     for (int j = tid; j < nj; j += ATT_THREADS)
-        rows[j] = sel ? sel[j0 + j] : j0 + j;
+        rows[j] = sel ? sel[j0 + j] : first + j0 + j;
     __syncthreads();
 
     /* Scores: ATT_KEY_LANES lanes per key, lane g summing vectors g, g + 8, ... of q.k (the 8
@@ -818,6 +869,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
         }
     }
     mx = block_reduce<true>(mx, sh); /* also orders the sc writes before the reads below */
+    /* one split: the sink joins the max and the sum here (several: attn_merge does) */
+    const float sink = a.sinks && !a.part ? cu_load_f(a.sinks, a.sinks_dt, (size_t)h) : -INFINITY;
+    mx = fmaxf(mx, sink);
     float sum = 0.0f;
     for (int j = tid; j < nj; j += ATT_THREADS) {
         const float p = expf(sc[j] - mx);
@@ -825,6 +879,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
         sum += p;
     }
     sum = block_reduce<false>(sum, sh);
+    if (a.sinks && !a.part) sum += expf(sink - mx);
 
     /* Output: P vectors of dims per pass, ATT_THREADS / P slices of the keys each. */
     const int P = hv < ATT_THREADS ? hv : ATT_THREADS, nsl = ATT_THREADS / P;
@@ -901,8 +956,13 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.sel = args->sel, a.n_sel = args->n_sel, a.sel_stride = args->sel_stride;
     a.T = args->T, a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
     a.hd = args->head_dim, a.scale = args->scale;
-    /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys. */
-    const int32_t max_keys = args->pos0 + args->T;
+    a.window = args->sel ? 0 : args->window;
+    a.sinks = args->sinks ? args->sinks->data : NULL;
+    a.sinks_dt = args->sinks ? (int)args->sinks->dtype : 0;
+    /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys;
+     * a sliding window, no more than the window. */
+    const int32_t max_keys =
+        a.window > 0 ? SL_MIN(args->pos0 + args->T, a.window) : args->pos0 + args->T;
     const int32_t splits = cu_att_splits(c, n_items, max_keys);
     a.splits = splits;
     a.L = (max_keys + splits - 1) / splits;
