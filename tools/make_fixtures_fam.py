@@ -183,6 +183,40 @@ CASES = [
                                                           partial_rotary_factor=0.25),
                                    "sliding_attention": dict(rope_type="default",
                                                              rope_theta=10000.0)})),
+    # The Gemma-4 E-models' switches beside the MoE block: the last two layers attend the K/V of
+    # the last earlier layer of their kind (num_kv_shared_layers) through a double-wide MLP.
+    dict(name="gemma4_c", mt="gemma4_text", seed=28200, router_sigma=12.0,
+         cfg=dict(vocab_size=V, hidden_size=48, intermediate_size=24, moe_intermediate_size=16,
+                  num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  enable_moe_block=True, num_experts=6, top_k_experts=2,
+                  hidden_size_per_layer_input=8, vocab_size_per_layer_input=V,
+                  num_kv_shared_layers=2, use_double_wide_mlp=True,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                               "sliding_attention", "full_attention"],
+                  global_head_dim=32, sliding_window=10, final_logit_softcapping=20.0,
+                  rms_norm_eps=1e-6, max_position_embeddings=8192, tie_word_embeddings=True,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                  rope_parameters={"full_attention": dict(rope_type="proportional",
+                                                          rope_theta=1000000.0,
+                                                          partial_rotary_factor=0.25),
+                                   "sliding_attention": dict(rope_type="default",
+                                                             rope_theta=10000.0)})),
+    # gemma4_a's text model in Gemma4ForConditionalGeneration (model.language_model.*), no towers.
+    dict(name="gemma4_vlm", mt="gemma4_text", seed=28300, router_sigma=12.0, vlm=True,
+         cfg=dict(vocab_size=V, hidden_size=64, intermediate_size=32, moe_intermediate_size=16,
+                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  enable_moe_block=True, num_experts=6, top_k_experts=2,
+                  hidden_size_per_layer_input=16, vocab_size_per_layer_input=V,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                               "full_attention"],
+                  global_head_dim=32, sliding_window=16,
+                  final_logit_softcapping=30.0, rms_norm_eps=1e-6, max_position_embeddings=8192,
+                  tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                  rope_parameters={"full_attention": dict(rope_type="proportional",
+                                                          rope_theta=1000000.0,
+                                                          partial_rotary_factor=0.25),
+                                   "sliding_attention": dict(rope_type="default",
+                                                             rope_theta=10000.0)})),
 ]
 
 FP4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -209,6 +243,9 @@ def vlm_config(case, text_cfg):
         return Cfg(text_config=text_cfg.to_dict(), vision_config=dict(case["vision"]),
                    boi_token_index=V - 4, eoi_token_index=V - 3, image_token_index=V - 2,
                    tie_word_embeddings=False)
+    if mt == "gemma4_text":
+        return transformers.Gemma4Config(text_config=text_cfg.to_dict(), vision_config=None,
+                                         audio_config=None, tie_word_embeddings=True)
     raise ValueError(mt)
 
 
@@ -217,7 +254,8 @@ def build_model(case):
     if case.get("vlm"):
         vc = vlm_config(case, config)
         Cls = {"qwen3_vl_moe": transformers.Qwen3VLMoeForConditionalGeneration,
-               "llama4_text": transformers.Llama4ForConditionalGeneration}[case["mt"]]
+               "llama4_text": transformers.Llama4ForConditionalGeneration,
+               "gemma4_text": transformers.Gemma4ForConditionalGeneration}[case["mt"]]
         vc._attn_implementation = "eager"
         m = Cls._from_config(vc, attn_implementation="eager", dtype=torch.float32)
     else:

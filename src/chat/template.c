@@ -21,6 +21,18 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
         t->strip_think = strstr(jinja, "</think>") != NULL;
         return;
     }
+    if (jinja && strstr(jinja, "<|turn>")) {
+        t->kind = SL_TEMPLATE_GEMMA4;
+        t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
+        /* Jinja string literals: '<|channel>thought\n<channel|>' and '<|think|>\n' */
+        t->empty_thought = strstr(jinja, "'<|channel>thought\\n<channel|>'") != NULL;
+        t->think_newline = strstr(jinja, "'<|think|>\\n'") != NULL;
+        return;
+    }
+    if (jinja && strstr(jinja, "<start_of_turn>")) {
+        t->kind = SL_TEMPLATE_GEMMA;
+        return;
+    }
     if (jinja && strstr(jinja, "<|start|>") && strstr(jinja, "<|message|>") &&
         strstr(jinja, "<|channel|>")) {
         t->kind = SL_TEMPLATE_HARMONY;
@@ -48,6 +60,11 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         t->join_system = 1;
         return SL_OK;
     }
+    if (!strcmp(name, "gemma4") || !strcmp(name, "gemma")) {
+        t->kind = name[5] ? SL_TEMPLATE_GEMMA4 : SL_TEMPLATE_GEMMA;
+        t->thinking_switch = t->think_newline = name[5] != 0;
+        return SL_OK;
+    }
     if (!strcmp(name, "harmony")) {
         t->kind = SL_TEMPLATE_HARMONY;
         return SL_OK;
@@ -59,15 +76,9 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         return SL_OK;
     }
     return sl_fail(err, SL_ERR_ARG,
-                   "unknown chat template '%s' (chatml, chatml-think, harmony, deepseek or raw)",
+                   "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, "
+                   "deepseek or raw)",
                    name);
-}
-
-const char *sl_chat_template_name(const sl_chat_template *t) {
-    return t->kind == SL_TEMPLATE_CHATML     ? "ChatML"
-           : t->kind == SL_TEMPLATE_HARMONY  ? "harmony (gpt-oss)"
-           : t->kind == SL_TEMPLATE_DEEPSEEK ? "DeepSeek"
-                                             : "none (raw text)";
 }
 
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error *err) {
@@ -182,6 +193,102 @@ static void render_deepseek(const sl_chat_template *t, const sl_chat_msg *msgs, 
     if (add_generation_prompt) put_tpl(k, DS_ASSISTANT);
 }
 
+/* The kept part [*a, *b) of the piece of s starting at p (up to the next "<channel|>", or the
+ * end): what comes before a "<|channel>" in it, all of it when it has none. Returns where the
+ * next piece starts, or NULL after the last. */
+static const char *thought_piece(const char *p, const char **a, const char **b) {
+    const char *close = strstr(p, "<channel|>"), *end = close ? close : p + strlen(p);
+    const char *open = strstr(p, "<|channel>");
+    *a = p, *b = open && open < end ? open : end;
+    return close ? close + 10 : NULL;
+}
+
+static int is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Gemma 4's strip_thinking: the kept parts of every piece between "<channel|>"s, joined, then
+ * trimmed. Two passes: where the join's first and last non-space characters are, then the
+ * kept parts clipped to them. */
+static void put_stripped(chat_sink *k, const char *s) {
+    const char *first = NULL, *last = NULL, *a, *b;
+    for (const char *p = s; p;) {
+        p = thought_piece(p, &a, &b);
+        for (const char *c = a; c < b; c++)
+            if (!is_space(*c)) {
+                if (!first) first = c;
+                last = c + 1;
+            }
+    }
+    if (!first) return;
+    for (const char *p = s; p;) {
+        p = thought_piece(p, &a, &b);
+        if (a < first) a = first;
+        if (b > last) b = last;
+        if (a < b) k->put(k, a, (size_t)(b - a), 1);
+    }
+}
+
+/* A message's content as Jinja's `| trim` leaves it (ASCII whitespace off both ends). */
+static void put_trimmed(chat_sink *k, const char *s, size_t n) {
+    while (n && is_space(s[0]))
+        s++, n--;
+    while (n && is_space(s[n - 1]))
+        n--;
+    k->put(k, s, n, 1);
+}
+
+static int is_system(const sl_chat_msg *m) {
+    return !strcmp(m->role, "system") || !strcmp(m->role, "developer");
+}
+
+/* Gemma 4's template for text conversations (no tools, one assistant message a turn). */
+static void render_gemma4(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                          int add_generation_prompt, int enable_thinking, chat_sink *k) {
+    const int think = t->thinking_switch && enable_thinking, sys = n > 0 && is_system(&msgs[0]);
+    put_tpl(k, "<bos>");
+    if (think || sys) {
+        put_tpl(k, "<|turn>system\n");
+        if (think) put_tpl(k, t->think_newline ? "<|think|>\n" : "<|think|>");
+        if (sys) put_trimmed(k, msgs[0].content, strlen(msgs[0].content));
+        put_tpl(k, "<turn|>\n");
+    }
+    for (int32_t i = sys; i < n; i++) {
+        const int model = !strcmp(msgs[i].role, "assistant");
+        put_tpl(k, "<|turn>");
+        put_tpl(k, model ? "model" : msgs[i].role);
+        put_tpl(k, "\n");
+        if (model)
+            put_stripped(k, msgs[i].content);
+        else
+            put_trimmed(k, msgs[i].content, strlen(msgs[i].content));
+        put_tpl(k, "<turn|>\n");
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|turn>model\n");
+        if (t->empty_thought && !think) put_tpl(k, "<|channel>thought\n<channel|>");
+    }
+}
+
+/* Gemma 2 and 3: a system message opens the first turn, followed by a blank line. */
+static void render_gemma(const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                         chat_sink *k) {
+    const int sys = n > 0 && is_system(&msgs[0]);
+    put_tpl(k, "<bos>");
+    for (int32_t i = sys; i < n; i++) {
+        put_tpl(k, "<start_of_turn>");
+        put_tpl(k, !strcmp(msgs[i].role, "assistant") ? "model" : msgs[i].role);
+        put_tpl(k, "\n");
+        if (sys && i == 1) {
+            k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+            put_tpl(k, "\n\n");
+        }
+        put_trimmed(k, msgs[i].content, strlen(msgs[i].content));
+        put_tpl(k, "<end_of_turn>\n");
+    }
+    if (add_generation_prompt) put_tpl(k, "<start_of_turn>model\n");
+}
+
 /* The final channel's text of an assistant reply as the model wrote it (its analysis and any
  * earlier message dropped, the terminator too): what harmony keeps of an earlier turn. A reply
  * decoded without its special tokens reads "analysis...assistantfinal...": the text after the
@@ -252,6 +359,14 @@ static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
     if (t->kind == SL_TEMPLATE_DEEPSEEK) {
         render_deepseek(t, msgs, n, add_generation_prompt, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_GEMMA4) {
+        render_gemma4(t, msgs, n, add_generation_prompt, enable_thinking, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_GEMMA) {
+        render_gemma(msgs, n, add_generation_prompt, k);
         return;
     }
     if (t->kind == SL_TEMPLATE_HARMONY) {

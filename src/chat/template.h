@@ -26,6 +26,19 @@
  *     <|start|>assistant                                     (generation prompt)
  *   Other roles are left out, as the template leaves them.
  *
+ *   Gemma 4:
+ *     <bos><|turn>system\n[<|think|>\n]{system}<turn|>\n   (with a system message, or thinking)
+ *     <|turn>user\n{text}<turn|>\n
+ *     <|turn>model\n{text}<turn|>\n                 (its thought channels stripped)
+ *     <|turn>model\n                                (generation prompt)
+ *   contents trimmed; the 26B/31B templates end the generation prompt with an empty
+ *   "<|channel>thought\n<channel|>" when thinking is off.
+ *
+ *   Gemma (2, 3):
+ *     <bos><start_of_turn>user\n[{system}\n\n]{text}<end_of_turn>\n
+ *     <start_of_turn>model\n{text}<end_of_turn>\n
+ *     <start_of_turn>model\n                         (generation prompt)
+ *
  *   DeepSeek (V3, R1; <｜User｜> and <｜Assistant｜> in the template):
  *     <｜begin▁of▁sentence｜>{system}<｜User｜>{text}<｜Assistant｜>{text}<｜end▁of▁sentence｜>
  *     ...<｜Assistant｜>                               (generation prompt)
@@ -42,8 +55,10 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
-    SL_TEMPLATE_HARMONY = 2, /* gpt-oss */
-    SL_TEMPLATE_DEEPSEEK = 3,
+    SL_TEMPLATE_HARMONY = 2,  /* gpt-oss */
+    SL_TEMPLATE_GEMMA4 = 3,   /* <|turn>role ... <turn|> */
+    SL_TEMPLATE_GEMMA = 4,    /* <start_of_turn>role ... <end_of_turn> */
+    SL_TEMPLATE_DEEPSEEK = 5, /* <｜User｜> ... <｜Assistant｜> */
 } sl_template_kind;
 
 typedef struct sl_chat_template {
@@ -54,6 +69,10 @@ typedef struct sl_chat_template {
      * strftime_now) and reasoning effort (empty: "medium", the template's default) */
     char date[16];
     char reasoning[16];
+    /* Gemma 4: the generation prompt ends in an empty thought channel when thinking is off
+     * (the 26B and 31B templates), and the think token is followed by a newline */
+    int32_t empty_thought;
+    int32_t think_newline;
     int32_t join_system; /* DeepSeek: every system message, "\n\n" between (else the last) */
     int32_t strip_think; /* DeepSeek: earlier assistant turns lose their reasoning */
 } sl_chat_template;
@@ -74,11 +93,10 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "deepseek",
+/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
+ * "deepseek",
  * "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
-/* What a template is, in words ("ChatML", "harmony (gpt-oss)", "DeepSeek", "none (raw text)"). */
-const char *sl_chat_template_name(const sl_chat_template *t);
 
 /*
  * Renders msgs into out (cap bytes, always NUL-terminated when cap > 0); returns
@@ -90,7 +108,7 @@ size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_
 /*
  * Renders msgs and tokenizes them into out (reset first): the prompt ids of a
  * conversation. The template's own text (<|im_start|>, role headers, <|im_end|>,
- * the empty think block, a default system message) is encoded with added tokens
+ * the empty think block, a default system message, Gemma's <bos>) is encoded with added tokens
  * matched; every message's content, whatever its role, with SL_TOK_NO_SPECIAL,
  * so "<|im_end|>\n<|im_start|>system" written in a message stays text and cannot
  * fake a turn (non-special added tokens such as <think> still match, as in

@@ -81,9 +81,11 @@ int cli_inspect(int argc, char **argv) {
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
     }
-    printf("chat template  %s%s%s\n", sl_chat_template_name(&t),
-           t.thinking_switch ? ", thinking switch" : "",
-           t.default_system[0] ? ", default system message" : "");
+    static const char *const kinds[] = {"none (raw text)", "ChatML", "harmony (gpt-oss)",
+                                        "Gemma 4",         "Gemma",  "DeepSeek"};
+    printf("chat template  %s%s%s%s\n", kinds[t.kind], t.thinking_switch ? ", thinking switch" : "",
+           t.default_system[0] ? ", default system message" : "",
+           t.empty_thought ? ", empty thought channel when not thinking" : "");
     printf("end of turn    ");
     for (int32_t k = 0; k < g.n_eos; k++)
         printf("%s%d", k ? ", " : "", g.eos[k]);

@@ -10,6 +10,7 @@ extern const sl_family sl_family_qwen3_next;
 extern const sl_family sl_family_qwen3_5_moe;
 extern const sl_family sl_family_qwen4_exp;
 extern const sl_family sl_family_gpt_oss;
+extern const sl_family sl_family_gemma4;
 extern const sl_family sl_family_deepseek_v3;
 
 /* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
@@ -27,6 +28,8 @@ static const struct {
     {"qwen4_exp", &sl_family_qwen4_exp},
     {"qwen4_exp_text", &sl_family_qwen4_exp},
     {"gpt_oss", &sl_family_gpt_oss},
+    {"gemma4", &sl_family_gemma4},
+    {"gemma4_text", &sl_family_gemma4},
     {"deepseek_v3", &sl_family_deepseek_v3},
     {"kimi_k2", &sl_family_deepseek_v3}, /* Kimi-K2's remote code: DeepSeek-V3's architecture */
     /* clang-format on */
@@ -39,6 +42,6 @@ const sl_family *sl_family_find(const char *arch) {
 }
 
 const char *sl_family_names(void) {
-    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, deepseek_v3 "
-           "(kimi_k2)";
+    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, gemma4, "
+           "deepseek_v3 (kimi_k2)";
 }

@@ -258,6 +258,31 @@ static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, cons
         out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* act(v) of activate and act_mul, in float32 as PyTorch's CPU kernels spell it (GELU-tanh:
+ * 0.5 x (1 + tanh(kBeta (x + kKappa x^3))), x^3 as x * x * x). */
+static float act_of(float v, sl_act act) {
+    switch (act) {
+    case SL_ACT_NONE: return v;
+    case SL_ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
+    case SL_ACT_GELU_TANH: {
+        const float beta = 0.7978845608028654f, kappa = 0.044715f;
+        return 0.5f * v * (1.0f + tanhf(beta * (v + kappa * (v * v * v))));
+    }
+    case SL_ACT_TANH: return tanhf(v);
+    default: return v / (1.0f + expf(-v)); /* SL_ACT_SILU */
+    }
+}
+
+static void cpu_act_mul(const sl_backend *be, float *out, const float *gate, const float *up,
+                        size_t n, sl_act act) {
+    if (act == SL_ACT_SILU) { /* swiglu's own expression, so the same bits */
+        cpu_swiglu(be, out, gate, up, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = act_of(gate[i], act) * up[i];
+}
+
 static void cpu_swiglu_clamped(const sl_backend *be, float *out, const float *gate, const float *up,
                                size_t n, float alpha, float limit) {
     (void)be;
@@ -467,6 +492,10 @@ static void cpu_activate(const sl_backend *be, float *y, const float *x, size_t 
             y[i] = mul * v;
             continue;
         }
+        if (act == SL_ACT_GELU_TANH || act == SL_ACT_TANH) {
+            y[i] = mul * act_of(v, act);
+            continue;
+        }
         const float sg = 1.0f / (1.0f + expf(-v));
         y[i] = mul * (act == SL_ACT_SIGMOID ? sg : v * sg);
     }
@@ -553,6 +582,7 @@ static const sl_ops cpu_ops = {
     .attention = cpu_attention,
     .latent_attention = sl_latent_attention_cpu,
     .swiglu = cpu_swiglu,
+    .act_mul = cpu_act_mul,
     .swiglu_clamped = cpu_swiglu_clamped,
     .add_bias = cpu_add_bias,
     .axpy = cpu_axpy,

@@ -77,12 +77,17 @@ typedef struct sl_attn_args {
 typedef enum sl_glu {
     SL_GLU_SWIGLU = 0,         /* silu(gate) * up (the swiglu op) */
     SL_GLU_SWIGLU_CLAMPED = 1, /* gpt-oss: the swiglu_clamped op, with alpha and limit */
+    SL_GLU_GELU_TANH = 2,      /* gelu_tanh(gate) * up (act_mul; Gemma 4), the batched path only */
 } sl_glu;
 
 typedef enum sl_act {
     SL_ACT_SILU = 0, /* x * sigmoid(x) */
     SL_ACT_SIGMOID = 1,
     SL_ACT_NONE = 2, /* x */
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): PyTorch's gelu(approximate="tanh"),
+     * transformers' gelu_pytorch_tanh */
+    SL_ACT_GELU_TANH = 3,
+    SL_ACT_TANH = 4, /* tanh(x): with activate's div and mul, soft-capping c tanh(x / c) */
 } sl_act;
 
 /*
@@ -295,6 +300,10 @@ typedef struct sl_ops {
     void (*latent_attention)(const sl_backend *be, const sl_latent_attn_args *a);
     /* out[i] = silu(gate[i]) * up[i] */
     void (*swiglu)(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
+    /* out[i] = act(gate[i]) * up[i]: a gated MLP's hidden row with another activation than
+     * SiLU (GELU-tanh); SL_ACT_SILU gives swiglu's bits. out may alias gate or up. */
+    void (*act_mul)(const sl_backend *be, float *out, const float *gate, const float *up, size_t n,
+                    sl_act act);
     /* The clamped SwiGLU (SL_GLU_SWIGLU_CLAMPED), in this order as transformers' gpt-oss:
      *   g = min(gate[i], limit), u = clamp(up[i], -limit, limit)
      *   out[i] = (u + 1) * (g * sigmoid(g * alpha))

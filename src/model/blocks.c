@@ -128,15 +128,15 @@ sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *
  * down_proj [E, H, I]) if it has them, else stacked ones (gate_proj and up_proj [E, I, H],
  * down_proj: GGUF's ffn_*_exps), else one set per expert. */
 static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, int32_t E, int64_t H,
-                                 int64_t I, sl_error *err) {
+                                 int64_t I, const char *mod, sl_error *err) {
     sl_status st;
     char name[160];
-    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(name, sizeof name, "layers.%d.%s.gate_up_proj", l, mod);
     if (sl_ckpt_find(ck, name)) {
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.mlp.experts.down_proj", l)))
+                               "layers.%d.%s.down_proj", l, mod)))
             return st;
         for (int32_t e = 0; e < E; e++) {
             sl_tensor m = sl_tensor_slice(&gu, e);
@@ -146,14 +146,14 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
         }
         return SL_OK;
     }
-    snprintf(name, sizeof name, "layers.%d.mlp.experts.gate_proj", l);
+    snprintf(name, sizeof name, "layers.%d.%s.gate_proj", l, mod);
     if (sl_ckpt_find(ck, name)) {
         sl_tensor g, u, d;
         if ((st = sl_ckpt_bind(ck, &g, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &u, SL_BIND_REQUIRED, SL_DIMS(E, I, H), err,
-                               "layers.%d.mlp.experts.up_proj", l)) ||
+                               "layers.%d.%s.up_proj", l, mod)) ||
             (st = sl_ckpt_bind(ck, &d, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
-                               "layers.%d.mlp.experts.down_proj", l)))
+                               "layers.%d.%s.down_proj", l, mod)))
             return st;
         for (int32_t e = 0; e < E; e++) {
             ex[e].gate = sl_tensor_slice(&g, e);
@@ -162,14 +162,14 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
         }
         return SL_OK;
     }
-    const char *fmt = "layers.%d.mlp.experts.%d.%s.weight";
+    const char *fmt = "layers.%d.%s.%d.%s.weight";
     for (int32_t e = 0; e < E; e++)
-        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
-                               "gate_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, e,
+        if ((st = sl_ckpt_bind(ck, &ex[e].gate, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, mod,
+                               e, "gate_proj")) ||
+            (st = sl_ckpt_bind(ck, &ex[e].up, SL_BIND_REQUIRED, SL_DIMS(I, H), err, fmt, l, mod, e,
                                "up_proj")) ||
-            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, e,
-                               "down_proj")))
+            (st = sl_ckpt_bind(ck, &ex[e].down, SL_BIND_REQUIRED, SL_DIMS(H, I), err, fmt, l, mod,
+                               e, "down_proj")))
             return st;
     return SL_OK;
 }
@@ -239,8 +239,9 @@ sl_status blk_bind_experts(sl_model *m, const sl_store_params *sp, sl_error *err
         if (!(views[l] = sl_calloc((size_t)E, sizeof(sl_expert), err)))
             st = SL_ERR_NOMEM;
         else
-            st = bind_hf_experts(&m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
-                                 err);
+            st = bind_hf_experts(
+                &m->ck, views[l], l, E, c->hidden_size, c->moe_intermediate_size,
+                m->family->experts_module ? m->family->experts_module : "mlp.experts", err);
     }
     if (!st && sp->mode != SL_EXPERTS_MAPPED)
         st = open_from_files(m, views, sp, err);
@@ -384,6 +385,9 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     /* Straight into the caller's buffer when backend memory is host memory. */
     float *dst = be->device ? s->b.logits : logits;
     be->ops->matmul(be, dst, x, &m->lm_head, NULL, rows);
+    if (m->cfg.logit_softcap > 0) /* c tanh(logits / c), as transformers divides, then scales */
+        be->ops->activate(be, dst, dst, (size_t)rows * (size_t)m->cfg.vocab_size,
+                          m->cfg.logit_softcap, m->cfg.logit_softcap, SL_ACT_TANH);
     if (s->defer_logits) return; /* sl_session_forward copies them after the graph */
     be->ops->to_host(be, logits, dst, (size_t)rows * (size_t)m->cfg.vocab_size * sizeof(float));
 }

@@ -338,6 +338,9 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
                             path, err)) ||
         (st = sl_config_int(root, "num_experts_per_tok", 0, 0, 1 << 16, &c->n_experts_used, path,
                             err)) ||
+        /* Gemma 4's name for it */
+        (st = sl_config_int(root, "top_k_experts", c->n_experts_used, 0, 1 << 16,
+                            &c->n_experts_used, path, err)) ||
         (st = sl_config_int(root, "decoder_sparse_step", 1, 1, 4096, &c->decoder_sparse_step, path,
                             err)) ||
         (st = sl_config_int(root, "norm_topk_prob", 0, 0, 1, &c->norm_topk_prob, path, err)) ||
@@ -355,6 +358,10 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
         (st = sl_config_num(root, "rms_norm_eps", 1e-6, FLT_TRUE_MIN, 0, FLT_MAX, &eps, path, err)))
         goto done;
     c->rms_norm_eps = (float)eps;
+    double cap = 0;
+    if ((st = sl_config_num(root, "final_logit_softcapping", 0, 0, 0, FLT_MAX, &cap, path, err)))
+        goto done;
+    c->logit_softcap = (float)cap;
     if (c->n_heads % c->n_kv_heads != 0) {
         st = sl_fail(err, SL_ERR_FORMAT,
                      "%s: num_attention_heads %d is not a multiple of "
@@ -369,8 +376,10 @@ sl_status sl_config_parse(sl_config *c, const char *text, const char *path, sl_e
                      path, c->n_experts_used, c->n_experts);
         goto done;
     }
-    if ((st = parse_rope(c, root, path, err)) || (st = parse_layer_kinds(c, root, path, err)) ||
-        (st = parse_linear(c, root, path, err)) || (st = parse_sliding(c, root, path, err)))
+    const int own_attn = c->family && c->family->own_attention_config;
+    if ((!own_attn && (st = parse_rope(c, root, path, err))) ||
+        (st = parse_layer_kinds(c, root, path, err)) || (st = parse_linear(c, root, path, err)) ||
+        (!own_attn && (st = parse_sliding(c, root, path, err))))
         goto done;
     parse_eos(c, root, top);
     if (c->family && c->family->read_config && (st = c->family->read_config(c, root, path, err)))

@@ -85,6 +85,8 @@ typedef struct sl_config {
     int32_t lin_conv_kernel;   /* linear_conv_kernel_dim (K) */
     int32_t lin_gate_sigmoid;  /* Gated DeltaNet's output gate is sigmoid, not SiLU */
     int32_t eos_id;            /* the first of config.json's eos_token_id; -1 when absent */
+    /* final_logit_softcapping: logits = c tanh(logits / c) (0: none) */
+    float logit_softcap;
     /* The routed experts: their activation (an sl_glu, kernels/ops.h; 0 SwiGLU) with the
      * clamped SwiGLU's alpha and limit, and how a Hugging Face checkpoint stores them
      * (sl_expert_layout). The family's read_config sets them. */

@@ -265,12 +265,12 @@ sl_status sl_model_peek(const char *dir, int32_t *max_position, int32_t *vocab_s
 /* Which group of weights a checkpoint tensor belongs to, by its (Hugging Face) name. */
 static int weight_group(const sl_tensor *t) {
     const char *n = t->name;
-    if (strstr(n, ".mlp.experts.")) return 0;
+    if (sl_ckpt_is_expert_name(n)) return 0;
     if (strstr(n, "shared_expert")) return 1;
     if (t->ndim < 2) return 7;
     if (strstr(n, ".self_attn.")) return 2;
     if (strstr(n, ".linear_attn.")) return 3;
-    if (strstr(n, "mlp.gate.weight")) return 4;
+    if (strstr(n, "mlp.gate.weight") || strstr(n, ".router.proj.")) return 4;
     if (strstr(n, "embed_tokens")) return 5;
     if (strstr(n, "lm_head")) return 6;
     return 8;
@@ -459,7 +459,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     int64_t resident = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
-        if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".ngram_embedding.")) continue;
+        if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
         if (sl_ckpt_past_layers(&m->ck, t->name, c->n_layers)) continue;
         const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;

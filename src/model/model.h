@@ -167,9 +167,16 @@ struct sl_family {
     int graph_steps;
     /* The sublayer and final norms are the family's own (bound optional; blk_norm_flags). */
     int own_norms;
-    /* The family keeps its own KV cache (layers of different shapes; MLA's latent rows): the
-     * shared one (sl_session.kcache, vcache) is not carved. */
+    /* config.json's attention keys are the family's (its read_config sets rope_theta and
+     * rot_dim): RoPE parameters per layer type (Gemma 4), which the shared parser refuses, and
+     * layer_types / sliding_window with the family's own defaults. */
+    int own_attention_config;
+    /* The family keeps its own KV cache (layers of different shapes): the shared one
+     * (sl_session.kcache, vcache) is not carved. */
     int own_kv_cache;
+    /* Where a layer's routed experts sit in the checkpoint, "layers.N.<this>.gate_up_proj"
+     * and so on (blk_bind_experts); NULL: "mlp.experts". */
+    const char *experts_module;
 };
 
 /* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */

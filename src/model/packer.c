@@ -182,7 +182,8 @@ static sl_dtype target_dtype(const sl_tensor *t, const sl_pack_params *p) {
     if (t->dtype == SL_DTYPE_I64 || p->quant == SL_QUANT_KEEP) return t->dtype;
     const int is_router = ends_with(t->name, "mlp.gate.weight") ||
                           ends_with(t->name, "mlp.router.weight") ||
-                          ends_with(t->name, "shared_expert_gate.weight");
+                          ends_with(t->name, "shared_expert_gate.weight") ||
+                          ends_with(t->name, ".router.proj.weight"); /* Gemma 4 */
     if (t->ndim == 2 && p->quant != SL_QUANT_BF16 && (!is_router || p->quant_router))
         return p->quant == SL_QUANT_INT8 ? SL_DTYPE_Q8 : SL_DTYPE_Q4;
     if (t->ndim == 1) return t->dtype; /* norms and biases stay exact */
@@ -281,7 +282,7 @@ static uint64_t get_le(const uint8_t *p, int n) {
 /* Resident tensors: everything of the text model except routed experts and PLE n-gram
  * tables (which get files of their own). */
 static int is_resident(const sl_ckpt *ck, const char *name, int32_t n_layers) {
-    if (strstr(name, ".mlp.experts.") || strstr(name, ".ngram_embedding.")) return 0;
+    if (sl_ckpt_is_expert_name(name) || strstr(name, ".ngram_embedding.")) return 0;
     if (sl_ckpt_past_layers(ck, name, n_layers)) return 0; /* multi-token prediction */
     if (ends_with(name, "_scale_inv")) return 0; /* FP8 block scales: in their weight's values */
     return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 ||

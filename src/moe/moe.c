@@ -105,6 +105,8 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
     if (ms->d.glu == SL_GLU_SWIGLU_CLAMPED)
         be->ops->swiglu_clamped(be, io->gate, io->gate, io->up, (size_t)rows * I, ms->d.glu_alpha,
                                 ms->d.glu_limit);
+    else if (ms->d.glu == SL_GLU_GELU_TANH)
+        be->ops->act_mul(be, io->gate, io->gate, io->up, (size_t)rows * I, SL_ACT_GELU_TANH);
     else
         be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
@@ -225,7 +227,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     const sl_route_args ra = {.ids = ids_dev,
                               .w = ms->topk_w,
                               .logits = ms->router_logits,
-                              .x = io->x,
+                              .x = io->router_x ? io->router_x : io->x,
                               .router = w->router,
                               .bias = w->router_bias,
                               .select_bias = w->select_bias,

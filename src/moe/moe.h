@@ -37,7 +37,7 @@ typedef struct sl_moe_dims {
     /* The router weight of each pick scales that expert's input (x_r = w[r] * x, one multiply)
      * and the outputs are summed with weight 1, instead of weighing the outputs (Llama 4). */
     int32_t weight_input;
-    int32_t glu; /* sl_glu: the experts' activation (SwiGLU, or clamped with these) */
+    int32_t glu; /* sl_glu: the experts' activation (SwiGLU, GELU-tanh, or clamped with these) */
     float glu_alpha, glu_limit;
 } sl_moe_dims;
 
@@ -62,10 +62,11 @@ typedef struct sl_moe_weights {
 
 /* The step's input and output, and the FFN scratch it shares with the dense MLP. */
 typedef struct sl_moe_io {
-    const float *x;   /* [T, H] normed input */
-    float *out;       /* [T, H] */
-    float *gate, *up; /* [B, max(I, Is)] SwiGLU hidden */
-    float *rows;      /* [B, H] a batch of experts' (or the shared expert's) output rows */
+    const float *x;        /* [T, H] normed input */
+    const float *router_x; /* [T, H] the router's own input (Gemma 4), or NULL: x */
+    float *out;            /* [T, H] */
+    float *gate, *up;      /* [B, max(I, Is)] SwiGLU hidden */
+    float *rows;           /* [B, H] a batch of experts' (or the shared expert's) output rows */
 } sl_moe_io;
 
 /*

@@ -337,6 +337,17 @@ static double silu(double v) {
 static double sigm(double v) {
     return 1 / (1 + exp(-v));
 }
+/* act of sl_act in double (activate, act_mul) */
+static double act_ref(double v, sl_act act) {
+    switch (act) {
+    case SL_ACT_NONE: return v;
+    case SL_ACT_SIGMOID: return sigm(v);
+    case SL_ACT_GELU_TANH:
+        return 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    case SL_ACT_TANH: return tanh(v);
+    default: return silu(v);
+    }
+}
 
 /* Per row of n: x * rsqrt(mean(x^2) + eps), in double. */
 static void ref_rmsnorm(double *y, const double *x, const float *w, int64_t rows, int64_t n,
@@ -1083,17 +1094,34 @@ static void run_add_bias(ot_run *r, const ot_case *c) {
     weight_free(r, &b);
 }
 
-/* p: n, act, in place */
-static void run_activate(ot_run *r, const ot_case *c) {
-    static const float div[] = {4.0f, 3.0f, 2.0f}, mul[] = {1.0f, 2.0f, 0.5f};
+/* p: n, act, out (0 apart, 1 in gate, 2 in up) */
+static void run_act_mul(ot_run *r, const ot_case *c) {
     const size_t n = (size_t)c->p[0], tot = n + 3;
     const sl_act act = (sl_act)c->p[1];
-    float *x = rand_vec(r, tot, 6), *dx = UPF(r, x, tot), *dy = c->p[2] ? dx : poisoned(r, tot);
+    float *g = rand_vec(r, tot, 5), *u = rand_vec(r, tot, 2);
+    float *dg = UPF(r, g, tot), *du = UPF(r, u, tot);
+    float *dout = c->p[2] == 1 ? dg : c->p[2] == 2 ? du : poisoned(r, tot);
+    double *ref = c->p[2] == 1 ? widen(g, tot) : c->p[2] == 2 ? widen(u, tot) : ref_vec(tot);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = act_ref(g[i], act) * u[i];
+    r->be->ops->act_mul(r->be, dout, dg, du, n, act);
+    ot_check(r, "out", dout, ref, tot, c->tol);
+    if (!c->p[2]) dfree(r, dout);
+    free(g), free(u), free(ref), dfree(r, dg), dfree(r, du);
+}
+
+/* p: n, act, in place */
+static void run_activate(ot_run *r, const ot_case *c) {
+    static const float div[] = {4.0f, 3.0f, 2.0f, 1.0f, 30.0f};
+    static const float mul[] = {1.0f, 2.0f, 0.5f, 1.0f, 30.0f};
+    const size_t n = (size_t)c->p[0], tot = n + 3;
+    const sl_act act = (sl_act)c->p[1];
+    /* soft-capping (tanh, c = 30) sees logits of either side of c */
+    float *x = rand_vec(r, tot, act == SL_ACT_TANH ? 90 : 6), *dx = UPF(r, x, tot);
+    float *dy = c->p[2] ? dx : poisoned(r, tot);
     double *ref = c->p[2] ? widen(x, tot) : ref_vec(tot);
-    for (size_t i = 0; i < n; i++) {
-        const double v = x[i] / div[act];
-        ref[i] = mul[act] * (act == SL_ACT_NONE ? v : act == SL_ACT_SIGMOID ? sigm(v) : silu(v));
-    }
+    for (size_t i = 0; i < n; i++)
+        ref[i] = mul[act] * act_ref(x[i] / div[act], act);
     r->be->ops->activate(r->be, dy, dx, n, div[act], mul[act], act);
     ot_check(r, "y", dy, ref, tot, c->tol);
     if (!c->p[2]) dfree(r, dy);
@@ -1732,6 +1760,14 @@ static const ot_case table[] = {
     {"activate", run_activate, F32, {7, SL_ACT_SIGMOID, 0}, 2e-6},
     {"activate", run_activate, F32, {4097, SL_ACT_SILU, 1}, 2e-6},
     {"activate", run_activate, F32, {1000, SL_ACT_NONE, 0}, 2e-6},
+    {"activate", run_activate, F32, {4099, SL_ACT_GELU_TANH, 0}, 2e-6},
+    {"activate", run_activate, F32, {33, SL_ACT_GELU_TANH, 1}, 2e-6},
+    {"activate", run_activate, F32, {4097, SL_ACT_TANH, 0}, 2e-6},
+    {"act_mul", run_act_mul, F32, {4097, SL_ACT_GELU_TANH, 0}, 2e-6},
+    {"act_mul", run_act_mul, F32, {5, SL_ACT_GELU_TANH, 1}, 2e-6},
+    {"act_mul", run_act_mul, F32, {300, SL_ACT_SILU, 2}, 2e-6},
+    {"act_mul", run_act_mul, F32, {65, SL_ACT_SIGMOID, 0}, 2e-6},
+    {"act_mul", run_act_mul, F32, {65, SL_ACT_NONE, 0}, 2e-6},
     {"weighted_sum", run_weighted_sum, F32, {3, 4, 33}, 2e-6},
     {"weighted_sum", run_weighted_sum, F32, {1, 8, 2049}, 2e-6},
     {"hc_inject", run_hyper, F32, {2, 3, 5, 0}, 2e-6},

@@ -157,6 +157,47 @@ TEST(test_chat_template_detect) {
           !t.thinking_switch);
     CHECK(sl_chat_template_detect("/nonexistent", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_RAW);
 }
+/* Gemma 4 (its 26B/31B jinja's pieces, as the Jinja source spells them) and Gemma 2/3. */
+TEST(test_gemma_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    const sl_chat_msg g4[] = {
+        {"system", "  Be brief.\n"},
+        {"user", "Hi "},
+        {"assistant", "<|channel>thought\nhello?<channel|> Hello!<|channel>x<channel|>\n"},
+        {"user", "2+2?"},
+    };
+    sl_chat_template_from_source("{{- bos_token -}}{%- if enable_thinking -%}{{- '<|think|>\\n' "
+                                 "-}}...{{- '<|turn>model\\n' -}}{%- if not enable_thinking "
+                                 "-%}{{- '<|channel>thought\\n<channel|>' -}}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_GEMMA4 && t.thinking_switch && t.empty_thought && t.think_newline);
+    sl_chat_render(&t, g4, 4, 1, 0, buf, sizeof buf);
+    const char *want = "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n"
+                       "<|turn>model\nHello!<turn|>\n<|turn>user\n2+2?<turn|>\n"
+                       "<|turn>model\n<|channel>thought\n<channel|>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* thinking on: the think token opens a system turn, even without a system message */
+    sl_chat_render(&t, g4 + 1, 1, 1, 1, buf, sizeof buf);
+    want = "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* the E2B/E4B templates: no empty thought channel */
+    sl_chat_template_from_source("<|turn>user", &t);
+    CHECK(t.kind == SL_TEMPLATE_GEMMA4 && !t.empty_thought && !t.thinking_switch);
+    sl_chat_render(&t, g4 + 1, 1, 1, 1, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<bos><|turn>user\nHi<turn|>\n<|turn>model\n"), "%s", buf);
+    /* Gemma 3: the system message opens the first turn */
+    sl_chat_template_from_source("{{ bos_token }}...<start_of_turn>", &t);
+    CHECK(t.kind == SL_TEMPLATE_GEMMA);
+    const sl_chat_msg g3[] = {{"system", "Be brief."}, {"user", " Hi"}, {"assistant", "Hello!"}};
+    sl_chat_render(&t, g3, 3, 1, 0, buf, sizeof buf);
+    want = "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+           "Hello!<end_of_turn>\n<start_of_turn>model\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    CHECK(sl_chat_template_from_name("gemma4", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_GEMMA4);
+    CHECK(sl_chat_template_from_name("gemma", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_GEMMA);
+}
 
 TEST(test_generation_config) {
     char dir[600], path[700];

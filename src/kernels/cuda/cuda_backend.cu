@@ -325,6 +325,7 @@ static sl_ops make_ops(void) {
     o.attention = FLUSHED(cu_attention);
     o.latent_attention = FLUSHED(cu_latent_attention);
     o.swiglu = FLUSHED(cu_swiglu);
+    o.act_mul = FLUSHED(cu_act_mul);
     o.swiglu_clamped = FLUSHED(cu_swiglu_clamped);
     o.add_bias = FLUSHED(cu_add_bias);
     o.axpy = FLUSHED(cu_axpy);

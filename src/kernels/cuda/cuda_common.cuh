@@ -453,6 +453,8 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
 void cu_attention(const sl_backend *be, const sl_attn_args *a);
 void cu_latent_attention(const sl_backend *be, const sl_latent_attn_args *a); /* cuda_mla.cu */
 void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
+void cu_act_mul(const sl_backend *be, float *out, const float *gate, const float *up, size_t n,
+                sl_act act);
 void cu_swiglu_clamped(const sl_backend *be, float *out, const float *gate, const float *up,
                        size_t n, float alpha, float limit);
 void cu_add_bias(const sl_backend *be, float *y, const sl_tensor *b, int32_t rows);

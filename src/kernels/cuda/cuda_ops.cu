@@ -205,13 +205,51 @@ void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n)
     CUDA_LAUNCHED(c);
 }
 
+/* GELU-tanh as the CPU op spells it (cpu_ops.c act_of). */
+__device__ __forceinline__ float gelu_tanhf_(float v) {
+    const float beta = 0.7978845608028654f, kappa = 0.044715f;
+    return 0.5f * v * (1.0f + tanhf(beta * (v + kappa * (v * v * v))));
+}
+
 __global__ void activate_kernel(float *y, const float *x, size_t n, float div, float mul, int act) {
     cu_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float v = x[i] / div, sg = sigmoidf_(v);
-        y[i] = mul * (act == SL_ACT_NONE ? v : act == SL_ACT_SIGMOID ? sg : v * sg);
+        const float v = x[i] / div;
+        if (act == SL_ACT_GELU_TANH) {
+            y[i] = mul * gelu_tanhf_(v);
+        } else if (act == SL_ACT_TANH) {
+            y[i] = mul * tanhf(v);
+        } else {
+            const float sg = sigmoidf_(v);
+            y[i] = mul * (act == SL_ACT_NONE ? v : act == SL_ACT_SIGMOID ? sg : v * sg);
+        }
     }
+}
+
+/* act_mul for the activations other than SiLU (which runs swiglu_kernel, for its bits). */
+__global__ void act_mul_kernel(float *out, const float *gate, const float *up, size_t n, int act) {
+    cu_pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        const float a = act == SL_ACT_GELU_TANH ? gelu_tanhf_(g)
+                        : act == SL_ACT_TANH    ? tanhf(g)
+                        : act == SL_ACT_SIGMOID ? sigmoidf_(g)
+                                                : g;
+        out[i] = a * up[i];
+    }
+}
+
+void cu_act_mul(const sl_backend *be, float *out, const float *gate, const float *up, size_t n,
+                sl_act act) {
+    cu_ctx *c = cu_of(be);
+    if (!n) return;
+    if (act == SL_ACT_SILU)
+        cu_launch(swiglu_kernel, ew_blocks(n), EW_THREADS, 0, c, out, gate, up, n);
+    else
+        cu_launch(act_mul_kernel, ew_blocks(n), EW_THREADS, 0, c, out, gate, up, n, (int)act);
+    CUDA_LAUNCHED(c);
 }
 
 void cu_activate(const sl_backend *be, float *y, const float *x, size_t n, float div, float mul,
