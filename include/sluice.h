@@ -167,6 +167,9 @@ typedef struct sl_model_info {
     int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */
     int32_t pack_version;       /* packed: the format version (1: no checksums, nothing read is
                                  * verified; 'sluice verify --upgrade' adds them) */
+    const char *router;         /* how the router picks and weighs: "softmax, top-2 renormalised",
+                                 * "sigmoid + correction bias, 2 of 8 groups, x2.5", ... ("-": no
+                                 * experts) */
     const char *features;       /* what the family computes beyond the plain decoder, in words
                                  * (attention sinks, sliding windows, RoPE scaling, ...), or
                                  * NULL */

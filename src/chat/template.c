@@ -13,12 +13,32 @@
 #define DS_USER      "<｜User｜>"
 #define DS_ASSISTANT "<｜Assistant｜>"
 
+const char *sl_chat_template_kind_name(sl_template_kind kind) {
+    switch (kind) {
+    case SL_TEMPLATE_CHATML: return "ChatML";
+    case SL_TEMPLATE_HARMONY: return "harmony (gpt-oss)";
+    case SL_TEMPLATE_GEMMA4: return "Gemma 4";
+    case SL_TEMPLATE_GEMMA: return "Gemma";
+    case SL_TEMPLATE_GLM: return "GLM-4.5";
+    case SL_TEMPLATE_DEEPSEEK: return "DeepSeek";
+    default: return "none (raw text)";
+    }
+}
+
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
     if (jinja && strstr(jinja, DS_USER) && strstr(jinja, DS_ASSISTANT)) {
         t->kind = SL_TEMPLATE_DEEPSEEK;
         t->join_system = strstr(jinja, "is_first_sp") != NULL;
         t->strip_think = strstr(jinja, "</think>") != NULL;
+        return;
+    }
+    /* GLM-4.5 / 4.6: "[gMASK]<sop>", then "<|user|>\n" turns with the "/nothink" switch (GLM-4.7
+     * and later lay turns out otherwise and are not recognised) */
+    if (jinja && strstr(jinja, "[gMASK]<sop>") && strstr(jinja, "<|user|>\n") &&
+        strstr(jinja, "/nothink") && strstr(jinja, "<|assistant|>")) {
+        t->kind = SL_TEMPLATE_GLM;
+        t->thinking_switch = 1;
         return;
     }
     if (jinja && strstr(jinja, "<|turn>")) {
@@ -75,8 +95,13 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         t->thinking_switch = 1;
         return SL_OK;
     }
+    if (!strcmp(name, "glm")) {
+        t->kind = SL_TEMPLATE_GLM;
+        t->thinking_switch = 1;
+        return SL_OK;
+    }
     return sl_fail(err, SL_ERR_ARG,
-                   "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, "
+                   "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, glm, "
                    "deepseek or raw)",
                    name);
 }
@@ -191,6 +216,80 @@ static void render_deepseek(const sl_chat_template *t, const sl_chat_msg *msgs, 
         }
     }
     if (add_generation_prompt) put_tpl(k, DS_ASSISTANT);
+}
+
+/* s[0..n) without leading and trailing whitespace (Python's str.strip()), into *b, *e. */
+static void strip_ws(const char *s, size_t n, const char **b, const char **e) {
+    const char *p = s, *q = s + n;
+    while (p < q && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+        p++;
+    while (q > p && (q[-1] == ' ' || q[-1] == '\n' || q[-1] == '\t' || q[-1] == '\r'))
+        q--;
+    *b = p, *e = q;
+}
+
+/*
+ * GLM-4.5's template (chat_template.jinja of zai-org/GLM-4.5, text messages): an assistant
+ * message holding "<think>...</think>" is split into its reasoning (kept only after the last
+ * user turn) and its answer; the answer and reasoning are stripped of surrounding whitespace.
+ */
+static void render_glm(const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
+                       int enable_thinking, chat_sink *k) {
+    int32_t last_user = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!strcmp(msgs[i].role, "user")) last_user = i;
+    put_tpl(k, "[gMASK]<sop>");
+    for (int32_t i = 0; i < n; i++) {
+        const char *c = msgs[i].content, *role = msgs[i].role;
+        const size_t len = strlen(c);
+        if (!strcmp(role, "user")) {
+            put_tpl(k, "<|user|>\n");
+            k->put(k, c, len, 1);
+            static const char nt[] = "/nothink";
+            if (!enable_thinking && !(len >= 8 && !strcmp(c + len - 8, nt))) put_tpl(k, nt);
+        } else if (!strcmp(role, "assistant")) {
+            put_tpl(k, "<|assistant|>");
+            const char *ans = c, *ans_end = c + len, *rb = c, *re = c;
+            const char *close = strstr(c, "</think>");
+            if (close) { /* reasoning: before the first </think>, after the last <think> */
+                const char *last_close = close;
+                for (const char *p; (p = strstr(last_close + 8, "</think>"));)
+                    last_close = p;
+                re = close;
+                while (re > c && re[-1] == '\n')
+                    re--;
+                rb = c;
+                for (const char *p = c; (p = strstr(p, "<think>")) && p < re; p += 7)
+                    rb = p + 7;
+                while (rb < re && *rb == '\n')
+                    rb++;
+                ans = last_close + 8;
+                while (*ans == '\n')
+                    ans++;
+            }
+            const char *sb, *se;
+            strip_ws(rb, (size_t)(re - rb), &sb, &se);
+            if (i > last_user && se > sb) {
+                put_tpl(k, "\n<think>");
+                k->put(k, sb, (size_t)(se - sb), 1);
+                put_tpl(k, "</think>");
+            } else {
+                put_tpl(k, "\n<think></think>");
+            }
+            strip_ws(ans, (size_t)(ans_end - ans), &sb, &se);
+            if (se > sb) {
+                put_tpl(k, "\n");
+                k->put(k, sb, (size_t)(se - sb), 1);
+            }
+        } else if (!strcmp(role, "system")) {
+            put_tpl(k, "<|system|>\n");
+            k->put(k, c, len, 1);
+        } /* other roles (tool results) render nothing without their structure */
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|assistant|>");
+        if (!enable_thinking) put_tpl(k, "\n<think></think>");
+    }
 }
 
 /* The kept part [*a, *b) of the piece of s starting at p (up to the next "<channel|>", or the
@@ -359,6 +458,10 @@ static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
     if (t->kind == SL_TEMPLATE_DEEPSEEK) {
         render_deepseek(t, msgs, n, add_generation_prompt, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_GLM) {
+        render_glm(msgs, n, add_generation_prompt, enable_thinking, k);
         return;
     }
     if (t->kind == SL_TEMPLATE_GEMMA4) {

@@ -26,6 +26,13 @@
  *     <|start|>assistant                                     (generation prompt)
  *   Other roles are left out, as the template leaves them.
  *
+ *   GLM-4.5 / 4.6 (no newline or space between turns):
+ *     [gMASK]<sop><|system|>\n{system}<|user|>\n{text}[/nothink]
+ *     <|assistant|>\n<think>{reasoning}</think>[\n{text}]    (reasoning only after the
+ *                                                           last user turn)
+ *     <|assistant|>[\n<think></think>]                      (generation prompt)
+ *   the bracketed parts when thinking is off (the switch is enable_thinking).
+ *
  *   Gemma 4:
  *     <bos><|turn>system\n[<|think|>\n]{system}<turn|>\n   (with a system message, or thinking)
  *     <|turn>user\n{text}<turn|>\n
@@ -58,8 +65,13 @@ typedef enum sl_template_kind {
     SL_TEMPLATE_HARMONY = 2,  /* gpt-oss */
     SL_TEMPLATE_GEMMA4 = 3,   /* <|turn>role ... <turn|> */
     SL_TEMPLATE_GEMMA = 4,    /* <start_of_turn>role ... <end_of_turn> */
-    SL_TEMPLATE_DEEPSEEK = 5, /* <｜User｜> ... <｜Assistant｜> */
+    SL_TEMPLATE_GLM = 5,      /* GLM-4.5 / 4.6 */
+    SL_TEMPLATE_DEEPSEEK = 6, /* <｜User｜> ... <｜Assistant｜> */
 } sl_template_kind;
+
+/* "ChatML", "harmony (gpt-oss)", "Gemma 4", "Gemma", "GLM-4.5", "DeepSeek", "none (raw text)":
+ * for messages. */
+const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
@@ -94,8 +106,7 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
 /* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
- * "deepseek",
- * "raw". */
+ * "glm", "deepseek", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
 /*

@@ -55,6 +55,7 @@ int cli_inspect(int argc, char **argv) {
            i.n_kv_heads, i.head_dim);
     printf("experts        %d per layer, top-%d, expert size %d%s\n", i.n_experts, i.n_experts_used,
            i.moe_intermediate_size, i.shared_expert ? ", shared expert" : "");
+    printf("router         %s\n", i.router ? i.router : "-");
     printf("vocabulary     %d, context %d\n", i.vocab_size, i.max_position);
     if (i.features && i.features[0]) printf("features       %s\n", i.features);
     printf("weights        experts %s; resident core %s; one expert %s; all experts %s\n",
@@ -81,9 +82,8 @@ int cli_inspect(int argc, char **argv) {
     } else {
         printf("tokenizer      none usable (%s)\n", terr.msg);
     }
-    static const char *const kinds[] = {"none (raw text)", "ChatML", "harmony (gpt-oss)",
-                                        "Gemma 4",         "Gemma",  "DeepSeek"};
-    printf("chat template  %s%s%s%s\n", kinds[t.kind], t.thinking_switch ? ", thinking switch" : "",
+    printf("chat template  %s%s%s%s\n", sl_chat_template_kind_name(t.kind),
+           t.thinking_switch ? ", thinking switch" : "",
            t.default_system[0] ? ", default system message" : "",
            t.empty_thought ? ", empty thought channel when not thinking" : "");
     printf("end of turn    ");

@@ -9,6 +9,10 @@ extern const sl_family sl_family_qwen2_moe;
 extern const sl_family sl_family_qwen3_next;
 extern const sl_family sl_family_qwen3_5_moe;
 extern const sl_family sl_family_qwen4_exp;
+extern const sl_family sl_family_mixtral;
+extern const sl_family sl_family_olmoe;
+extern const sl_family sl_family_glm4_moe;
+extern const sl_family sl_family_qwen3_vl_moe;
 extern const sl_family sl_family_gpt_oss;
 extern const sl_family sl_family_gemma4;
 extern const sl_family sl_family_deepseek_v3;
@@ -27,6 +31,11 @@ static const struct {
     {"qwen3_5_moe_text", &sl_family_qwen3_5_moe},
     {"qwen4_exp", &sl_family_qwen4_exp},
     {"qwen4_exp_text", &sl_family_qwen4_exp},
+    {"mixtral", &sl_family_mixtral},
+    {"olmoe", &sl_family_olmoe},
+    {"glm4_moe", &sl_family_glm4_moe},
+    {"qwen3_vl_moe", &sl_family_qwen3_vl_moe},
+    {"qwen3_vl_moe_text", &sl_family_qwen3_vl_moe},
     {"gpt_oss", &sl_family_gpt_oss},
     {"gemma4", &sl_family_gemma4},
     {"gemma4_text", &sl_family_gemma4},
@@ -42,6 +51,6 @@ const sl_family *sl_family_find(const char *arch) {
 }
 
 const char *sl_family_names(void) {
-    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, gemma4, "
-           "deepseek_v3 (kimi_k2)";
+    return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, gemma4, mixtral, "
+           "olmoe, glm4_moe, qwen3_vl_moe, deepseek_v3 (kimi_k2)";
 }

@@ -78,6 +78,12 @@ static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, con
     }
 }
 
+static void cpu_clamp(const sl_backend *be, float *x, size_t n, float lo, float hi) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] = fminf(fmaxf(x[i], lo), hi);
+}
+
 static void cpu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s,
                            int32_t rows, int32_t rep, int32_t n) {
     (void)be;
@@ -573,6 +579,7 @@ static const sl_ops cpu_ops = {
     .qkv_prep = cpu_qkv_prep,
     .moe_experts = cpu_moe_experts,
     .scale_rows = cpu_scale_rows,
+    .clamp = cpu_clamp,
     .hc_inject = cpu_hc_inject,
     .matmul = sl_matmul_cpu,
     .matmul_batch = sl_matmul_batch_cpu,

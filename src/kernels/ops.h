@@ -319,6 +319,8 @@ typedef struct sl_ops {
      * x[t*k + r]; w in backend memory, rows of n. */
     void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
                          int32_t k, int32_t n);
+    /* x[i] = min(max(x[i], lo), hi), in place. */
+    void (*clamp)(const sl_backend *be, float *x, size_t n, float lo, float hi);
     /* y[i] = s[i] * x[i / rep], rows of n, i < rows (one multiply an element): each row of x
      * repeated rep times, each copy scaled by its own factor (s in backend memory). */
     void (*scale_rows)(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,

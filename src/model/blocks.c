@@ -64,6 +64,13 @@ sl_status blk_bind_attention(sl_model *m, int32_t l, const blk_attn_opts *o, sl_
                        (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(hd), err, p, l,
                                           "k_norm.weight"))))
         return st;
+    L->qk_norm_full = o->qk_norm_full;
+    L->qkv_clip = o->qkv_clip;
+    if (o->qk_norm_full && ((st = sl_ckpt_bind(ck, &L->q_norm, SL_BIND_REQUIRED, SL_DIMS(nq), err,
+                                               p, l, "q_norm.weight")) ||
+                            (st = sl_ckpt_bind(ck, &L->k_norm, SL_BIND_REQUIRED, SL_DIMS(nkv), err,
+                                               p, l, "k_norm.weight"))))
+        return st;
     if (o->sinks && (st = sl_ckpt_bind(ck, &L->sinks, SL_BIND_REQUIRED, SL_DIMS(c->n_heads), err, p,
                                        l, "sinks")))
         return st;
@@ -132,7 +139,18 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
     sl_status st;
     char name[160];
     snprintf(name, sizeof name, "layers.%d.%s.gate_up_proj", l, mod);
-    if (sl_ckpt_find(ck, name)) {
+    const sl_ckpt_entry *fe = sl_ckpt_find(ck, name);
+    const sl_tensor *fused = fe ? fe->t : NULL;
+    /* The original Qwen3-VL-MoE checkpoints store them transposed ([E, H, 2I], [E, I, H]; their
+     * conversion_mapping transposes them at load): not views of the file in this layout. */
+    if (fused && fused->ndim == 3 && fused->shape[1] == H && fused->shape[2] == 2 * I && H != 2 * I)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: %s is [%d, %lld, %lld] (experts stored transposed, [E, hidden, 2 x "
+                       "intermediate], as the original Qwen3-VL-MoE checkpoints): not supported; "
+                       "sluice reads [E, 2 x intermediate, hidden], the layout transformers 5 "
+                       "saves (load and save_pretrained it once)",
+                       ck->dir, name, E, (long long)H, (long long)(2 * I));
+    if (fused) {
         sl_tensor gu, down;
         if ((st = sl_ckpt_bind(ck, &gu, SL_BIND_REQUIRED, SL_DIMS(E, 2 * I, H), err, "%s", name)) ||
             (st = sl_ckpt_bind(ck, &down, SL_BIND_REQUIRED, SL_DIMS(E, H, I), err,
@@ -302,6 +320,19 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         op->copy2d(be, b->q, h, b->qg, 2 * h, T * (int32_t)nh, (int32_t)h);
         op->copy2d(be, b->qgate, h, b->qg + h, 2 * h, T * (int32_t)nh, (int32_t)h);
     }
+    if (L->qk_norm_full) { /* over the whole projections, before RoPE (the prep's are per head) */
+        op->rmsnorm(be, b->q, b->q, &L->q_norm, T, c->n_heads * hd, c->rms_norm_eps,
+                    m->norm_offset);
+        op->rmsnorm(be, b->k, b->k, &L->k_norm, T, (int32_t)kv_row, c->rms_norm_eps,
+                    m->norm_offset);
+    }
+    if (L->qkv_clip > 0) {
+        const float lim = L->qkv_clip;
+        op->clamp(be, b->q, (size_t)T * (size_t)c->n_heads * (size_t)hd, -lim, lim);
+        op->clamp(be, b->k, (size_t)T * kv_row, -lim, lim);
+        op->clamp(be, b->v, (size_t)T * kv_row, -lim, lim);
+    }
+    const int head_norms = L->q_norm.data && !L->qk_norm_full;
     float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
     const sl_qkv_args qa = {
@@ -310,8 +341,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         .v = b->v,
         .kc = kc,
         .vc = vc,
-        .q_norm = L->q_norm.data ? &L->q_norm : NULL,
-        .k_norm = L->q_norm.data ? &L->k_norm : NULL,
+        .q_norm = head_norms ? &L->q_norm : NULL,
+        .k_norm = head_norms ? &L->k_norm : NULL,
         .T = T,
         .pos0 = pos0,
         .n_heads = c->n_heads,

@@ -13,6 +13,11 @@ typedef struct blk_attn_opts {
     int32_t qkv_bias; /* q/k/v projections carry a bias (Qwen2) */
     int32_t o_bias;   /* o_proj carries a bias */
     int32_t qk_norm;  /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    /* RMSNorm of q and k over their whole projections (nh * hd, nkv * hd) before RoPE, weights
+     * q_norm [nh * hd] and k_norm [nkv * hd] (OLMoE) */
+    int32_t qk_norm_full;
+    float qkv_clip; /* q, k and v clamped to [-qkv_clip, qkv_clip] after the projections and the
+                     * full-width norms, before RoPE (OLMoE's clip_qkv); 0: none */
     int32_t gated;    /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
                        * (Qwen3-Next, Qwen3.5) */
     int32_t sinks;    /* a learned sink logit per head, self_attn.sinks (gpt-oss) */

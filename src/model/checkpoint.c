@@ -263,6 +263,33 @@ static sl_status attach_fp8_scales(sl_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
+/*
+ * Mixtral's original layout under the names transformers 5 gives it (its conversion_mapping):
+ *   layers.N.block_sparse_moe.gate.weight          -> layers.N.mlp.gate.weight
+ *   layers.N.block_sparse_moe.experts.E.w1.weight  -> layers.N.mlp.experts.E.gate_proj.weight
+ *   ... w3 -> up_proj, w2 -> down_proj
+ * so the binders, the packer and the counts know one layout. Each new name is shorter than the
+ * old, so the name is rewritten in place (the file's tensor owns it).
+ */
+static void rename_legacy(char *name) {
+    static const char from[] = ".block_sparse_moe.";
+    char *p = strstr(name, from), out[512];
+    if (!p || strlen(name) >= sizeof out) return;
+    int n = snprintf(out, sizeof out, "%.*s.mlp.%s", (int)(p - name), name, p + strlen(from));
+    static const char *const w[3][2] = {{".w1.weight", ".gate_proj.weight"},
+                                        {".w3.weight", ".up_proj.weight"},
+                                        {".w2.weight", ".down_proj.weight"}};
+    for (int i = 0; i < 3; i++) {
+        const size_t lw = strlen(w[i][0]);
+        if ((size_t)n > lw && strcmp(out + n - lw, w[i][0]) == 0 && strstr(out, ".experts.")) {
+            snprintf(out + n - lw, sizeof out - (size_t)n + lw, "%s", w[i][1]);
+            break;
+        }
+    }
+    SL_ASSERT(strlen(out) <= strlen(name));
+    memcpy(name, out, strlen(out) + 1);
+}
+
 sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     memset(ck, 0, sizeof *ck);
     ck->prefix = "model.";
@@ -306,9 +333,11 @@ sl_status sl_ckpt_open(sl_ckpt *ck, const char *dir, sl_error *err) {
     if (!(ck->entries = calloc((size_t)(total ? total : 1), sizeof(sl_ckpt_entry))))
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     for (int32_t f = 0; f < ck->n_files; f++)
-        for (int32_t i = 0; i < ck->files[f].n_tensors; i++)
+        for (int32_t i = 0; i < ck->files[f].n_tensors; i++) {
+            if (!packed) rename_legacy((char *)ck->files[f].tensors[i].name);
             ck->entries[ck->n_entries++] =
                 (sl_ckpt_entry){&ck->files[f].tensors[i], f, ck->files[f].tensors[i].name};
+        }
     if ((st = index_entries(ck, err)) || packed) return st;
     /* An MLX checkpoint's quantised modules become Q4/Q8 views, under names sorted again. */
     if ((st = sl_mlx_ckpt_bind(ck, err))) return st;

@@ -276,6 +276,35 @@ static int weight_group(const sl_tensor *t) {
     return 8;
 }
 
+/* "sigmoid + selection bias, top-8 of the best 4 of 8 groups, renormalised, x2.5; weights on
+ * the experts' inputs": the router rule (sl_route_cfg) in words. */
+static void describe_router(const sl_model *m, char *buf, size_t cap) {
+    const sl_config *c = &m->cfg;
+    const sl_route_cfg r = sl_config_route(c);
+    int has_bias = 0, has_sb = 0, has_es = 0;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        has_bias |= m->layers[l].router_bias.data != NULL;
+        has_sb |= m->layers[l].select_bias.data != NULL;
+        has_es |= m->layers[l].expert_scale.data != NULL;
+    }
+    static const char *const score[] = {"softmax, then top-%d", "top-%d, then softmax",
+                                        "sigmoid, top-%d", "top-%d, then sigmoid"};
+    if (c->n_experts <= 0) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, cap, score[r.score], c->n_experts_used);
+#define ADD(...) (n += n < cap ? (size_t)snprintf(buf + n, cap - n, __VA_ARGS__) : 0)
+    if (has_bias) ADD(", linear bias");
+    if (has_sb) ADD(" by score + correction bias");
+    if (r.n_group > 1) ADD(" from the best %d of %d groups", r.topk_group, r.n_group);
+    if (r.renormalize) ADD(", renormalised");
+    if (has_es) ADD(", per-expert scales");
+    if (r.scale != 0.0f && r.scale != 1.0f) ADD(", x%g", (double)r.scale);
+    if (c->moe_weight_input) ADD("; weights on the experts' inputs");
+#undef ADD
+}
+
 /* "experts Q4_K 4.50 bpw (67%), Q6_K 6.56 (33%); attention ..." : per group of weights, each
  * storage type with its bits per weight and its share of the group's weights. */
 static void describe_types(const sl_model *m, char *buf, size_t cap) {
@@ -417,6 +446,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
+    if (!st) describe_router(m, m->router, sizeof m->router);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
@@ -503,6 +533,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .shared_expert = shared,
         .packed = m->kind == SL_MODEL_PACK,
         .types = m->types,
+        .router = m->router,
         .source = m->kind == SL_MODEL_PACK   ? "sluice pack"
                   : m->kind == SL_MODEL_GGUF ? "GGUF"
                   : m->ck.mlx_bits           ? "MLX"

@@ -16,6 +16,8 @@ typedef struct sl_layer {
     sl_tensor wq, wk, wv, wo; /* [nh*hd, H], [nkv*hd, H], [nkv*hd, H], [H, nh*hd] */
     sl_tensor bq, bk, bv, bo; /* [nh*hd], [nkv*hd], [nkv*hd], [H]: optional biases */
     sl_tensor q_norm, k_norm; /* [hd]: per-head RMSNorm before RoPE (Qwen3) */
+    int32_t qk_norm_full;     /* ... over the whole projection: [nh*hd], [nkv*hd] (OLMoE) */
+    float qkv_clip;           /* blk_attn_opts.qkv_clip */
     int32_t attn_gated;       /* wq is [nh*2*hd, H]: per head [query | sigmoid gate] */
     sl_tensor sinks;          /* [nh]: attention sinks (sl_attn_args.sinks) */
     int32_t window;           /* sliding window of the layer's attention (0: none) */
@@ -62,6 +64,7 @@ struct sl_model {
     float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t kind;      /* sl_model_kind: where it was loaded from */
     char types[768];   /* sl_model_info.types */
+    char router[160];  /* sl_model_info.router */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
     /* the pack's format version (1: no checksums) */

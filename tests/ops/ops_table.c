@@ -1466,6 +1466,19 @@ static void run_moe_route(ot_run *r, const ot_case *c) {
     weight_free(r, &bias), weight_free(r, &sb), weight_free(r, &es);
 }
 
+/* p: n, bound (clamped to [-bound / 4, bound / 4]) */
+static void run_clamp(ot_run *r, const ot_case *c) {
+    const size_t n = (size_t)c->p[0];
+    const float b = (float)c->p[1] / 4;
+    float *x = rand_vec(r, n, 2), *dx = UPF(r, x, n);
+    double *ref = ref_vec(n);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = x[i] < -b ? -b : x[i] > b ? b : x[i];
+    r->be->ops->clamp(r->be, dx, n, -b, b);
+    ot_check(r, "x", dx, ref, n, 0);
+    free(x), free(ref), dfree(r, dx);
+}
+
 /* p: rows, rep, n */
 static void run_scale_rows(ot_run *r, const ot_case *c) {
     const int32_t rows = c->p[0], rep = c->p[1], n = c->p[2];
@@ -1803,6 +1816,8 @@ static const ot_case table[] = {
     {"moe_route", run_moe_route, BF16, {129, 128, 8, 4, 0, 1, 3, 0}, 1e-5},
     {"moe_route", run_moe_route, F32, {128, 64, 8, 4, 1, 0, 4, 0}, 1e-5},
     {"moe_route", run_moe_route, BF16, {33, 96, 3, 1, 0, 1, 4, 0}, 1e-5},
+    {"clamp", run_clamp, F32, {1000, 3}, 0},
+    {"clamp", run_clamp, F32, {4097, 7}, 0},
     {"scale_rows", run_scale_rows, F32, {12, 4, 33}, 0},
     {"scale_rows", run_scale_rows, F32, {5, 1, 2049}, 0},
     {"moe_experts", run_moe_experts, Q4, {3, 256, 128, 0}, 1e-4},

@@ -253,3 +253,52 @@ TEST(test_route_rules_modes_bitwise) {
         free(base);
     }
 }
+
+/* OLMoE's clip_qkv, which transformers' fixtures leave null: olmoe_a's weights with "clip_qkv":
+ * 0.6 against a float64 reference (tools/lab/olmoe_ref.py; the last 4 rows of the 40-token
+ * prompt's logits), and the clamp makes a difference. */
+TEST(test_olmoe_clip_qkv) {
+    char src[512], dir[600], path[700], cmd[1600];
+    snprintf(src, sizeof src, "%s/fam/olmoe_a", test_fixtures);
+    snprintf(dir, sizeof dir, "%s/olmoe_clip", test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && ln -sf \"$(realpath '%s/model.safetensors')\" '%s/' && "
+             "sed 's/\"clip_qkv\": null/\"clip_qkv\": 0.6/' '%s/config.json' > '%s/config.json'",
+             dir, src, dir, src, dir);
+    CHECK(system(cmd) == 0);
+    int32_t ids[64], n = 0;
+    snprintf(path, sizeof path, "%s/ref.json", src);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    char buf[8192];
+    const size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    char *p = strstr(buf, "\"ids\"");
+    for (p = p ? strchr(p, '[') + 1 : NULL; p && *p && *p != ']' && n < 64;) {
+        ids[n++] = (int32_t)strtol(p, &p, 10);
+        while (*p == ',' || *p == ' ' || *p == '\n')
+            p++;
+    }
+    CHECK(n == 40);
+    enum { ROWS = 4, V = 128 };
+    float want[ROWS * V];
+    snprintf(path, sizeof path, "%s/../unit/data/olmoe_clip_tail.f32", test_fixtures);
+    f = fopen(path, "rb");
+    CHECK(f && fread(want, sizeof want, 1, f) == 1);
+    if (f) fclose(f);
+    const sl_model_params mp = {.n_threads = 2};
+    int32_t vocab = 0;
+    float *got = test_logits(dir, &mp, ids, n, n, NULL, &vocab);
+    snprintf(src, sizeof src, "%s/fam/olmoe_a", test_fixtures);
+    float *plain = test_logits(src, &mp, ids, n, n, NULL, &vocab);
+    CHECK(got && plain && vocab == V);
+    if (got && plain && vocab == V) {
+        const size_t off = (size_t)(n - ROWS) * V;
+        const double d = test_rel_l2(got + off, want, ROWS * V);
+        CHECKF(d < 1e-5, "clip_qkv: rel L2 %.3g against the reference", d);
+        CHECK(test_rel_l2(plain + off, want, ROWS * V) > 0.05);
+    }
+    free(got), free(plain);
+}

@@ -54,6 +54,38 @@ TEST(test_chatml_render) {
     CHECK(t.kind == SL_TEMPLATE_RAW);
 }
 
+/* GLM-4.5: recognised by its own text; the renderings transformers gives with its
+ * chat_template.jinja (the reasoning kept after the last user turn only, /nothink and an empty
+ * think block when thinking is off). */
+TEST(test_glm_render) {
+    sl_chat_template t;
+    char buf[1024];
+    sl_chat_template_from_source("[gMASK]<sop>\n{%- if tools -%}...{%- if m.role == 'user' -%}"
+                                 "<|user|>\n{{ content }}{{- '/nothink' if ... -}}<|assistant|>",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_GLM && t.thinking_switch);
+    const sl_chat_msg c1[] = {{"system", "You are a helpful assistant"},
+                              {"user", "Hello"},
+                              {"assistant", "Hi there"},
+                              {"user", "How are you?"}};
+    sl_chat_render(&t, c1, 4, 1, 1, buf, sizeof buf);
+    const char *want = "[gMASK]<sop><|system|>\nYou are a helpful assistant<|user|>\nHello"
+                       "<|assistant|>\n<think></think>\nHi there<|user|>\nHow are you?"
+                       "<|assistant|>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    sl_chat_render(&t, conv, 4, 1, 0, buf, sizeof buf);
+    want = "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi/nothink<|assistant|>\n<think></think>"
+           "\nHello!<|user|>\n2+2?/nothink<|assistant|>\n<think></think>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* reasoning after the last user turn stays, stripped */
+    const sl_chat_msg c2[] = {{"user", "2+2?/nothink"},
+                              {"assistant", "<think>\n add them \n</think>\n\n 4 \n"}};
+    sl_chat_render(&t, c2, 2, 0, 0, buf, sizeof buf);
+    want = "[gMASK]<sop><|user|>\n2+2?/nothink<|assistant|>\n<think>add them</think>\n4";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    CHECK(!strcmp(sl_chat_template_kind_name(t.kind), "GLM-4.5"));
+}
+
 /* gpt-oss's harmony format, as its chat_template renders this conversation (date and reasoning
  * effort given; an earlier reply keeps only its final channel's text). */
 TEST(test_harmony_render) {

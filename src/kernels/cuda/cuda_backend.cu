@@ -332,6 +332,7 @@ static sl_ops make_ops(void) {
     o.weighted_sum = FLUSHED(cu_weighted_sum);
     o.moe_route = cu_moe_route;
     o.scale_rows = FLUSHED(cu_scale_rows);
+    o.clamp = FLUSHED(cu_clamp);
     o.moe_experts = FLUSHED(cu_moe_experts);
     o.sigmoid_mul = FLUSHED(cu_sigmoid_mul);
     o.l2norm = FLUSHED(cu_l2norm);

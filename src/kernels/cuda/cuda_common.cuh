@@ -459,6 +459,7 @@ void cu_swiglu_clamped(const sl_backend *be, float *out, const float *gate, cons
                        size_t n, float alpha, float limit);
 void cu_add_bias(const sl_backend *be, float *y, const sl_tensor *b, int32_t rows);
 void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n);
+void cu_clamp(const sl_backend *be, float *x, size_t n, float lo, float hi);
 void cu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,
                    int32_t rep, int32_t n);
 void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,

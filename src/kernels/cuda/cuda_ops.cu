@@ -104,6 +104,20 @@ void cu_fill(const sl_backend *be, float *dst, float v, size_t n) {
 
 /* ------------------------------------------------------ element-wise */
 
+__global__ void clamp_kernel(float *x, size_t n, float lo, float hi) {
+    cu_pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = fminf(fmaxf(x[i], lo), hi);
+}
+
+void cu_clamp(const sl_backend *be, float *x, size_t n, float lo, float hi) {
+    cu_ctx *c = cu_of(be);
+    if (!n) return;
+    cu_launch(clamp_kernel, ew_blocks(n), EW_THREADS, 0, c, x, n, lo, hi);
+    CUDA_LAUNCHED(c);
+}
+
 __global__ void scale_rows_kernel(float *__restrict__ y, const float *__restrict__ x,
                                   const float *__restrict__ s, int32_t rows, int32_t rep,
                                   int32_t n) {
