@@ -160,6 +160,8 @@ typedef struct sl_model_info {
     int32_t n_ple_layers;       /* Qwen4-Exp: layers with a PLE n-gram table */
     int64_t ple_table_bytes;    /* their tables, all together (kept on disk) */
     int32_t ple_rows_per_token; /* rows one token reads per PLE layer */
+    const char *attention;      /* the family's attention layout in words, or NULL (Llama-4:
+                                 * "chunked (8192) RoPE on 36 layers, full NoPE on 12, ...") */
     const char *backend;        /* "cpu" or "cuda" */
     int32_t gpu_expert_slots;   /* CUDA: expert slots per MoE layer in GPU memory */
     int32_t graphs;             /* CUDA: decode steps run as CUDA graphs */

@@ -776,6 +776,14 @@ if python3 "$CONV" quantize "$FIX/qwen2_odd" "$TMP/q2f8" && python3 "$CONV" dequ
 else
     bad "fp8: tools/fp8_convert.py quantize"
 fi
+# deepseek_v3 (multi-head latent attention) at 128 x 128: W_UK^T is kv_b_proj widened to F32, as
+# its blocks do not tile this model's heads (test_mla checks the FP8 copy made where they do)
+DS="$FIX/fam/deepseek_v3_a"
+if python3 "$CONV" quantize "$DS" "$TMP/ds8" && python3 "$CONV" dequantize "$TMP/ds8" "$TMP/ds8tw"; then
+    check_fp8_twin deepseek_v3 "$TMP/ds8" "$TMP/ds8tw" "$(json_field "$DS/ref.json" ids)"
+else
+    bad "fp8: tools/fp8_convert.py quantize deepseek_v3"
+fi
 # experts read from the safetensors files themselves (codes and block scales, piece by piece)
 "$BIN" logits "$F8" --ids 3,17,101,44,9 --out "$TMP/mapped.f32" 2>/dev/null
 same=1

@@ -3,7 +3,7 @@
 
 Usage:
   python3 tools/fp8_convert.py dequantize IN OUT   # FP8 checkpoint -> its float twin
-  python3 tools/fp8_convert.py quantize IN OUT     # float checkpoint -> FP8 (block 128 x 128)
+  python3 tools/fp8_convert.py quantize IN OUT [BR BC]  # float -> FP8 (blocks BR x BC, 128 x 128)
 
 Standard library only (the tests run it with whatever python3 is on PATH), for tiny
 checkpoints: one model.safetensors in, one out; config.json (and generation_config.json) are
@@ -175,9 +175,9 @@ def quantize(tensors, br, bc):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("dequantize", "quantize"):
+    if len(sys.argv) not in (4, 6) or sys.argv[1] not in ("dequantize", "quantize"):
         sys.exit(__doc__)
-    mode, src, dst = sys.argv[1:]
+    mode, src, dst = sys.argv[1:4]
     os.makedirs(dst, exist_ok=True)
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
@@ -187,7 +187,7 @@ def main():
         out = dequantize(tensors, br, bc)
         cfg.pop("quantization_config", None)
     else:
-        br, bc = 128, 128
+        br, bc = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) == 6 else (128, 128)
         out = quantize(tensors, br, bc)
         cfg["quantization_config"] = {
             "activation_scheme": "dynamic",

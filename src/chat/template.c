@@ -7,6 +7,12 @@
 
 #include "format/gguf.h"
 
+/* DeepSeek's turn markers (U+FF5C bars, U+2581 for the spaces): the text of added tokens. */
+#define DS_BOS       "<｜begin▁of▁sentence｜>"
+#define DS_EOS       "<｜end▁of▁sentence｜>"
+#define DS_USER      "<｜User｜>"
+#define DS_ASSISTANT "<｜Assistant｜>"
+
 const char *sl_chat_template_kind_name(sl_template_kind kind) {
     switch (kind) {
     case SL_TEMPLATE_CHATML: return "ChatML";
@@ -14,6 +20,7 @@ const char *sl_chat_template_kind_name(sl_template_kind kind) {
     case SL_TEMPLATE_GEMMA4: return "Gemma 4";
     case SL_TEMPLATE_GEMMA: return "Gemma";
     case SL_TEMPLATE_GLM: return "GLM-4.5";
+    case SL_TEMPLATE_DEEPSEEK: return "DeepSeek";
     case SL_TEMPLATE_LLAMA4: return "Llama-4";
     default: return "none (raw text)";
     }
@@ -21,6 +28,12 @@ const char *sl_chat_template_kind_name(sl_template_kind kind) {
 
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
+    if (jinja && strstr(jinja, DS_USER) && strstr(jinja, DS_ASSISTANT)) {
+        t->kind = SL_TEMPLATE_DEEPSEEK;
+        t->join_system = strstr(jinja, "is_first_sp") != NULL;
+        t->strip_think = strstr(jinja, "</think>") != NULL;
+        return;
+    }
     /* GLM-4.5 / 4.6: "[gMASK]<sop>", then "<|user|>\n" turns with the "/nothink" switch (GLM-4.7
      * and later lay turns out otherwise and are not recognised) */
     if (jinja && strstr(jinja, "[gMASK]<sop>") && strstr(jinja, "<|user|>\n") &&
@@ -67,6 +80,11 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_error *err) {
     memset(t, 0, sizeof *t);
     if (!strcmp(name, "raw")) return SL_OK;
+    if (!strcmp(name, "deepseek")) {
+        t->kind = SL_TEMPLATE_DEEPSEEK;
+        t->join_system = 1;
+        return SL_OK;
+    }
     if (!strcmp(name, "gemma4") || !strcmp(name, "gemma")) {
         t->kind = name[5] ? SL_TEMPLATE_GEMMA4 : SL_TEMPLATE_GEMMA;
         t->thinking_switch = t->think_newline = name[5] != 0;
@@ -93,7 +111,7 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
     }
     return sl_fail(err, SL_ERR_ARG,
                    "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, glm, "
-                   "llama4 or raw)",
+                   "deepseek, llama4 or raw)",
                    name);
 }
 
@@ -175,6 +193,38 @@ static const char *strip_think(const char *s) {
     while (*end == '\n')
         end++;
     return end;
+}
+
+/* DeepSeek's template: BOS, the system prompt, then the user and assistant turns (other roles
+ * render nothing: its tool turns are not supported). */
+static void render_deepseek(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                            int add_generation_prompt, chat_sink *k) {
+    put_tpl(k, DS_BOS);
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (!strcmp(msgs[i].role, "system")) last = i;
+    for (int32_t i = 0, first = 1; i < n; i++) {
+        if (strcmp(msgs[i].role, "system") || (!t->join_system && i != last)) continue;
+        if (!first) put_tpl(k, "\n\n");
+        k->put(k, msgs[i].content, strlen(msgs[i].content), 1);
+        first = 0;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const char *text = msgs[i].content;
+        if (!strcmp(msgs[i].role, "user")) {
+            put_tpl(k, DS_USER);
+            k->put(k, text, strlen(text), 1);
+        } else if (!strcmp(msgs[i].role, "assistant")) {
+            if (t->strip_think) { /* content.split('</think>')[-1] */
+                for (const char *p = strstr(text, "</think>"); p; p = strstr(text, "</think>"))
+                    text = p + 8;
+            }
+            put_tpl(k, DS_ASSISTANT);
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, DS_EOS);
+        }
+    }
+    if (add_generation_prompt) put_tpl(k, DS_ASSISTANT);
 }
 
 /* s[0..n) without leading and trailing whitespace (Python's str.strip()), into *b, *e. */
@@ -438,6 +488,10 @@ static void render_llama4(const sl_chat_msg *msgs, int32_t n, int add_generation
 
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
+    if (t->kind == SL_TEMPLATE_DEEPSEEK) {
+        render_deepseek(t, msgs, n, add_generation_prompt, k);
+        return;
+    }
     if (t->kind == SL_TEMPLATE_GLM) {
         render_glm(msgs, n, add_generation_prompt, enable_thinking, k);
         return;

@@ -46,6 +46,13 @@
  *     <start_of_turn>model\n{text}<end_of_turn>\n
  *     <start_of_turn>model\n                         (generation prompt)
  *
+ *   DeepSeek (V3, R1; <｜User｜> and <｜Assistant｜> in the template):
+ *     <｜begin▁of▁sentence｜>{system}<｜User｜>{text}<｜Assistant｜>{text}<｜end▁of▁sentence｜>
+ *     ...<｜Assistant｜>                               (generation prompt)
+ *   the system messages joined by "\n\n" where the template joins them (V3-0324 and later),
+ *   else the last one; earlier assistant turns stripped of their reasoning (up to </think>)
+ *   where the template does that (R1).
+ *
  *   Llama-4 (its template without tools):
  *     <|begin_of_text|>
  *     <|header_start|>system<|header_end|>\n\n{system, trimmed}<|eot|>   (a first system message)
@@ -61,15 +68,16 @@
 typedef enum sl_template_kind {
     SL_TEMPLATE_RAW = 0, /* no template: the text is the prompt */
     SL_TEMPLATE_CHATML = 1,
-    SL_TEMPLATE_HARMONY = 2, /* gpt-oss */
-    SL_TEMPLATE_GEMMA4 = 3,  /* <|turn>role ... <turn|> */
-    SL_TEMPLATE_GEMMA = 4,   /* <start_of_turn>role ... <end_of_turn> */
-    SL_TEMPLATE_GLM = 5,     /* GLM-4.5 / 4.6 */
-    SL_TEMPLATE_LLAMA4 = 6,
+    SL_TEMPLATE_HARMONY = 2,  /* gpt-oss */
+    SL_TEMPLATE_GEMMA4 = 3,   /* <|turn>role ... <turn|> */
+    SL_TEMPLATE_GEMMA = 4,    /* <start_of_turn>role ... <end_of_turn> */
+    SL_TEMPLATE_GLM = 5,      /* GLM-4.5 / 4.6 */
+    SL_TEMPLATE_DEEPSEEK = 6, /* <｜User｜> ... <｜Assistant｜> */
+    SL_TEMPLATE_LLAMA4 = 7,   /* <|header_start|>role<|header_end|> ... <|eot|> */
 } sl_template_kind;
 
-/* "ChatML", "harmony (gpt-oss)", "Gemma 4", "Gemma", "GLM-4.5", "none (raw text)": for
- * messages. */
+/* "ChatML", "harmony (gpt-oss)", "Gemma 4", "Gemma", "GLM-4.5", "DeepSeek", "none (raw text)":
+ * for messages. */
 const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
@@ -84,6 +92,8 @@ typedef struct sl_chat_template {
      * (the 26B and 31B templates), and the think token is followed by a newline */
     int32_t empty_thought;
     int32_t think_newline;
+    int32_t join_system; /* DeepSeek: every system message, "\n\n" between (else the last) */
+    int32_t strip_think; /* DeepSeek: earlier assistant turns lose their reasoning */
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -103,7 +113,7 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
 /* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
- * "glm", "llama4", "raw". */
+ * "glm", "deepseek", "llama4", "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
 /*

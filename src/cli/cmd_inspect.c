@@ -67,6 +67,7 @@ int cli_inspect(int argc, char **argv) {
     printf("backend        %s", i.backend);
     if (i.gpu_expert_slots) printf(", %d expert slots per layer in GPU memory", i.gpu_expert_slots);
     printf("\n");
+    if (i.attention) printf("attention      %s\n", i.attention);
     if (i.n_ple_layers)
         printf("PLE            %d layer(s), n-gram tables %s on disk, %d rows per token "
                "and layer\n",

@@ -16,6 +16,7 @@ extern const sl_family sl_family_qwen3_vl_moe;
 extern const sl_family sl_family_gpt_oss;
 extern const sl_family sl_family_llama4;
 extern const sl_family sl_family_gemma4;
+extern const sl_family sl_family_deepseek_v3;
 
 /* Qwen3.5-MoE and Qwen4-Exp each come as a vision-language checkpoint (of which the text
  * model runs) and as a text-only one: two model_types, one family. */
@@ -41,6 +42,8 @@ static const struct {
     {"llama4_text", &sl_family_llama4},
     {"gemma4", &sl_family_gemma4},
     {"gemma4_text", &sl_family_gemma4},
+    {"deepseek_v3", &sl_family_deepseek_v3},
+    {"kimi_k2", &sl_family_deepseek_v3}, /* Kimi-K2's remote code: DeepSeek-V3's architecture */
     /* clang-format on */
 };
 
@@ -52,5 +55,5 @@ const sl_family *sl_family_find(const char *arch) {
 
 const char *sl_family_names(void) {
     return "qwen3_moe, qwen2_moe, qwen3_next, qwen3_5_moe, qwen4_exp, gpt_oss, gemma4, mixtral, "
-           "olmoe, glm4_moe, qwen3_vl_moe, llama4";
+           "olmoe, glm4_moe, qwen3_vl_moe, deepseek_v3 (kimi_k2), llama4";
 }

@@ -626,6 +626,7 @@ static const sl_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .attention = cpu_attention,
+    .latent_attention = sl_latent_attention_cpu,
     .swiglu = cpu_swiglu,
     .act_mul = cpu_act_mul,
     .swiglu_clamped = cpu_swiglu_clamped,

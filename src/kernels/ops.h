@@ -126,6 +126,37 @@ typedef struct sl_delta_args {
 } sl_delta_args;
 
 /*
+ * Multi-head latent attention (MLA: DeepSeek-V2/V3, Kimi-K2) in its absorbed form. Every head
+ * attends over one cache of latent rows, shared by all heads; row j is
+ *     [ c_j (kv_dim): the normed latent | r_j (rope_dim): the roped positional key ]
+ * and a query row holds per head [ qc (kv_dim) | qr (rope_dim) ]: qc is the head's query
+ * without position already taken through its key up-projection (q_nope . W_UK), qr its
+ * positional part. Then, for query t at position pos0 + t,
+ *     score(t, h, j) = scale * (qc . c_j + qr . r_j),   j = 0 .. pos0 + t
+ *     out[t, h] = sum_j softmax_j(score) c_j             (kv_dim: the value is still latent;
+ *                                                          the caller applies W_UV)
+ * First (the prep), for each new token t: cache row pos0 + t gets the RMS norm of kv[t]'s first
+ * kv_dim values (with kv_norm, eps and w_offset as rmsnorm's) and its last rope_dim values
+ * roped at position pos0 + t; every head's qr of q[t] is roped in place at that position.
+ * RoPE turns the pairs (i, i + rope_dim / 2) (NeoX, as the rope op) or, when interleaved,
+ * (2i, 2i + 1) (GPT-J; DeepSeek's rope_interleave), by the cos/sin of the rope tables.
+ */
+typedef struct sl_latent_attn_args {
+    float *out;               /* [T, n_heads * kv_dim] */
+    float *q;                 /* [T, n_heads * (kv_dim + rope_dim)]; qr roped in place */
+    float *cache;             /* [ctx, kv_dim + rope_dim]: rows before pos0 valid; the prep
+                               * writes rows pos0 .. pos0 + T - 1 */
+    const float *kv;          /* [T, kv_dim + rope_dim]: the new tokens' rows, before norm/RoPE */
+    const sl_tensor *kv_norm; /* [kv_dim] */
+    int32_t T, pos0, n_heads, kv_dim, rope_dim;
+    int32_t interleaved; /* RoPE pairs (2i, 2i + 1) instead of (i, i + rope_dim / 2) */
+    float eps, w_offset;
+    float scale;                    /* 1/sqrt(key head dim), times YaRN's mscale^2 */
+    const float *cos_tab, *sin_tab; /* [positions, rope_dim / 2] */
+    float *scratch;                 /* n_threads x (pos0 + T) floats (CPU) */
+} sl_latent_attn_args;
+
+/*
  * How a MoE router turns a token's E logits l = x . router^T (+ bias) into k picks (rank order)
  * and their weights w. Ties go to the lower expert id in every choice.
  *   SOFTMAX:       p = softmax(l) over all E; the k largest p; w = p
@@ -274,6 +305,8 @@ typedef struct sl_ops {
     void (*rope)(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
                  int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab);
     void (*attention)(const sl_backend *be, const sl_attn_args *a);
+    /* sl_latent_attn_args: the prep, then the attention (MLA). */
+    void (*latent_attention)(const sl_backend *be, const sl_latent_attn_args *a);
     /* out[i] = silu(gate[i]) * up[i] */
     void (*swiglu)(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* out[i] = act(gate[i]) * up[i]: a gated MLP's hidden row with another activation than
@@ -380,6 +413,8 @@ void sl_matmul_cpu(const sl_backend *be, float *y, const float *x, const sl_tens
                    const sl_tensor *bias, int32_t T);
 void sl_matmul_batch_cpu(const sl_backend *be, float *const *y, const float *const *x,
                          const sl_tensor *const *w, const int32_t *T, int32_t n);
+/* The CPU backend's latent_attention (cpu_mla.c). */
+void sl_latent_attention_cpu(const sl_backend *be, const sl_latent_attn_args *a);
 /* One element in float32 with the reference order, for tests. */
 float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x);
 /* Widens n elements of a F32/F16/BF16 array starting at element i0. */

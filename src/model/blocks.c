@@ -438,9 +438,7 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     be->ops->to_host(be, logits, dst, (size_t)rows * (size_t)m->cfg.vocab_size * sizeof(float));
 }
 
-/* x += out, xn = its norm with w (add_rmsnorm), out of place into x_alt where the backend can
- * leave it to the next op (add_rmsnorm_next; the two buffers swap). */
-static void residual_norm(sl_session *s, const sl_tensor *w, int32_t T) {
+void blk_residual_norm(sl_session *s, const sl_tensor *w, int32_t T) {
     const sl_model *m = s->model;
     const sl_backend *be = &m->be;
     sl_session_buf *b = &s->b;
@@ -479,10 +477,10 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         else
             blk_attention(s, l, T, NULL);
         s->model->stats.t_attention += sl_now() - t0;
-        residual_norm(s, &L->ffn_norm, T);
+        blk_residual_norm(s, &L->ffn_norm, T);
         sl_status st = blk_ffn(s, l, T, err);
         if (st) return st;
-        residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
+        blk_residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
     }
     /* Only the rows whose logits are wanted go through the head. */
     const int32_t first = all_logits ? 0 : T - 1;

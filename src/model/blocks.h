@@ -79,6 +79,11 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err);
 void blk_embed(sl_session *s, float *y, const int32_t *ids, int32_t T);
 void blk_head(sl_session *s, const float *x, int32_t rows, float *logits);
 
+/* x += out, xn = its norm with w (add_rmsnorm), out of place into x_alt where the backend can
+ * leave it to the next op (add_rmsnorm_next; the two buffers swap): a sublayer's residual add
+ * and the next sublayer's norm. */
+void blk_residual_norm(sl_session *s, const sl_tensor *w, int32_t T);
+
 /* The pre-norm decoder of Qwen2/Qwen3(-MoE), Qwen3-Next and Qwen3.5:
  *   x = embed(ids)
  *   per layer: x += attn(norm(x)); x += ffn(norm(x))

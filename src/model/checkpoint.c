@@ -380,6 +380,14 @@ sl_status sl_ckpt_check(const sl_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
+int sl_ckpt_past_layers(const sl_ckpt *ck, const char *name, int32_t n_layers) {
+    const size_t pl = strlen(ck->prefix);
+    if (strncmp(name, ck->prefix, pl) != 0 || strncmp(name + pl, "layers.", 7) != 0) return 0;
+    char *end;
+    const long l = strtol(name + pl + 7, &end, 10);
+    return end != name + pl + 7 && *end == '.' && l >= n_layers;
+}
+
 const sl_ckpt_entry *sl_ckpt_find(const sl_ckpt *ck, const char *name) {
     char full[512];
     if (name[0] == '/')

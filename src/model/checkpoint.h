@@ -60,6 +60,10 @@ int32_t sl_ckpt_locate(const sl_ckpt *ck, const void *p, uint64_t *off);
 /* The file an entry is in, for messages. */
 const char *sl_ckpt_path(const sl_ckpt *ck, const sl_ckpt_entry *e);
 
+/* Whether a tensor's full name is of a decoder layer at or past n_layers ("<prefix>layers.N."
+ * with N >= n_layers): the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints
+ * append (num_nextn_predict_layers), which no forward pass reads, nor a pack keeps. */
+int sl_ckpt_past_layers(const sl_ckpt *ck, const char *name, int32_t n_layers);
 /* Whether a checkpoint tensor is (a part of) routed experts, which the expert store holds, by
  * its name: ".experts." in it ("layers.N.mlp.experts.gate_up_proj", Gemma 4's
  * "layers.N.experts.down_proj"; not "shared_experts"). */

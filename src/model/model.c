@@ -324,6 +324,7 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
         const sl_tensor *t = m->ck.entries[i].t;
         const size_t len = strlen(t->name);
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
+        if (sl_ckpt_past_layers(&m->ck, t->name, m->cfg.n_layers)) continue;
         if (relaid && sl_ckpt_is_expert_name(t->name) && !strstr(t->name, "_bias")) continue;
         if (sl_tensor_is_fp8(t)) fp8_rows = t->brows, fp8_cols = t->group;
         double n = 1;
@@ -490,6 +491,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
         if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
+        if (sl_ckpt_past_layers(&m->ck, t->name, c->n_layers)) continue;
         const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
         if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
         resident += (int64_t)t->nbytes;

@@ -281,8 +281,9 @@ static uint64_t get_le(const uint8_t *p, int n) {
 
 /* Resident tensors: everything of the text model except routed experts and PLE n-gram
  * tables (which get files of their own). */
-static int is_resident(const sl_ckpt *ck, const char *name) {
+static int is_resident(const sl_ckpt *ck, const char *name, int32_t n_layers) {
     if (sl_ckpt_is_expert_name(name) || strstr(name, ".ngram_embedding.")) return 0;
+    if (sl_ckpt_past_layers(ck, name, n_layers)) return 0; /* multi-token prediction */
     if (ends_with(name, "_scale_inv")) return 0; /* FP8 block scales: in their weight's values */
     return strncmp(name, ck->prefix, strlen(ck->prefix)) == 0 || strcmp(name, ck->head) == 0;
 }
@@ -301,7 +302,7 @@ static sl_status write_core(const sl_model *m, const char *path, const sl_pack_p
     int64_t max_k = 1, max_sc = 1;
     for (int32_t i = 0; i < ck->n_entries; i++) {
         const sl_tensor *t = ck->entries[i].t;
-        if (!is_resident(ck, t->name)) continue;
+        if (!is_resident(ck, t->name, m->cfg.n_layers)) continue;
         if (strlen(t->name) >= SL_CORE_NAME || t->ndim < 1 || t->ndim > 4) {
             free(items);
             return sl_fail(err, SL_ERR_UNSUPPORTED,

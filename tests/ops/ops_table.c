@@ -952,6 +952,96 @@ static void run_attention(ot_run *r, const ot_case *c) {
     qkv_free(r, &s);
 }
 
+/* RoPE of one row's rot dims in double: pairs (i, i + rot/2), or (2i, 2i + 1) interleaved. */
+static void ref_rope_pairs(double *v, int32_t rot, int inter, const float *c, const float *s) {
+    for (int32_t i = 0; i < rot / 2; i++) {
+        const int32_t ia = inter ? 2 * i : i, ib = inter ? 2 * i + 1 : i + rot / 2;
+        const double a = v[ia], b = v[ib];
+        v[ia] = a * c[i] - b * s[i];
+        v[ib] = b * c[i] + a * s[i];
+    }
+}
+
+/* p: T, pos0, heads, kv_dim, rope_dim, interleaved, norm dtype BF16 (else F32) */
+static void run_latent_attention(ot_run *r, const ot_case *c) {
+    const int32_t T = c->p[0], pos0 = c->p[1], nh = c->p[2], kvd = c->p[3], rd = c->p[4];
+    const int inter = c->p[5];
+    const int32_t ctx = pos0 + T, half = rd / 2, row = kvd + rd;
+    const size_t qn = (size_t)T * nh * row, cn = (size_t)ctx * row, on = (size_t)T * nh * kvd;
+    float *q = rand_vec(r, qn, 1), *kv = rand_vec(r, (size_t)T * row, 2);
+    float *cache = rand_vec(r, cn, 1);
+    for (size_t i = (size_t)pos0 * row; i < cn; i++)
+        cache[i] = NAN; /* the prep's rows */
+    float *ct, *st;
+    rope_tables(r, &ct, &st, ctx, half);
+    ot_weight nw;
+    weight_make(r, &nw, c->p[6] ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, kvd, 1.0f, 0);
+    /* the reference: the prep, then the attention, in double */
+    double *rq = widen(q, qn), *rc = widen(cache, cn), *rkv = widen(kv, (size_t)T * row);
+    for (int32_t t = 0; t < T; t++) {
+        double *dst = rc + (size_t)(pos0 + t) * row;
+        const float *cr = ct + (size_t)(pos0 + t) * half, *sr = st + (size_t)(pos0 + t) * half;
+        ref_rmsnorm(dst, rkv + (size_t)t * row, nw.wide, 1, kvd, 1e-6, 0);
+        for (int32_t i = 0; i < rd; i++)
+            dst[kvd + i] = rkv[(size_t)t * row + kvd + i];
+        ref_rope_pairs(dst + kvd, rd, inter, cr, sr);
+        for (int32_t h = 0; h < nh; h++)
+            ref_rope_pairs(rq + ((size_t)t * nh + h) * row + kvd, rd, inter, cr, sr);
+    }
+    const double scale = 0.7 / sqrt((double)row);
+    double *ref = ref_vec(on + 3), *sc = malloc((size_t)ctx * sizeof(double));
+    for (int32_t t = 0; t < T; t++)
+        for (int32_t h = 0; h < nh; h++) {
+            const double *qh = rq + ((size_t)t * nh + h) * row;
+            double mx = -INFINITY, sum = 0;
+            for (int32_t j = 0; j <= pos0 + t; j++) {
+                double acc = 0;
+                for (int32_t d = 0; d < row; d++)
+                    acc += qh[d] * rc[(size_t)j * row + d];
+                sc[j] = acc * (float)scale;
+                mx = fmax(mx, sc[j]);
+            }
+            for (int32_t j = 0; j <= pos0 + t; j++)
+                sum += (sc[j] = exp(sc[j] - mx));
+            for (int32_t d = 0; d < kvd; d++) {
+                double o = 0;
+                for (int32_t j = 0; j <= pos0 + t; j++)
+                    o += sc[j] / sum * rc[(size_t)j * row + d];
+                ref[((size_t)t * nh + h) * kvd + d] = o;
+            }
+        }
+    const int32_t nth = r->be->n_threads > 0 ? r->be->n_threads : 1;
+    float *dq = UPF(r, q, qn), *dc = UPF(r, cache, cn), *dkv = UPF(r, kv, (size_t)T * row);
+    float *dct = UPF(r, ct, (size_t)ctx * half), *dst = UPF(r, st, (size_t)ctx * half);
+    float *dout = poisoned(r, on + 3), *scratch = r->be->ops->alloc(r->be, (size_t)nth * ctx * 4);
+    const sl_latent_attn_args a = {.out = dout,
+                                   .q = dq,
+                                   .cache = dc,
+                                   .kv = dkv,
+                                   .kv_norm = &nw.d,
+                                   .T = T,
+                                   .pos0 = pos0,
+                                   .n_heads = nh,
+                                   .kv_dim = kvd,
+                                   .rope_dim = rd,
+                                   .interleaved = inter,
+                                   .eps = 1e-6f,
+                                   .w_offset = 0.0f,
+                                   .scale = (float)scale,
+                                   .cos_tab = dct,
+                                   .sin_tab = dst,
+                                   .scratch = scratch};
+    r->be->ops->latent_attention(r->be, &a);
+    ot_check(r, "out", dout, ref, on + 3, c->tol);
+    ot_check(r, "cache", dc, rc, cn, c->tol);
+    ot_check(r, "q", dq, rq, qn, c->tol);
+    free(q), free(kv), free(cache), free(ct), free(st), free(rq), free(rc), free(rkv);
+    free(ref), free(sc);
+    weight_free(r, &nw);
+    dfree(r, dq), dfree(r, dc), dfree(r, dkv), dfree(r, dct), dfree(r, dst), dfree(r, dout);
+    dfree(r, scratch);
+}
+
 /* p: heads, blocks, d */
 static void run_qsa_scores(ot_run *r, const ot_case *c) {
     const int32_t nh = c->p[0], nb = c->p[1], d = c->p[2];
@@ -1700,6 +1790,10 @@ static const ot_case table[] = {
     {"attention", run_attention, F32, {1, 39, 8, 2, 128, 2, 0, 0, 0, 4}, 2e-5},
     {"attention", run_attention, F32, {5, 14, 4, 2, 64, 2, 0, 0, 8, 2}, 2e-5},
     {"attention", run_attention, F32, {6, 30, 4, 2, 16, 0, 9, 1, 16}, 2e-5},
+    {"latent_attention", run_latent_attention, F32, {3, 4, 4, 32, 8, 1, 0}, 2e-5},
+    {"latent_attention", run_latent_attention, F32, {1, 300, 3, 64, 16, 0, 1}, 2e-5},
+    {"latent_attention", run_latent_attention, F32, {5, 0, 2, 20, 6, 1, 1}, 2e-5},
+    {"latent_attention", run_latent_attention, F32, {1, 600, 2, 512, 64, 1, 1}, 2e-5},
     {"qsa_scores", run_qsa_scores, F32, {3, 4, 6}, 1e-5},
     {"qsa_scores", run_qsa_scores, F32, {16, 37, 128}, 1e-5},
 

@@ -153,6 +153,41 @@ TEST(test_harmony_render) {
           t.kind == SL_TEMPLATE_HARMONY);
 }
 
+/* DeepSeek-V3's template (its source abridged to what recognition reads): BOS, the system
+ * prompt, <｜User｜> / <｜Assistant｜> turns closed by EOS; R1's strips earlier reasoning. */
+TEST(test_deepseek_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    const sl_chat_msg two_sys[] = {{"system", "A."}, {"system", "B."}, {"user", "Hi"}};
+    sl_chat_template_from_source("{% set ns = namespace(is_first=false, is_tool=false, "
+                                 "system_prompt='') %}{{bos_token}}{{ns.system_prompt}}"
+                                 "{{'<｜User｜>' + message['content']}}"
+                                 "{{'<｜Assistant｜>' + message['content'] + "
+                                 "'<｜end▁of▁sentence｜>'}}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_DEEPSEEK && !t.join_system && !t.strip_think);
+    sl_chat_render(&t, conv, 4, 1, 0, buf, sizeof buf);
+    const char *want =
+        "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hi<｜Assistant｜><think>\nsaying "
+        "hello\n</think>\n\nHello!<｜end▁of▁sentence｜><｜User｜>2+2?<｜Assistant｜>";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    sl_chat_render(&t, two_sys, 3, 0, 0, buf, sizeof buf); /* the last system message */
+    CHECKF(!strcmp(buf, "<｜begin▁of▁sentence｜>B.<｜User｜>Hi"), "%s", buf);
+    /* V3-0324 / R1: system messages joined, reasoning stripped */
+    sl_chat_template_from_source("is_first_sp <｜User｜><｜Assistant｜> content.split('</think>')",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_DEEPSEEK && t.join_system && t.strip_think);
+    sl_chat_render(&t, two_sys, 3, 1, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<｜begin▁of▁sentence｜>A.\n\nB.<｜User｜>Hi<｜Assistant｜>"), "%s", buf);
+    sl_chat_render(&t, conv + 1, 2, 0, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>\n\nHello!"
+                        "<｜end▁of▁sentence｜>"),
+           "%s", buf);
+    CHECK(sl_chat_template_from_name("deepseek", &t, &err) == SL_OK &&
+          t.kind == SL_TEMPLATE_DEEPSEEK);
+}
+
 TEST(test_chat_template_detect) {
     char dir[600], path[700];
     snprintf(dir, sizeof dir, "%s/tplmodel", test_tmpdir());

@@ -323,6 +323,7 @@ static sl_ops make_ops(void) {
     o.add_rmsnorm_next = cu_add_rmsnorm_next; /* flushes, then may wait */
     o.qkv_prep = FLUSHED(cu_qkv_prep);
     o.attention = FLUSHED(cu_attention);
+    o.latent_attention = FLUSHED(cu_latent_attention);
     o.swiglu = FLUSHED(cu_swiglu);
     o.act_mul = FLUSHED(cu_act_mul);
     o.swiglu_clamped = FLUSHED(cu_swiglu_clamped);

@@ -451,6 +451,7 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *a);
 void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
              int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab);
 void cu_attention(const sl_backend *be, const sl_attn_args *a);
+void cu_latent_attention(const sl_backend *be, const sl_latent_attn_args *a); /* cuda_mla.cu */
 void cu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up, size_t n);
 void cu_act_mul(const sl_backend *be, float *out, const float *gate, const float *up, size_t n,
                 sl_act act);
