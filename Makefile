@@ -146,9 +146,9 @@ cli-test: $(BUILD)/sluice $(QWEN3_TOK)
 	PYTHON=/usr/bin/python3 bash tests/fam_test.sh $(BUILD)/sluice $(FAM_RUNS)
 
 # The issue-27 families against transformers (tests/fixtures/fam); FAM_CASES picks cases.
-# FAM_RUNS: the cases of the families main runs (llama4's are not merged yet).
+# FAM_RUNS: the cases of the families main runs.
 FAM_RUNS ?= gpt_oss_a gpt_oss_mxfp4 deepseek_v3_a deepseek_v3_b glm4_moe_a mixtral_a olmoe_a \
-            qwen3_vl_moe_a gemma4_a gemma4_b
+            qwen3_vl_moe_a gemma4_a gemma4_b llama4_a llama4_vlm
 fam-test: $(BUILD)/sluice
 	PYTHON=/usr/bin/python3 bash tests/fam_test.sh $(BUILD)/sluice $(FAM_CASES)
 
