@@ -198,32 +198,11 @@ static void ds3_session_layout(sl_session *s, sl_carver *dev, sl_carver *host) {
     blk_mla_layout(s, &dc->mla, s->fam, dev, host);
 }
 
-/* The pre-norm decoder (blk_prenorm_decoder's order) over MLA. */
-static sl_status ds3_forward(sl_session *s, const int32_t *ids, int32_t T, float *logits,
-                             int all_logits, sl_error *err) {
-    const sl_model *m = s->model;
-    const sl_config *c = &m->cfg;
-    const ds3_config *dc = c->fam;
-    const ds3_layer *fl = m->fam;
-    const sl_backend *be = &m->be;
-    const sl_ops *op = be->ops;
-    sl_session_buf *b = &s->b;
-    const int32_t H = c->hidden_size;
-    blk_embed(s, b->x, ids, T);
-    op->rmsnorm(be, b->xn, b->x, &m->layers[0].attn_norm, T, H, c->rms_norm_eps, m->norm_offset);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        const sl_layer *L = &m->layers[l];
-        const double t0 = sl_now();
-        blk_mla(s, l, T, &dc->mla, &fl[l].mla, s->fam);
-        s->model->stats.t_attention += sl_now() - t0;
-        blk_residual_norm(s, &L->ffn_norm, T);
-        sl_status st = blk_ffn(s, l, T, err);
-        if (st) return st;
-        blk_residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
-    }
-    const int32_t first = all_logits ? 0 : T - 1;
-    blk_head(s, b->xn + (size_t)first * (size_t)H, T - first, logits);
-    return SL_OK;
+/* The attention sublayer of blk_prenorm_decoder: MLA over the latent cache. */
+static void ds3_attention(sl_session *s, int32_t l, int32_t T) {
+    const ds3_config *dc = s->model->cfg.fam;
+    const ds3_layer *fl = s->model->fam;
+    blk_mla(s, l, T, &dc->mla, &fl[l].mla, s->fam);
 }
 
 const sl_family sl_family_deepseek_v3 = {
@@ -236,7 +215,8 @@ const sl_family sl_family_deepseek_v3 = {
     .info = ds3_info,
     .session_size = sizeof(blk_mla_buf),
     .session_layout = ds3_session_layout,
-    .forward = ds3_forward,
+    .forward = blk_prenorm_decoder,
+    .attention = ds3_attention,
     .graph_steps = 1,
     .own_kv_cache = 1,
 };

@@ -472,7 +472,9 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     for (int32_t l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
         const double t0 = sl_now();
-        if (L->is_linear)
+        if (m->family->attention)
+            m->family->attention(s, l, T);
+        else if (L->is_linear)
             blk_linear_attention(s, l, T);
         else
             blk_attention(s, l, T, NULL);

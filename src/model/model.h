@@ -170,6 +170,9 @@ struct sl_family {
     /* T <= max_batch ids at position s->pos; writes T rows (or the last) of logits. */
     sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                          int all_logits, sl_error *err);
+    /* Optional: layer l's attention sublayer (b->xn -> b->out) when it is the family's own
+     * (MLA), so that blk_prenorm_decoder runs the rest of the decoder as for every family. */
+    void (*attention)(sl_session *s, int32_t l, int32_t T);
     /* A decode step takes no decision on the host when the experts need none (no QSA
      * choice, no PLE rows): a backend may record it as one graph. */
     int graph_steps;
