@@ -63,10 +63,7 @@ static sl_status glm4_moe_bind(sl_model *m, sl_error *err) {
     const blk_attn_opts attn = {.qkv_bias = m->cfg.attention_bias, .o_bias = 0, .qk_norm = qk};
     const blk_ffn_opts ffn = {.shared_experts = m->cfg.shared_intermediate_size > 0,
                               .select_bias = 1};
-    sl_status st = blk_bind_globals(m, err);
-    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++)
-        if (!(st = blk_bind_attention(m, l, &attn, err))) st = blk_bind_ffn(m, l, &ffn, err);
-    return st;
+    return blk_bind_decoder(m, &attn, &ffn, err);
 }
 
 const sl_family sl_family_glm4_moe = {

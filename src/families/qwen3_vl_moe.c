@@ -24,10 +24,7 @@ static sl_status qwen3_vl_moe_bind(sl_model *m, sl_error *err) {
     const blk_attn_opts attn = {
         .qkv_bias = m->cfg.attention_bias, .o_bias = m->cfg.attention_bias, .qk_norm = 1};
     const blk_ffn_opts ffn = {0};
-    sl_status st = blk_bind_globals(m, err);
-    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++)
-        if (!(st = blk_bind_attention(m, l, &attn, err))) st = blk_bind_ffn(m, l, &ffn, err);
-    return st;
+    return blk_bind_decoder(m, &attn, &ffn, err);
 }
 
 const sl_family sl_family_qwen3_vl_moe = {

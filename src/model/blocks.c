@@ -96,6 +96,14 @@ static const char *ffn_name(const sl_model *m) {
     return m->family->ffn_name ? m->family->ffn_name : "mlp";
 }
 
+sl_status blk_bind_decoder(sl_model *m, const blk_attn_opts *attn, const blk_ffn_opts *ffn,
+                           sl_error *err) {
+    sl_status st = blk_bind_globals(m, err);
+    for (int32_t l = 0; !st && l < m->cfg.n_layers; l++)
+        if (!(st = blk_bind_attention(m, l, attn, err))) st = blk_bind_ffn(m, l, ffn, err);
+    return st;
+}
+
 sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err) {
     const sl_config *c = &m->cfg;
     const sl_ckpt *ck = &m->ck;

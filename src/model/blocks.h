@@ -52,6 +52,9 @@ sl_status blk_bind_linear_attention(sl_model *m, int32_t l, blk_linear_proj proj
 sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err);
 /* Layer l's FFN: dense MLP, or router (+ shared expert); routed experts bind in the store. */
 sl_status blk_bind_ffn(sl_model *m, int32_t l, const blk_ffn_opts *o, sl_error *err);
+/* A whole pre-norm decoder: the globals, then every layer's attention (attn) and FFN (ffn). */
+sl_status blk_bind_decoder(sl_model *m, const blk_attn_opts *attn, const blk_ffn_opts *ffn,
+                           sl_error *err);
 /* The routed experts of a checkpoint (Hugging Face or GGUF), by name, handed to the store as
  * views into the checkpoint's mapping (mode mapped), or as where they lie in its files for the
  * store to read itself (resident, stream). A pack's experts are opened by the store alone. */
