@@ -9,20 +9,6 @@
 
 #include "kernels/ops.h"
 
-/* One RoPE rotation of n = rot / 2 pairs of v by the cos/sin rows c, s: pairs (i, i + n), or
- * (2i, 2i + 1) when interleaved. The products are those of the rope op (and of transformers'
- * rotate_half and de-interleaved forms), term for term. */
-static void rope_pairs(float *v, int32_t rot, int interleaved, const float *c, const float *s) {
-    const int32_t n = rot / 2;
-    for (int32_t i = 0; i < n; i++) {
-        float *pa = interleaved ? v + 2 * i : v + i;
-        float *pb = interleaved ? v + 2 * i + 1 : v + i + n;
-        const float a = *pa, b = *pb;
-        *pa = a * c[i] - b * s[i];
-        *pb = b * c[i] + a * s[i];
-    }
-}
-
 /* The prep: cache rows pos0 .. pos0 + T - 1 and the queries' positional parts. */
 static void latent_prep(const sl_latent_attn_args *a) {
     const int32_t kvd = a->kv_dim, rd = a->rope_dim, half = rd / 2;
@@ -44,9 +30,9 @@ static void latent_prep(const sl_latent_attn_args *a) {
         }
         for (int32_t i = 0; i < rd; i++)
             out[kvd + i] = in[kvd + i];
-        rope_pairs(out + kvd, rd, a->interleaved, c, s);
+        sl_rope_pairs(out + kvd, rd, a->interleaved, c, s);
         for (int32_t h = 0; h < a->n_heads; h++)
-            rope_pairs(a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * row + kvd, rd,
+            sl_rope_pairs(a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * row + kvd, rd,
                        a->interleaved, c, s);
     }
 }

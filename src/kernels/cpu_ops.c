@@ -166,41 +166,37 @@ static void cpu_rmsnorm(const sl_backend *be, float *y, const float *x, const sl
     }
 }
 
-static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
-                     int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab) {
-    (void)be;
-    const int32_t half = rot_dim / 2;
-    for (int32_t t = 0; t < T; t++) {
-        const float *c = cos_tab + (size_t)(pos0 + t) * (size_t)half;
-        const float *s = sin_tab + (size_t)(pos0 + t) * (size_t)half;
-        for (int32_t h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim;
-            for (int32_t i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                v[i] = a * c[i] - b * s[i];
-                v[i + half] = b * c[i] + a * s[i];
-            }
-        }
+/* One RoPE rotation of n = rot / 2 pairs of v by the cos/sin rows c, s: pairs (i, i + n), or
+ * (2i, 2i + 1) when interleaved. The products are those of transformers' rotate_half and
+ * de-interleaved forms, term for term. */
+void sl_rope_pairs(float *v, int32_t rot, int interleaved, const float *c, const float *s) {
+    const int32_t n = rot / 2;
+    for (int32_t i = 0; i < n; i++) {
+        float *pa = interleaved ? v + 2 * i : v + i;
+        float *pb = interleaved ? v + 2 * i + 1 : v + i + n;
+        const float a = *pa, b = *pb;
+        *pa = a * c[i] - b * s[i];
+        *pb = b * c[i] + a * s[i];
     }
 }
 
-/* RoPE on interleaved pairs (2i, 2i + 1) of the first rot_dim dims (sl_qkv_args). */
-static void rope_interleaved(float *x, int32_t T, int32_t n_heads, int32_t head_dim,
-                             int32_t rot_dim, int32_t pos0, const float *cos_tab,
-                             const float *sin_tab) {
+/* RoPE of T rows of n_heads heads at positions pos0 ..; NeoX or interleaved pairs. */
+static void rope_rows(float *x, int32_t T, int32_t n_heads, int32_t head_dim, int32_t rot_dim,
+                      int interleaved, int32_t pos0, const float *cos_tab, const float *sin_tab) {
     const int32_t half = rot_dim / 2;
     for (int32_t t = 0; t < T; t++) {
         const float *c = cos_tab + (size_t)(pos0 + t) * (size_t)half;
         const float *s = sin_tab + (size_t)(pos0 + t) * (size_t)half;
-        for (int32_t h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim;
-            for (int32_t i = 0; i < half; i++) {
-                float a = v[2 * i], b = v[2 * i + 1];
-                v[2 * i] = a * c[i] - b * s[i];
-                v[2 * i + 1] = b * c[i] + a * s[i];
-            }
-        }
+        for (int32_t h = 0; h < n_heads; h++)
+            sl_rope_pairs(x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim,
+                          rot_dim, interleaved, c, s);
     }
+}
+
+static void cpu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t head_dim,
+                     int32_t rot_dim, int32_t pos0, const float *cos_tab, const float *sin_tab) {
+    (void)be;
+    rope_rows(x, T, n_heads, head_dim, rot_dim, 0, pos0, cos_tab, sin_tab);
 }
 
 /* The temperature of a query at position p (sl_qkv_args), in float32 as transformers has it. */
@@ -215,14 +211,10 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
         cpu_rmsnorm(be, a->q, a->q, a->q_norm, a->T * a->n_heads, hd, a->eps, a->w_offset);
     if (a->k_norm)
         cpu_rmsnorm(be, a->k, a->k, a->k_norm, a->T * a->n_kv_heads, hd, a->eps, a->w_offset);
-    if (a->rope_interleaved) {
-        rope_interleaved(a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
-        rope_interleaved(a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->pos0, a->cos_tab,
-                         a->sin_tab);
-    } else {
-        cpu_rope(be, a->q, a->T, a->n_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
-        cpu_rope(be, a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->pos0, a->cos_tab, a->sin_tab);
-    }
+    rope_rows(a->q, a->T, a->n_heads, hd, a->rot_dim, a->rope_interleaved, a->pos0, a->cos_tab,
+              a->sin_tab);
+    rope_rows(a->k, a->T, a->n_kv_heads, hd, a->rot_dim, a->rope_interleaved, a->pos0, a->cos_tab,
+              a->sin_tab);
     if (a->temp_floor > 0)
         for (int32_t t = 0; t < a->T; t++) {
             const float f = attn_temp(a->pos0 + t, a->temp_floor, a->temp_scale);

@@ -415,6 +415,9 @@ void sl_matmul_batch_cpu(const sl_backend *be, float *const *y, const float *con
                          const sl_tensor *const *w, const int32_t *T, int32_t n);
 /* The CPU backend's latent_attention (cpu_mla.c). */
 void sl_latent_attention_cpu(const sl_backend *be, const sl_latent_attn_args *a);
+/* One RoPE rotation of rot / 2 pairs of v by the cos/sin rows c, s: pairs (i, i + rot / 2), or
+ * (2i, 2i + 1) when interleaved (cpu_ops.c; the rope, qkv_prep and latent attention ops). */
+void sl_rope_pairs(float *v, int32_t rot, int interleaved, const float *c, const float *s);
 /* One element in float32 with the reference order, for tests. */
 float sl_dot_ref(const sl_tensor *w, int64_t row, const float *x);
 /* Widens n elements of a F32/F16/BF16 array starting at element i0. */
