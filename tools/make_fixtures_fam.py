@@ -36,6 +36,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402
+from make_fixtures_next import write_ref  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -49,6 +50,23 @@ T_SHORT, T_LONG, N_GEN, TAIL = 40, 130, 8, 16
 V = 128
 
 NOIDS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+# Gemma 4's own RoPE per layer kind (transformers' default, as the MoE checkpoints have it).
+GEMMA4_ROPE = {"full_attention": dict(rope_type="proportional", rope_theta=1000000.0,
+                                      partial_rotary_factor=0.25),
+               "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}
+
+# gemma4_a's model; gemma4_vlm holds the same text model.
+GEMMA4_A = dict(vocab_size=V, hidden_size=64, intermediate_size=32, moe_intermediate_size=16,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                enable_moe_block=True, num_experts=6, top_k_experts=2,
+                hidden_size_per_layer_input=16, vocab_size_per_layer_input=V,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                             "full_attention"],
+                global_head_dim=32, sliding_window=16,
+                final_logit_softcapping=30.0, rms_norm_eps=1e-6, max_position_embeddings=8192,
+                tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                rope_parameters=GEMMA4_ROPE)
 
 CASES = [
     # gpt-oss-20b/120b: alternating sliding (128) / full layers, YaRN (factor 32 over 4096),
@@ -152,21 +170,7 @@ CASES = [
     # Gemma-4 with the MoE block: sliding / full layers with their own RoPE and head dim (the
     # last layer is always full), per-layer inputs, soft-capping. The router scales its normed
     # input by H^-0.5, hence the larger router_sigma.
-    dict(name="gemma4_a", mt="gemma4_text", seed=28000, router_sigma=12.0,
-         cfg=dict(vocab_size=V, hidden_size=64, intermediate_size=32, moe_intermediate_size=16,
-                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  enable_moe_block=True, num_experts=6, top_k_experts=2,
-                  hidden_size_per_layer_input=16, vocab_size_per_layer_input=V,
-                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
-                               "full_attention"],
-                  global_head_dim=32, sliding_window=16,
-                  final_logit_softcapping=30.0, rms_norm_eps=1e-6, max_position_embeddings=8192,
-                  tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                  rope_parameters={"full_attention": dict(rope_type="proportional",
-                                                          rope_theta=1000000.0,
-                                                          partial_rotary_factor=0.25),
-                                   "sliding_attention": dict(rope_type="default",
-                                                             rope_theta=10000.0)})),
+    dict(name="gemma4_a", mt="gemma4_text", seed=28000, router_sigma=12.0, cfg=GEMMA4_A),
     # The other switches: no per-layer inputs, keys as values (attention_k_eq_v), no soft-capping.
     dict(name="gemma4_b", mt="gemma4_text", seed=28100, router_sigma=10.0,
          cfg=dict(vocab_size=V, hidden_size=48, intermediate_size=48, moe_intermediate_size=16,
@@ -178,11 +182,7 @@ CASES = [
                   sliding_window=12, final_logit_softcapping=None, rms_norm_eps=1e-6,
                   max_position_embeddings=8192, tie_word_embeddings=True, bos_token_id=None,
                   eos_token_id=None, pad_token_id=0,
-                  rope_parameters={"full_attention": dict(rope_type="proportional",
-                                                          rope_theta=1000000.0,
-                                                          partial_rotary_factor=0.25),
-                                   "sliding_attention": dict(rope_type="default",
-                                                             rope_theta=10000.0)})),
+                  rope_parameters=GEMMA4_ROPE)),
     # The Gemma-4 E-models' switches beside the MoE block: the last two layers attend the K/V of
     # the last earlier layer of their kind (num_kv_shared_layers) through a double-wide MLP.
     dict(name="gemma4_c", mt="gemma4_text", seed=28200, router_sigma=12.0,
@@ -196,27 +196,10 @@ CASES = [
                   global_head_dim=32, sliding_window=10, final_logit_softcapping=20.0,
                   rms_norm_eps=1e-6, max_position_embeddings=8192, tie_word_embeddings=True,
                   bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                  rope_parameters={"full_attention": dict(rope_type="proportional",
-                                                          rope_theta=1000000.0,
-                                                          partial_rotary_factor=0.25),
-                                   "sliding_attention": dict(rope_type="default",
-                                                             rope_theta=10000.0)})),
+                  rope_parameters=GEMMA4_ROPE)),
     # gemma4_a's text model in Gemma4ForConditionalGeneration (model.language_model.*), no towers.
     dict(name="gemma4_vlm", mt="gemma4_text", seed=28300, router_sigma=12.0, vlm=True,
-         cfg=dict(vocab_size=V, hidden_size=64, intermediate_size=32, moe_intermediate_size=16,
-                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  enable_moe_block=True, num_experts=6, top_k_experts=2,
-                  hidden_size_per_layer_input=16, vocab_size_per_layer_input=V,
-                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
-                               "full_attention"],
-                  global_head_dim=32, sliding_window=16,
-                  final_logit_softcapping=30.0, rms_norm_eps=1e-6, max_position_embeddings=8192,
-                  tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                  rope_parameters={"full_attention": dict(rope_type="proportional",
-                                                          rope_theta=1000000.0,
-                                                          partial_rotary_factor=0.25),
-                                   "sliding_attention": dict(rope_type="default",
-                                                             rope_theta=10000.0)})),
+         cfg=GEMMA4_A),
 ]
 
 FP4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -226,7 +209,7 @@ FP4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
 # ---------------------------------------------------------------------------------------------
 def make_config(case):
     kw = dict(NOIDS)
-    kw.update(case["cfg"])
+    kw.update(copy.deepcopy(case["cfg"]))  # the cases share GEMMA4_ROPE and GEMMA4_A
     return AutoConfig.for_model(case.get("text_mt", case["mt"]), **kw)
 
 
@@ -477,11 +460,6 @@ def reload_check(outdir, ids, ref, cls=None, **kw):
         return dict(loaded=True, cls=type(m2).__name__, maxdiff=d, ok=d == 0.0)
     except Exception as e:
         return dict(loaded=False, error=repr(e)[:500], ok=False)
-
-
-def write_ref(outdir, ref):
-    with open(os.path.join(outdir, "ref.json"), "w") as f:
-        f.write("{\n" + ",\n".join(" %s: %s" % (json.dumps(k), json.dumps(v)) for k, v in ref.items()) + "\n}\n")
 
 
 def build_case(case, outroot):
