@@ -43,6 +43,7 @@ enum {
     CLI_OPT_GRAPHS,
     CLI_OPT_CUDA_NO_PDL,
     CLI_OPT_CUDA_INT4_FLOAT_ACT,
+    CLI_OPT_CUDA_NO_TENSOR_CORES,
     CLI_OPT_INT4_FLOAT_ACT,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
@@ -68,6 +69,7 @@ enum {
         {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS},                                           \
         {"cuda-no-pdl", no_argument, 0, CLI_OPT_CUDA_NO_PDL},                                      \
         {"cuda-int4-float-act", no_argument, 0, CLI_OPT_CUDA_INT4_FLOAT_ACT},                      \
+        {"cuda-no-tensor-cores", no_argument, 0, CLI_OPT_CUDA_NO_TENSOR_CORES},                    \
         {"int4-float-act", no_argument, 0, CLI_OPT_INT4_FLOAT_ACT}, {                              \
         "help", no_argument, 0, 'h'                                                                \
     }
@@ -95,6 +97,8 @@ enum {
     "                         same results; decode ~20% slower on an H200)\n"                      \
     "  --cuda-int4-float-act  cuda: int4 products on float activations (the scalar CPU's\n"        \
     "                         formula) instead of activations quantised to int8 (faster)\n"        \
+    "  --cuda-no-tensor-cores cuda: prompt products in float32 on the CUDA cores instead of\n"     \
+    "                         the tensor cores (within ~1e-5 of each other; much slower)\n"        \
     "  --int4-float-act       int4 products on float activations on any backend: the exact\n"      \
     "                         product of the dequantised weights (slower; for parity checks)\n"    \
     "  -h, --help             this help\n"

@@ -154,6 +154,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
     case CLI_OPT_GRAPHS: o->mp.graphs = 1; return 1;
     case CLI_OPT_CUDA_NO_PDL: o->mp.cuda.no_pdl = 1; return 1;
     case CLI_OPT_CUDA_INT4_FLOAT_ACT: o->mp.cuda.int4_float_act = 1; return 1;
+    case CLI_OPT_CUDA_NO_TENSOR_CORES: o->mp.cuda.no_tensor_cores = 1; return 1;
     case CLI_OPT_INT4_FLOAT_ACT: o->mp.int4_float_act = 1; return 1;
     case CLI_OPT_STATS: o->stats = 1; return 1;
     case 'v': o->verbose = 1; return 1;
@@ -180,8 +181,8 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
         cli_warn("a context of %lld tokens is longer than the model's %d positions "
                  "(max_position_embeddings): what comes past them may be poor",
                  (long long)ctx, in.max_position);
-    if (strcmp(in.backend, "cuda") &&
-        (o->mp.gpu_experts || o->mp.graphs || o->mp.cuda.no_pdl || o->mp.cuda.int4_float_act)) {
+    if (strcmp(in.backend, "cuda") && (o->mp.gpu_experts || o->mp.graphs || o->mp.cuda.no_pdl ||
+                                       o->mp.cuda.int4_float_act || o->mp.cuda.no_tensor_cores)) {
         const char *why = o->mp.backend == SL_BACKEND_CPU
                               ? " (--backend cpu)"
                               : ": this sluice has no CUDA (make CUDA=1) or found no GPU";
@@ -190,6 +191,8 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
         if (o->mp.cuda.no_pdl) cli_warn("--cuda-no-pdl does nothing on the CPU backend%s", why);
         if (o->mp.cuda.int4_float_act)
             cli_warn("--cuda-int4-float-act does nothing on the CPU backend%s", why);
+        if (o->mp.cuda.no_tensor_cores)
+            cli_warn("--cuda-no-tensor-cores does nothing on the CPU backend%s", why);
     }
     if (!o->verbose) return;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -33,7 +33,7 @@ static void latent_prep(const sl_latent_attn_args *a) {
         sl_rope_pairs(out + kvd, rd, a->interleaved, c, s);
         for (int32_t h = 0; h < a->n_heads; h++)
             sl_rope_pairs(a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * row + kvd, rd,
-                       a->interleaved, c, s);
+                          a->interleaved, c, s);
     }
 }
 

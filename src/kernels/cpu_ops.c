@@ -188,8 +188,8 @@ static void rope_rows(float *x, int32_t T, int32_t n_heads, int32_t head_dim, in
         const float *c = cos_tab + (size_t)(pos0 + t) * (size_t)half;
         const float *s = sin_tab + (size_t)(pos0 + t) * (size_t)half;
         for (int32_t h = 0; h < n_heads; h++)
-            sl_rope_pairs(x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim,
-                          rot_dim, interleaved, c, s);
+            sl_rope_pairs(x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_dim, rot_dim,
+                          interleaved, c, s);
     }
 }
 

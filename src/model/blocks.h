@@ -18,9 +18,9 @@ typedef struct blk_attn_opts {
     int32_t qk_norm_full;
     float qkv_clip; /* q, k and v clamped to [-qkv_clip, qkv_clip] after the projections and the
                      * full-width norms, before RoPE (OLMoE's clip_qkv); 0: none */
-    int32_t gated;    /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
-                       * (Qwen3-Next, Qwen3.5) */
-    int32_t sinks;    /* a learned sink logit per head, self_attn.sinks (gpt-oss) */
+    int32_t gated;  /* q_proj yields per head [query | gate]; sigmoid(gate) before o_proj
+                     * (Qwen3-Next, Qwen3.5) */
+    int32_t sinks;  /* a learned sink logit per head, self_attn.sinks (gpt-oss) */
 } blk_attn_opts;
 
 typedef enum blk_linear_proj {

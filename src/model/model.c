@@ -571,6 +571,10 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .hidden = c->hidden_size,
                             .inter = c->moe_intermediate_size,
                             .max_batch = s->max_batch,
+                            /* a device's prefill: each expert once a chunk (memory is cheap
+                             * there against reading an expert's weights k times) */
+                            .max_rows = m->be.device ? s->max_batch * SL_MAX(c->n_experts_used, 1)
+                                                     : s->max_batch,
                             .shared = c->shared_intermediate_size > 0,
                             .route = sl_config_route(c),
                             .weight_input = c->moe_weight_input,

@@ -11,8 +11,10 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     const size_t B = (size_t)d->max_batch, H = (size_t)d->hidden;
     const size_t E = (size_t)SL_MAX(d->n_experts, 1), k = (size_t)SL_MAX(d->k, 1);
     const size_t nl = (size_t)d->n_layers;
-    ms->grp_idx = sl_carve(&cv, 2 * B, sizeof(int32_t));
-    ms->h_grp = sl_carve(&hv, 2 * B, sizeof(int32_t));
+    const size_t R = (size_t)SL_MAX(d->max_rows, d->max_batch);
+    ms->d.max_rows = (int32_t)R;
+    ms->grp_idx = sl_carve(&cv, 2 * R, sizeof(int32_t));
+    ms->h_grp = sl_carve(&hv, 2 * R, sizeof(int32_t));
     ms->bx = sl_carve(&hv, 2 * E, sizeof(float *));
     ms->bg = sl_carve(&hv, 2 * E, sizeof(float *));
     ms->bo = sl_carve(&hv, E, sizeof(float *));
@@ -27,7 +29,11 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->h_prev_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
     ms->prev_set = sl_carve(&hv, nl, 1);
     ms->act = sl_carve(&cv, k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
-    ms->xg = sl_carve(&cv, B * H, sizeof(float));
+    ms->xg = sl_carve(&cv, R * H, sizeof(float));
+    const size_t RI = R * (size_t)SL_MAX(d->inter, 1);
+    ms->run_gate = R > B ? sl_carve(&cv, RI, sizeof(float)) : NULL;
+    ms->run_up = R > B ? sl_carve(&cv, RI, sizeof(float)) : NULL;
+    ms->run_out = R > B ? sl_carve(&cv, R * H, sizeof(float)) : NULL;
     ms->xw = sl_carve(&cv, d->weight_input ? B * k * H : 0, sizeof(float));
     ms->expert_out = sl_carve(&cv, B * k * H, sizeof(float));
     ms->router_logits = sl_carve(&cv, B * E, sizeof(float));
@@ -74,6 +80,9 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
     const sl_backend *be = ms->env.be;
     const size_t H = (size_t)ms->d.hidden, I = (size_t)ms->d.inter;
     const int32_t k = ms->d.k;
+    /* the step's own buffers when its runs outgrow the caller's (max_rows > max_batch) */
+    float *gate = ms->run_gate ? ms->run_gate : io->gate, *up = ms->run_up ? ms->run_up : io->up;
+    float *out = ms->run_out ? ms->run_out : io->rows;
     int32_t off = 0;
     for (int32_t j = 0; j < n; j++) {
         const int32_t e = list[j], cnt = ms->expert_count[e];
@@ -86,9 +95,9 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
         const sl_expert *ex = views[j];
         /* items j (gate) and n + j (up) of one batch, then j of the down batch */
         ms->bx[j] = ms->bx[n + j] = ms->xg + (size_t)off * H;
-        ms->bg[j] = io->gate + (size_t)off * I;
-        ms->bg[n + j] = io->up + (size_t)off * I;
-        ms->bo[j] = io->rows + (size_t)off * H;
+        ms->bg[j] = gate + (size_t)off * I;
+        ms->bg[n + j] = up + (size_t)off * I;
+        ms->bo[j] = out + (size_t)off * H;
         ms->wg[j] = &ex->gate, ms->wg[n + j] = &ex->up, ms->wd[j] = &ex->down;
         ms->bT[j] = ms->bT[n + j] = cnt;
         off += cnt;
@@ -103,16 +112,16 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
         be->ops->add_bias(be, ms->bg[n + j], &views[j]->up_bias, ms->bT[j]);
     }
     if (ms->d.glu == SL_GLU_SWIGLU_CLAMPED)
-        be->ops->swiglu_clamped(be, io->gate, io->gate, io->up, (size_t)rows * I, ms->d.glu_alpha,
+        be->ops->swiglu_clamped(be, gate, gate, up, (size_t)rows * I, ms->d.glu_alpha,
                                 ms->d.glu_limit);
     else if (ms->d.glu == SL_GLU_GELU_TANH)
-        be->ops->act_mul(be, io->gate, io->gate, io->up, (size_t)rows * I, SL_ACT_GELU_TANH);
+        be->ops->act_mul(be, gate, gate, up, (size_t)rows * I, SL_ACT_GELU_TANH);
     else
-        be->ops->swiglu(be, io->gate, io->gate, io->up, (size_t)rows * I);
+        be->ops->swiglu(be, gate, gate, up, (size_t)rows * I);
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
     for (int32_t j = 0; bias && j < n; j++)
         be->ops->add_bias(be, ms->bo[j], &views[j]->down_bias, ms->bT[j]);
-    be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, io->rows, NULL, rows, (int32_t)H);
+    be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, out, NULL, rows, (int32_t)H);
 }
 
 /* Whether layer l's experts can go through the backend's fused kernels (moe_experts): SwiGLU
@@ -327,7 +336,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
             for (int32_t a = 0, z; a < nj; a = z) {
                 int32_t rows = 0;
                 for (z = a;
-                     z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_batch;
+                     z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_rows;
                      z++)
                     rows += ms->expert_count[ms->expert_list[j0 + z]];
                 experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a, rows);

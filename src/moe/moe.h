@@ -26,12 +26,16 @@
 
 /* What the scratch is sized for. */
 typedef struct sl_moe_dims {
-    int32_t n_layers;   /* all layers: the decode bookkeeping has a row per layer */
-    int32_t n_experts;  /* E */
-    int32_t k;          /* experts per token */
-    int32_t hidden;     /* H */
-    int32_t inter;      /* I, a routed expert's intermediate size */
-    int32_t max_batch;  /* B, tokens per chunk */
+    int32_t n_layers;  /* all layers: the decode bookkeeping has a row per layer */
+    int32_t n_experts; /* E */
+    int32_t k;         /* experts per token */
+    int32_t hidden;    /* H */
+    int32_t inter;     /* I, a routed expert's intermediate size */
+    int32_t max_batch; /* B, tokens per chunk */
+    /* rows (token, pick) of one batched run of experts, B..k B: at k B a chunk's experts run
+     * as one batch, each expert's weights read once a chunk (a device backend's prefill); at
+     * B in runs of up to B rows, in the buffers the caller passes (sl_moe_io) */
+    int32_t max_rows;
     int32_t shared;     /* some layer has a shared expert (sh_out is sized) */
     sl_route_cfg route; /* how the router picks and weighs (kernels/ops.h) */
     /* The router weight of each pick scales that expert's input (x_r = w[r] * x, one multiply)
@@ -93,7 +97,9 @@ typedef struct sl_moe_scratch {
     int32_t *h_prev_ids;       /* host [n_layers, k]: each layer's picks at the last decode */
     uint8_t *prev_set;         /* host [n_layers]: step counted (sl_stats.decode_repeats) */
     float *act;                /* [k, I] SwiGLU rows of the fused expert path */
-    float *xg;                 /* [B, H] rows gathered for a batch of experts */
+    float *xg;                 /* [R, H] rows gathered for a batch of experts (R: max_rows) */
+    float *run_gate, *run_up;  /* [R, I] a run's gate and up outputs, when R > B (else NULL) */
+    float *run_out;            /* [R, H] its expert outputs, likewise */
     float *xw;                 /* [B * k, H] weight_input: each (token, rank)'s scaled input */
     float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
     float *router_logits;      /* [B, E] */

@@ -543,8 +543,8 @@ static void run_matmul(ot_run *r, const ot_case *c) {
     weight_free(r, &w), weight_free(r, &b);
 }
 
-/* p: items, K, mixed dtypes (0: dt for all; 1: float and Q8/Q4; 2: block types). Item i:
- * N = 5 + 7 i rows, T = 1 + i % 3. */
+/* p: items, K, mixed dtypes (0: dt for all; 1: float and Q8/Q4; 2: block types), T0. Item i:
+ * N = 5 + 7 i rows, T = 1 + i % 3 (T0 = 0: the decode products) or T0 + 13 i (a prompt's). */
 static void run_matmul_batch(ot_run *r, const ot_case *c) {
     enum { MAXN = 8 };
     static const sl_dtype mix[] = {SL_DTYPE_F32, SL_DTYPE_Q4, SL_DTYPE_BF16, SL_DTYPE_Q8,
@@ -560,7 +560,7 @@ static void run_matmul_batch(ot_run *r, const ot_case *c) {
     double *ref[MAXN] = {0};
     for (int32_t i = 0; i < n; i++) {
         const int32_t N = 5 + 7 * i;
-        Ts[i] = 1 + i % 3;
+        Ts[i] = c->p[3] ? c->p[3] + 13 * i : 1 + i % 3;
         const sl_dtype dt = c->p[2] == 1 ? mix[i % 5] : c->p[2] == 2 ? mix_blocks[i % 5] : c->dt;
         weight_make(r, &w[i], dt, N, K, 0.5f, 0);
         x[i] = rand_vec(r, (size_t)Ts[i] * K, 1);
@@ -1626,7 +1626,13 @@ out:
     MM(dt, 1, 1, 1, 1, 0), MM(dt, 5, 1, 2, 0, 0), MM(dt, 37, 75, 5, 2, 0),                         \
     MM(dt, 7, 65, 3, 1, 0), MM(dt, 16, 131, 4, 0, 0), MM(dt, 130, 257, 9, 1, 0),                   \
     MM(dt, 64, 1024, 17, 0, 1), MM(dt, 129, 96, 70, 1, 0), MM(dt, 300, 256, 4, 0, 0),              \
-    MM_T(dt, 33, 63, 3), MM_T(dt, 17, 2049, 2)
+    MM_T(dt, 33, 63, 3), MM_T(dt, 17, 2049, 2), MM_TC(dt)
+/* Prompt-sized products the tensor-core tiles take where a backend has them (K % 32 == 0): tiles
+ * of 32, 64 and 128 tokens, a partial last group (160 = 64 + 64 + 32), rows and tokens past a
+ * tile, biases. */
+#define MM_TC(dt)                                                                                  \
+    MM(dt, 130, 256, 70, 1, 0), MM(dt, 64, 1024, 17, 0, 0), MM(dt, 200, 512, 300, 2, 0),           \
+    MM(dt, 33, 160, 5, 0, 0), MM(dt, 65, 96, 129, 0, 0)
 /* Block types: K whole blocks (256 for every type; 32 and 96 too for the 32-element ones), the
  * same row counts, biases, misalignment and T as above. */
 #define BLOCK_MATMUL_ROWS(dt)                                                                      \
@@ -1701,6 +1707,10 @@ static const ot_case table[] = {
     BLOCK_MATMUL_ROWS(IQ4_XS),
     FP8_MATMUL_ROWS,
     {"matmul_batch", run_matmul_batch, F32, {1, 63, 0}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q4, {5, 256, 0, 5}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q8, {4, 160, 0, 40}, 2e-5},
+    {"matmul_batch", run_matmul_batch, BF16, {3, 96, 0, 70}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q4, {6, 256, 1, 6}, 2e-5},
     {"matmul_batch", run_matmul_batch, BF16, {3, 256, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q4, {4, 192, 0}, 2e-5},
     {"matmul_batch", run_matmul_batch, F32, {5, 130, 1}, 2e-5},

@@ -391,6 +391,7 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
     c->n_sm = prop.multiProcessorCount;
     c->pdl = !(p && p->no_pdl);
     c->q4x = !(p && p->int4_float_act);
+    c->tensor_cores = prop.major >= 8 && !(p && p->no_tensor_cores);
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,
              (double)prop.totalGlobalMem / (1 << 30));
     const char *what = "streams";

@@ -45,8 +45,9 @@ typedef struct cu_prenorm {
 struct cu_ctx {
     int gpu;
     int n_sm;
-    int q4x; /* Q4 decode GEMVs on int8-quantised x (cuda_matmul.cu); off: on float x */
-    int pdl; /* programmatic dependent launch (cu_launch), unless sl_cuda_params.no_pdl */
+    int q4x;          /* Q4 decode GEMVs on int8-quantised x (cuda_matmul.cu); off: on float x */
+    int pdl;          /* programmatic dependent launch (cu_launch), unless sl_cuda_params.no_pdl */
+    int tensor_cores; /* prefill products on tensor cores (cuda_mma.cu), unless no_tensor_cores */
     char first_error[512]; /* the first CUDA failure since the last status call ("": none) */
     cu_prenorm pend;       /* the add_rmsnorm_next waiting for it */
     cudaStream_t stream;
@@ -138,6 +139,26 @@ static inline cu_w cu_w_of(const sl_tensor *t) {
         w.gshift++;
     return w;
 }
+
+/* One product of a batch run as one launch of tiles (gemm_tiled_batch, mma_gemm_batch): its
+ * tiles are tile0 .. tile0 + tiles_n * tiles_t - 1 of the launch, row tiles fastest. */
+typedef struct cu_gemm_item {
+    float *y;
+    const float *x;
+    cu_w w;
+    int N, T, tile0, tiles_n;
+} cu_gemm_item;
+
+/* Tensor-core prefill products (cuda_mma.cu), for T > 4: whether w and x suit them (BF16, Q8 or
+ * Q4 weights with groups of 32-128, K % 32 == 0, 16-byte aligned rows); one product; a batch of
+ * them (sel[0..n) of the arrays, all suited, one dtype and K) as one launch, 0 when its
+ * parameters do not fit the ring (nothing launched). */
+bool cu_mma_ok(const cu_ctx *c, const cu_w &w, const float *x, int64_t K);
+void cu_mma_matmul(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b, int bdt,
+                   int N, int K, int T);
+int cu_mma_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                        const sl_tensor *const *w, const int32_t *T, const int32_t *sel, int32_t n,
+                        int K);
 
 __device__ __forceinline__ float cu_bf16(uint16_t h) {
     return __uint_as_float((uint32_t)h << 16);

@@ -715,23 +715,14 @@ __global__ void __launch_bounds__(256)
                   (int64_t)blockIdx.y * GM_BM);
 }
 
-/* One product of a tiled batch: its tiles are tile0 .. tile0 + tiles_n * tiles_t - 1 of the
- * launch, row tiles fastest. */
-typedef struct gemm_item {
-    float *y;
-    const float *x;
-    cu_w w;
-    int N, T, tile0, tiles_n;
-} gemm_item;
-
 /* A batch of T > 4 products of one dtype and K in one launch, a block per tile of any of them
  * (map[b]: the item of block b), each tile computed as gemm_tiled computes it. Prefill's expert
  * batches: a launch per expert left most SMs idle (12 to 32 tiles each). */
 template <int DT>
-__global__ void __launch_bounds__(256)
-    gemm_tiled_batch(const gemm_item *__restrict__ items, const int32_t *__restrict__ map, int K) {
+__global__ void __launch_bounds__(256) gemm_tiled_batch(const cu_gemm_item *__restrict__ items,
+                                                        const int32_t *__restrict__ map, int K) {
     cu_pdl_wait();
-    const gemm_item it = items[map[blockIdx.x]];
+    const cu_gemm_item it = items[map[blockIdx.x]];
     const int tile = (int)blockIdx.x - it.tile0;
     gemm_tile<DT>(it.y, it.x, it.w, nullptr, 0, it.N, K, it.T, (int64_t)(tile % it.tiles_n) * GM_BN,
                   (int64_t)(tile / it.tiles_n) * GM_BM);
@@ -798,8 +789,9 @@ static int chunk_of(int dt) {
     }
 }
 
-void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
-               const sl_tensor *bias, int32_t T) {
+/* tc: whether a prompt-sized product may take the tensor cores (cu_mma_ok) */
+static void matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                   const sl_tensor *bias, int32_t T, bool tc) {
     if (sl_dtype_is_block(w->dtype)) {
         cu_blk_matmul(be, y, x, w, bias, T);
         return;
@@ -823,6 +815,11 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
         K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x (one token, fast path) */
     const cu_prenorm pn = cu_norm_take(be, x, T, K, fast && prenorm_fits(N, E, K));
+    if (T > 4 && tc && cu_mma_ok(c, wv, x, K)) {
+        cu_mma_matmul(c, y, x, wv, b, bdt, (int)N, (int)K, T);
+        CUDA_LAUNCHED(c);
+        return;
+    }
     if (T > 4) {
         dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
         switch (dt) {
@@ -983,33 +980,45 @@ static void gemv_batch(const sl_backend *be, float *const *y, const float *const
     CUDA_LAUNCHED(c);
 }
 
+void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+               const sl_tensor *bias, int32_t T) {
+    matmul(be, y, x, w, bias, T, true);
+}
+
 /* The products sel[0..n) (T > 4, dtype dt and K) as one tiled launch; 0 when their items and
  * tile map do not fit the parameter ring (the caller then runs them one by one). */
 static int gemm_batch(const sl_backend *be, float *const *y, const float *const *x,
                       const sl_tensor *const *w, const int32_t *T, const int32_t *sel, int32_t n,
                       int dt, int K) {
     cu_ctx *c = cu_of(be);
+    /* each product as cu_matmul takes it alone: all on tensor cores, all on the float32 tiles,
+     * or (a mix) one by one */
+    int on_tc = 0;
+    for (int32_t j = 0; j < n; j++)
+        on_tc += cu_mma_ok(c, cu_w_of(w[sel[j]]), x[sel[j]], K);
+    if (on_tc == n) return cu_mma_matmul_batch(be, y, x, w, T, sel, n, K);
+    if (on_tc) return 0;
     size_t tiles = 0;
     for (int32_t j = 0; j < n; j++)
         tiles += (size_t)cu_blocks((size_t)w[sel[j]]->shape[0], GM_BN) *
                  cu_blocks((size_t)T[sel[j]], GM_BM);
-    const size_t ib = ((size_t)n * sizeof(gemm_item) + 15) & ~(size_t)15;
+    const size_t ib = ((size_t)n * sizeof(cu_gemm_item) + 15) & ~(size_t)15;
     const size_t bytes = ib + tiles * sizeof(int32_t);
     if (bytes > c->items_bytes / 2 || bytes > c->stage_bytes / 8 || tiles > 0x7fffffff) return 0;
-    gemm_item *items = (gemm_item *)c->items_host;
+    cu_gemm_item *items = (cu_gemm_item *)c->items_host;
     int32_t *map = (int32_t *)(c->items_host + ib);
     int tile = 0;
     for (int32_t j = 0; j < n; j++) {
         const int32_t i = sel[j];
         const int tn = (int)cu_blocks((size_t)w[i]->shape[0], GM_BN);
         const int tt = (int)cu_blocks((size_t)T[i], GM_BM);
-        items[j] = gemm_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], T[i], tile, tn};
+        items[j] = cu_gemm_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], T[i], tile, tn};
         for (int b = 0; b < tn * tt; b++)
             map[tile + b] = j;
         tile += tn * tt;
     }
     const uint8_t *dev = (const uint8_t *)cu_items(be, items, bytes);
-    const gemm_item *di = (const gemm_item *)dev;
+    const cu_gemm_item *di = (const cu_gemm_item *)dev;
     const int32_t *dm = (const int32_t *)(dev + ib);
     switch (dt) {
     case SL_DTYPE_F32:
@@ -1538,7 +1547,9 @@ void cu_moe_route(const sl_backend *be, const sl_route_args *a) {
     const int plain = rc->score == SL_ROUTE_SOFTMAX && !a->bias && !a->select_bias &&
                       !a->expert_scale && (rc->scale == 0.0f || rc->scale == 1.0f);
     if (!plain) {
-        cu_matmul(be, a->logits, a->x, router, a->bias, T);
+        /* float32 tiles, not the tensor cores: the picks are a discontinuous function of the
+         * scores, and a 1e-5 change in a near tie would take another expert than the CPU's */
+        matmul(be, a->logits, a->x, router, a->bias, T, false);
         const cu_route_rule r = {(int)rc->score,
                                  rc->renormalize,
                                  rc->n_group,
@@ -1561,7 +1572,7 @@ void cu_moe_route(const sl_backend *be, const sl_route_args *a) {
     /* a pending add_rmsnorm_next whose y is x: done while staging x */
     const cu_prenorm pn = cu_norm_take(be, x, T, K, fast && prenorm_fits(E, C, K));
     if (!fast) {
-        cu_matmul(be, logits, x, router, NULL, T);
+        matmul(be, logits, x, router, NULL, T, false); /* as cu_moe_route: float32 */
         cu_launch(route_kernel, (unsigned)T, 32, 0, c, ids, w, logits, (int)E, k, renormalize);
         CUDA_LAUNCHED(c);
         return;
