@@ -74,7 +74,8 @@ check_case() {
 
     # pack to int8 and int4: the distance is printed for the record; the bounds (0.25, 1.0) only
     # catch a broken pack. Tiny random models with one group of 64 per row are far less
-    # forgiving than trained ones, and differ by family (gpt-oss int8 0.011, gemma4 0.10-0.15).
+    # forgiving than trained ones, and differ by family (gpt-oss int8 0.011, gemma4 0.10-0.15:
+    # the fixtures' sensitivity, measured in tests/fixtures/fam/README.md).
     for q in int8:0.25 int4:1.0; do
         rm -rf "$TMP/pk"
         if "$BIN" pack "$dir" "$TMP/pk" --quant "${q%%:*}" >/dev/null 2>"$TMP/err" &&
@@ -89,6 +90,42 @@ check_case() {
     if "$BIN" inspect "$dir" >"$TMP/insp" 2>"$TMP/err"; then ok "$name inspect"; else bad "$name inspect: $(head -c 300 "$TMP/err")"; fi
 }
 
+# Cases of a family whose published checkpoints hold the fused experts in x out (Qwen3-VL-MoE:
+# gate_up_proj [E, H, 2I], down_proj [E, I, H]; transformers 5 saves them as the fixture has
+# them): rewritten so by tools/fuse_experts.py --in-out, the logits must be the same bits,
+# mapped (laid out at load) and streamed, and so must those of its int8 pack.
+IN_OUT_CASES="qwen3_vl_moe_a"
+check_in_out() {
+    local name=$1 dir=$FIX/$1 io=$TMP/in_out ids k mode
+    ids=$(field "$dir/ref.json" ids)
+    k=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["text_config"]["num_experts_per_tok"])' "$dir/config.json")
+    rm -rf "$io" "$TMP/pk" "$TMP/pk_io"
+    if ! "$PY" "$(dirname "$0")/../tools/fuse_experts.py" --in-out "$dir" "$io" >/dev/null 2>"$TMP/err"; then
+        bad "$name in x out: $(head -c 300 "$TMP/err")"
+        return
+    fi
+    "$BIN" logits "$dir" --ids "$ids" --out "$TMP/l.f32" 2>"$TMP/err" || { bad "$name: $(head -c 300 "$TMP/err")"; return; }
+    for mode in "" "--experts stream --cache-experts $k"; do
+        # shellcheck disable=SC2086
+        if "$BIN" logits "$io" --ids "$ids" --out "$TMP/m.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$TMP/l.f32" "$TMP/m.f32"; then
+            ok "$name experts in x out ${mode:-mapped}: the same logits"
+        else
+            bad "$name experts in x out ${mode:-mapped}: other logits $(head -c 300 "$TMP/err")"
+        fi
+    done
+    if "$BIN" pack "$dir" "$TMP/pk" --quant int8 >/dev/null 2>"$TMP/err" &&
+        "$BIN" pack "$io" "$TMP/pk_io" --quant int8 >/dev/null 2>>"$TMP/err" &&
+        "$BIN" logits "$TMP/pk" --ids "$ids" --out "$TMP/p.f32" 2>>"$TMP/err" &&
+        "$BIN" logits "$TMP/pk_io" --ids "$ids" --out "$TMP/q.f32" 2>>"$TMP/err" &&
+        cmp -s "$TMP/p.f32" "$TMP/q.f32"; then
+        ok "$name experts in x out: the same int8 pack logits"
+    else
+        bad "$name experts in x out: int8 pack differs $(head -c 300 "$TMP/err")"
+    fi
+    rm -rf "$io" "$TMP/pk" "$TMP/pk_io"
+}
+
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
     for d in "$FIX"/*/; do
@@ -98,5 +135,6 @@ if [ ${#cases[@]} -eq 0 ]; then
 fi
 for c in "${cases[@]}"; do
     if [ -f "$FIX/$c/ref.json" ]; then check_case "$c"; else bad "$c: no such case in $FIX"; fi
+    case " $IN_OUT_CASES " in *" $c "*) check_in_out "$c" ;; esac
 done
 finish "fam"

@@ -159,14 +159,14 @@ static sl_status bind_hf_experts(const sl_ckpt *ck, sl_expert *ex, int32_t l, in
     snprintf(name, sizeof name, "layers.%d.%s.gate_up_proj", l, mod);
     const sl_ckpt_entry *fe = sl_ckpt_find(ck, name);
     const sl_tensor *fused = fe ? fe->t : NULL;
-    /* The original Qwen3-VL-MoE checkpoints store them transposed ([E, H, 2I], [E, I, H]; their
-     * conversion_mapping transposes them at load): not views of the file in this layout. */
+    /* Experts stored in x out ([E, H, 2I], [E, I, H]) are not views of the file in this layout:
+     * a family whose checkpoints hold them so lays them out (sl_family.expert_layout, as
+     * Qwen3-VL-MoE does); any other refuses them by name. */
     if (fused && fused->ndim == 3 && fused->shape[1] == H && fused->shape[2] == 2 * I && H != 2 * I)
         return sl_fail(err, SL_ERR_UNSUPPORTED,
-                       "%s: %s is [%d, %lld, %lld] (experts stored transposed, [E, hidden, 2 x "
-                       "intermediate], as the original Qwen3-VL-MoE checkpoints): not supported; "
-                       "sluice reads [E, 2 x intermediate, hidden], the layout transformers 5 "
-                       "saves (load and save_pretrained it once)",
+                       "%s: %s is [%d, %lld, %lld] (experts stored in x out, [E, hidden, 2 x "
+                       "intermediate]): not a layout of this architecture's checkpoints; sluice "
+                       "reads [E, 2 x intermediate, hidden] here, the layout transformers 5 saves",
                        ck->dir, name, E, (long long)H, (long long)(2 * I));
     if (fused) {
         sl_tensor gu, down;

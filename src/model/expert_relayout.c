@@ -204,6 +204,28 @@ static sl_status bind_layer(const sl_model *m, int32_t l, sl_expert_src *src, sl
     return SL_OK;
 }
 
+int32_t sl_fused_experts_layout(const sl_config *c, const sl_ckpt *ck) {
+    int32_t l = 0;
+    while (l < c->n_layers && !c->layer_is_moe[l])
+        l++;
+    if (l == c->n_layers || c->n_experts < 1) return c->expert_layout;
+    const char *mod =
+        c->family && c->family->experts_module ? c->family->experts_module : "mlp.experts";
+    char name[160];
+    snprintf(name, sizeof name, "layers.%d.%s.gate_up_proj", l, mod);
+    const sl_ckpt_entry *gu = sl_ckpt_find(ck, name);
+    snprintf(name, sizeof name, "layers.%d.%s.down_proj", l, mod);
+    const sl_ckpt_entry *dn = sl_ckpt_find(ck, name);
+    if (!gu || !dn || gu->t->ndim != 3 || dn->t->ndim != 3) return c->expert_layout;
+    /* Together the two shapes always tell: H = 2I leaves gate_up_proj's alike in both
+     * layouts, but then not down_proj's, and H = I the other way round. */
+    const int64_t E = c->n_experts, H = c->hidden_size, I = c->moe_intermediate_size;
+    const int64_t *g = gu->t->shape, *d = dn->t->shape;
+    const int in_out =
+        g[0] == E && g[1] == H && g[2] == 2 * I && d[0] == E && d[1] == I && d[2] == H;
+    return in_out ? SL_EXPERT_LAYOUT_IN_OUT : c->expert_layout;
+}
+
 sl_status sl_open_experts_gate_up_t(sl_model *m, const sl_store_params *sp, sl_error *err) {
     const sl_config *c = &m->cfg;
     const int32_t E = c->n_experts, nl = c->n_layers, nf = sl_ckpt_n_files(&m->ck);

@@ -15,6 +15,12 @@
  * resident). */
 sl_status sl_open_experts_gate_up_t(sl_model *m, const sl_store_params *sp, sl_error *err);
 
+/* Fused experts by their shapes: SL_EXPERT_LAYOUT_IN_OUT when the first MoE layer's
+ * gate_up_proj is [E, H, 2I] and down_proj [E, I, H] (under the family's experts_module), else
+ * c->expert_layout. A family whose published checkpoints store them so while transformers 5
+ * saves [E, 2I, H] and [E, H, I] under the same names takes this as its expert_layout hook. */
+int32_t sl_fused_experts_layout(const sl_config *c, const sl_ckpt *ck);
+
 /* MXFP4 as Hugging Face stores it (codes [rows, cols/32, 16] with element 2j in the low nibble
  * of byte j, e8m0 scales [rows, cols/32] apart) -> ggml's blocks (block_mxfp4: e, then qs[16]
  * with element j in the low nibble and j + 16 in the high one of qs[j]): one row of cols. */

@@ -419,6 +419,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         st = SL_ERR_NOMEM;
         goto fail;
     }
+    if (m->kind == SL_MODEL_HF && m->family->expert_layout)
+        m->cfg.expert_layout = m->family->expert_layout(&m->cfg, &m->ck);
     if ((st = m->family->bind(m, err))) goto fail;
     const sl_config *c = &m->cfg;
     const sl_store_params sp = {.mode = p.experts,

@@ -191,6 +191,11 @@ struct sl_family {
     /* Where a layer's routed experts sit in the checkpoint, "layers.N.<this>.gate_up_proj"
      * and so on (blk_bind_experts); NULL: "mlp.experts". */
     const char *experts_module;
+    /* Optional: the routed experts' layout (sl_expert_layout) where the checkpoint tells it
+     * and config.json does not (the same names in other shapes). Asked of a Hugging Face
+     * checkpoint once it is open, before bind, and by the packer, which streams experts that
+     * need a relayout. */
+    int32_t (*expert_layout)(const sl_config *c, const sl_ckpt *ck);
 };
 
 /* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */

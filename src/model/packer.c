@@ -777,6 +777,12 @@ sl_status sl_pack(const char *src_dir, const char *out_dir, const sl_pack_params
     sl_error cerr = {0};
     snprintf(path, sizeof path, "%s/config.json", src_dir);
     if (src_kind == SL_MODEL_HF && sl_config_load(&cfg, path, &cerr) == SL_OK) {
+        if (cfg.family && cfg.family->expert_layout) { /* the checkpoint tells (model.h) */
+            sl_ckpt ck;
+            if (sl_ckpt_open(&ck, src_dir, &cerr) == SL_OK)
+                cfg.expert_layout = cfg.family->expert_layout(&cfg, &ck);
+            sl_ckpt_close(&ck); /* what it opened, after a failure too */
+        }
         if (cfg.expert_layout != SL_EXPERT_LAYOUT_DEFAULT) {
             mp.experts = SL_EXPERTS_STREAM;
             mp.cache_experts = SL_MAX(cfg.n_experts_used, 1);
