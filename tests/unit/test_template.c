@@ -76,6 +76,81 @@ TEST(test_llama4_render) {
            buf);
 }
 
+/* Mixtral-8x7B-Instruct's [INST] template, both revisions (the later one spaces its brackets
+ * and takes a system message into the first user turn), with the bos and eos texts of
+ * tokenizer_config.json; and the Tulu template of OLMoE-Instruct. */
+static const sl_chat_msg turns[] = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+
+TEST(test_mistral_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    sl_chat_template_from_source(
+        "{{- bos_token }}{%- if message['role'] == 'user' %}{{- ' [INST] ' + message['content'] + "
+        "' [/INST]' }}{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + "
+        "eos_token}}",
+        &t);
+    CHECK(t.kind == SL_TEMPLATE_MISTRAL && t.inst_space && t.tpl_bos);
+    CHECK(!strcmp(sl_chat_template_kind_name(t.kind), "Mistral [INST]"));
+    snprintf(t.bos, sizeof t.bos, "<s>");
+    snprintf(t.eos, sizeof t.eos, "</s>");
+    sl_chat_render(&t, turns, 4, 1, 0, buf, sizeof buf);
+    const char *want = "<s> [INST] Be brief.\n\nHi [/INST] Hello!</s> [INST] 2+2? [/INST]";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* the first revision: "[INST] " and the reply right after " [/INST]" */
+    sl_chat_template_from_source("{{ bos_token }}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+                                 "message['content'] + ' [/INST]' }}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_MISTRAL && !t.inst_space);
+    snprintf(t.bos, sizeof t.bos, "<s>");
+    snprintf(t.eos, sizeof t.eos, "</s>");
+    sl_chat_render(&t, turns + 1, 3, 1, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<s>[INST] Hi [/INST]Hello!</s>[INST] 2+2? [/INST]"), "%s", buf);
+    /* Llama 2's <<SYS>> form is another template */
+    sl_chat_template_from_source("{{ '<<SYS>>\\n' }}{{ ' [/INST]' }}", &t);
+    CHECK(t.kind == SL_TEMPLATE_RAW);
+    CHECK(sl_chat_template_from_name("mistral", &t, &err) == SL_OK &&
+          t.kind == SL_TEMPLATE_MISTRAL);
+    sl_chat_render(&t, turns + 1, 1, 1, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<s> [INST] Hi [/INST]"), "%s", buf);
+}
+
+TEST(test_tulu_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    /* OLMoE-1B-7B-0924-Instruct's template as its tokenizer_config.json holds it (JSON-decoded:
+     * "\n" is two characters in the Jinja source) */
+    sl_chat_template_from_source(
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ "
+        "'<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}{{ "
+        "'<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{% "
+        "if not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% "
+        "else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% "
+        "if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}",
+        &t);
+    CHECK(t.kind == SL_TEMPLATE_TULU && t.tpl_bos &&
+          !strcmp(sl_chat_template_kind_name(t.kind), "Tulu"));
+    snprintf(t.eos, sizeof t.eos, "<|endoftext|>"); /* bos_token null: "" */
+    sl_chat_render(&t, turns, 4, 1, 0, buf, sizeof buf);
+    const char *want = "<|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\nHello!<|endoftext|>\n"
+                       "<|user|>\n2+2?\n<|assistant|>\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* a last reply keeps no newline after its eos; no generation prompt without messages */
+    snprintf(t.bos, sizeof t.bos, "<s>");
+    sl_chat_render(&t, turns + 1, 2, 0, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<s><|user|>\nHi\n<|assistant|>\nHello!<|endoftext|>"), "%s", buf);
+    CHECK(sl_chat_render(&t, turns, 0, 1, 0, buf, sizeof buf) == strlen(t.bos));
+    /* Zephyr's, which ends a user turn with eos, is not this one; GLM-4.5 neither */
+    sl_chat_template_from_source("{{ '<|user|>\\n' + message['content'] + eos_token }}{{ "
+                                 "'<|assistant|>\\n' }}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_RAW);
+    CHECK(sl_chat_template_from_name("tulu", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_TULU &&
+          !strcmp(t.eos, "<|endoftext|>") && !t.tpl_bos);
+}
+
 /* GLM-4.5: recognised by its own text; the renderings transformers gives with its
  * chat_template.jinja (the reasoning kept after the last user turn only, /nothink and an empty
  * think block when thinking is off). */
@@ -202,6 +277,15 @@ TEST(test_chat_template_detect) {
     sl_error err = {0};
     CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK);
     CHECK(t.kind == SL_TEMPLATE_CHATML && t.thinking_switch);
+    /* the bos and eos texts: a string, an AddedToken's content, null (empty) */
+    cfg = "{\"chat_template\": \"{{ '[INST] ' }}{{ ' [/INST]' }}\", \"bos_token\": {\"content\": "
+          "\"<s>\", \"special\": true}, \"eos_token\": \"</s>\"}";
+    test_write_file(path, cfg, strlen(cfg));
+    CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK && t.kind == SL_TEMPLATE_MISTRAL &&
+          !strcmp(t.bos, "<s>") && !strcmp(t.eos, "</s>"));
+    cfg = "{\"chat_template\": \"x\", \"bos_token\": null}";
+    test_write_file(path, cfg, strlen(cfg));
+    CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK && !t.bos[0] && !t.eos[0]);
     test_write_file(path, "{not json", 9);
     CHECK(sl_chat_template_detect(dir, &t, &err) == SL_ERR_FORMAT);
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir); /* takes precedence */
