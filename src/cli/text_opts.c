@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat/reply.h"
 #include "cli/text_opts.h"
 
 enum {
@@ -230,6 +231,27 @@ static int emit_file(void *user, const char *text, size_t len) {
     return 0;
 }
 
+/* A reply read by its template's layout (harmony): the content to the reply's stream, the
+ * reasoning to stderr, where it shows on a terminal and stays out of a redirected answer. */
+typedef struct reply_sink {
+    FILE *out;
+    sl_reply_parser parser;
+    int reasoning_open; /* reasoning shown and not yet ended by a newline */
+} reply_sink;
+
+static void reply_part(void *user, sl_reply_part part, const char *text, size_t len) {
+    reply_sink *k = user;
+    if (part == SL_REPLY_CONTENT && k->reasoning_open) fputc('\n', stderr);
+    k->reasoning_open = part == SL_REPLY_REASONING;
+    emit_file(k->reasoning_open ? stderr : k->out, text, len);
+}
+
+static int emit_parts(void *user, const char *text, size_t len) {
+    reply_sink *k = user;
+    sl_reply_feed(&k->parser, text, len, reply_part, k);
+    return 0;
+}
+
 static int was_interrupted(void *user) {
     (void)user;
     return interrupted;
@@ -244,12 +266,23 @@ int text_reply(text_ctx *t, FILE *out, sl_gen_result *res) {
                        .emit = emit_file,
                        .cancelled = was_interrupted,
                        .user = out};
+    reply_sink parts = {.out = out};
+    if (sl_reply_needs_special(&t->g.tpl)) {
+        sl_reply_init(&parts.parser, &t->g.tpl);
+        p.keep_special = 1;
+        p.emit = emit_parts;
+        p.user = &parts;
+    }
     struct sigaction sa = {.sa_handler = on_sigint}, old;
     sigaction(SIGINT, &sa, &old);
     interrupted = 0;
     int rc = 0;
     if (sl_gen_reply(&t->g, t->ids.ids, (int32_t)t->ids.n, &p, res, &err))
         rc = cli_error("%s", err.msg);
+    if (p.emit == emit_parts) {
+        sl_reply_finish(&parts.parser, reply_part, &parts);
+        if (parts.reasoning_open) fputc('\n', stderr);
+    }
     sigaction(SIGINT, &old, NULL);
     fputc('\n', out);
     fflush(out);

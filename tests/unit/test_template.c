@@ -2,6 +2,7 @@
 #include <jansson.h>
 
 #include "chat/genconfig.h"
+#include "chat/reply.h"
 #include "chat/template.h"
 #include "test.h"
 
@@ -543,4 +544,69 @@ TEST(test_chat_encode_same_ids_as_render_then_encode) {
     printf("  chat_encode: %zu conversations with the old ids, %zu with content kept as text\n",
            same, guarded);
     CHECK(same > 10000 && guarded > 1000);
+}
+
+/* Replies read by their template's layout: harmony's analysis channel is the reasoning, the
+ * final channel the content, whatever pieces the reply arrives in. */
+typedef struct reply_acc {
+    char part[2][512];
+    size_t n[2];
+    int calls;
+} reply_acc;
+
+static void reply_put(void *user, sl_reply_part part, const char *text, size_t len) {
+    reply_acc *a = user;
+    if (a->n[part] + len < sizeof a->part[part]) memcpy(a->part[part] + a->n[part], text, len);
+    a->n[part] += len;
+    a->part[part][SL_MIN(a->n[part], sizeof a->part[part] - 1)] = '\0';
+    a->calls++;
+}
+
+/* Feeds text in pieces of `step` bytes (0: whole); the parts in a. */
+static void reply_split(const sl_chat_template *t, const char *text, size_t step, reply_acc *a) {
+    sl_reply_parser p;
+    memset(a, 0, sizeof *a);
+    sl_reply_init(&p, t);
+    const size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step ? step : n)
+        sl_reply_feed(&p, text + i, SL_MIN(step ? step : n, n - i), reply_put, a);
+    sl_reply_finish(&p, reply_put, a);
+}
+
+TEST(test_reply_parts) {
+    sl_chat_template t;
+    sl_error err = {0};
+    reply_acc a;
+    CHECK(sl_chat_template_from_name("harmony", &t, &err) == SL_OK && sl_reply_needs_special(&t));
+    const char *reply = "<|channel|>analysis<|message|>User says hi; 1<2 so <|greet|>.<|end|>"
+                        "<|start|>assistant<|channel|>final<|message|>Hello! <3";
+    for (size_t step = 0; step < 8; step++) {
+        reply_split(&t, reply, step, &a);
+        CHECKF(!strcmp(a.part[SL_REPLY_REASONING], "User says hi; 1<2 so <|greet|>.") &&
+                   !strcmp(a.part[SL_REPLY_CONTENT], "Hello! <3"),
+               "step %zu: reasoning '%s', content '%s'", step, a.part[1], a.part[0]);
+    }
+    /* a body held back while it may begin a marker, given once it cannot */
+    sl_reply_parser p;
+    sl_reply_init(&p, &t);
+    memset(&a, 0, sizeof a);
+    sl_reply_feed(&p, "<|channel|>final<|message|>a<|en", 32, reply_put, &a);
+    CHECK(!strcmp(a.part[0], "a"));
+    sl_reply_feed(&p, "x", 1, reply_put, &a);
+    CHECK(!strcmp(a.part[0], "a<|enx"));
+    /* commentary is content; a missing <|end|> before the next header; <|call|> ends a body;
+     * an unfinished header at the end is dropped */
+    reply_split(&t,
+                "<|channel|>analysis to=x<|message|>r1<|start|>assistant<|channel|>commentary"
+                "<|message|>c1<|call|><|channel|>analysis<|message|>r2<|end|><|start|>assistant",
+                3, &a);
+    CHECKF(!strcmp(a.part[1], "r1r2") && !strcmp(a.part[0], "c1"), "'%s' '%s'", a.part[1],
+           a.part[0]);
+    /* a model that writes no header: its text is content */
+    reply_split(&t, "just text", 2, &a);
+    CHECK(!strcmp(a.part[0], "just text") && !a.n[1]);
+    /* other templates: the reply as it is */
+    CHECK(sl_chat_template_from_name("chatml", &t, &err) == SL_OK && !sl_reply_needs_special(&t));
+    reply_split(&t, "<think>x</think>y<|channel|>", 4, &a);
+    CHECK(!strcmp(a.part[0], "<think>x</think>y<|channel|>") && !a.n[1]);
 }
