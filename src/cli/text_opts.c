@@ -207,7 +207,9 @@ int text_finish(text_ctx *t) {
  * is text, and only the template inserts <|im_start|> and the like (sl_chat_encode). Without
  * one (--raw, --chat-template raw, a model that has none) the text is the prompt as written,
  * special tokens' text included, as llama.cpp's --special: the documented raw mode, where
- * nothing else could insert them.
+ * nothing else could insert them. It starts with the BOS the tokenizer adds to a text
+ * (Llama-4, DeepSeek, Mixtral, Gemma; not Qwen), as tokenizer(text) does: a template writes
+ * its own.
  */
 int text_encode(text_ctx *t, const sl_chat_msg *msgs, int32_t n) {
     sl_error err = {0};
@@ -220,7 +222,7 @@ int text_encode(text_ctx *t, const sl_chat_msg *msgs, int32_t n) {
     char *text = malloc(need + 1);
     if (!text) return cli_error("out of memory");
     sl_chat_render(&t->g.tpl, msgs, n, 1, t->o->think, text, need + 1);
-    st = sl_tokenizer_encode(t->g.tok, text, need, &t->ids, &err);
+    st = sl_tokenizer_encode_prompt(t->g.tok, text, need, &t->ids, &err); /* with its BOS */
     free(text);
     return st ? cli_error("%s", err.msg) : 0;
 }

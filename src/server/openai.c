@@ -271,9 +271,10 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     }
     if (text) {
         /* A completions prompt is raw text: special tokens' text in it is parsed, as
-         * llama.cpp's server does, since no template is there to insert them. */
+         * llama.cpp's server does, since no template is there to insert them; it starts with
+         * the tokenizer's BOS, as tokenizer(prompt) does (vLLM's add_special_tokens). */
         sl_error err = {0};
-        sl_status st = sl_tokenizer_encode(s->tok, text, strlen(text), &j->prompt, &err);
+        sl_status st = sl_tokenizer_encode_prompt(s->tok, text, strlen(text), &j->prompt, &err);
         free(text);
         if (st) return bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
     }

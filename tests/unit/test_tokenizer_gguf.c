@@ -649,6 +649,11 @@ TEST(tokenizer_gguf_sentencepiece) {
         CHECKF(s && !strcmp(s, "ab ba c"), "%s", s);
         free(s);
         CHECK(sl_tokenizer_vocab_size(tok) == 265);
+        /* add_bos_token: a raw prompt starts with bos_token_id */
+        const int32_t *bos;
+        CHECK(sl_tokenizer_bos(tok, &bos) == 1 && bos[0] == 1);
+        CHECK(sl_tokenizer_encode_prompt(tok, "ab", 2, &ids, &err) == SL_OK && ids.n == 2 &&
+              ids.ids[0] == 1 && ids.ids[1] == 264);
     }
     sl_tokenizer_free(tok);
     sl_gen_config gc;
