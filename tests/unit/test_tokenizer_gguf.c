@@ -500,6 +500,7 @@ TEST(tokenizer_gguf_small_bpe) {
     sl_chat_template t;
     sl_gen_config gc;
     CHECK(sl_chat_template_from_gguf(&f, &t, &err) == SL_OK && t.kind == SL_TEMPLATE_CHATML);
+    CHECK(!strcmp(t.eos, "<|x|>") && !t.bos[0]); /* the texts a template writes: eos's id's */
     CHECK(sl_gen_config_from_gguf(&f, &gc, &err) == SL_OK && gc.n_eos == 1 && gc.eos[0] == 5);
     sl_gguf_close(&f);
     free(b);
