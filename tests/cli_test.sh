@@ -291,6 +291,19 @@ if "${PYTHON:-python3}" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2
     else
         bad "run greedy $(cat "$TMP/err")"
     fi
+    # A raw prompt starts with the BOS the tokenizer adds (tokenizer_config.json's add_bos_token
+    # here; Qwen's adds none), once; a chat template writes its own.
+    mkdir -p "$TMP/tqb" && ln -sf "$TMP"/tq/* "$TMP/tqb/" &&
+        echo '{"add_bos_token": true, "bos_token": "<|endoftext|>"}' >"$TMP/tqb/tokenizer_config.json"
+    ptok() { "$BIN" run "$@" -n 1 2>&1 >/dev/null | grep -o 'prompt [0-9]* tok'; }
+    if [ "$(ptok "$TMP/tq" --raw -p Hello)" = "prompt 1 tok" ] &&
+        [ "$(ptok "$TMP/tqb" --raw -p Hello)" = "prompt 2 tok" ] &&
+        [ "$(ptok "$TMP/tqb" --raw -p '<|endoftext|>Hello')" = "prompt 2 tok" ] &&
+        [ "$(ptok "$TMP/tqb" -p Hello --chat-template chatml)" = "$(ptok "$TMP/tq" -p Hello --chat-template chatml)" ]; then
+        ok "run --raw: the tokenizer's BOS first (add_bos_token), once; none added to a template"
+    else
+        bad "raw prompt BOS"
+    fi
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 7 >"$TMP/s1" 2>/dev/null
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 7 >"$TMP/s2" 2>/dev/null
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --temp 1.5 --top-k 50 --seed 8 >"$TMP/s3" 2>/dev/null

@@ -22,6 +22,8 @@ const char *sl_chat_template_kind_name(sl_template_kind kind) {
     case SL_TEMPLATE_GLM: return "GLM-4.5";
     case SL_TEMPLATE_DEEPSEEK: return "DeepSeek";
     case SL_TEMPLATE_LLAMA4: return "Llama-4";
+    case SL_TEMPLATE_MISTRAL: return "Mistral [INST]";
+    case SL_TEMPLATE_TULU: return "Tulu";
     default: return "none (raw text)";
     }
 }
@@ -63,6 +65,23 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
         t->kind = SL_TEMPLATE_LLAMA4;
         return;
     }
+    /* Mixtral-8x7B-Instruct's two revisions: "[INST] " and " [/INST]" as Jinja literals (Llama
+     * 2's <<SYS>> form and the later Mistral formats with [SYSTEM_PROMPT] or tools differ) */
+    if (jinja && strstr(jinja, "' [/INST]'") && !strstr(jinja, "<<SYS>>") &&
+        !strstr(jinja, "[SYSTEM_PROMPT]") && !strstr(jinja, "[AVAILABLE_TOOLS]")) {
+        t->kind = SL_TEMPLATE_MISTRAL;
+        t->inst_space = strstr(jinja, "' [INST] '") != NULL;
+        t->tpl_bos = 1;
+        return;
+    }
+    /* Tulu: a newline, not an eos, ends a user turn (Zephyr's, which writes eos there, is not
+     * this one); the Jinja source holds "\n" as two characters */
+    if (jinja && strstr(jinja, "'<|user|>\\n' + message['content'] + '\\n'") &&
+        strstr(jinja, "'<|assistant|>\\n'")) {
+        t->kind = SL_TEMPLATE_TULU;
+        t->tpl_bos = strstr(jinja, "{{ bos_token }}") != NULL;
+        return;
+    }
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
     t->kind = SL_TEMPLATE_CHATML;
     t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
@@ -98,6 +117,18 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         t->kind = SL_TEMPLATE_LLAMA4;
         return SL_OK;
     }
+    if (!strcmp(name, "mistral")) {
+        t->kind = SL_TEMPLATE_MISTRAL;
+        t->inst_space = t->tpl_bos = 1;
+        snprintf(t->bos, sizeof t->bos, "<s>");
+        snprintf(t->eos, sizeof t->eos, "</s>");
+        return SL_OK;
+    }
+    if (!strcmp(name, "tulu")) {
+        t->kind = SL_TEMPLATE_TULU;
+        snprintf(t->eos, sizeof t->eos, "<|endoftext|>");
+        return SL_OK;
+    }
     t->kind = SL_TEMPLATE_CHATML;
     if (!strcmp(name, "chatml")) return SL_OK;
     if (!strcmp(name, "chatml-think")) {
@@ -111,8 +142,16 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
     }
     return sl_fail(err, SL_ERR_ARG,
                    "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, glm, "
-                   "deepseek, llama4 or raw)",
+                   "deepseek, llama4, mistral, tulu or raw)",
                    name);
+}
+
+/* A special token's text in tokenizer_config.json: a string, or an AddedToken's "content"
+ * (null or absent: empty, as Jinja renders an undefined bos_token). */
+static void token_text(json_t *root, const char *key, char *out, size_t cap) {
+    json_t *v = json_object_get(root, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    snprintf(out, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
 }
 
 sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error *err) {
@@ -127,19 +166,21 @@ sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error
         return st;
     }
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    if (stat(path, &sb) == 0) {
+    const int jinja_file = stat(path, &sb) == 0;
+    if (jinja_file) {
         char *text = NULL;
         sl_status st = sl_read_file(path, &text, NULL, err);
         if (st) return st;
         sl_chat_template_from_source(text, t);
         free(text);
-        return SL_OK;
     }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (stat(path, &sb) != 0) return SL_OK;
     json_t *root;
-    sl_status st = sl_json_load_file(path, &root, err);
-    if (st) return st;
+    sl_error e2 = {0};
+    /* beside chat_template.jinja it only gives the bos and eos texts: unreadable, none */
+    sl_status st = sl_json_load_file(path, &root, jinja_file ? &e2 : err);
+    if (st) return jinja_file ? SL_OK : st;
     json_t *ct = json_object_get(root, "chat_template");
     if (json_is_array(ct)) { /* [{"name": "default", "template": "..."}, ...] */
         size_t i;
@@ -150,9 +191,26 @@ sl_status sl_chat_template_detect(const char *dir, sl_chat_template *t, sl_error
         }
         ct = pick;
     }
-    sl_chat_template_from_source(json_string_value(ct), t);
+    if (!jinja_file) sl_chat_template_from_source(json_string_value(ct), t);
+    token_text(root, "bos_token", t->bos, sizeof t->bos);
+    token_text(root, "eos_token", t->eos, sizeof t->eos);
     json_decref(root);
     return SL_OK;
+}
+
+/* The text of the token whose id a GGUF key holds ("" when absent or out of range). */
+static void gguf_token_text(const sl_gguf_file *f, const char *key, char *out, size_t cap) {
+    const sl_gguf_kv *toks;
+    sl_error e = {0};
+    int64_t id;
+    out[0] = '\0';
+    if (!sl_gguf_find_kv(f, key) || !sl_gguf_find_kv(f, "tokenizer.ggml.tokens") ||
+        sl_gguf_get_i64(f, key, &id, &e) ||
+        sl_gguf_get_arr(f, "tokenizer.ggml.tokens", SL_GGUF_STRING, &toks, &e) || id < 0 ||
+        (uint64_t)id >= toks->n)
+        return;
+    const sl_gguf_str s = sl_gguf_arr_str(toks, (uint64_t)id);
+    if (s.len < cap) snprintf(out, cap, "%.*s", (int)s.len, s.s);
 }
 
 sl_status sl_chat_template_from_gguf(const sl_gguf_file *f, sl_chat_template *t, sl_error *err) {
@@ -167,6 +225,8 @@ sl_status sl_chat_template_from_gguf(const sl_gguf_file *f, sl_chat_template *t,
     src[s.len] = '\0';
     sl_chat_template_from_source(src, t);
     free(src);
+    gguf_token_text(f, "tokenizer.ggml.bos_token_id", t->bos, sizeof t->bos);
+    gguf_token_text(f, "tokenizer.ggml.eos_token_id", t->eos, sizeof t->eos);
     return SL_OK;
 }
 
@@ -486,6 +546,49 @@ static void render_llama4(const sl_chat_msg *msgs, int32_t n, int add_generation
     if (add_generation_prompt) put_tpl(k, "<|header_start|>assistant<|header_end|>\n\n");
 }
 
+/* Mixtral's [INST] template: a first system message opens the first user turn; other roles
+ * render nothing (the template refuses them). The generation prompt is the user turn's end. */
+static void render_mistral(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                           chat_sink *k) {
+    const int sys = n > 0 && is_system(&msgs[0]);
+    put_tpl(k, t->bos);
+    for (int32_t i = sys; i < n; i++) {
+        const char *text = msgs[i].content;
+        if (!strcmp(msgs[i].role, "user")) {
+            put_tpl(k, t->inst_space ? " [INST] " : "[INST] ");
+            if (sys && i == 1) {
+                k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+                put_tpl(k, "\n\n");
+            }
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, " [/INST]");
+        } else if (!strcmp(msgs[i].role, "assistant")) {
+            if (t->inst_space) put_tpl(k, " ");
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, t->eos);
+        }
+    }
+}
+
+/* Tulu's template: every role but system, user and assistant renders nothing; the generation
+ * prompt follows a last message only (the template writes it inside its loop). */
+static void render_tulu(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                        int add_generation_prompt, chat_sink *k) {
+    if (t->tpl_bos) put_tpl(k, t->bos);
+    for (int32_t i = 0; i < n; i++) {
+        const char *text = msgs[i].content, *role = msgs[i].role;
+        const int assistant = !strcmp(role, "assistant");
+        if (!assistant && strcmp(role, "user") && strcmp(role, "system")) continue;
+        put_tpl(k, assistant               ? "<|assistant|>\n"
+                   : !strcmp(role, "user") ? "<|user|>\n"
+                                           : "<|system|>\n");
+        k->put(k, text, strlen(text), 1);
+        if (assistant) put_tpl(k, t->eos);
+        if (!assistant || i < n - 1) put_tpl(k, "\n");
+    }
+    if (add_generation_prompt && n > 0) put_tpl(k, "<|assistant|>\n");
+}
+
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                    int add_generation_prompt, int enable_thinking, chat_sink *k) {
     if (t->kind == SL_TEMPLATE_DEEPSEEK) {
@@ -510,6 +613,14 @@ static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n
     }
     if (t->kind == SL_TEMPLATE_LLAMA4) {
         render_llama4(msgs, n, add_generation_prompt, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_MISTRAL) {
+        render_mistral(t, msgs, n, k);
+        return;
+    }
+    if (t->kind == SL_TEMPLATE_TULU) {
+        render_tulu(t, msgs, n, add_generation_prompt, k);
         return;
     }
     if (t->kind == SL_TEMPLATE_RAW) {

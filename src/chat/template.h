@@ -58,6 +58,18 @@
  *     <|header_start|>system<|header_end|>\n\n{system, trimmed}<|eot|>   (a first system message)
  *     <|header_start|>user<|header_end|>\n\n{text}<|eot|>
  *     <|header_start|>assistant<|header_end|>\n\n                       (generation prompt)
+ *
+ *   Mistral [INST] (Mixtral-8x7B-Instruct; the later revision's leading spaces in brackets):
+ *     {bos}[ ][INST] [{system}\n\n]{text} [/INST][ ]{text}{eos}[ ][INST] {text} [/INST]
+ *   a system message opens the first user turn; the generation prompt adds nothing.
+ *
+ *   Tulu (OLMoE-Instruct, OLMo-2-Instruct, Tulu 3; {bos} where the template writes bos_token):
+ *     {bos}<|system|>\n{system}\n<|user|>\n{text}\n<|assistant|>\n{text}{eos}\n
+ *     <|assistant|>\n                                  (generation prompt)
+ *   a last assistant message has no newline after its {eos}.
+ *
+ *   {bos} and {eos}: the texts of tokenizer_config.json's bos_token and eos_token (of a GGUF's
+ *   tokenizer.ggml.bos_token_id and eos_token_id), as the Jinja template receives them.
  */
 #ifndef SL_TEMPLATE_H
 #define SL_TEMPLATE_H
@@ -74,10 +86,12 @@ typedef enum sl_template_kind {
     SL_TEMPLATE_GLM = 5,      /* GLM-4.5 / 4.6 */
     SL_TEMPLATE_DEEPSEEK = 6, /* <｜User｜> ... <｜Assistant｜> */
     SL_TEMPLATE_LLAMA4 = 7,   /* <|header_start|>role<|header_end|> ... <|eot|> */
+    SL_TEMPLATE_MISTRAL = 8,  /* [INST] ... [/INST] (Mixtral) */
+    SL_TEMPLATE_TULU = 9,     /* <|user|>\n ... <|assistant|>\n (OLMoE) */
 } sl_template_kind;
 
-/* "ChatML", "harmony (gpt-oss)", "Gemma 4", "Gemma", "GLM-4.5", "DeepSeek", "none (raw text)":
- * for messages. */
+/* "ChatML", "harmony (gpt-oss)", "Gemma 4", "Gemma", "GLM-4.5", "DeepSeek", "Llama-4",
+ * "Mistral [INST]", "Tulu", "none (raw text)": for messages. */
 const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
@@ -94,6 +108,11 @@ typedef struct sl_chat_template {
     int32_t think_newline;
     int32_t join_system; /* DeepSeek: every system message, "\n\n" between (else the last) */
     int32_t strip_think; /* DeepSeek: earlier assistant turns lose their reasoning */
+    int32_t inst_space;  /* Mistral: " [INST] " and " {reply}" (the later Mixtral revision) */
+    /* Mistral, Tulu: the bos_token and eos_token texts the template writes (tpl_bos: the
+     * template starts with bos_token) */
+    int32_t tpl_bos;
+    char bos[32], eos[32];
 } sl_chat_template;
 
 typedef struct sl_chat_msg {
@@ -113,7 +132,8 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
 /* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
- * "glm", "deepseek", "llama4", "raw". */
+ * "glm", "deepseek", "llama4", "mistral" (<s>, </s>, the spaced form), "tulu" (no bos,
+ * <|endoftext|>), "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
 /*

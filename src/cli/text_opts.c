@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat/reply.h"
 #include "cli/text_opts.h"
 
 enum {
@@ -206,7 +207,9 @@ int text_finish(text_ctx *t) {
  * is text, and only the template inserts <|im_start|> and the like (sl_chat_encode). Without
  * one (--raw, --chat-template raw, a model that has none) the text is the prompt as written,
  * special tokens' text included, as llama.cpp's --special: the documented raw mode, where
- * nothing else could insert them.
+ * nothing else could insert them. It starts with the BOS the tokenizer adds to a text
+ * (Llama-4, DeepSeek, Mixtral, Gemma; not Qwen), as tokenizer(text) does: a template writes
+ * its own.
  */
 int text_encode(text_ctx *t, const sl_chat_msg *msgs, int32_t n) {
     sl_error err = {0};
@@ -219,7 +222,7 @@ int text_encode(text_ctx *t, const sl_chat_msg *msgs, int32_t n) {
     char *text = malloc(need + 1);
     if (!text) return cli_error("out of memory");
     sl_chat_render(&t->g.tpl, msgs, n, 1, t->o->think, text, need + 1);
-    st = sl_tokenizer_encode(t->g.tok, text, need, &t->ids, &err);
+    st = sl_tokenizer_encode_prompt(t->g.tok, text, need, &t->ids, &err); /* with its BOS */
     free(text);
     return st ? cli_error("%s", err.msg) : 0;
 }
@@ -227,6 +230,27 @@ int text_encode(text_ctx *t, const sl_chat_msg *msgs, int32_t n) {
 static int emit_file(void *user, const char *text, size_t len) {
     fwrite(text, 1, len, (FILE *)user);
     fflush((FILE *)user);
+    return 0;
+}
+
+/* A reply read by its template's layout (harmony): the content to the reply's stream, the
+ * reasoning to stderr, where it shows on a terminal and stays out of a redirected answer. */
+typedef struct reply_sink {
+    FILE *out;
+    sl_reply_parser parser;
+    int reasoning_open; /* reasoning shown and not yet ended by a newline */
+} reply_sink;
+
+static void reply_part(void *user, sl_reply_part part, const char *text, size_t len) {
+    reply_sink *k = user;
+    if (part == SL_REPLY_CONTENT && k->reasoning_open) fputc('\n', stderr);
+    k->reasoning_open = part == SL_REPLY_REASONING;
+    emit_file(k->reasoning_open ? stderr : k->out, text, len);
+}
+
+static int emit_parts(void *user, const char *text, size_t len) {
+    reply_sink *k = user;
+    sl_reply_feed(&k->parser, text, len, reply_part, k);
     return 0;
 }
 
@@ -244,12 +268,23 @@ int text_reply(text_ctx *t, FILE *out, sl_gen_result *res) {
                        .emit = emit_file,
                        .cancelled = was_interrupted,
                        .user = out};
+    reply_sink parts = {.out = out};
+    if (sl_reply_needs_special(&t->g.tpl)) {
+        sl_reply_init(&parts.parser, &t->g.tpl);
+        p.keep_special = 1;
+        p.emit = emit_parts;
+        p.user = &parts;
+    }
     struct sigaction sa = {.sa_handler = on_sigint}, old;
     sigaction(SIGINT, &sa, &old);
     interrupted = 0;
     int rc = 0;
     if (sl_gen_reply(&t->g, t->ids.ids, (int32_t)t->ids.n, &p, res, &err))
         rc = cli_error("%s", err.msg);
+    if (p.emit == emit_parts) {
+        sl_reply_finish(&parts.parser, reply_part, &parts);
+        if (parts.reasoning_open) fputc('\n', stderr);
+    }
     sigaction(SIGINT, &old, NULL);
     fputc('\n', out);
     fflush(out);

@@ -123,7 +123,7 @@ sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_pa
     const int32_t n_text = sl_tokenizer_vocab_size(g->tok);
 
     sl_detok d;
-    sl_detok_init(&d, g->tok, 1);
+    sl_detok_init(&d, g->tok, !p->keep_special);
     size_t printed = 0, hold = 0;
     for (int32_t i = 0; i < p->n_stops; i++)
         hold = SL_MAX(hold, strlen(p->stops[i]) - 1);

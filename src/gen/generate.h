@@ -68,6 +68,9 @@ typedef struct sl_gen_params {
      * 0: only the part not already in the KV cache (a sampler kept across turns). */
     int32_t accept_prompt;
     int32_t ignore_eos; /* never sample the EOS / end-of-turn ids (benchmarks, tests) */
+    /* the reply's text keeps special tokens' text (<|channel|>...): for a reply read by its
+     * template's layout (chat/reply.h); else they are dropped */
+    int32_t keep_special;
     /* Text ready to show (whole UTF-8 characters, never part of a stop string);
      * nonzero return cancels. May be NULL. */
     int (*emit)(void *user, const char *text, size_t len);

@@ -77,7 +77,9 @@ typedef struct srv_req {
     /* streaming: events formatted but not yet handed to libmicrohttpd */
     char *out;
     size_t out_len, out_cap, out_off;
-    size_t sent, seen; /* bytes of job->text sent; job->text_len at the last look */
+    size_t sent, seen;     /* bytes of job->text sent; job->text_len (+ reasoning_len) at the last
+                              look */
+    size_t sent_reasoning; /* bytes of job->reasoning sent */
     int started, ended;
 } srv_req;
 
@@ -228,13 +230,13 @@ static int sse_fill(srv_req *r) {
     r->last_out = sl_now();
     if (!r->started) { /* the role chunk first: the client sees the stream open at once */
         r->started = 1;
-        return r->o.kind == SRV_CHAT
-                   ? out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 1))
-                   : 0;
+        return r->o.kind == SRV_CHAT ? out_event(r, srv_chunk_json(s, &r->o, r->id, r->created,
+                                                                   NULL, 0, NULL, 0, NULL, 1))
+                                     : 0;
     }
     srv_job *j = r->job;
     pthread_mutex_lock(&j->mu);
-    while (j->text_len == r->seen && j->state != SRV_JOB_DONE) {
+    while (j->text_len + j->reasoning_len == r->seen && j->state != SRV_JOB_DONE) {
         if (atomic_load(&s->abandon)) {
             pthread_mutex_unlock(&j->mu);
             return sse_end_error(r, "the server is shutting down: the request was cancelled",
@@ -252,12 +254,19 @@ static int sse_fill(srv_req *r) {
         }
     }
     const int done = j->state == SRV_JOB_DONE;
-    r->seen = j->text_len;
+    r->seen = j->text_len + j->reasoning_len;
     const size_t end = done ? j->text_len : utf8_cut(j->text, r->sent, j->text_len);
-    json_t *chunk = end > r->sent ? srv_chunk_json(s, &r->o, r->id, r->created, j->text + r->sent,
-                                                   end - r->sent, NULL, 0)
-                                  : NULL;
+    const size_t rend =
+        done ? j->reasoning_len : utf8_cut(j->reasoning, r->sent_reasoning, j->reasoning_len);
+    json_t *chunk =
+        end > r->sent || rend > r->sent_reasoning
+            ? srv_chunk_json(s, &r->o, r->id, r->created, end > r->sent ? j->text + r->sent : NULL,
+                             end - r->sent,
+                             rend > r->sent_reasoning ? j->reasoning + r->sent_reasoning : NULL,
+                             rend - r->sent_reasoning, NULL, 0)
+            : NULL;
     r->sent = end;
+    r->sent_reasoning = rend;
     pthread_mutex_unlock(&j->mu);
     if (chunk && out_event(r, chunk)) return -1;
     if (!done) return 0;
@@ -266,10 +275,10 @@ static int sse_fill(srv_req *r) {
     if (j->res.finish == SL_GEN_CANCELLED) /* with the client still here: the shutdown */
         return sse_end_error(r, "the server is shutting down: the request was cancelled",
                              "shutting_down");
-    int rc =
-        out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, srv_finish_reason(j), 0));
+    int rc = out_event(
+        r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, srv_finish_reason(j), 0));
     if (!rc && r->o.include_usage) {
-        json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0);
+        json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, NULL, 0);
         json_object_set_new(u, "choices", json_array());
         json_object_set_new(u, "usage", srv_usage_json(j));
         rc = out_event(r, u);

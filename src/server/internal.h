@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "chat/reply.h"
 #include "server/server.h"
 
 #define SRV_MAX_STOPS 8
@@ -37,6 +38,13 @@ typedef struct srv_job {
     srv_job_state state;
     char *text; /* the reply so far (bytes; may end inside a UTF-8 character until done) */
     size_t text_len, text_cap;
+    /* parts: a chat reply read by its template's layout (harmony): text is its content,
+     * reasoning its reasoning (reasoning_content), the parser the worker's */
+    int32_t parts;
+    sl_reply_parser parser;
+    char *reasoning;
+    size_t reasoning_len, reasoning_cap;
+    int32_t oom; /* the worker's: a part could not be stored */
     sl_gen_result res;
     int32_t timed_out;
     int32_t failed; /* the HTTP status to answer (500, 503); error holds the message */
@@ -166,10 +174,11 @@ const char *srv_finish_reason(const srv_job *j);
 /* The whole response of a finished job. */
 json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id,
                           int64_t created);
-/* One streamed chunk: text (len bytes, may be NULL), finish (NULL while going on),
- * role (the first chat chunk). */
+/* One streamed chunk: text (len bytes, may be NULL), reasoning (rlen bytes, NULL: none; a
+ * chat delta's reasoning_content), finish (NULL while going on), role (the first chat chunk). */
 json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
-                       const char *text, size_t len, const char *finish, int role);
+                       const char *text, size_t len, const char *reasoning, size_t rlen,
+                       const char *finish, int role);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);
 

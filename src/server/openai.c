@@ -258,6 +258,10 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
 
     /* The prompt's ids. */
     char *text = NULL;
+    if (kind == SRV_CHAT && sl_reply_needs_special(&s->tpl)) { /* content and reasoning */
+        j->parts = 1;
+        sl_reply_init(&j->parser, &s->tpl);
+    }
     rc = kind == SRV_CHAT ? chat_prompt(s, req, j, error)
                           : completion_prompt(s, req, j, &text, error);
     if (rc == 500) *error = srv_error_json("out of memory", "server_error", NULL, NULL);
@@ -267,9 +271,10 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     }
     if (text) {
         /* A completions prompt is raw text: special tokens' text in it is parsed, as
-         * llama.cpp's server does, since no template is there to insert them. */
+         * llama.cpp's server does, since no template is there to insert them; it starts with
+         * the tokenizer's BOS, as tokenizer(prompt) does (vLLM's add_special_tokens). */
         sl_error err = {0};
-        sl_status st = sl_tokenizer_encode(s->tok, text, strlen(text), &j->prompt, &err);
+        sl_status st = sl_tokenizer_encode_prompt(s->tok, text, strlen(text), &j->prompt, &err);
         free(text);
         if (st) return bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
     }
@@ -337,10 +342,14 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
     json_t *choice =
         json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason", srv_finish_reason(j));
     json_t *text = text_json(j->text, j->text_len);
-    if (chat)
-        json_object_set_new(choice, "message",
-                            json_pack("{s:s, s:o}", "role", "assistant", "content", text));
-    else
+    if (chat) {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+        /* as vLLM's reasoning parsers give it */
+        if (j->parts)
+            json_object_set_new(msg, "reasoning_content",
+                                text_json(j->reasoning, j->reasoning_len));
+        json_object_set_new(choice, "message", msg);
+    } else
         json_object_set_new(choice, "text", text);
     json_object_set_new(r, "choices", json_pack("[o]", choice));
     json_object_set_new(r, "usage", srv_usage_json(j));
@@ -348,7 +357,8 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
 }
 
 json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
-                       const char *text, size_t len, const char *finish, int role) {
+                       const char *text, size_t len, const char *reasoning, size_t rlen,
+                       const char *finish, int role) {
     const int chat = o->kind == SRV_CHAT;
     json_t *r = envelope(s, id, created, chat ? "chat.completion.chunk" : "text_completion");
     json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
@@ -356,6 +366,7 @@ json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, 
     if (chat) {
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (reasoning) json_object_set_new(delta, "reasoning_content", text_json(reasoning, rlen));
         if (text || role) json_object_set_new(delta, "content", text_json(text, len));
         json_object_set_new(choice, "delta", delta);
     } else {

@@ -47,6 +47,7 @@ void srv_job_release(srv_job *j) {
     for (int32_t i = 0; i < j->n_stops; i++)
         free(j->stops[i]);
     free(j->text);
+    free(j->reasoning);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -151,25 +152,41 @@ uint64_t srv_next_number(srv *s) {
 
 /* ---- callbacks of the generation loop ---- */
 
+/* Appends n bytes to a NUL-terminated buffer. 0, or 1 out of memory. */
+static int buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *t = realloc(*buf, c);
+        if (!t) return 1;
+        *buf = t;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+/* A part of a reply read by its template's layout (under j->mu). */
+static void job_part(void *user, sl_reply_part part, const char *text, size_t len) {
+    srv_job *j = user;
+    if (part == SL_REPLY_REASONING)
+        j->oom |= buf_append(&j->reasoning, &j->reasoning_len, &j->reasoning_cap, text, len);
+    else
+        j->oom |= buf_append(&j->text, &j->text_len, &j->text_cap, text, len);
+}
+
 static int job_emit(void *user, const char *text, size_t len) {
     srv_job *j = user;
     pthread_mutex_lock(&j->mu);
-    if (j->text_len + len + 1 > j->text_cap) {
-        size_t cap = (j->text_len + len + 1) * 2;
-        char *t = realloc(j->text, cap);
-        if (!t) {
-            pthread_mutex_unlock(&j->mu);
-            return 1; /* cancels; reported as an error below */
-        }
-        j->text = t;
-        j->text_cap = cap;
-    }
-    memcpy(j->text + j->text_len, text, len);
-    j->text_len += len;
-    j->text[j->text_len] = '\0';
+    if (j->parts)
+        sl_reply_feed(&j->parser, text, len, job_part, j);
+    else
+        j->oom |= buf_append(&j->text, &j->text_len, &j->text_cap, text, len);
+    const int oom = j->oom;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    return atomic_load(&j->cancel);
+    return oom ? 1 : atomic_load(&j->cancel); /* out of memory cancels; reported below */
 }
 
 static int job_cancelled(void *user) {
@@ -237,10 +254,16 @@ static void run_job(srv *s, srv_job *j) {
                        .n_stops = j->n_stops,
                        .accept_prompt = 1,
                        .ignore_eos = j->ignore_eos,
+                       .keep_special = j->parts,
                        .emit = job_emit,
                        .cancelled = job_cancelled,
                        .user = j};
     sl_status st = sl_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
+    if (j->parts) { /* what the parser held: the reply's end */
+        pthread_mutex_lock(&j->mu);
+        sl_reply_finish(&j->parser, job_part, j);
+        pthread_mutex_unlock(&j->mu);
+    }
     if (st) {
         /* Whatever failed (a read, a checksum, non-finite logits), the KV cache may now hold
          * positions computed from bad data while ctx_ids still claims them: the next request
@@ -256,6 +279,10 @@ static void run_job(srv *s, srv_job *j) {
     }
     if (res.finish == SL_GEN_CANCELLED && !j->timed_out && !atomic_load(&j->cancel)) {
         job_finish(s, j, &res, 500, "out of memory"); /* job_emit failed */
+        return;
+    }
+    if (j->oom) { /* the parser's last part (job_emit's fail the generation above) */
+        job_finish(s, j, &res, 500, "out of memory");
         return;
     }
     if (j->timed_out) res.finish = SL_GEN_LENGTH; /* what was generated is returned */

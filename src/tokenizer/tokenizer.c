@@ -234,6 +234,11 @@ struct sl_tokenizer {
     sl_norm_step norm[SL_MAX_NORM];
     int32_t n_norm;
 
+    /* what tokenizer(text) puts before a single text: the post-processor's special tokens
+     * (Llama-4's <|begin_of_text|>, Mixtral's <s>), or tokenizer_config.json's add_bos_token */
+    int32_t bos_ids[SL_TOK_MAX_BOS];
+    int32_t n_bos;
+
     /* SentencePiece-style BPE (Llama 2 / Mistral): vocab written with U+2581 for
      * spaces, start symbols are characters, unknown ones become <0xXX> tokens
      * (byte_fallback); decoder Replace(U+2581 -> " "), ByteFallback, Fuse, Strip. */
@@ -914,6 +919,60 @@ static sl_status load_json(sl_tokenizer *t, json_t *root, const char *path, sl_e
     return SL_OK;
 }
 
+/* The special tokens a post-processor puts before a single text ("single": [SpecialToken ...,
+ * Sequence A, ...] of TemplateProcessing, also inside a Sequence of processors). Anything
+ * else adds nothing before the text. */
+static void load_bos(sl_tokenizer *t, json_t *pp) {
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (!type) return;
+    if (!strcmp(type, "Sequence")) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(pp, "processors"), i, v) load_bos(t, v);
+        return;
+    }
+    if (strcmp(type, "TemplateProcessing")) return;
+    json_t *specials = json_object_get(pp, "special_tokens");
+    size_t i;
+    json_t *item;
+    t->n_bos = 0;
+    json_array_foreach(json_object_get(pp, "single"), i, item) {
+        json_t *sp = json_object_get(item, "SpecialToken");
+        if (!sp) break; /* the text (Sequence A) comes next */
+        const char *name = json_string_value(json_object_get(sp, "id"));
+        json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
+        size_t k;
+        json_t *id;
+        json_array_foreach(ids, k, id) {
+            if (json_is_integer(id) && json_integer_value(id) >= 0 &&
+                json_integer_value(id) < t->n_ids && t->n_bos < SL_TOK_MAX_BOS)
+                t->bos_ids[t->n_bos++] = (int32_t)json_integer_value(id);
+        }
+    }
+}
+
+/* tokenizer_config.json beside tokenizer.json: an add_bos_token it sets wins over the
+ * post-processor, as transformers' Llama and Gemma tokenizers rebuild it from that flag. An
+ * unreadable file, or a bos_token that is no token, changes nothing. */
+static void config_bos(sl_tokenizer *t, const char *file) {
+    char path[4096];
+    const char *slash = strrchr(file, '/');
+    snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - file + 1) : 0,
+             file);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    json_t *add = json_object_get(root, "add_bos_token");
+    if (json_is_false(add)) t->n_bos = 0;
+    if (json_is_true(add)) {
+        json_t *bos = json_object_get(root, "bos_token");
+        if (json_is_object(bos)) bos = json_object_get(bos, "content");
+        const int32_t id =
+            json_is_string(bos) ? sl_tokenizer_token_to_id(t, json_string_value(bos)) : -1;
+        if (id >= 0) t->bos_ids[0] = id, t->n_bos = 1;
+    }
+    json_decref(root);
+}
+
 sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err) {
     *out = NULL;
     char file[4096];
@@ -935,6 +994,7 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
     if (st) return st;
     st = sl_tokenizer_from_json(root, file, out, err);
     json_decref(root);
+    if (!st) config_bos(*out, file);
     return st;
 }
 
@@ -945,6 +1005,7 @@ sl_status sl_tokenizer_from_json(const struct json_t *root, const char *name, sl
     if (!t) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     /* jansson's getters take a non-const json_t; nothing here changes the document */
     sl_status st = load_json(t, (json_t *)root, name, err);
+    if (!st) load_bos(t, json_object_get((json_t *)root, "post_processor"));
     if (st) {
         sl_tokenizer_free(t);
         return st;
@@ -1422,6 +1483,25 @@ sl_status sl_tokenizer_encode_ex(const sl_tokenizer *t, const char *text, size_t
 sl_status sl_tokenizer_encode(const sl_tokenizer *t, const char *text, size_t len,
                               sl_token_ids *out, sl_error *err) {
     return sl_tokenizer_encode_ex(t, text, len, 0, out, err);
+}
+
+int32_t sl_tokenizer_bos(const sl_tokenizer *t, const int32_t **ids) {
+    *ids = t->bos_ids;
+    return t->n_bos;
+}
+
+sl_status sl_tokenizer_encode_prompt(const sl_tokenizer *t, const char *text, size_t len,
+                                     sl_token_ids *out, sl_error *err) {
+    sl_status st = sl_tokenizer_encode(t, text, len, out, err);
+    if (st || !t->n_bos) return st;
+    const size_t nb = (size_t)t->n_bos;
+    if (out->n >= nb && !memcmp(out->ids, t->bos_ids, nb * sizeof *out->ids))
+        return SL_OK; /* the text starts with them already: not twice */
+    for (size_t i = 0; i < nb; i++)
+        if (ids_push(out, 0)) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
+    memmove(out->ids + nb, out->ids, (out->n - nb) * sizeof *out->ids);
+    memcpy(out->ids, t->bos_ids, nb * sizeof *out->ids);
+    return SL_OK;
 }
 
 sl_status sl_tokenizer_encode_spans(const sl_tokenizer *t, const char *text, size_t len,

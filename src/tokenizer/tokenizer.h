@@ -73,6 +73,17 @@ sl_status sl_tokenizer_json_from_gguf(const struct sl_gguf_file *f, struct json_
                                       sl_error *err);
 void sl_tokenizer_free(sl_tokenizer *tok);
 
+/* The ids tokenizer(text) puts before a text (add_special_tokens=True): the special tokens
+ * of tokenizer.json's post-processor (TemplateProcessing), or the bos_token where
+ * tokenizer_config.json beside it sets add_bos_token (false: none); a GGUF's
+ * tokenizer.ggml.add_bos_token and bos_token_id. Returns how many (0: none, as for Qwen). */
+#define SL_TOK_MAX_BOS 4
+int32_t sl_tokenizer_bos(const sl_tokenizer *tok, const int32_t **ids);
+/* A raw prompt's ids: sl_tokenizer_bos's, then the text's (sl_tokenizer_encode), as
+ * tokenizer(text) gives them; a text whose ids already start with them gets them once. */
+sl_status sl_tokenizer_encode_prompt(const sl_tokenizer *tok, const char *text, size_t len,
+                                     sl_token_ids *out, sl_error *err);
+
 /* Encodes len bytes of text (no BOS/EOS added). out->n is reset to 0, then ids
  * are appended; out grows as needed. Added tokens are matched anywhere in the
  * text: "<|im_end|>" written in it becomes the control token. */

@@ -397,6 +397,26 @@ static sl_status gpt2_parts(gg_tok *g, json_t *root, json_t *model, sl_error *er
     return bad ? sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", path) : SL_OK;
 }
 
+/* add_bos_token: the post-processor Hugging Face's converted tokenizers carry for it, the
+ * bos token before a single text (and before each of a pair). */
+static sl_status bos_processor(gg_tok *g, json_t *root, int32_t bos, sl_error *err) {
+    const sl_gguf_str s = sl_gguf_arr_str(g->tokens, (uint64_t)bos);
+    const char *text = cstr(g, s.s, (size_t)s.len);
+    json_t *pp =
+        text ? json_pack("{s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:[{s:{s:s, s:i}}, "
+                         "{s:{s:s, s:i}}, {s:{s:s, s:i}}, {s:{s:s, s:i}}], s:{s:{s:s, "
+                         "s:[i], s:[s]}}}",
+                         "type", "TemplateProcessing", "single", "SpecialToken", "id", text,
+                         "type_id", 0, "Sequence", "id", "A", "type_id", 0, "pair", "SpecialToken",
+                         "id", text, "type_id", 0, "Sequence", "id", "A", "type_id", 0,
+                         "SpecialToken", "id", text, "type_id", 1, "Sequence", "id", "B", "type_id",
+                         1, "special_tokens", text, "id", text, "ids", bos, "tokens", text)
+             : NULL;
+    return set_new(root, "post_processor", pp)
+               ? sl_fail(err, SL_ERR_NOMEM, "%s: out of memory", g->f->path)
+               : SL_OK;
+}
+
 /* The same for a SentencePiece vocabulary: Hugging Face's layout for Llama 2 (Prepend("▁") and
  * Replace(" " -> "▁") as the normalizer, no pre-tokenizer, byte fallback, the decoder's Strip of
  * the space it prepended). */
@@ -508,10 +528,10 @@ sl_status sl_tokenizer_json_from_gguf(const sl_gguf_file *f, json_t **doc, sl_er
         return sl_fail(err, SL_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu tokens", f->path,
                        (unsigned long long)g.n);
     if ((st = int_array(f, "tokenizer.ggml.token_type", g.n, &g.types, err))) return st;
-    int32_t ids[sizeof ID_KEYS / sizeof ID_KEYS[0]], flag;
+    int32_t ids[sizeof ID_KEYS / sizeof ID_KEYS[0]], add_bos, flag;
     for (size_t k = 0; k < sizeof ID_KEYS / sizeof ID_KEYS[0]; k++)
         if ((st = opt_id(f, ID_KEYS[k], g.n, &ids[k], err))) return st;
-    if ((st = opt_bool(f, "tokenizer.ggml.add_bos_token", 0, &flag, err)) ||
+    if ((st = opt_bool(f, "tokenizer.ggml.add_bos_token", 0, &add_bos, err)) ||
         (st = opt_bool(f, "tokenizer.ggml.add_eos_token", 0, &flag, err)))
         return st;
     const sl_gguf_kv *mkv = sl_gguf_find_kv(f, "tokenizer.ggml.merges");
@@ -530,6 +550,7 @@ sl_status sl_tokenizer_json_from_gguf(const sl_gguf_file *f, json_t **doc, sl_er
     if (!st && mkv) st = copy_merges(&g, mkv, merges, err);
     if (!st && !mkv && sp) st = derive_merges(&g, merges, err);
     if (!st) st = sp ? llama_parts(&g, root, model, ids[4], err) : gpt2_parts(&g, root, model, err);
+    if (!st && add_bos && ids[0] >= 0) st = bos_processor(&g, root, ids[0], err);
     json_decref(g.vocab);
     json_decref(merges);
     json_decref(added);

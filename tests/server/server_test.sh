@@ -468,4 +468,21 @@ expect "completions: a raw prompt parses special tokens" 200 '"prompt_tokens":13
     "$URL/v1/completions"
 stop "$PID"
 
+# ---- a template whose replies have parts (harmony): the chat message gets reasoning_content
+# (this model writes no channel headers: its text is all content), streamed or not; ChatML's
+# has none (checked on the "prompts" server above: no reasoning_content in its answers)
+if grep -q reasoning_content "$TMP/body"; then bad "ChatML reply with reasoning_content"; fi
+start harmony --chat-template harmony || exit 1
+expect "harmony: content and reasoning_content" 200 '"reasoning_content":""' "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0}' \
+    "$URL/v1/chat/completions"
+curl -sN "${J[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}' \
+    "$URL/v1/chat/completions" >"$TMP/harmony.sse"
+if grep -q '"content":' "$TMP/harmony.sse" && tail -n 2 "$TMP/harmony.sse" | grep -q '\[DONE\]'; then
+    ok "harmony: a streamed reply"
+else
+    bad "harmony stream: $(head -c 300 "$TMP/harmony.sse")"
+fi
+stop "$PID"
+
 finish "server test" "$(($(date +%s) - t_start)) s"

@@ -2,6 +2,7 @@
 #include <jansson.h>
 
 #include "chat/genconfig.h"
+#include "chat/reply.h"
 #include "chat/template.h"
 #include "test.h"
 
@@ -74,6 +75,81 @@ TEST(test_llama4_render) {
     sl_chat_render(&t, msgs + 1, 1, 0, 0, buf, sizeof buf);
     CHECKF(!strcmp(buf, "<|begin_of_text|><|header_start|>user<|header_end|>\n\n Hi <|eot|>"), "%s",
            buf);
+}
+
+/* Mixtral-8x7B-Instruct's [INST] template, both revisions (the later one spaces its brackets
+ * and takes a system message into the first user turn), with the bos and eos texts of
+ * tokenizer_config.json; and the Tulu template of OLMoE-Instruct. */
+static const sl_chat_msg turns[] = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}};
+
+TEST(test_mistral_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    sl_chat_template_from_source(
+        "{{- bos_token }}{%- if message['role'] == 'user' %}{{- ' [INST] ' + message['content'] + "
+        "' [/INST]' }}{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + "
+        "eos_token}}",
+        &t);
+    CHECK(t.kind == SL_TEMPLATE_MISTRAL && t.inst_space && t.tpl_bos);
+    CHECK(!strcmp(sl_chat_template_kind_name(t.kind), "Mistral [INST]"));
+    snprintf(t.bos, sizeof t.bos, "<s>");
+    snprintf(t.eos, sizeof t.eos, "</s>");
+    sl_chat_render(&t, turns, 4, 1, 0, buf, sizeof buf);
+    const char *want = "<s> [INST] Be brief.\n\nHi [/INST] Hello!</s> [INST] 2+2? [/INST]";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* the first revision: "[INST] " and the reply right after " [/INST]" */
+    sl_chat_template_from_source("{{ bos_token }}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+                                 "message['content'] + ' [/INST]' }}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_MISTRAL && !t.inst_space);
+    snprintf(t.bos, sizeof t.bos, "<s>");
+    snprintf(t.eos, sizeof t.eos, "</s>");
+    sl_chat_render(&t, turns + 1, 3, 1, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<s>[INST] Hi [/INST]Hello!</s>[INST] 2+2? [/INST]"), "%s", buf);
+    /* Llama 2's <<SYS>> form is another template */
+    sl_chat_template_from_source("{{ '<<SYS>>\\n' }}{{ ' [/INST]' }}", &t);
+    CHECK(t.kind == SL_TEMPLATE_RAW);
+    CHECK(sl_chat_template_from_name("mistral", &t, &err) == SL_OK &&
+          t.kind == SL_TEMPLATE_MISTRAL);
+    sl_chat_render(&t, turns + 1, 1, 1, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<s> [INST] Hi [/INST]"), "%s", buf);
+}
+
+TEST(test_tulu_render) {
+    sl_chat_template t;
+    sl_error err = {0};
+    char buf[1024];
+    /* OLMoE-1B-7B-0924-Instruct's template as its tokenizer_config.json holds it (JSON-decoded:
+     * "\n" is two characters in the Jinja source) */
+    sl_chat_template_from_source(
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ "
+        "'<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}{{ "
+        "'<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{% "
+        "if not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% "
+        "else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% "
+        "if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}",
+        &t);
+    CHECK(t.kind == SL_TEMPLATE_TULU && t.tpl_bos &&
+          !strcmp(sl_chat_template_kind_name(t.kind), "Tulu"));
+    snprintf(t.eos, sizeof t.eos, "<|endoftext|>"); /* bos_token null: "" */
+    sl_chat_render(&t, turns, 4, 1, 0, buf, sizeof buf);
+    const char *want = "<|system|>\nBe brief.\n<|user|>\nHi\n<|assistant|>\nHello!<|endoftext|>\n"
+                       "<|user|>\n2+2?\n<|assistant|>\n";
+    CHECKF(!strcmp(buf, want), "%s", buf);
+    /* a last reply keeps no newline after its eos; no generation prompt without messages */
+    snprintf(t.bos, sizeof t.bos, "<s>");
+    sl_chat_render(&t, turns + 1, 2, 0, 0, buf, sizeof buf);
+    CHECKF(!strcmp(buf, "<s><|user|>\nHi\n<|assistant|>\nHello!<|endoftext|>"), "%s", buf);
+    CHECK(sl_chat_render(&t, turns, 0, 1, 0, buf, sizeof buf) == strlen(t.bos));
+    /* Zephyr's, which ends a user turn with eos, is not this one; GLM-4.5 neither */
+    sl_chat_template_from_source("{{ '<|user|>\\n' + message['content'] + eos_token }}{{ "
+                                 "'<|assistant|>\\n' }}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_RAW);
+    CHECK(sl_chat_template_from_name("tulu", &t, &err) == SL_OK && t.kind == SL_TEMPLATE_TULU &&
+          !strcmp(t.eos, "<|endoftext|>") && !t.tpl_bos);
 }
 
 /* GLM-4.5: recognised by its own text; the renderings transformers gives with its
@@ -202,6 +278,15 @@ TEST(test_chat_template_detect) {
     sl_error err = {0};
     CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK);
     CHECK(t.kind == SL_TEMPLATE_CHATML && t.thinking_switch);
+    /* the bos and eos texts: a string, an AddedToken's content, null (empty) */
+    cfg = "{\"chat_template\": \"{{ '[INST] ' }}{{ ' [/INST]' }}\", \"bos_token\": {\"content\": "
+          "\"<s>\", \"special\": true}, \"eos_token\": \"</s>\"}";
+    test_write_file(path, cfg, strlen(cfg));
+    CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK && t.kind == SL_TEMPLATE_MISTRAL &&
+          !strcmp(t.bos, "<s>") && !strcmp(t.eos, "</s>"));
+    cfg = "{\"chat_template\": \"x\", \"bos_token\": null}";
+    test_write_file(path, cfg, strlen(cfg));
+    CHECK(sl_chat_template_detect(dir, &t, &err) == SL_OK && !t.bos[0] && !t.eos[0]);
     test_write_file(path, "{not json", 9);
     CHECK(sl_chat_template_detect(dir, &t, &err) == SL_ERR_FORMAT);
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir); /* takes precedence */
@@ -459,4 +544,69 @@ TEST(test_chat_encode_same_ids_as_render_then_encode) {
     printf("  chat_encode: %zu conversations with the old ids, %zu with content kept as text\n",
            same, guarded);
     CHECK(same > 10000 && guarded > 1000);
+}
+
+/* Replies read by their template's layout: harmony's analysis channel is the reasoning, the
+ * final channel the content, whatever pieces the reply arrives in. */
+typedef struct reply_acc {
+    char part[2][512];
+    size_t n[2];
+    int calls;
+} reply_acc;
+
+static void reply_put(void *user, sl_reply_part part, const char *text, size_t len) {
+    reply_acc *a = user;
+    if (a->n[part] + len < sizeof a->part[part]) memcpy(a->part[part] + a->n[part], text, len);
+    a->n[part] += len;
+    a->part[part][SL_MIN(a->n[part], sizeof a->part[part] - 1)] = '\0';
+    a->calls++;
+}
+
+/* Feeds text in pieces of `step` bytes (0: whole); the parts in a. */
+static void reply_split(const sl_chat_template *t, const char *text, size_t step, reply_acc *a) {
+    sl_reply_parser p;
+    memset(a, 0, sizeof *a);
+    sl_reply_init(&p, t);
+    const size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step ? step : n)
+        sl_reply_feed(&p, text + i, SL_MIN(step ? step : n, n - i), reply_put, a);
+    sl_reply_finish(&p, reply_put, a);
+}
+
+TEST(test_reply_parts) {
+    sl_chat_template t;
+    sl_error err = {0};
+    reply_acc a;
+    CHECK(sl_chat_template_from_name("harmony", &t, &err) == SL_OK && sl_reply_needs_special(&t));
+    const char *reply = "<|channel|>analysis<|message|>User says hi; 1<2 so <|greet|>.<|end|>"
+                        "<|start|>assistant<|channel|>final<|message|>Hello! <3";
+    for (size_t step = 0; step < 8; step++) {
+        reply_split(&t, reply, step, &a);
+        CHECKF(!strcmp(a.part[SL_REPLY_REASONING], "User says hi; 1<2 so <|greet|>.") &&
+                   !strcmp(a.part[SL_REPLY_CONTENT], "Hello! <3"),
+               "step %zu: reasoning '%s', content '%s'", step, a.part[1], a.part[0]);
+    }
+    /* a body held back while it may begin a marker, given once it cannot */
+    sl_reply_parser p;
+    sl_reply_init(&p, &t);
+    memset(&a, 0, sizeof a);
+    sl_reply_feed(&p, "<|channel|>final<|message|>a<|en", 32, reply_put, &a);
+    CHECK(!strcmp(a.part[0], "a"));
+    sl_reply_feed(&p, "x", 1, reply_put, &a);
+    CHECK(!strcmp(a.part[0], "a<|enx"));
+    /* commentary is content; a missing <|end|> before the next header; <|call|> ends a body;
+     * an unfinished header at the end is dropped */
+    reply_split(&t,
+                "<|channel|>analysis to=x<|message|>r1<|start|>assistant<|channel|>commentary"
+                "<|message|>c1<|call|><|channel|>analysis<|message|>r2<|end|><|start|>assistant",
+                3, &a);
+    CHECKF(!strcmp(a.part[1], "r1r2") && !strcmp(a.part[0], "c1"), "'%s' '%s'", a.part[1],
+           a.part[0]);
+    /* a model that writes no header: its text is content */
+    reply_split(&t, "just text", 2, &a);
+    CHECK(!strcmp(a.part[0], "just text") && !a.n[1]);
+    /* other templates: the reply as it is */
+    CHECK(sl_chat_template_from_name("chatml", &t, &err) == SL_OK && !sl_reply_needs_special(&t));
+    reply_split(&t, "<think>x</think>y<|channel|>", 4, &a);
+    CHECK(!strcmp(a.part[0], "<think>x</think>y<|channel|>") && !a.n[1]);
 }

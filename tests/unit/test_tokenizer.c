@@ -442,6 +442,52 @@ TEST(tokenizer_tiny_merges_both_spellings) {
     }
 }
 
+/* The BOS a raw prompt starts with: the post-processor's (inside a Sequence, as Llama-4's), or
+ * tokenizer_config.json's add_bos_token, which wins (true with its bos_token, false: none). */
+TEST(tokenizer_tiny_bos) {
+    char dir[512], path[600], json[2048];
+    snprintf(dir, sizeof dir, "%s/bos", test_tmpdir());
+    snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+    CHECK(system(path) == 0);
+    static const char *const pps[] = {
+        ", \"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": "
+        "\"ByteLevel\"}, {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+        "{\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+        "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [6], \"tokens\": [\"<s>\"]}}}]}",
+        ""};
+    static const char *const cfgs[] = {NULL, "{\"add_bos_token\": false, \"bos_token\": \"<s>\"}",
+                                       "{\"add_bos_token\": true, \"bos_token\": {\"content\": "
+                                       "\"<s>\"}}"};
+    const int want[2][3] = {{1, 0, 1}, {0, 0, 1}}; /* a BOS for [post_processor][config] */
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < 3; c++) {
+            snprintf(json, sizeof json, TINY_HEAD, "null", "{\"type\": \"ByteLevel\"}", "\"BPE\"",
+                     "[\"a b\", \"ab c\"]");
+            snprintf(json + strlen(json) - 1, sizeof json - strlen(json) + 1, "%s}", pps[k]);
+            snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+            CHECK(test_write_file(path, json, strlen(json)) == 0);
+            snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+            if (cfgs[c])
+                CHECK(test_write_file(path, cfgs[c], strlen(cfgs[c])) == 0);
+            else
+                remove(path);
+            sl_tokenizer *tok = NULL;
+            sl_error err = {0};
+            CHECKF(sl_tokenizer_load(dir, &tok, &err) == SL_OK, "%s", err.msg);
+            if (!tok) continue;
+            const int32_t *bos;
+            const int32_t n = sl_tokenizer_bos(tok, &bos);
+            CHECKF(n == want[k][c] && (!n || bos[0] == 6), "pp %d config %d: %d", k, c, n);
+            sl_token_ids ids = {0};
+            CHECK(sl_tokenizer_encode_prompt(tok, "ab", 2, &ids, &err) == SL_OK);
+            CHECK(ids.n == 1 + (size_t)n && ids.ids[n] == 3 && (!n || ids.ids[0] == 6));
+            CHECK(sl_tokenizer_encode_prompt(tok, "<s>ab", 5, &ids, &err) == SL_OK); /* once */
+            CHECK(ids.n == 2 && ids.ids[0] == 6 && ids.ids[1] == 3);
+            sl_token_ids_free(&ids);
+            sl_tokenizer_free(tok);
+        }
+}
+
 /* ByteLevel alone splits with GPT-2's regex; add_prefix_space puts a space first. */
 TEST(tokenizer_tiny_bytelevel_regex) {
     const char *pres[] = {

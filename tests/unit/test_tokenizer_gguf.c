@@ -500,6 +500,7 @@ TEST(tokenizer_gguf_small_bpe) {
     sl_chat_template t;
     sl_gen_config gc;
     CHECK(sl_chat_template_from_gguf(&f, &t, &err) == SL_OK && t.kind == SL_TEMPLATE_CHATML);
+    CHECK(!strcmp(t.eos, "<|x|>") && !t.bos[0]); /* the texts a template writes: eos's id's */
     CHECK(sl_gen_config_from_gguf(&f, &gc, &err) == SL_OK && gc.n_eos == 1 && gc.eos[0] == 5);
     sl_gguf_close(&f);
     free(b);
@@ -649,6 +650,11 @@ TEST(tokenizer_gguf_sentencepiece) {
         CHECKF(s && !strcmp(s, "ab ba c"), "%s", s);
         free(s);
         CHECK(sl_tokenizer_vocab_size(tok) == 265);
+        /* add_bos_token: a raw prompt starts with bos_token_id */
+        const int32_t *bos;
+        CHECK(sl_tokenizer_bos(tok, &bos) == 1 && bos[0] == 1);
+        CHECK(sl_tokenizer_encode_prompt(tok, "ab", 2, &ids, &err) == SL_OK && ids.n == 2 &&
+              ids.ids[0] == 1 && ids.ids[1] == 264);
     }
     sl_tokenizer_free(tok);
     sl_gen_config gc;
