@@ -7,8 +7,10 @@
  * join the compute stream at copy_join or a sync; only alloc's zero-fill, to_host,
  * to_dev, release and reserve order themselves with the host. Device memory is taken at init
  * and by alloc and reserve (at load and session creation), never by an op. Kernels live in
- * cuda_matmul.cu (matmul, embed) and cuda_ops.cu (the rest); each one is tested against the
- * CPU op in tests/cuda/test_cuda_ops.c.
+ * cuda_matmul.cu (matmul, embed, routers, fused experts), cuda_mma.cu (its prompt-sized
+ * products on tensor cores), cuda_blocks.cu and cuda_fp8.cu (GGUF block and FP8 weights),
+ * cuda_mla.cu (latent attention) and cuda_ops.cu (the rest); each one is tested against the
+ * reference in tests/ops/ops_table.c (build-cuda/test_cuda).
  */
 #include <stdlib.h>
 
