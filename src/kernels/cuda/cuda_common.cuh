@@ -149,6 +149,13 @@ typedef struct cu_gemm_item {
     int N, T, tile0, tiles_n;
 } cu_gemm_item;
 
+/* The items and tile map of a batch of products sel[0..n) in tiles of bn rows x bm tokens, copied
+ * into the parameter ring: the items' device address (the map's in *map, the tile count in
+ * *tiles), or NULL when they do not fit (nothing copied). */
+const cu_gemm_item *cu_gemm_items(const sl_backend *be, float *const *y, const float *const *x,
+                                  const sl_tensor *const *w, const int32_t *T, const int32_t *sel,
+                                  int32_t n, int bn, int bm, unsigned *tiles, const int32_t **map);
+
 /* Tensor-core prefill products (cuda_mma.cu), for T > 4: whether w and x suit them (BF16, Q8 or
  * Q4 weights with groups of 32-128, K % 32 == 0, 16-byte aligned rows); one product; a batch of
  * them (sel[0..n) of the arrays, all suited, one dtype and K) as one launch, 0 when its

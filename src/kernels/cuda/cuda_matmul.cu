@@ -985,6 +985,34 @@ void cu_matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *
     matmul(be, y, x, w, bias, T, true);
 }
 
+const cu_gemm_item *cu_gemm_items(const sl_backend *be, float *const *y, const float *const *x,
+                                  const sl_tensor *const *w, const int32_t *T, const int32_t *sel,
+                                  int32_t n, int bn, int bm, unsigned *tiles, const int32_t **map) {
+    cu_ctx *c = cu_of(be);
+    size_t nt = 0;
+    for (int32_t j = 0; j < n; j++)
+        nt += (size_t)cu_blocks((size_t)w[sel[j]]->shape[0], bn) * cu_blocks((size_t)T[sel[j]], bm);
+    const size_t ib = ((size_t)n * sizeof(cu_gemm_item) + 15) & ~(size_t)15;
+    const size_t bytes = ib + nt * sizeof(int32_t);
+    if (bytes > c->items_bytes / 2 || bytes > c->stage_bytes / 8 || nt > 0x7fffffff) return NULL;
+    cu_gemm_item *items = (cu_gemm_item *)c->items_host;
+    int32_t *hmap = (int32_t *)(c->items_host + ib);
+    int tile = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t i = sel[j];
+        const int tn = (int)cu_blocks((size_t)w[i]->shape[0], bn);
+        const int tt = (int)cu_blocks((size_t)T[i], bm);
+        items[j] = cu_gemm_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], T[i], tile, tn};
+        for (int b = 0; b < tn * tt; b++)
+            hmap[tile + b] = j;
+        tile += tn * tt;
+    }
+    const uint8_t *dev = (const uint8_t *)cu_items(be, items, bytes);
+    *tiles = (unsigned)nt;
+    *map = (const int32_t *)(dev + ib);
+    return (const cu_gemm_item *)dev;
+}
+
 /* The products sel[0..n) (T > 4, dtype dt and K) as one tiled launch; 0 when their items and
  * tile map do not fit the parameter ring (the caller then runs them one by one). */
 static int gemm_batch(const sl_backend *be, float *const *y, const float *const *x,
@@ -998,42 +1026,22 @@ static int gemm_batch(const sl_backend *be, float *const *y, const float *const 
         on_tc += cu_mma_ok(c, cu_w_of(w[sel[j]]), x[sel[j]], K);
     if (on_tc == n) return cu_mma_matmul_batch(be, y, x, w, T, sel, n, K);
     if (on_tc) return 0;
-    size_t tiles = 0;
-    for (int32_t j = 0; j < n; j++)
-        tiles += (size_t)cu_blocks((size_t)w[sel[j]]->shape[0], GM_BN) *
-                 cu_blocks((size_t)T[sel[j]], GM_BM);
-    const size_t ib = ((size_t)n * sizeof(cu_gemm_item) + 15) & ~(size_t)15;
-    const size_t bytes = ib + tiles * sizeof(int32_t);
-    if (bytes > c->items_bytes / 2 || bytes > c->stage_bytes / 8 || tiles > 0x7fffffff) return 0;
-    cu_gemm_item *items = (cu_gemm_item *)c->items_host;
-    int32_t *map = (int32_t *)(c->items_host + ib);
-    int tile = 0;
-    for (int32_t j = 0; j < n; j++) {
-        const int32_t i = sel[j];
-        const int tn = (int)cu_blocks((size_t)w[i]->shape[0], GM_BN);
-        const int tt = (int)cu_blocks((size_t)T[i], GM_BM);
-        items[j] = cu_gemm_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], T[i], tile, tn};
-        for (int b = 0; b < tn * tt; b++)
-            map[tile + b] = j;
-        tile += tn * tt;
-    }
-    const uint8_t *dev = (const uint8_t *)cu_items(be, items, bytes);
-    const cu_gemm_item *di = (const cu_gemm_item *)dev;
-    const int32_t *dm = (const int32_t *)(dev + ib);
+    unsigned tiles;
+    const int32_t *dm;
+    const cu_gemm_item *di = cu_gemm_items(be, y, x, w, T, sel, n, GM_BN, GM_BM, &tiles, &dm);
+    if (!di) return 0;
     switch (dt) {
     case SL_DTYPE_F32:
-        cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        cu_launch(gemm_tiled_batch<SL_DTYPE_F32>, tiles, 256, 0, c, di, dm, K);
         break;
     case SL_DTYPE_F16:
-        cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        cu_launch(gemm_tiled_batch<SL_DTYPE_F16>, tiles, 256, 0, c, di, dm, K);
         break;
     case SL_DTYPE_BF16:
-        cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, (unsigned)tiles, 256, 0, c, di, dm, K);
+        cu_launch(gemm_tiled_batch<SL_DTYPE_BF16>, tiles, 256, 0, c, di, dm, K);
         break;
-    case SL_DTYPE_Q8:
-        cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, (unsigned)tiles, 256, 0, c, di, dm, K);
-        break;
-    default: cu_launch(gemm_tiled_batch<SL_DTYPE_Q4>, (unsigned)tiles, 256, 0, c, di, dm, K); break;
+    case SL_DTYPE_Q8: cu_launch(gemm_tiled_batch<SL_DTYPE_Q8>, tiles, 256, 0, c, di, dm, K); break;
+    default: cu_launch(gemm_tiled_batch<SL_DTYPE_Q4>, tiles, 256, 0, c, di, dm, K); break;
     }
     CUDA_LAUNCHED(c);
     return 1;

@@ -326,33 +326,14 @@ int cu_mma_matmul_batch(const sl_backend *be, float *const *y, const float *cons
     }
     /* the tile height for the items' mean token count and all their row tiles */
     const int wm = mma_wm(c, cu_blocks((size_t)rows, MMA_BN), tokens / n);
-    const int bm = 32 * wm;
-    size_t tiles = 0;
-    for (int32_t j = 0; j < n; j++)
-        tiles += (size_t)cu_blocks((size_t)w[sel[j]]->shape[0], MMA_BN) *
-                 cu_blocks((size_t)T[sel[j]], bm);
-    const size_t ib = ((size_t)n * sizeof(cu_gemm_item) + 15) & ~(size_t)15;
-    const size_t bytes = ib + tiles * sizeof(int32_t);
-    if (bytes > c->items_bytes / 2 || bytes > c->stage_bytes / 8 || tiles > 0x7fffffff) return 0;
-    cu_gemm_item *items = (cu_gemm_item *)c->items_host;
-    int32_t *map = (int32_t *)(c->items_host + ib);
-    int tile = 0;
-    for (int32_t j = 0; j < n; j++) {
-        const int32_t i = sel[j];
-        const int tn = (int)cu_blocks((size_t)w[i]->shape[0], MMA_BN);
-        const int tt = (int)cu_blocks((size_t)T[i], bm);
-        items[j] = cu_gemm_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], T[i], tile, tn};
-        for (int b = 0; b < tn * tt; b++)
-            map[tile + b] = j;
-        tile += tn * tt;
-    }
-    const uint8_t *dev = (const uint8_t *)cu_items(be, items, bytes);
-    const cu_gemm_item *di = (const cu_gemm_item *)dev;
-    const int32_t *dm = (const int32_t *)(dev + ib);
+    unsigned tiles;
+    const int32_t *dm;
+    const cu_gemm_item *di = cu_gemm_items(be, y, x, w, T, sel, n, MMA_BN, 32 * wm, &tiles, &dm);
+    if (!di) return 0;
     switch (w[sel[0]]->dtype) {
-    case SL_DTYPE_BF16: mma_batch_launch<SL_DTYPE_BF16>(c, wm, (unsigned)tiles, di, dm, K); break;
-    case SL_DTYPE_Q8: mma_batch_launch<SL_DTYPE_Q8>(c, wm, (unsigned)tiles, di, dm, K); break;
-    default: mma_batch_launch<SL_DTYPE_Q4>(c, wm, (unsigned)tiles, di, dm, K); break;
+    case SL_DTYPE_BF16: mma_batch_launch<SL_DTYPE_BF16>(c, wm, tiles, di, dm, K); break;
+    case SL_DTYPE_Q8: mma_batch_launch<SL_DTYPE_Q8>(c, wm, tiles, di, dm, K); break;
+    default: mma_batch_launch<SL_DTYPE_Q4>(c, wm, tiles, di, dm, K); break;
     }
     CUDA_LAUNCHED(c);
     return 1;
