@@ -213,6 +213,10 @@ add_bias:
 
 void sl_matmul_batch_cpu(const sl_backend *be, float *const *y, const float *const *x,
                          const sl_tensor *const *w, const int32_t *T, int32_t n) {
+    int one = n > 1 && sl_dtype_is_quant(w[0]->dtype);
+    for (int32_t i = 0; one && i < n; i++)
+        one = T[i] == 1;
+    if (one && sl_matmul_quant_batch1_cpu(be, y, x, w, n)) return;
     for (int32_t i = 0; i < n; i++)
         sl_matmul_cpu(be, y[i], x[i], w[i], NULL, T[i]);
 }

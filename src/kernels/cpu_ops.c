@@ -230,6 +230,46 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
     }
 }
 
+/* q . k over n dims in 16 independent lanes (element d into lane d % 16), then summed pairwise:
+ * the lanes vectorise on any ISA (GCC's vector extension: four 4-float vectors), where one
+ * running sum is a chain of n dependent adds (with 128 dims, 23% of a decode step's compute at
+ * Qwen3-30B-A3B shapes); the same order everywhere. */
+typedef float lanes4 __attribute__((vector_size(16)));
+static inline lanes4 load4(const float *p) {
+    lanes4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* o[d] += p v[d] for d < n, four at a time (o and v may not overlap): the same products and sums
+ * element by element as the plain loop, which the compiler left scalar for fear of aliasing. */
+static void axpy_lanes(float *restrict o, float p, const float *restrict v, int32_t n) {
+    int32_t d = 0;
+    for (; d + 4 <= n; d += 4) {
+        const lanes4 r = load4(o + d) + p * load4(v + d);
+        memcpy(o + d, &r, sizeof r);
+    }
+    for (; d < n; d++)
+        o[d] += p * v[d];
+}
+static float dot_lanes(const float *q, const float *k, int32_t n) {
+    lanes4 v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
+    int32_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+        v0 += load4(q + d) * load4(k + d), v1 += load4(q + d + 4) * load4(k + d + 4);
+        v2 += load4(q + d + 8) * load4(k + d + 8), v3 += load4(q + d + 12) * load4(k + d + 12);
+    }
+    float acc[16];
+    memcpy(acc, &v0, sizeof v0), memcpy(acc + 4, &v1, sizeof v1);
+    memcpy(acc + 8, &v2, sizeof v2), memcpy(acc + 12, &v3, sizeof v3);
+    for (int l = 0; d < n; d++, l++)
+        acc[l] += q[d] * k[d];
+    for (int w = 8; w > 0; w >>= 1)
+        for (int l = 0; l < w; l++)
+            acc[l] += acc[l + w];
+    return acc[0];
+}
+
 /* Causal attention: query t (position p = pos0 + t) sees cache rows 0 .. p (the last window of
  * them with a sliding window, those of its own chunk, p - p % chunk .., with chunked attention),
  * or only the rows listed in sel[t] (ascending) when a selection is given; a head's sink logit
@@ -257,10 +297,7 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
         for (int32_t j = 0; j < n_keys; j++) {
             const size_t row = (size_t)(sel ? sel[j] : first + j);
             const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
-            float s = 0;
-            for (int32_t d = 0; d < hd; d++)
-                s += q[d] * k[d];
-            sc[j] = s * a->scale;
+            sc[j] = dot_lanes(q, k, hd) * a->scale;
             mx = fmaxf(mx, sc[j]);
         }
         float sink = -INFINITY;
@@ -281,9 +318,7 @@ static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
         for (int32_t j = 0; j < n_keys; j++) {
             const size_t row = (size_t)(sel ? sel[j] : first + j);
             const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
-            const float pj = sc[j] * inv;
-            for (int32_t d = 0; d < hd; d++)
-                o[d] += pj * v[d];
+            axpy_lanes(o, sc[j] * inv, v, hd);
         }
     }
 }

@@ -1069,6 +1069,84 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
     }
 }
 
+/* Stack bytes of the one-token batches' prepared x: a chunk of products at a time. */
+#define QB_STACK (64 * 1024)
+
+/* The row blocks of products a[0..n) (one token each, prepared) in one parallel region: block
+ * b of the flat list is product i's rows from (b - first[i]) * 16, so every row gets the kernel
+ * a product alone gives it. */
+static void qmm_run_many(const sl_backend *be, const qmm *a, const int64_t *first, int n,
+                         int64_t n_blocks, int vnni) {
+    const int64_t block = 16;
+    int64_t work = 0;
+    for (int i = 0; i < n; i++)
+        work += a[i].N * a[i].K;
+    const int nth = work < (1 << 15) ? 1 : be->n_threads;
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        int i = 0;
+        while (i + 1 < n && first[i + 1] <= b)
+            i++;
+        const int64_t n0 = (b - first[i]) * block, n1 = SL_MIN(a[i].N, n0 + block);
+        if (vnni)
+            qrows_vnni_q4(&a[i], n0, n1);
+        else
+            qrows_avx512_q8(&a[i], n0, n1);
+    }
+}
+
+int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const float *const *x,
+                               const sl_tensor *const *w, int32_t n) {
+    if (n <= 1 || be->int4_float_act) return 0;
+    /* the two paths whose prepared x is small: Q4 on int8 activations (VNNI) and Q8 on AVX-512 */
+    const int vnni = w[0]->dtype == SL_DTYPE_Q4 && sl_quant_int8_available(be);
+    if (!vnni && !(w[0]->dtype == SL_DTYPE_Q8 && be->isa == SL_ISA_AVX512)) return 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t G = sl_qgroups(w[i]->shape[1]);
+        if (w[i]->ndim != 2 || w[i]->dtype != w[0]->dtype || !w[i]->scales || !w[i]->biases ||
+            sl_tensor_group(w[i]) % QG || (G + QCH - 1) / QCH * QCH > QIS_MAX)
+            return 0;
+    }
+    enum { CHUNK = 32 };
+    qmm a[CHUNK];
+    int64_t first[CHUNK];
+    uint8_t stack[QB_STACK] __attribute__((aligned(64)));
+    for (int32_t i0 = 0; i0 < n;) {
+        size_t used = 0;
+        int m = 0;
+        int64_t blocks = 0;
+        for (; i0 + m < n && m < CHUNK; m++) {
+            const sl_tensor *t = w[i0 + m];
+            const int64_t K = t->shape[1], G = sl_qgroups(K);
+            const int64_t Gp = (G + QCH - 1) / QCH * QCH;
+            const size_t need = vnni ? (size_t)Gp * QG + 3 * (size_t)Gp * sizeof(float)
+                                     : (size_t)Gp * sizeof(float);
+            if (used + need > sizeof stack) {
+                if (m == 0) return 0; /* one product's x alone does not fit (never at QIS_MAX) */
+                break;
+            }
+            qmm *q = &a[m];
+            float *xs = (float *)(stack + used);
+            *q = qmm_slice(t, x[i0 + m], y[i0 + m], 0, 1, Gp, xs);
+            if (vnni) {
+                q->xq = stack + used + 3 * (size_t)Gp * sizeof(float);
+                q->xd = xs + Gp;
+                q->xr = xs + 2 * Gp;
+                q_vnni_prep(q->x, K, Gp, (uint8_t *)q->xq, (float *)q->xd, xs, (float *)q->xr);
+            } else {
+                for (int64_t g0 = 0; g0 < G; g0 += QCH)
+                    q_avx512_xsums(q->x, K, g0, xs + g0);
+            }
+            used += (need + 63) & ~(size_t)63;
+            first[m] = blocks;
+            blocks += (t->shape[0] + 15) / 16;
+        }
+        qmm_run_many(be, a, first, m, blocks, vnni);
+        i0 += m;
+    }
+    return 1;
+}
+
 void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                          int32_t T) {
     sl_matmul_quant_cpu_path(be, y, x, w, T, be->int4_float_act ? SL_QPATH_FLOAT : SL_QPATH_AUTO);

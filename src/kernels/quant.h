@@ -38,6 +38,12 @@ void sl_dequantize_row(const sl_tensor *w, int64_t n, float *out);
  * ISA (never on T, the tile or the thread), so batch and decode agree bitwise.
  * Allocates nothing.
  */
+/* Products of one token each (decode's batches: a layer's q/k/v, its experts' gate and up,
+ * their downs), all Q4 with int8 activations or all Q8 on AVX-512, in one parallel region
+ * instead of one a product, each row computed as sl_matmul_quant_cpu computes it (the same
+ * bits); 0 when the products do not all qualify (nothing done). */
+int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const float *const *x,
+                               const sl_tensor *const *w, int32_t n);
 void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                          int32_t T);
 

@@ -544,7 +544,8 @@ static void run_matmul(ot_run *r, const ot_case *c) {
 }
 
 /* p: items, K, mixed dtypes (0: dt for all; 1: float and Q8/Q4; 2: block types), T0. Item i:
- * N = 5 + 7 i rows, T = 1 + i % 3 (T0 = 0: the decode products) or T0 + 13 i (a prompt's). */
+ * N = 5 + 7 i rows, T = 1 + i % 3 (T0 = 0: the decode products), 1 (T0 < 0: one token each, as
+ * a decode step's experts) or T0 + 13 i (a prompt's). */
 static void run_matmul_batch(ot_run *r, const ot_case *c) {
     enum { MAXN = 8 };
     static const sl_dtype mix[] = {SL_DTYPE_F32, SL_DTYPE_Q4, SL_DTYPE_BF16, SL_DTYPE_Q8,
@@ -560,7 +561,7 @@ static void run_matmul_batch(ot_run *r, const ot_case *c) {
     double *ref[MAXN] = {0};
     for (int32_t i = 0; i < n; i++) {
         const int32_t N = 5 + 7 * i;
-        Ts[i] = c->p[3] ? c->p[3] + 13 * i : 1 + i % 3;
+        Ts[i] = c->p[3] > 0 ? c->p[3] + 13 * i : c->p[3] < 0 ? 1 : 1 + i % 3;
         const sl_dtype dt = c->p[2] == 1 ? mix[i % 5] : c->p[2] == 2 ? mix_blocks[i % 5] : c->dt;
         weight_make(r, &w[i], dt, N, K, 0.5f, 0);
         x[i] = rand_vec(r, (size_t)Ts[i] * K, 1);
@@ -1707,6 +1708,9 @@ static const ot_case table[] = {
     BLOCK_MATMUL_ROWS(IQ4_XS),
     FP8_MATMUL_ROWS,
     {"matmul_batch", run_matmul_batch, F32, {1, 63, 0}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q4, {8, 256, 0, -1}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q8, {5, 192, 0, -1}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q4, {3, 64, 0, -1}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q4, {5, 256, 0, 5}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q8, {4, 160, 0, 40}, 2e-5},
     {"matmul_batch", run_matmul_batch, BF16, {3, 96, 0, 70}, 2e-5},
