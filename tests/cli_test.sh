@@ -262,10 +262,12 @@ else
     bad "--cache-mem '$least' from the error"
 fi
 # Options that do nothing here warn and go on.
-if "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 --cache-policy lru --io-threads 2 --gpu-experts 2 --backend cpu >"$TMP/g1" 2>"$TMP/err" &&
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 --cache-policy lru --io-threads 2 --gpu-experts 2 \
+    --cuda-no-tensor-cores --backend cpu >"$TMP/g1" 2>"$TMP/err" &&
     cmp -s "$TMP/g1" "$TMP/g2" && grep -q "warning: --cache-policy does nothing without --experts stream" "$TMP/err" &&
     grep -q "warning: --io-threads does nothing without --experts stream" "$TMP/err" &&
-    grep -q "warning: --gpu-experts does nothing on the CPU backend" "$TMP/err"; then
+    grep -q "warning: --gpu-experts does nothing on the CPU backend" "$TMP/err" &&
+    grep -q "warning: --cuda-no-tensor-cores does nothing on the CPU backend" "$TMP/err"; then
     ok "stream-only and CUDA-only options warn without stream / CUDA"
 else
     bad "options that do nothing: $(cat "$TMP/err")"
