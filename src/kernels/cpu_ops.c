@@ -230,44 +230,99 @@ static void cpu_qkv_prep(const sl_backend *be, const sl_qkv_args *a) {
     }
 }
 
-/* q . k over n dims in 16 independent lanes (element d into lane d % 16), then summed pairwise:
- * the lanes vectorise on any ISA (GCC's vector extension: four 4-float vectors), where one
- * running sum is a chain of n dependent adds (with 128 dims, 23% of a decode step's compute at
- * Qwen3-30B-A3B shapes); the same order everywhere. */
-typedef float lanes4 __attribute__((vector_size(16)));
-static inline lanes4 load4(const float *p) {
-    lanes4 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* Attention's inner loops in 16 independent lanes (GCC's vector extension: 16 floats, which
+ * the compiler lowers to whatever the ISA has: four SSE, two AVX2 or one AVX-512 vector; no
+ * contraction into FMAs under -std=c11), so every ISA computes the same bits. The compiler
+ * left both loops scalar (a reduction it may not reorder, a store it feared aliased): attention
+ * was 23% of a decode step's compute at Qwen3-30B-A3B shapes. */
+typedef float lanes16 __attribute__((vector_size(64)));
 
-/* o[d] += p v[d] for d < n, four at a time (o and v may not overlap): the same products and sums
- * element by element as the plain loop, which the compiler left scalar for fear of aliasing. */
-static void axpy_lanes(float *restrict o, float p, const float *restrict v, int32_t n) {
-    int32_t d = 0;
-    for (; d + 4 <= n; d += 4) {
-        const lanes4 r = load4(o + d) + p * load4(v + d);
-        memcpy(o + d, &r, sizeof r);
-    }
-    for (; d < n; d++)
-        o[d] += p * v[d];
-}
-static float dot_lanes(const float *q, const float *k, int32_t n) {
-    lanes4 v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
+/* q . k over n dims: element d into lane d % 16, the lanes then summed pairwise. */
+static inline __attribute__((always_inline)) float dot_lanes(const float *q, const float *k,
+                                                             int32_t n) {
+    lanes16 v = {0};
     int32_t d = 0;
     for (; d + 16 <= n; d += 16) {
-        v0 += load4(q + d) * load4(k + d), v1 += load4(q + d + 4) * load4(k + d + 4);
-        v2 += load4(q + d + 8) * load4(k + d + 8), v3 += load4(q + d + 12) * load4(k + d + 12);
+        lanes16 x, y;
+        memcpy(&x, q + d, sizeof x), memcpy(&y, k + d, sizeof y);
+        v += x * y;
     }
     float acc[16];
-    memcpy(acc, &v0, sizeof v0), memcpy(acc + 4, &v1, sizeof v1);
-    memcpy(acc + 8, &v2, sizeof v2), memcpy(acc + 12, &v3, sizeof v3);
+    memcpy(acc, &v, sizeof acc);
     for (int l = 0; d < n; d++, l++)
         acc[l] += q[d] * k[d];
     for (int w = 8; w > 0; w >>= 1)
         for (int l = 0; l < w; l++)
             acc[l] += acc[l + w];
     return acc[0];
+}
+
+/* o[d] += p v[d] for d < n (o and v do not overlap): each element's product and sum as the
+ * plain loop has them. */
+static inline __attribute__((always_inline)) void axpy_lanes(float *restrict o, float p,
+                                                             const float *restrict v, int32_t n) {
+    int32_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+        lanes16 x, y;
+        memcpy(&x, o + d, sizeof x), memcpy(&y, v + d, sizeof y);
+        x += p * y;
+        memcpy(o + d, &x, sizeof x);
+    }
+    for (; d < n; d++)
+        o[d] += p * v[d];
+}
+
+/* Item it = (t, h) of cpu_attention, its scores in sc. */
+static inline __attribute__((always_inline)) void attn_item(const sl_attn_args *a, int32_t it,
+                                                            float *sc) {
+    const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
+    const size_t q_stride = (size_t)a->n_heads * (size_t)hd;
+    const size_t kv_stride = (size_t)a->n_kv_heads * (size_t)hd;
+    const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
+    const int32_t *sel = a->sel ? a->sel + (size_t)t * (size_t)a->sel_stride : NULL;
+    const int32_t p = a->pos0 + t;
+    int32_t first = a->window > 0 ? SL_MAX(0, p - a->window + 1) : 0;
+    if (a->chunk > 0) first = SL_MAX(first, p - p % a->chunk);
+    const int32_t n_keys = sel ? a->n_sel[t] : p + 1 - first;
+    const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < n_keys; j++) {
+        const size_t row = (size_t)(sel ? sel[j] : first + j);
+        const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
+        sc[j] = dot_lanes(q, k, hd) * a->scale;
+        mx = fmaxf(mx, sc[j]);
+    }
+    float sink = -INFINITY;
+    if (a->sinks) {
+        sl_to_f32(&sink, a->sinks->data, a->sinks->dtype, (size_t)h, 1);
+        mx = fmaxf(mx, sink);
+    }
+    float sum = 0;
+    for (int32_t j = 0; j < n_keys; j++) {
+        sc[j] = expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    if (a->sinks) sum += expf(sink - mx);
+    const float inv = 1.0f / sum;
+    float *o = a->out + (size_t)t * q_stride + (size_t)h * (size_t)hd;
+    for (int32_t d = 0; d < hd; d++)
+        o[d] = 0;
+    for (int32_t j = 0; j < n_keys; j++) {
+        const size_t row = (size_t)(sel ? sel[j] : first + j);
+        const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
+        axpy_lanes(o, sc[j] * inv, v, hd);
+    }
+}
+
+/* The item compiled for each ISA (the lanes become its widest vectors). */
+SL_AVX512_ATTR static void attn_item_avx512(const sl_attn_args *a, int32_t it, float *sc) {
+    attn_item(a, it, sc);
+}
+SL_AVX2_ATTR static void attn_item_avx2(const sl_attn_args *a, int32_t it, float *sc) {
+    attn_item(a, it, sc);
+}
+static void attn_item_plain(const sl_attn_args *a, int32_t it, float *sc) {
+    attn_item(a, it, sc);
 }
 
 /* Causal attention: query t (position p = pos0 + t) sees cache rows 0 .. p (the last window of
@@ -277,50 +332,16 @@ static float dot_lanes(const float *q, const float *k, int32_t n) {
 static void cpu_attention(const sl_backend *be, const sl_attn_args *a) {
     if (a->prep) cpu_qkv_prep(be, a->prep);
     SL_ASSERT(!a->sel || a->window == 0);
-    const int32_t hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
-    const size_t q_stride = (size_t)a->n_heads * (size_t)hd;
-    const size_t kv_stride = (size_t)a->n_kv_heads * (size_t)hd;
     const int32_t n_items = a->T * a->n_heads;
     const size_t ctx = (size_t)(a->pos0 + a->T);
+    void (*item)(const sl_attn_args *, int32_t, float *) =
+        be->isa == SL_ISA_AVX512 ? attn_item_avx512
+        : be->isa == SL_ISA_AVX2 ? attn_item_avx2
+                                 : attn_item_plain;
     int nth = n_items > 1 ? be->n_threads : 1;
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-    for (int32_t it = 0; it < n_items; it++) {
-        const int32_t t = it / a->n_heads, h = it % a->n_heads, kvh = h / group;
-        const int32_t *sel = a->sel ? a->sel + (size_t)t * (size_t)a->sel_stride : NULL;
-        const int32_t p = a->pos0 + t;
-        int32_t first = a->window > 0 ? SL_MAX(0, p - a->window + 1) : 0;
-        if (a->chunk > 0) first = SL_MAX(first, p - p % a->chunk);
-        const int32_t n_keys = sel ? a->n_sel[t] : p + 1 - first;
-        float *sc = a->scratch + (size_t)omp_get_thread_num() * ctx;
-        const float *q = a->q + (size_t)t * q_stride + (size_t)h * (size_t)hd;
-        float mx = -INFINITY;
-        for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : first + j);
-            const float *k = a->kcache + row * kv_stride + (size_t)kvh * (size_t)hd;
-            sc[j] = dot_lanes(q, k, hd) * a->scale;
-            mx = fmaxf(mx, sc[j]);
-        }
-        float sink = -INFINITY;
-        if (a->sinks) {
-            sl_to_f32(&sink, a->sinks->data, a->sinks->dtype, (size_t)h, 1);
-            mx = fmaxf(mx, sink);
-        }
-        float sum = 0;
-        for (int32_t j = 0; j < n_keys; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
-        }
-        if (a->sinks) sum += expf(sink - mx);
-        const float inv = 1.0f / sum;
-        float *o = a->out + (size_t)t * q_stride + (size_t)h * (size_t)hd;
-        for (int32_t d = 0; d < hd; d++)
-            o[d] = 0;
-        for (int32_t j = 0; j < n_keys; j++) {
-            const size_t row = (size_t)(sel ? sel[j] : first + j);
-            const float *v = a->vcache + row * kv_stride + (size_t)kvh * (size_t)hd;
-            axpy_lanes(o, sc[j] * inv, v, hd);
-        }
-    }
+    for (int32_t it = 0; it < n_items; it++)
+        item(a, it, a->scratch + (size_t)omp_get_thread_num() * ctx);
 }
 
 static void cpu_swiglu(const sl_backend *be, float *out, const float *gate, const float *up,
