@@ -56,6 +56,8 @@ import time
 
 import numpy as np
 
+from make_gguf_fixtures import bytes_to_unicode  # GPT-2's byte-to-character map
+
 # ---------------------------------------------------------------- GGUF basics
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -140,20 +142,6 @@ def pad(n, a=ALIGN):
 
 
 # ---------------------------------------------------------------- tokenizer
-def bytes_to_unicode():
-    """GPT-2 byte-level mapping byte -> printable unicode char."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
-        list(range(ord("\xae"), ord("\xff") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def make_vocab(n_vocab, specials):
     """Synthetic byte-level BPE vocab: 256 single-byte tokens, then unique
     multi-char strings over the byte alphabet (so every token decodes to bytes),
