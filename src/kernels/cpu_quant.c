@@ -956,33 +956,47 @@ DEFINE_QROWS(avx512, AVX512_ATTR, q4, 1)
 #define QIS_MAX SL_QINT8_MAX_GROUPS
 #define QIQ_MAX (QIS_MAX * QG)
 
-/* Rows [0, N) of a slice: the row blocks split over the threads. */
-static void qmm_run(const sl_backend *be, const qmm *a, sl_isa isa, int q4, int vnni) {
-    /* Small products are not worth waking a second thread for. */
-    const int nth = (a->N * a->K * a->T < (1 << 15) || a->N < 8) ? 1 : be->n_threads;
+/* The row blocks of products a[0..n) in one parallel region: block b of the flat list is
+ * product i's rows from (b - first[i]) * 16 (first[0] = 0), so every row gets the kernel a
+ * product alone gives it, whichever thread runs it. */
+static void qmm_run_many(const sl_backend *be, const qmm *a, const int64_t *first, int n,
+                         int64_t n_blocks, sl_isa isa, int q4, int vnni) {
     const int64_t block = 16; /* rows per work item: keeps tiles of 4 whole */
-    const int64_t n_blocks = (a->N + block - 1) / block;
+    int64_t work = 0, rows = 0;
+    for (int i = 0; i < n; i++)
+        work += a[i].N * a[i].K * a[i].T, rows += a[i].N;
+    /* Small products are not worth waking a second thread for. */
+    const int nth = (work < (1 << 15) || rows < 8) ? 1 : be->n_threads;
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t b = 0; b < n_blocks; b++) {
-        const int64_t n0 = b * block, n1 = SL_MIN(a->N, n0 + block);
+        int i = 0;
+        while (i + 1 < n && first[i + 1] <= b)
+            i++;
+        const int64_t n0 = (b - first[i]) * block, n1 = SL_MIN(a[i].N, n0 + block);
         switch (isa) {
         case SL_ISA_AVX512:
             if (vnni)
-                qrows_vnni_q4(a, n0, n1);
+                qrows_vnni_q4(&a[i], n0, n1);
             else if (q4)
-                qrows_avx512_q4(a, n0, n1);
+                qrows_avx512_q4(&a[i], n0, n1);
             else
-                qrows_avx512_q8(a, n0, n1);
+                qrows_avx512_q8(&a[i], n0, n1);
             break;
         case SL_ISA_AVX2:
             if (q4)
-                qrows_avx2_q4(a, n0, n1);
+                qrows_avx2_q4(&a[i], n0, n1);
             else
-                qrows_avx2_q8(a, n0, n1);
+                qrows_avx2_q8(&a[i], n0, n1);
             break;
-        default: qrows_scalar(a, q4, n0, n1); break;
+        default: qrows_scalar(&a[i], q4, n0, n1); break;
         }
     }
+}
+
+/* Rows [0, N) of a slice. */
+static void qmm_run(const sl_backend *be, const qmm *a, sl_isa isa, int q4, int vnni) {
+    const int64_t first = 0;
+    qmm_run_many(be, a, &first, 1, (a->N + 15) / 16, isa, q4, vnni);
 }
 
 /* The job description of tokens [ts, ts + Ts) of a call; path-specific buffers unset. */
@@ -1072,29 +1086,6 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
 /* Stack bytes of the one-token batches' prepared x: a chunk of products at a time. */
 #define QB_STACK (64 * 1024)
 
-/* The row blocks of products a[0..n) (one token each, prepared) in one parallel region: block
- * b of the flat list is product i's rows from (b - first[i]) * 16, so every row gets the kernel
- * a product alone gives it. */
-static void qmm_run_many(const sl_backend *be, const qmm *a, const int64_t *first, int n,
-                         int64_t n_blocks, int vnni) {
-    const int64_t block = 16;
-    int64_t work = 0;
-    for (int i = 0; i < n; i++)
-        work += a[i].N * a[i].K;
-    const int nth = work < (1 << 15) ? 1 : be->n_threads;
-#pragma omp parallel for num_threads(nth) schedule(static)
-    for (int64_t b = 0; b < n_blocks; b++) {
-        int i = 0;
-        while (i + 1 < n && first[i + 1] <= b)
-            i++;
-        const int64_t n0 = (b - first[i]) * block, n1 = SL_MIN(a[i].N, n0 + block);
-        if (vnni)
-            qrows_vnni_q4(&a[i], n0, n1);
-        else
-            qrows_avx512_q8(&a[i], n0, n1);
-    }
-}
-
 int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const float *const *x,
                                const sl_tensor *const *w, int32_t n) {
     if (n <= 1 || be->int4_float_act) return 0;
@@ -1141,7 +1132,7 @@ int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const floa
             first[m] = blocks;
             blocks += (t->shape[0] + 15) / 16;
         }
-        qmm_run_many(be, a, first, m, blocks, vnni);
+        qmm_run_many(be, a, first, m, blocks, SL_ISA_AVX512, vnni, vnni); /* q4 iff vnni */
         i0 += m;
     }
     return 1;
