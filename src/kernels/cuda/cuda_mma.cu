@@ -319,11 +319,8 @@ int cu_mma_matmul_batch(const sl_backend *be, float *const *y, const float *cons
                         int K) {
     cu_ctx *c = cu_of(be);
     int64_t rows = 0, tokens = 0;
-    for (int32_t j = 0; j < n; j++) {
-        const cu_w wv = cu_w_of(w[sel[j]]);
-        if (!cu_mma_ok(c, wv, x[sel[j]], K)) return 0;
+    for (int32_t j = 0; j < n; j++) /* all suited: the caller checked (cu_mma_ok) */
         rows += w[sel[j]]->shape[0], tokens += T[sel[j]];
-    }
     /* the tile height for the items' mean token count and all their row tiles */
     const int wm = mma_wm(c, cu_blocks((size_t)rows, MMA_BN), tokens / n);
     unsigned tiles;
