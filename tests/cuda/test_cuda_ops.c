@@ -13,7 +13,8 @@
  * no place for: bitwise agreement among the GPU's own paths (batch items vs alone, the fused MoE
  * step vs its parts, a norm left to the next GEMV), and Q4 on int8 activations.
  * With "bench" it times instead decode GEMV on large shapes (GB/s of weight bytes read), one
- * decode layer's ops at Qwen3-30B-A3B shapes and the prefill matmul (GFLOP/s).
+ * decode layer's ops at Qwen3-30B-A3B shapes, the prefill matmul (GFLOP/s) and prompt attention
+ * at those shapes, the plain kernel against the tiled one (GFLOP/s).
  *
  *   build-cuda/test_cuda [fixtures-dir (unused)]
  *   build-cuda/test_cuda bench
@@ -485,6 +486,65 @@ static void test_attention_prep(void) {
     op_end(&r);
 }
 
+/* Prompt attention: the tiled kernel (cuda_ops.cu, attn_tiled_kernel) against the plain one on
+ * the GPU, both forced (sl_cuda_set_attention_path), to ~2e-6: the same arithmetic but for the
+ * order of the sums. Odd prompt sizes around the tiles (64 rows, 64 keys; 32 at head_dim 256),
+ * chunks after cached tokens (pos0 > 0), groups of 1-8 query heads a KV head (3: rows of a token
+ * across two tiles), head dims 16-256 (24 and 80 padded), windows, chunks and sinks. */
+static void test_attention_tiled(void) {
+    static const int cases[][8] = {
+        /* T, pos0, heads, kv heads, head_dim, window, chunk, sinks */
+        {5, 0, 8, 8, 64, 0, 0, 0},       {5, 37, 32, 4, 128, 0, 0, 1},
+        {33, 0, 16, 4, 128, 0, 0, 0},    {33, 100, 8, 1, 256, 0, 0, 0},
+        {40, 0, 4, 2, 16, 16, 0, 1},     {130, 0, 32, 4, 128, 0, 0, 0},
+        {130, 70, 4, 4, 64, 48, 0, 1},   {130, 21, 16, 2, 256, 0, 40, 0},
+        {140, 3, 4, 2, 24, 0, 0, 0},     {200, 13, 6, 2, 80, 0, 0, 1},
+        {65, 3, 12, 3, 32, 9, 5, 1},     {517, 0, 8, 2, 64, 0, 0, 0},
+        {517, 300, 32, 4, 128, 0, 0, 1}, {517, 9, 4, 1, 256, 100, 0, 0},
+        {517, 64, 8, 8, 128, 0, 128, 1}, {517, 1000, 32, 4, 128, 200, 0, 0}};
+    const uint64_t rng_kept = rng_state; /* the later tests' inputs stay as they were */
+    op_report r;
+    op_begin(&r, "attention tiled");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int T = cases[c][0], pos0 = cases[c][1], nh = cases[c][2], nkv = cases[c][3];
+        const int hd = cases[c][4], P = pos0 + T;
+        const size_t nq = (size_t)T * nh * hd, ncache = (size_t)P * nkv * hd;
+        float *q = rand_vec(nq, 2), *kc = rand_vec(ncache, 1), *vc = rand_vec(ncache, 1);
+        float *dq = UPF(q, nq), *dkc = UPF(kc, ncache), *dvc = UPF(vc, ncache);
+        float *o = poison_vec(nq + 3), *dout[2] = {UPF(o, nq + 3), UPF(o, nq + 3)};
+        wpair sw; /* around the scores' size, some above them */
+        if (cases[c][7]) wpair_make(&sw, SL_DTYPE_F32, 0, nh, 3.0f, 0);
+        sl_attn_args a = {.q = dq,
+                          .kcache = dkc,
+                          .vcache = dvc,
+                          .T = T,
+                          .pos0 = pos0,
+                          .n_heads = nh,
+                          .n_kv_heads = nkv,
+                          .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .window = cases[c][5],
+                          .chunk = cases[c][6],
+                          .sinks = cases[c][7] ? &sw.d : NULL};
+        for (int g = 0; g < 2; g++) {
+            sl_cuda_set_attention_path(&gpu, g ? SL_CUDA_ATT_TILED : SL_CUDA_ATT_PLAIN);
+            a.out = dout[g];
+            gpu.ops->attention(&gpu, &a);
+        }
+        sl_cuda_set_attention_path(&gpu, SL_CUDA_ATT_AUTO);
+        float *plain = down(dout[0], nq + 3);
+        char what[128];
+        snprintf(what, sizeof what, "T=%d pos0=%d h=%d/%d hd=%d window=%d chunk=%d sinks=%d", T,
+                 pos0, nh, nkv, hd, cases[c][5], cases[c][6], cases[c][7]);
+        check(&r, what, dout[1], plain, nq + 3, 2e-6);
+        free(plain), free(q), free(kc), free(vc), free(o);
+        dfree(dq), dfree(dkc), dfree(dvc), dfree(dout[0]), dfree(dout[1]);
+        if (cases[c][7]) wpair_free(&sw);
+    }
+    op_end(&r);
+    rng_state = rng_kept;
+}
+
 /* -------------------------------------------------------- benchmarks */
 
 static double time_matmul(float *dy, const float *dx, const sl_tensor *w, int T, int reps) {
@@ -669,6 +729,61 @@ static void bench_attention(void) {
     printf("qkv_prep + attention at 48 keys: %.1f us as two ops, %.1f us as attention with prep\n",
            t_two, t_one);
     dfree(dk), dfree(dv), dfree(dq), dfree(dout), dfree(dkr), dfree(dvr), dfree(tab);
+}
+
+/* Prompt attention at Qwen3-30B-A3B shapes (32 query heads, 4 KV heads of 128) from position 0,
+ * the plain kernel against the tiled one, in GFLOP/s of the causal work (4 head_dim flops a
+ * (query, key, head): q . k and p v). The plain kernel's splits past 4096 keys need their
+ * scratch reserved first (1.1 GB at 16384 tokens). */
+static void bench_attention_prompt(void) {
+    const int nh = 32, nkv = 4, hd = 128, Tmax = 16384;
+    static const int Ts[] = {64, 128, 256, 512, 4096, 16384};
+    const sl_reserve_args ra = {.max_batch = Tmax, .max_ctx = Tmax, .n_heads = nh, .head_dim = hd};
+    sl_error err = {0};
+    if (gpu.ops->reserve && gpu.ops->reserve(&gpu, &ra, &err) != SL_OK) {
+        printf("prompt attention: %s\n", err.msg);
+        return;
+    }
+    const size_t qn = (size_t)Tmax * nh * hd, kvn = (size_t)Tmax * nkv * hd;
+    float *dq = gpu.ops->alloc(&gpu, qn * 4), *dout = gpu.ops->alloc(&gpu, qn * 4);
+    float *dk = gpu.ops->alloc(&gpu, kvn * 4), *dv = gpu.ops->alloc(&gpu, kvn * 4);
+    SL_ASSERT(dq && dout && dk && dv);
+    /* values of a trained model's size: no inf or NaN in the exps */
+    gpu.ops->fill(&gpu, dq, 0.05f, qn);
+    gpu.ops->fill(&gpu, dk, 0.05f, kvn);
+    gpu.ops->fill(&gpu, dv, 0.5f, kvn);
+    printf("prompt attention, 32/4 heads x 128, pos0 0 (plain: one block a query and head; "
+           "tiled: 64 rows x 64 keys):\n");
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+        const int T = Ts[i], reps = T >= 16384 ? 2 : T >= 4096 ? 3 : 20;
+        sl_attn_args a = {.out = dout,
+                          .q = dq,
+                          .kcache = dk,
+                          .vcache = dv,
+                          .T = T,
+                          .n_heads = nh,
+                          .n_kv_heads = nkv,
+                          .head_dim = hd,
+                          .scale = 0.088f};
+        const double flops = 4.0 * hd * nh * ((double)T * (T + 1) / 2);
+        double t[2];
+        for (int g = 0; g < 2; g++) {
+            sl_cuda_set_attention_path(&gpu, g ? SL_CUDA_ATT_TILED : SL_CUDA_ATT_PLAIN);
+            gpu.ops->attention(&gpu, &a);
+            sl_cuda_sync(&gpu);
+            const double t0 = sl_now();
+            for (int k = 0; k < reps; k++)
+                gpu.ops->attention(&gpu, &a);
+            sl_cuda_sync(&gpu);
+            t[g] = (sl_now() - t0) / reps;
+        }
+        sl_cuda_set_attention_path(&gpu, SL_CUDA_ATT_AUTO);
+        printf("  T=%-5d plain %9.1f us %6.0f GFLOP/s | tiled %9.1f us %6.0f GFLOP/s | %.2fx\n", T,
+               t[0] * 1e6, flops / t[0] / 1e9, t[1] * 1e6, flops / t[1] / 1e9, t[0] / t[1]);
+    }
+    if (gpu.ops->status && gpu.ops->status(&gpu, &err) != SL_OK)
+        printf("prompt attention: %s\n", err.msg);
+    dfree(dq), dfree(dout), dfree(dk), dfree(dv);
 }
 
 /* matmul_batch: one GEMV launch (same T <= 4), one per T <= 4 plus a tiled launch of those with
@@ -1028,6 +1143,7 @@ int main(int argc, char **argv) {
         bench_matmul();
         bench_layer();
         bench_attention();
+        bench_attention_prompt();
         sl_backend_cuda_free(&gpu);
         return 0;
     }
@@ -1040,6 +1156,7 @@ int main(int argc, char **argv) {
     test_fused_norms();
     test_norm_next();
     test_attention_prep();
+    test_attention_tiled();
     test_matmul_batch();
     test_moe();
     test_q4x();

@@ -1804,8 +1804,9 @@ static const ot_case table[] = {
     {"attention", run_attention, F32, {1, 39, 8, 2, 128, 2, 0, 0, 0, 4}, 2e-5},
     {"attention", run_attention, F32, {5, 14, 4, 2, 64, 2, 0, 0, 8, 2}, 2e-5},
     {"attention", run_attention, F32, {6, 30, 4, 2, 16, 0, 9, 1, 16}, 2e-5},
-    /* prompts (the tiles a backend may take from 32 queries on): past a tile of queries and
-     * of keys, a prefix in the cache, grouped heads, windows, chunks, sinks, head dims 8-256 */
+    /* prompts (CUDA takes its tiled kernel from 64 queries on): past a tile of queries and of
+     * keys, a prefix in the cache, grouped heads (1-8), windows, chunks, sinks, head dims 8-256
+     * (24 and 80: padded to the tile's) */
     {"attention", run_attention, F32, {70, 0, 8, 2, 64, 0}, 2e-5},
     {"attention", run_attention, F32, {130, 37, 4, 1, 128, 0}, 2e-5},
     {"attention", run_attention, BF16, {100, 20, 8, 2, 64, 0, 48, 1}, 2e-5},
@@ -1813,6 +1814,9 @@ static const ot_case table[] = {
     {"attention", run_attention, F32, {65, 3, 2, 2, 256, 0}, 2e-5},
     {"attention", run_attention, F32, {33, 0, 4, 4, 8, 0, 0, 1}, 2e-5},
     {"attention", run_attention, F32, {64, 5, 4, 2, 64, 2}, 2e-5},
+    {"attention", run_attention, F32, {150, 40, 16, 2, 128, 0, 0, 1}, 2e-5},
+    {"attention", run_attention, F32, {140, 0, 4, 2, 24, 0, 50, 0}, 2e-5},
+    {"attention", run_attention, F32, {80, 200, 8, 1, 80, 0, 0, 0, 64}, 2e-5},
     {"latent_attention", run_latent_attention, F32, {3, 4, 4, 32, 8, 1, 0}, 2e-5},
     {"latent_attention", run_latent_attention, F32, {1, 300, 3, 64, 16, 0, 1}, 2e-5},
     {"latent_attention", run_latent_attention, F32, {5, 0, 2, 20, 6, 1, 1}, 2e-5},

@@ -477,3 +477,7 @@ extern "C" void sl_cuda_sync(const sl_backend *be) {
 extern "C" const char *sl_cuda_device_name(const sl_backend *be) {
     return cu_of(be)->name;
 }
+
+extern "C" void sl_cuda_set_attention_path(const sl_backend *be, sl_cuda_att_path path) {
+    cu_of(be)->att_path = (int)path;
+}

@@ -83,6 +83,8 @@ struct cu_ctx {
     cudaGraphExec_t exec;
     unsigned *done;       /* device counter of the router kernel's finished blocks (zero between) */
     unsigned *att_counts; /* [CU_ATT_COUNTS] attention splits finished per item (zero between) */
+    int att_path;         /* sl_cuda_att_path (cuda_backend.h): prompt attention's kernel */
+    unsigned att_smem; /* tiled attention kernels whose shared memory limit is raised, a bit each */
 };
 
 #define CU_ATT_COUNTS 4096

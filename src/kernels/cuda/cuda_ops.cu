@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_backend.h"
 
 #define EW_THREADS 256
 
@@ -739,10 +740,11 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
 /* --------------------------------------------------------- attention */
 
 /*
- * One block per (query t, head h, split of the keys). Keys j0 .. j1-1 of the
- * query's list (0 .. pos0+t, or its QSA selection) are scored by groups of 8
- * lanes into shared memory, softmaxed with the split's own max, and folded into the
- * output by (dim, key-slice) threads:
+ * Decode, selections, and the reference of the tiled prompt kernel below (which takes prompts
+ * from ATT_TILE_MIN_T tokens on): one block per (query t, head h, split of the keys). Keys
+ * j0 .. j1-1 of the query's list (0 .. pos0+t, or its QSA selection) are scored by groups of 8
+ * lanes into shared memory, softmaxed with the split's own max, and folded into the output by
+ * (dim, key-slice) threads:
  *
  *   splits == 1:  out = sum_j p_j v_j / sum_j p_j           (written directly)
  *   splits  > 1:  part[item][split] = {o[0..hd), m, l}, merged by the item's last split
@@ -1005,6 +1007,395 @@ __global__ void attn_combine(att_params a) {
     attn_merge(a, blockIdx.x);
 }
 
+/* ------------------------------------------------ tiled prompt attention */
+
+/*
+ * Prompts (ATT_TILE_MIN_T tokens or more, no selection). attn_kernel gives each (query, head) a
+ * block that reads all of the query's keys from L2: T x T/2 x n_heads rows for a prompt. Here a
+ * block takes BR query rows of one KV head and streams their keys and values through shared
+ * memory once for all of them:
+ *
+ *   rows    the KV head's (token t, query head g of its group) pairs in the order r = t G + g
+ *           (G = n_heads / n_kv), BR consecutive ones a block: BR / G tokens of all G heads when
+ *           G divides BR (Qwen3-30B-A3B: 8 tokens x 8 heads), so a key row serves BR rows
+ *   keys    the union of the rows' ranges, att_first(t_lo) .. pos0 + t_hi (a later token's
+ *           range starts no earlier), in tiles of BK cache rows, masked per row; the rows past
+ *           the range are zeros, never read
+ *   pass 1  each tile's scores s = (q . k) * scale, to every row's exact max M, the sink's logit
+ *           included (attn_kernel's block max)
+ *   pass 2  the same scores again (the same function on the same tiles: the same bits), then
+ *           p = expf(s - M) with the true max as attn_kernel has it (masked: 0), the row sums l
+ *           and O += P V, never rescaled; out = O * (1 / l) as attn_kernel writes it
+ *
+ * Scoring twice costs half as many flops again as one pass of an online softmax would, for
+ * arithmetic that differs from attn_kernel's only in the order of its sums, each kept short:
+ *   q . k   chains of 16 products (fma), the D / 16 chain sums added in order (attn_kernel:
+ *           8 lanes' chains of head_dim / 32 four-product dots, then a tree of 8)
+ *   l       each thread's pairwise sum of its TK keys of a tile, added tile after tile, then a
+ *           tree over the row's 16 threads (attn_kernel: chains of keys / 256, then a tree)
+ *   O       chains of KF = 32 keys, those added in key order: at n keys the rounding error
+ *           grows like sqrt(32^2 / n + n / 32) where one serial chain's grows like sqrt(n),
+ *           ~0.3 ulp x (3.4 at 140 keys, 11 at 4096, 23 at 16384) (attn_kernel: 4-64 key
+ *           slices of chains of n / slices, then a tree)
+ * An online softmax adds one rounding of every element of O and l each time a row's running max
+ * moves, and its usual serial chain over all keys; a first version of this kernel took that way
+ * and moved the most sensitive fixture (gemma4, 11-29x noise gain) past its bound.
+ *
+ * Shared memory (floats): Q [BR][D], two tiles [BK][D] (pass 1: K tiles, double-buffered;
+ * pass 2: the K and the V tile, each loaded while the other is in use), P [BR][BK], l [BR]. Rows
+ * of Q, K and V are D / 4 chunks of 16 bytes, chunk c of row i stored at c ^ (i & 7); rows of P
+ * are 4-key chunks, chunk c of row i at c ^ 4 (i & 1): the accesses below then have no bank
+ * conflicts (8 consecutive rows' chunk c lie in 8 distinct bank quads; P's two rows a warp writes
+ * in distinct halves). head_dim is padded to D with zeros (exact: 0 x 0 adds nothing); the
+ * padded dims of the output are not stored.
+ *
+ * Threads: for the scores 16 x 16, thread (sr, kk) has rows sr + 16 i (i < TR) and keys
+ * kk + 16 j (j < TK) of the tiles; for P V (BR / TRO) x NOC, thread (orr, oc) has rows
+ * orr TRO + i (i < TRO) and chunks oc + NOC m (m < CO). Blocks take the rows of the latest
+ * tokens first (the most keys) so that the short ones fill the tail. At D = 128 and 256 a
+ * thread holds ~185 registers (ptxas, no spills: 16 scores, 32 outputs and their chain, the
+ * loads in flight), so an SM runs one block; forced down to 128 for two, ptxas spills.
+ *
+ * The two products (att_tile_scores' Q K^T, the P V loop) read whole tiles of shared memory: a
+ * tensor-core version replaces those two loops and keeps the loads, the masks and the softmax.
+ */
+#define ATT_TILE_THREADS 256
+#define ATT_TILE_MIN_T   64
+
+/* cp.async: 16 bytes from global src to shared dst through L2, or (!ok) 16 zero bytes (src-size
+ * 0: nothing read). A thread's copies since its last commit form a group; wait<N> returns when
+ * no more than its N latest groups are in flight (the others have landed). */
+__device__ __forceinline__ void att_cp16(float *dst, const float *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void att_cp_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void att_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* Rows 0 .. R-1 of a tile of D floats each into s (swizzled), row i's first hd floats from
+ * row(i) (NULL: zeros), zeros beyond; `any` is a valid address for the zero copies. Every thread
+ * of the block takes part. */
+template <int D, int R, typename Row>
+__device__ __forceinline__ void att_tile_load(float *s, int hd, const float *any, Row row) {
+    constexpr int C = D / 4;
+    static_assert(R * C % ATT_TILE_THREADS == 0, "whole rounds of the block");
+#pragma unroll
+    for (int m = 0; m < R * C / ATT_TILE_THREADS; m++) {
+        const int e = (int)threadIdx.x + m * ATT_TILE_THREADS, i = e / C, c = e % C;
+        const float *src = row(i);
+        const bool ok = src && 4 * c < hd;
+        att_cp16(s + 4 * (i * C + (c ^ (i & 7))), ok ? src + 4 * c : any, ok);
+    }
+}
+
+/* The scaled scores of the thread's rows sr + 16 i and keys kk + 16 j of a tile (sq: Q, sk: the
+ * K tile), the sums in the order described above; both passes run this, for the same bits. */
+template <int D, int TR, int TK>
+__device__ __forceinline__ void att_tile_scores(float (&s)[TR][TK], const float *sq,
+                                                const float *sk, int sr, int kk, float scale) {
+    constexpr int C = D / 4;
+    const float4 *q4 = (const float4 *)sq, *k4 = (const float4 *)sk;
+#pragma unroll
+    for (int i = 0; i < TR; i++)
+#pragma unroll
+        for (int j = 0; j < TK; j++)
+            s[i][j] = 0.0f;
+#pragma unroll 1
+    for (int c0 = 0; c0 < C; c0 += 4) {
+        float part[TR][TK];
+#pragma unroll
+        for (int i = 0; i < TR; i++)
+#pragma unroll
+            for (int j = 0; j < TK; j++)
+                part[i][j] = 0.0f;
+#pragma unroll
+        for (int c = c0; c < c0 + 4; c++) {
+            float4 qv[TR], kv[TK];
+#pragma unroll
+            for (int i = 0; i < TR; i++)
+                qv[i] = q4[(sr + 16 * i) * C + (c ^ (sr & 7))];
+#pragma unroll
+            for (int j = 0; j < TK; j++)
+                kv[j] = k4[(kk + 16 * j) * C + (c ^ (kk & 7))];
+#pragma unroll
+            for (int i = 0; i < TR; i++)
+#pragma unroll
+                for (int j = 0; j < TK; j++) {
+                    float p = part[i][j];
+                    p = __fmaf_rn(qv[i].x, kv[j].x, p);
+                    p = __fmaf_rn(qv[i].y, kv[j].y, p);
+                    p = __fmaf_rn(qv[i].z, kv[j].z, p);
+                    part[i][j] = __fmaf_rn(qv[i].w, kv[j].w, p);
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < TR; i++)
+#pragma unroll
+            for (int j = 0; j < TK; j++)
+                s[i][j] = __fadd_rn(s[i][j], part[i][j]);
+    }
+#pragma unroll
+    for (int i = 0; i < TR; i++)
+#pragma unroll
+        for (int j = 0; j < TK; j++)
+            s[i][j] = __fmul_rn(s[i][j], scale);
+}
+
+/* Where P's (row, key) of a tile is: rows of BK keys, 4-key chunks swizzled by the row's parity. */
+template <int BK> __device__ __forceinline__ int att_p_at(int row, int key) {
+    return row * BK + (((key >> 2) ^ ((row & 1) << 2)) << 2) + (key & 3);
+}
+
+/* The pairwise sum of n = 2 or 4 values. */
+template <int N> __device__ __forceinline__ float att_pairwise(const float (&p)[N]) {
+    static_assert(N == 2 || N == 4, "pairs");
+    if (N == 2) return __fadd_rn(p[0], p[1]);
+    return __fadd_rn(__fadd_rn(p[0], p[1]), __fadd_rn(p[N - 2], p[N - 1]));
+}
+
+template <int D, int BR, int BK>
+__global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params a) {
+    constexpr int C = D / 4, TR = BR / 16, TK = BK / 16;
+    constexpr int OPT = BR * D / ATT_TILE_THREADS; /* outputs a thread */
+    constexpr int TRO = OPT >= 16 ? 4 : OPT / 4, CO = OPT / (4 * TRO), NOC = C / CO;
+    constexpr int KF = 32;
+    static_assert(D >= 32 && BR % 16 == 0 && BK % KF == 0 && (TK == 2 || TK == 4) &&
+                      TRO * CO * 4 == OPT && (BR / TRO) * NOC == ATT_TILE_THREADS,
+                  "tile layout");
+    extern __shared__ __align__(16) float smem[];
+    float *sq = smem, *sp = sq + BR * D, *sl = sp + BR * BK, *sb0 = sl + BR, *sb1 = sb0 + BK * D;
+    const int G = a.n_heads / a.n_kv, kvh = blockIdx.y, rows = a.T * G, hd = a.hd;
+    const int r0 = (int)(gridDim.x - 1 - blockIdx.x) * BR;
+    const int t_lo = r0 / G, t_hi = (min(r0 + BR, rows) - 1) / G;
+    const int kf = att_first(a, t_lo), kl = a.pos0 + t_hi, n_tiles = (kl - kf) / BK + 1;
+    const int tid = threadIdx.x, sr = tid / 16, kk = tid % 16;
+    const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
+    const float *kbase = a.kc + (size_t)kvh * hd, *vbase = a.vc + (size_t)kvh * hd;
+    /* the key range of each of the thread's rows (empty past the last row) */
+    int lo[TR], hi[TR];
+#pragma unroll
+    for (int i = 0; i < TR; i++) {
+        const int r = r0 + sr + 16 * i;
+        lo[i] = r < rows ? att_first(a, r / G) : 1;
+        hi[i] = r < rows ? a.pos0 + r / G : 0;
+    }
+    auto sink_of = [&](int i) {
+        return a.sinks && lo[i] <= hi[i]
+                   ? cu_load_f(a.sinks, a.sinks_dt, (size_t)(kvh * G + (r0 + sr + 16 * i) % G))
+                   : -INFINITY;
+    };
+    auto q_row = [&](int i) -> const float * {
+        const int r = r0 + i;
+        return r < rows ? a.q + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd
+                        : nullptr;
+    };
+    auto key_rows = [&](const float *base, int tile) {
+        return [=](int i) -> const float * {
+            const int j = kf + tile * BK + i;
+            return j <= kl ? base + (size_t)j * kv_stride : nullptr;
+        };
+    };
+    cu_pdl_wait();
+
+    /* pass 1: the tiles from the last, so that the first (pass 2's first) is resident after */
+    att_tile_load<D, BR>(sq, hd, a.q, q_row);
+    att_tile_load<D, BK>(sb0, hd, a.kc, key_rows(kbase, n_tiles - 1));
+    att_cp_commit();
+    float M[TR];
+#pragma unroll
+    for (int i = 0; i < TR; i++)
+        M[i] = -INFINITY;
+    for (int it = 0; it < n_tiles; it++) {
+        const int tile = n_tiles - 1 - it;
+        if (it + 1 < n_tiles) {
+            att_tile_load<D, BK>(it & 1 ? sb0 : sb1, hd, a.kc, key_rows(kbase, tile - 1));
+            att_cp_commit();
+            att_cp_wait<1>();
+        } else {
+            att_cp_wait<0>();
+        }
+        __syncthreads();
+        float s[TR][TK];
+        att_tile_scores<D, TR, TK>(s, sq, it & 1 ? sb1 : sb0, sr, kk, a.scale);
+        const int j0 = kf + tile * BK + kk;
+#pragma unroll
+        for (int i = 0; i < TR; i++)
+#pragma unroll
+            for (int j = 0; j < TK; j++)
+                if (j0 + 16 * j >= lo[i] && j0 + 16 * j <= hi[i]) M[i] = fmaxf(M[i], s[i][j]);
+        __syncthreads(); /* the buffer is the next prefetch's */
+    }
+#pragma unroll
+    for (int i = 0; i < TR; i++) {
+        for (int o = 8; o > 0; o >>= 1) /* the row's 16 threads: lanes of one half-warp */
+            M[i] = fmaxf(M[i], __shfl_xor_sync(0xffffffffu, M[i], o));
+        M[i] = fmaxf(M[i], sink_of(i));
+    }
+
+    /* pass 2: tile 0 is in the buffer pass 1 ended on */
+    float *kb = (n_tiles - 1) & 1 ? sb1 : sb0, *vb = (n_tiles - 1) & 1 ? sb0 : sb1;
+    const int orr = tid / NOC, oc = tid % NOC;
+    float l[TR];
+    float4 o[TRO][CO];
+#pragma unroll
+    for (int i = 0; i < TR; i++)
+        l[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TRO; i++)
+#pragma unroll
+        for (int m = 0; m < CO; m++)
+            o[i][m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int tile = 0; tile < n_tiles; tile++) {
+        if (tile > 0) { /* K(tile) landed; the last P V is done with vb and sp */
+            att_cp_wait<0>();
+            __syncthreads();
+        }
+        att_tile_load<D, BK>(vb, hd, a.vc, key_rows(vbase, tile));
+        att_cp_commit();
+        float s[TR][TK];
+        att_tile_scores<D, TR, TK>(s, sq, kb, sr, kk, a.scale);
+        __syncthreads(); /* kb is free */
+        const bool more = tile + 1 < n_tiles;
+        if (more) {
+            att_tile_load<D, BK>(kb, hd, a.kc, key_rows(kbase, tile + 1));
+            att_cp_commit();
+        }
+        const int j0 = kf + tile * BK + kk;
+#pragma unroll
+        for (int i = 0; i < TR; i++) {
+            float p[TK];
+#pragma unroll
+            for (int j = 0; j < TK; j++) {
+                const int key = j0 + 16 * j;
+                p[j] = key >= lo[i] && key <= hi[i] ? expf(s[i][j] - M[i]) : 0.0f;
+                sp[att_p_at<BK>(sr + 16 * i, kk + 16 * j)] = p[j];
+            }
+            l[i] = __fadd_rn(l[i], att_pairwise<TK>(p));
+        }
+        if (more)
+            att_cp_wait<1>(); /* V(tile), committed before K(tile + 1) */
+        else
+            att_cp_wait<0>();
+        __syncthreads();
+        /* O += P V over the tile's keys in the range (the rest have p = 0), KF at a time */
+        const float4 *v4 = (const float4 *)vb;
+        const int nk = min(BK, kl - kf - tile * BK + 1);
+        for (int k0 = 0; k0 < nk; k0 += KF) {
+            float4 acc[TRO][CO];
+#pragma unroll
+            for (int i = 0; i < TRO; i++)
+#pragma unroll
+                for (int m = 0; m < CO; m++)
+                    acc[i][m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 1
+            for (int k = k0; k < k0 + KF; k += 4) {
+                float4 pv[TRO];
+#pragma unroll
+                for (int i = 0; i < TRO; i++)
+                    pv[i] = *(const float4 *)(sp + att_p_at<BK>(orr * TRO + i, k));
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int key = k + u;
+#pragma unroll
+                    for (int m = 0; m < CO; m++) {
+                        const float4 v = v4[key * C + ((oc + NOC * m) ^ (key & 7))];
+#pragma unroll
+                        for (int i = 0; i < TRO; i++) {
+                            const float pu = att_comp(pv[i], u);
+                            float4 &y = acc[i][m];
+                            y.x = __fmaf_rn(pu, v.x, y.x), y.y = __fmaf_rn(pu, v.y, y.y);
+                            y.z = __fmaf_rn(pu, v.z, y.z), y.w = __fmaf_rn(pu, v.w, y.w);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < TRO; i++)
+#pragma unroll
+                for (int m = 0; m < CO; m++) {
+                    float4 &y = o[i][m];
+                    y.x = __fadd_rn(y.x, acc[i][m].x), y.y = __fadd_rn(y.y, acc[i][m].y);
+                    y.z = __fadd_rn(y.z, acc[i][m].z), y.w = __fadd_rn(y.w, acc[i][m].w);
+                }
+        }
+    }
+
+    /* l over the row's 16 threads, the sink's term last (attn_kernel's order), for the P V
+     * threads' rows */
+#pragma unroll
+    for (int i = 0; i < TR; i++) {
+        for (int o = 8; o > 0; o >>= 1)
+            l[i] = __fadd_rn(l[i], __shfl_xor_sync(0xffffffffu, l[i], o));
+        if (kk == 0) {
+            const float sink = sink_of(i);
+            sl[sr + 16 * i] = a.sinks && lo[i] <= hi[i] ? l[i] + expf(sink - M[i]) : l[i];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < TRO; i++) {
+        const int row = orr * TRO + i, r = r0 + row;
+        if (r >= rows) continue;
+        const float inv = 1.0f / sl[row];
+        float *out = a.out + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd;
+#pragma unroll
+        for (int m = 0; m < CO; m++) {
+            const int c = oc + NOC * m;
+            if (4 * c >= hd) continue;
+            const float4 y = o[i][m];
+            *(float4 *)(out + 4 * c) = make_float4(__fmul_rn(y.x, inv), __fmul_rn(y.y, inv),
+                                                   __fmul_rn(y.z, inv), __fmul_rn(y.w, inv));
+        }
+    }
+}
+
+/* One tiled launch: a block per BR rows of a KV head; the kernel's shared memory limit raised
+ * past the default 48 KiB once per context (bit: its bit in c->att_smem). */
+template <int D, int BR, int BK>
+static void att_tiled_launch(cu_ctx *c, const att_params &a, unsigned bit) {
+    const size_t smem = (size_t)(BR * D + BR * BK + BR + 2 * BK * D) * sizeof(float);
+    if (!(c->att_smem & bit)) {
+        const cudaError_t e = cudaFuncSetAttribute(
+            attn_tiled_kernel<D, BR, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        CUDA_CHECK(c, e);
+        if (e != cudaSuccess) return;
+        c->att_smem |= bit;
+    }
+    const int64_t rows = (int64_t)a.T * (a.n_heads / a.n_kv);
+    const dim3 grid((unsigned)((rows + BR - 1) / BR), (unsigned)a.n_kv);
+    cu_launch(attn_tiled_kernel<D, BR, BK>, grid, ATT_TILE_THREADS, smem, c, a);
+}
+
+/* Whether the tiled kernel takes args: a prompt of ATT_TILE_MIN_T tokens or more (any size when
+ * a test asks for it) without a selection, head_dim % 4 == 0 up to 256, rows 16-byte aligned. */
+static int att_tiled_use(const cu_ctx *c, const sl_attn_args *a) {
+    if (c->att_path == SL_CUDA_ATT_PLAIN || a->sel || a->head_dim % 4 || a->head_dim > 256)
+        return 0;
+    if (((uintptr_t)a->out | (uintptr_t)a->q | (uintptr_t)a->kcache | (uintptr_t)a->vcache) & 15)
+        return 0;
+    return c->att_path == SL_CUDA_ATT_TILED || a->T >= ATT_TILE_MIN_T;
+}
+
+/* head_dim padded to 32, 64 or 128 (tiles of 64 rows and 64 keys: 40, 64 and 112 KiB of shared
+ * memory) or 256 (32 rows and 32 keys: 100 KiB); 512 (Gemma 4's global layers) stays on
+ * attn_kernel. */
+static void att_tiled(cu_ctx *c, const att_params &a) {
+    if (a.hd <= 32)
+        att_tiled_launch<32, 64, 64>(c, a, 1u);
+    else if (a.hd <= 64)
+        att_tiled_launch<64, 64, 64>(c, a, 2u);
+    else if (a.hd <= 128)
+        att_tiled_launch<128, 64, 64>(c, a, 4u);
+    else
+        att_tiled_launch<256, 32, 32>(c, a, 8u);
+}
+
 /* Whether the attention kernel can do prep's qkv_prep itself (attn_kernel<W, true>): one decode
  * token without a selection, on the same buffers and shapes, rows a block's threads cover. */
 static int prep_fusable(const sl_attn_args *a, const sl_qkv_args *p) {
@@ -1038,6 +1429,12 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.chunk = args->sel ? 0 : args->chunk;
     a.sinks = args->sinks ? args->sinks->data : NULL;
     a.sinks_dt = args->sinks ? (int)args->sinks->dtype : 0;
+    if (att_tiled_use(c, args)) {
+        if (args->prep) cu_qkv_prep(be, args->prep);
+        att_tiled(c, a);
+        CUDA_LAUNCHED(c);
+        return;
+    }
     /* A selection lists distinct rows of the cache, so no query has more than pos0 + T keys;
      * a sliding window, no more than the window; chunked attention, no more than a chunk. */
     int32_t max_keys = args->pos0 + args->T;
