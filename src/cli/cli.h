@@ -98,7 +98,8 @@ enum {
     "  --cuda-int4-float-act  cuda: int4 products on float activations (the scalar CPU's\n"        \
     "                         formula) instead of activations quantised to int8 (faster)\n"        \
     "  --cuda-no-tensor-cores cuda: prompt products in float32 on the CUDA cores instead of\n"     \
-    "                         the tensor cores (within ~1e-5 of each other; much slower)\n"        \
+    "                         the tensor cores (the same products summed in another order;\n"      \
+    "                         much slower)\n"                                                      \
     "  --int4-float-act       int4 products on float activations on any backend: the exact\n"      \
     "                         product of the dequantised weights (slower; for parity checks)\n"    \
     "  -h, --help             this help\n"

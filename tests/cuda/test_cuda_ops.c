@@ -560,7 +560,9 @@ static double time_matmul(float *dy, const float *dx, const sl_tensor *w, int T,
 
 static void bench_matmul(void) {
     static const int shapes[][2] = {{2048, 768}, {768, 2048}, {151936, 2048}};
-    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
+    /* F32 takes the float32 tiles: 64 x 64 in the batch, 32 x 32 alone where the few tiles of
+     * these shapes leave SMs idle; bitwise all the same */
+    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16, SL_DTYPE_F32};
     printf("\nGEMV (decode) on %s, weight bytes incl. scales/biases, 50 runs each:\n",
            sl_cuda_device_name(&gpu));
     for (size_t s = 0; s < 3; s++)
@@ -792,13 +794,15 @@ static void test_matmul_batch(void) {
     op_report r;
     op_begin(&r, "matmul_batch");
     enum { NB = 5, K = 256 };
-    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
+    /* F32 takes the float32 tiles: 64 x 64 in the batch, 32 x 32 alone where the few tiles of
+     * these shapes leave SMs idle; bitwise all the same */
+    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16, SL_DTYPE_F32};
     static const int32_t Ns[NB] = {96, 33, 130, 64, 200};
     /* {1, 1, 1, 1, 2}: four T = 1 items of unequal rows, the GEMV launch whose items travel
      * as a kernel parameter (row blocks numbered across the items) */
     static const int32_t Ts[5][NB] = {
         {1, 1, 1, 1, 1}, {3, 3, 3, 3, 3}, {1, 2, 5, 1, 3}, {6, 70, 1, 9, 65}, {1, 1, 1, 1, 2}};
-    for (size_t di = 0; di < 3; di++)
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
         for (int c = 0; c < 5; c++) {
             wpair w[NB];
             float *hx[NB], *hy[NB], *dx[NB], *dy[NB];
@@ -960,7 +964,9 @@ static void test_moe(void) {
     static const int shapes[NS][3] = {{3, 256, 128}, {1, 2048, 192}, {5, 1152, 128},
                                       {2, 192, 64},  {1, 256, 64},   {1, 256, 1664}};
     enum { NE = 6, K = 2, MT = 5 };
-    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16};
+    /* F32 takes the float32 tiles: 64 x 64 in the batch, 32 x 32 alone where the few tiles of
+     * these shapes leave SMs idle; bitwise all the same */
+    static const sl_dtype dts[] = {SL_DTYPE_Q4, SL_DTYPE_Q8, SL_DTYPE_BF16, SL_DTYPE_F32};
     for (size_t di = 0; di < 3 * NS; di++) {
         const int T = shapes[di % NS][0], H = shapes[di % NS][1], I = shapes[di % NS][2];
         wpair w[NE][3];

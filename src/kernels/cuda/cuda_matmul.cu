@@ -18,7 +18,8 @@
  *                 columns while it is staged, and integer dot products, ~1 instruction
  *                 a weight instead of ~5 (decode 314 -> 373 tok/s, BENCHMARKS 11.1).
  *   gemv_generic  decode, any K and alignment: a warp per row, element loads.
- *   gemm_tiled    prefill (T > 4): 64 tokens x 64 rows per block, K in steps of 32,
+ *   gemm_tiled    prefill (T > 4): 64 tokens x 64 rows per block (32 x 32 where that leaves
+ *                 SMs idle), K in steps of 32,
  *                 weights widened into shared memory once per tile and reused by all
  *                 64 tokens; each thread accumulates 4 x 4 outputs in registers.
  * All accumulate in float32; sums are ordered differently from the CPU backend's
@@ -661,19 +662,33 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #define GM_BN 64 /* rows per block */
 #define GM_BK 32
 
-/* The tile of rows n0.. and tokens t0.. (a block of 256 threads). */
-template <int DT>
+/* S consecutive floats of a shared tile in one vector load (16 or 8 bytes, aligned). */
+template <int S> __device__ __forceinline__ void gemm_lds(float (&v)[S], const float *p);
+template <> __device__ __forceinline__ void gemm_lds<4>(float (&v)[4], const float *p) {
+    const float4 a = *(const float4 *)p;
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+template <> __device__ __forceinline__ void gemm_lds<2>(float (&v)[2], const float *p) {
+    const float2 a = *(const float2 *)p;
+    v[0] = a.x, v[1] = a.y;
+}
+
+/* The tile of rows n0.. and tokens t0.. (a block of 256 threads, 16 x 16, each S x S outputs:
+ * 64 x 64 at S = 4, 32 x 32 at S = 2). Every output is summed over k in order, one product at a
+ * time, whatever S: the two tile sizes give the same bits. */
+template <int DT, int S = 4>
 __device__ __forceinline__ void gemm_tile(float *__restrict__ y, const float *__restrict__ x,
                                           cu_w w, const void *__restrict__ bias, int bias_dt, int N,
                                           int K, int T, int64_t n0, int64_t t0) {
-    __shared__ __align__(16) float xs[GM_BK][GM_BM + 4];
-    __shared__ __align__(16) float wsm[GM_BK][GM_BN + 4];
+    constexpr int BM = 16 * S, BN = 16 * S;
+    __shared__ __align__(16) float xs[GM_BK][BM + 4];
+    __shared__ __align__(16) float wsm[GM_BK][BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     w.dt = DT; /* lets the compiler resolve cu_load_w's branches */
-    float acc[4][4] = {};
+    float acc[S][S] = {};
     for (int k0 = 0; k0 < K; k0 += GM_BK) {
 #pragma unroll
-        for (int i = 0; i < GM_BM * GM_BK / 256; i++) {
+        for (int i = 0; i < BM * GM_BK / 256; i++) {
             const int idx = tid + i * 256, r = idx / GM_BK, kk = idx % GM_BK, k = k0 + kk;
             const int64_t t = t0 + r, n = n0 + r;
             xs[kk][r] = (t < T && k < K) ? x[(size_t)t * K + k] : 0.0f;
@@ -682,37 +697,37 @@ __device__ __forceinline__ void gemm_tile(float *__restrict__ y, const float *__
         __syncthreads();
 #pragma unroll 8
         for (int kk = 0; kk < GM_BK; kk++) {
-            const float4 a = *(const float4 *)&xs[kk][ty * 4];
-            const float4 b = *(const float4 *)&wsm[kk][tx * 4];
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            float av[S], bv[S];
+            gemm_lds<S>(av, &xs[kk][ty * S]);
+            gemm_lds<S>(bv, &wsm[kk][tx * S]);
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < S; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
+                for (int j = 0; j < S; j++)
                     acc[i][j] += av[i] * bv[j];
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const int64_t n = n0 + tx * 4 + j;
+    for (int j = 0; j < S; j++) {
+        const int64_t n = n0 + tx * S + j;
         if (n >= N) continue;
         const float bv = bias ? cu_load_f(bias, bias_dt, (size_t)n) : 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int64_t t = t0 + ty * 4 + i;
+        for (int i = 0; i < S; i++) {
+            const int64_t t = t0 + ty * S + i;
             if (t < T) y[(size_t)t * N + n] = acc[i][j] + bv;
         }
     }
 }
 
-template <int DT>
+template <int DT, int S>
 __global__ void __launch_bounds__(256)
     gemm_tiled(float *__restrict__ y, const float *__restrict__ x, cu_w w,
                const void *__restrict__ bias, int bias_dt, int N, int K, int T) {
     cu_pdl_wait();
-    gemm_tile<DT>(y, x, w, bias, bias_dt, N, K, T, (int64_t)blockIdx.x * GM_BN,
-                  (int64_t)blockIdx.y * GM_BM);
+    gemm_tile<DT, S>(y, x, w, bias, bias_dt, N, K, T, (int64_t)blockIdx.x * (16 * S),
+                     (int64_t)blockIdx.y * (16 * S));
 }
 
 /* A batch of T > 4 products of one dtype and K in one launch, a block per tile of any of them
@@ -789,6 +804,18 @@ static int chunk_of(int dt) {
     }
 }
 
+/* The float32 tiles of a T > 4 product: 64 x 64, or 32 x 32 when small. */
+template <int DT>
+static void gemm_launch(cu_ctx *c, bool small, float *y, const float *x, const cu_w &w,
+                        const void *b, int bdt, int64_t N, int64_t K, int T) {
+    const int e = small ? 32 : 64;
+    const dim3 grid(cu_blocks((size_t)N, e), cu_blocks((size_t)T, e));
+    if (small)
+        cu_launch(gemm_tiled<DT, 2>, grid, 256, 0, c, y, x, w, b, bdt, (int)N, (int)K, T);
+    else
+        cu_launch(gemm_tiled<DT, 4>, grid, 256, 0, c, y, x, w, b, bdt, (int)N, (int)K, T);
+}
+
 /* tc: whether a prompt-sized product may take the tensor cores (cu_mma_ok) */
 static void matmul(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
                    const sl_tensor *bias, int32_t T, bool tc) {
@@ -821,28 +848,16 @@ static void matmul(const sl_backend *be, float *y, const float *x, const sl_tens
         return;
     }
     if (T > 4) {
-        dim3 grid(cu_blocks((size_t)N, GM_BN), cu_blocks((size_t)T, GM_BM));
+        /* 32 x 32 tiles where 64 x 64 ones leave SMs idle (the router: 128 rows, 16 tiles of
+         * 64 x 64 at 512 tokens), the same bits */
+        const bool small =
+            (int64_t)cu_blocks((size_t)N, GM_BN) * cu_blocks((size_t)T, GM_BM) < c->n_sm;
         switch (dt) {
-        case SL_DTYPE_F32:
-            cu_launch(gemm_tiled<SL_DTYPE_F32>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
-                      T);
-            break;
-        case SL_DTYPE_F16:
-            cu_launch(gemm_tiled<SL_DTYPE_F16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
-                      T);
-            break;
-        case SL_DTYPE_BF16:
-            cu_launch(gemm_tiled<SL_DTYPE_BF16>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
-                      T);
-            break;
-        case SL_DTYPE_Q8:
-            cu_launch(gemm_tiled<SL_DTYPE_Q8>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
-                      T);
-            break;
-        default:
-            cu_launch(gemm_tiled<SL_DTYPE_Q4>, grid, 256, 0, c, y, x, wv, b, bdt, (int)N, (int)K,
-                      T);
-            break;
+        case SL_DTYPE_F32: gemm_launch<SL_DTYPE_F32>(c, small, y, x, wv, b, bdt, N, K, T); break;
+        case SL_DTYPE_F16: gemm_launch<SL_DTYPE_F16>(c, small, y, x, wv, b, bdt, N, K, T); break;
+        case SL_DTYPE_BF16: gemm_launch<SL_DTYPE_BF16>(c, small, y, x, wv, b, bdt, N, K, T); break;
+        case SL_DTYPE_Q8: gemm_launch<SL_DTYPE_Q8>(c, small, y, x, wv, b, bdt, N, K, T); break;
+        default: gemm_launch<SL_DTYPE_Q4>(c, small, y, x, wv, b, bdt, N, K, T); break;
         }
         CUDA_LAUNCHED(c);
         return;
