@@ -1121,8 +1121,10 @@ static void ref_q4_int8(double *y, const float *x, const wpair *w, const float *
             for (int k = 0; k < 64; k++)
                 m = fmaxf(m, fabsf(xt[g * 64 + k])), X += xt[g * 64 + k];
             const float inv = fminf(127.0f / m, FLT_MAX);
-            for (int k = 0; k < 64; k++)
-                xq[g * 64 + k] = (int8_t)rintf(xt[g * 64 + k] * inv);
+            for (int k = 0; k < 64; k++) { /* |v| <= 127, or not finite (bad: unused) */
+                const float v = xt[g * 64 + k] * inv;
+                xq[g * 64 + k] = isfinite(v) ? (int8_t)rintf(v) : 0;
+            }
             dg[g] = m / 127.0f;
             bad |= !isfinite(X);
         }
