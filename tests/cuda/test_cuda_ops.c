@@ -1334,6 +1334,10 @@ static void test_imma(void) {
             dfree(dy[i]), dfree(dr[i]), dfree(da[i]), dfree(dm[i]), wpair_free(&w[i]);
         }
     }
+    sl_error err = {0}; /* a failed launch leaves poison that the bitwise checks cannot see */
+    r.cases++;
+    if (gpu.ops->status(&gpu, &err) != SL_OK && !r.bad++)
+        snprintf(r.first_bad, sizeof r.first_bad, "backend status: %s", err.msg);
     op_end(&r);
 }
 
