@@ -217,6 +217,10 @@ typedef struct sl_reserve_args {
     int32_t max_batch;         /* most tokens of one call (T) */
     int32_t max_ctx;           /* most positions (pos0 + T) */
     int32_t n_heads, head_dim; /* attention's, the largest of any layer */
+    /* Most elements of x one product, or one batch of them, reads ([rows, K]: a prefill
+     * chunk's routed experts take max_batch x experts-per-token rows of the hidden size);
+     * 0: unknown (a backend that stages x then works in slices). */
+    int64_t max_x;
 } sl_reserve_args;
 
 typedef struct sl_ops {

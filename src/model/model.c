@@ -698,10 +698,18 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     cv = (carver){.base = s->arena};
     hv = (carver){.base = s->host_arena};
     layout(s, &cv, &hv);
+    /* x of the widest product a chunk runs: a dense one (hidden, attention output or
+     * intermediate wide), or the routed experts' batch (each token's rows k times) */
+    const sl_config *c = &m->cfg;
+    const int64_t wide = SL_MAX(SL_MAX(c->hidden_size, (int64_t)c->n_heads * c->head_dim),
+                                SL_MAX(c->intermediate_size, c->shared_intermediate_size));
+    const int64_t routed =
+        (int64_t)SL_MAX(c->n_experts_used, 1) * SL_MAX(c->hidden_size, c->moe_intermediate_size);
     const sl_reserve_args ra = {.max_batch = p.max_batch,
                                 .max_ctx = p.max_ctx,
                                 .n_heads = m->cfg.n_heads,
-                                .head_dim = m->cfg.head_dim};
+                                .head_dim = m->cfg.head_dim,
+                                .max_x = (int64_t)p.max_batch * SL_MAX(wide, routed)};
     if ((be->ops->reserve && (st = be->ops->reserve(be, &ra, err))) || (st = fill_rope(s, err))) {
         sl_session_free(s);
         return st;

@@ -168,8 +168,11 @@ static void check_fixture(const char *dir, const char *name) {
  * (quant.h), else not, and the GPU where K is a multiple of 64 (else not: the fixtures' hidden size
  * is 48), so the bound there only catches a wrong kernel (a misread nibble or scale is an error of
  * order 1); the op tests hold the GPU's int4 GEMVs to each formula. With k64 (every K a multiple of
- * 64) also: one token a step (the decode fusions) against four, and int8 x against float x
- * (sl_cuda_params.int4_float_act), both on the GPU. */
+ * 64) also: one token a step (the decode fusions) and one pass of all 12 (prefill's products on
+ * int8 tensor cores, cuda_imma.cu) against four, and int8 x against float x
+ * (sl_cuda_params.int4_float_act), all on the GPU. The same x quantised the same way, only float
+ * rounding differs, but a rounding of x that crosses an xq step moves a product by a step of
+ * the grid: hence 1e-2, not the 1e-5 of float prefill. */
 static void check_pack(const char *src, const char *name, int int4, int k64, int slots) {
     char dst[1100];
     const char *q = int4 ? "int4 pack" : "int8 pack";
@@ -209,18 +212,21 @@ static void check_pack(const char *src, const char *name, int int4, int k64, int
     }
     if (k64 && la) {
         float *l1 = logits_of(dst, &all, ids, n, 1, &V, NULL);
+        float *lp = logits_of(dst, &all, ids, n, n, &V, NULL); /* prefill: int8 tensor cores */
         sl_model_params float_act = all;
         float_act.cuda.int4_float_act = 1;
         float *lx = logits_of(dst, &float_act, ids, n, 4, &V, NULL);
-        CHECKF(l1 && lx, "%s %s: runs", name, q);
-        if (l1 && lx) {
+        CHECKF(l1 && lp && lx, "%s %s: runs", name, q);
+        if (l1 && lp && lx) {
             const size_t m = (size_t)n * (size_t)V;
-            printf("  %-24s %s: one token a step vs four %.2e; int8 x vs float x %.2e\n", name, q,
-                   rel_l2(l1, la, m), rel_l2(la, lx, m));
+            printf("  %-24s %s: one token a step vs four %.2e; one pass vs four %.2e; int8 x vs "
+                   "float x %.2e\n",
+                   name, q, rel_l2(l1, la, m), rel_l2(lp, la, m), rel_l2(la, lx, m));
             CHECKF(rel_l2(l1, la, m) <= 1e-2, "%s %s: one token a step vs four", name, q);
+            CHECKF(rel_l2(lp, la, m) <= 1e-2, "%s %s: one pass vs four a step", name, q);
             CHECKF(rel_l2(la, lx, m) <= tol, "%s %s: int8 x vs float x", name, q);
         }
-        free(l1), free(lx);
+        free(l1), free(lp), free(lx);
     }
     free(lc), free(la), free(lf);
     char cmd[1200];

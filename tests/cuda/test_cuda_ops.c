@@ -13,8 +13,9 @@
  * no place for: bitwise agreement among the GPU's own paths (batch items vs alone, the fused MoE
  * step vs its parts, a norm left to the next GEMV), and Q4 on int8 activations.
  * With "bench" it times instead decode GEMV on large shapes (GB/s of weight bytes read), one
- * decode layer's ops at Qwen3-30B-A3B shapes, the prefill matmul (GFLOP/s) and prompt attention
- * at those shapes, the plain kernel against the tiled one (GFLOP/s).
+ * decode layer's ops at Qwen3-30B-A3B shapes, the prefill matmul (GFLOP/s), prompt attention
+ * at those shapes (the plain kernel against the tiled one, GFLOP/s) and Q4 prefill's paths
+ * (int8 tensor cores, their reference, BF16 tensor cores).
  *
  *   build-cuda/test_cuda [fixtures-dir (unused)]
  *   build-cuda/test_cuda bench
@@ -596,18 +597,20 @@ static void bench_matmul(void) {
         }
 }
 
-/* The average time of `stmt` over 200 back-to-back runs on the GPU's stream, in us. */
-#define TIME_US(stmt)                                                                              \
+/* The average time of `stmt` over `reps` back-to-back runs on the GPU's stream (after 5
+ * unmeasured), in us; TIME_US: over 200. */
+#define TIME_REPS(reps, stmt)                                                                      \
     ({                                                                                             \
         for (int i_ = 0; i_ < 5; i_++)                                                             \
             stmt;                                                                                  \
         sl_cuda_sync(&gpu);                                                                        \
         const double t0_ = sl_now();                                                               \
-        for (int i_ = 0; i_ < 200; i_++)                                                           \
+        for (int i_ = 0; i_ < (reps); i_++)                                                        \
             stmt;                                                                                  \
         sl_cuda_sync(&gpu);                                                                        \
-        (sl_now() - t0_) / 200 * 1e6;                                                              \
+        (sl_now() - t0_) / (reps)*1e6;                                                             \
     })
+#define TIME_US(stmt) TIME_REPS(200, stmt)
 
 /* One decode layer's ops at Qwen3-30B-A3B shapes (hidden 2048, 32/4 heads of 128, 128 experts of
  * 768, top-8, int4; router BF16), each timed alone (launch overhead included, ~3 us a launch). */
@@ -786,6 +789,123 @@ static void bench_attention_prompt(void) {
     if (gpu.ops->status && gpu.ops->status(&gpu, &err) != SL_OK)
         printf("prompt attention: %s\n", err.msg);
     dfree(dq), dfree(dout), dfree(dk), dfree(dv);
+}
+
+/* A Q4 weight [N, K] for timing: device bytes of a fixed pattern (codes 0xA, 0x9, ...), scales
+ * 2^-7 and biases -0.125 (BF16); what the values are does not change the work. */
+static sl_tensor bench_q4(int64_t N, int64_t K) {
+    const size_t data = sl_row_bytes(SL_DTYPE_Q4, K) * (size_t)N;
+    const size_t sb = (size_t)N * (size_t)sl_qgroups(K) * 2;
+    float *d = gpu.ops->alloc(&gpu, data), *s = gpu.ops->alloc(&gpu, sb),
+          *b = gpu.ops->alloc(&gpu, sb);
+    SL_ASSERT(d && s && b);
+    uint32_t bits[3] = {0x3FD9999Au, 0x3C003C00u, 0xBE00BE00u};
+    float v[3];
+    memcpy(v, bits, sizeof v);
+    gpu.ops->fill(&gpu, d, v[0], data / 4);
+    gpu.ops->fill(&gpu, s, v[1], sb / 4);
+    gpu.ops->fill(&gpu, b, v[2], sb / 4);
+    return (sl_tensor){.name = "bench",
+                       .dtype = SL_DTYPE_Q4,
+                       .ndim = 2,
+                       .shape = {N, K},
+                       .data = d,
+                       .nbytes = data,
+                       .scales = s,
+                       .biases = b};
+}
+
+static void bench_q4_free(sl_tensor *w) {
+    dfree((void *)w->data), dfree((void *)w->scales), dfree((void *)w->biases);
+}
+
+static size_t q4_bytes(const sl_tensor *w) {
+    return w->nbytes + 2 * (size_t)w->shape[0] * (size_t)sl_qgroups(w->shape[1]) * 2;
+}
+
+static const char *const q4_path_name[] = {"int8 TC", "int8 ref", "BF16 TC"};
+
+static void bench_q4_line(const char *what, int T, int path, double us, double ops, double bytes) {
+    printf("  %-8s %-26s T=%-5d %9.1f us %7.1f TOPS %7.0f GB/s\n", q4_path_name[path], what, T, us,
+           ops / us / 1e6, bytes / us / 1e3);
+}
+
+/*
+ * Q4 prefill at Qwen3-30B-A3B shapes on each path (sl_cuda_q4_path): the int8 tensor-core kernel
+ * (matmul's default), its plain reference and the BF16 tensor cores (float x): dense products
+ * (q, o-proj and the head) at 512 and 4096 tokens, and a 512-token chunk's routed experts (128
+ * experts of 32 tokens: gate and up as one batch of 256 whose pairs share x, down as one of 128).
+ * Tensor ops a second (2 N K T) and weight bytes (codes, scales, biases) read once a second.
+ */
+static void bench_imma(void) {
+    sl_error err = {0};
+    /* a session's scratch for x of 4096 x 4096 (the experts' 4096 rows of 2048 fit too) */
+    const sl_reserve_args ra = {.max_batch = 4096,
+                                .max_ctx = 4096,
+                                .n_heads = 32,
+                                .head_dim = 128,
+                                .max_x = (int64_t)4096 * 4096};
+    if (gpu.ops->reserve(&gpu, &ra, &err)) printf("  reserve: %s\n", err.msg);
+    printf("Q4 prefill on %s, Qwen3-30B-A3B shapes:\n", sl_cuda_device_name(&gpu));
+    static const int dense[][2] = {{4096, 2048}, {2048, 4096}, {151936, 2048}};
+    float *dx = gpu.ops->alloc(&gpu, (size_t)4096 * 4096 * sizeof(float));
+    float *dy = gpu.ops->alloc(&gpu, (size_t)4096 * 151936 * sizeof(float));
+    SL_ASSERT(dx && dy);
+    {
+        float *hx = rand_vec((size_t)4096 * 4096, 1);
+        gpu.ops->to_dev(&gpu, dx, hx, (size_t)4096 * 4096 * sizeof(float));
+        free(hx);
+    }
+    for (int s = 0; s < 3; s++) {
+        const int N = dense[s][0], K = dense[s][1];
+        sl_tensor w = bench_q4(N, K);
+        char what[64];
+        snprintf(what, sizeof what, "dense %d x %d", N, K);
+        for (int T = 512; T <= 4096; T *= 8)
+            for (int path = 0; path < 3; path++) {
+                const double ops = 2.0 * N * K * T;
+                if (path == SL_CUDA_Q4_IMMA_REF && (T > 512 || N > 4096)) continue; /* slow */
+                const int reps =
+                    SL_MAX(1, SL_MIN(path == SL_CUDA_Q4_IMMA_REF ? 5 : 50, (int)(2e12 / ops)));
+                const double us = TIME_REPS(
+                    reps, sl_cuda_q4_prefill(&gpu, dy, dx, &w, NULL, T, (sl_cuda_q4_path)path));
+                bench_q4_line(what, T, path, us, ops, (double)q4_bytes(&w));
+            }
+        bench_q4_free(&w);
+    }
+    enum { NE = 128, TE = 32, H = 2048, I = 768 };
+    sl_tensor *ew = malloc(3 * NE * sizeof(sl_tensor));
+    const sl_tensor *gu[2 * NE], *dn[NE];
+    float *gy[2 * NE], *dyv[NE];
+    const float *gx[2 * NE], *dxv[NE];
+    int32_t Ts[2 * NE];
+    float *act = gpu.ops->alloc(&gpu, (size_t)NE * TE * I * 2 * sizeof(float));
+    SL_ASSERT(act);
+    size_t bgu = 0, bdn = 0;
+    for (int e = 0; e < NE; e++) {
+        ew[3 * e] = bench_q4(I, H), ew[3 * e + 1] = bench_q4(I, H), ew[3 * e + 2] = bench_q4(H, I);
+        gu[e] = &ew[3 * e], gu[NE + e] = &ew[3 * e + 1], dn[e] = &ew[3 * e + 2];
+        gx[e] = gx[NE + e] = dx + (size_t)e * TE * H;
+        gy[e] = act + (size_t)e * TE * I, gy[NE + e] = act + (size_t)(NE + e) * TE * I;
+        dxv[e] = act + (size_t)e * TE * I;
+        dyv[e] = dy + (size_t)e * TE * H;
+        Ts[e] = Ts[NE + e] = TE;
+        bgu += q4_bytes(&ew[3 * e]) + q4_bytes(&ew[3 * e + 1]), bdn += q4_bytes(&ew[3 * e + 2]);
+    }
+    for (int path = 0; path < 3; path++) {
+        const int reps = path == SL_CUDA_Q4_IMMA_REF ? 2 : 20;
+        double us = TIME_REPS(
+            reps, sl_cuda_q4_prefill_batch(&gpu, gy, gx, gu, Ts, 2 * NE, (sl_cuda_q4_path)path));
+        bench_q4_line("experts gate+up 256 x 768", TE, path, us, 2.0 * 2 * NE * I * H * TE,
+                      (double)bgu);
+        us = TIME_REPS(reps,
+                       sl_cuda_q4_prefill_batch(&gpu, dyv, dxv, dn, Ts, NE, (sl_cuda_q4_path)path));
+        bench_q4_line("experts down 128 x 2048", TE, path, us, 2.0 * NE * H * I * TE, (double)bdn);
+    }
+    for (int i = 0; i < 3 * NE; i++)
+        bench_q4_free(&ew[i]);
+    free(ew);
+    dfree(dx), dfree(dy), dfree(act);
 }
 
 /* matmul_batch: one GEMV launch (same T <= 4), one per T <= 4 plus a tiled launch of those with
@@ -1053,11 +1173,300 @@ static void test_moe(void) {
     op_end(&r);
 }
 
+/* ------------------------------------------ Q4 prefill on int8 tensor cores */
+
+static uint8_t rand_byte(void) {
+    return (uint8_t)((frand() + 1.0f) * 128.0f);
+}
+
+/* A Q4 weight [N, K] in groups of `group` columns with scales and biases of dtype sdt (BF16,
+ * F16 or F32) on both sides: random codes; scales of 8 significant bits in [2^-8, 2^-3); biases
+ * near -8 scale, as quantising makes them (bias + 8 scale, which multiplies X, stays small). */
+static void wpair_q4(wpair *w, int64_t N, int64_t K, int32_t group, sl_dtype sdt) {
+    memset(w, 0, sizeof *w);
+    const size_t rb = sl_row_bytes(SL_DTYPE_Q4, K), nbytes = rb * (size_t)N;
+    uint8_t *codes = malloc(nbytes + 1);
+    for (size_t i = 0; i < nbytes; i++)
+        codes[i] = rand_byte();
+    const int64_t G = (K + group - 1) / group;
+    const size_t ss = sdt == SL_DTYPE_F32 ? 4 : 2, sb = (size_t)(N * G) * ss;
+    uint8_t *hs = malloc(sb + 4), *hb = malloc(sb + 4);
+    for (int64_t i = 0; i < N * G; i++) {
+        const float sc = ldexpf((float)(128 + (int)(fabsf(frand()) * 127.0f)) / 256.0f,
+                                -3 - (int)(fabsf(frand()) * 5.0f));
+        const float v[2] = {sc, -8.0f * sc * (1.0f + 0.25f * frand())};
+        for (int j = 0; j < 2; j++) {
+            uint8_t *p = (j ? hb : hs) + (size_t)i * ss;
+            if (sdt == SL_DTYPE_F32) {
+                memcpy(p, &v[j], 4);
+            } else {
+                const uint16_t h = sdt == SL_DTYPE_F16 ? sl_f32_to_f16(v[j]) : sl_f32_to_bf16(v[j]);
+                memcpy(p, &h, 2);
+            }
+        }
+    }
+    w->hdata = codes;
+    w->hs = (uint16_t *)hs, w->hb = (uint16_t *)hb;
+    w->h = (sl_tensor){.name = "w",
+                       .dtype = SL_DTYPE_Q4,
+                       .ndim = 2,
+                       .shape = {N, K},
+                       .data = codes,
+                       .nbytes = nbytes,
+                       .scales = hs,
+                       .biases = hb,
+                       .group = group,
+                       .sdtype = sdt};
+    w->d = w->h;
+    w->ddata_alloc = up(codes, nbytes);
+    w->ds = up(hs, sb), w->db = up(hb, sb);
+    w->d.data = w->ddata_alloc, w->d.scales = w->ds, w->d.biases = w->db;
+}
+
+/* y[T, N] of quant.h's int8 formula for w in double, over x quantised as the GPU does (m, d, xq
+ * in float32) and X summed in double: what the int8 kernels compute but for their float
+ * rounding. A token with a group whose sum is not finite: NaN. bias: N floats or NULL. */
+static void ref_q4_int8(double *y, const float *x, const wpair *w, const float *bias, int32_t T) {
+    const int64_t N = w->h.shape[0], K = w->h.shape[1], grp = w->h.group;
+    const int64_t Gw = (K + grp - 1) / grp, G = K / 64;
+    const size_t rb = sl_row_bytes(SL_DTYPE_Q4, K);
+    const uint8_t *codes = w->hdata;
+    int8_t *xq = malloc((size_t)K);
+    double *dg = malloc((size_t)G * sizeof(double));
+    for (int32_t t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * K;
+        int bad = 0;
+        for (int64_t g = 0; g < G; g++) {
+            float m = 0.0f;
+            double X = 0;
+            for (int k = 0; k < 64; k++)
+                m = fmaxf(m, fabsf(xt[g * 64 + k])), X += xt[g * 64 + k];
+            const float inv = fminf(127.0f / m, FLT_MAX);
+            for (int k = 0; k < 64; k++) { /* |v| <= 127, or not finite (bad: unused) */
+                const float v = xt[g * 64 + k] * inv;
+                xq[g * 64 + k] = isfinite(v) ? (int8_t)rintf(v) : 0;
+            }
+            dg[g] = m / 127.0f;
+            bad |= !isfinite(X);
+        }
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0;
+            for (int64_t gw = 0; gw < Gw; gw++) {
+                const double sc = sl_qparam(w->h.scales, w->h.sdtype, (size_t)(n * Gw + gw));
+                const double bz =
+                    sl_qparam(w->h.biases, w->h.sdtype, (size_t)(n * Gw + gw)) + 8 * sc;
+                for (int64_t k = gw * grp; k < SL_MIN(K, (gw + 1) * grp); k++) {
+                    const int q = (codes[(size_t)n * rb + (size_t)k / 2] >> (k % 2 * 4)) & 15;
+                    acc += sc * dg[k / 64] * (double)((q - 8) * xq[k]) + bz * xt[k];
+                }
+            }
+            y[(size_t)t * N + n] = bad ? NAN : acc + (bias ? bias[n] : 0.0f);
+        }
+    }
+    free(xq), free(dg);
+}
+
+/* Bitwise: the device buffers a and b of n floats (NaN payloads included). */
+static void same_bits(op_report *r, const char *what, const float *a, const float *b, size_t n) {
+    float *ha = down(a, n), *hb = down(b, n);
+    r->cases++;
+    if (memcmp(ha, hb, n * sizeof(float))) {
+        size_t i = 0;
+        while (i < n && !memcmp(ha + i, hb + i, sizeof(float)))
+            i++;
+        if (!r->bad++)
+            snprintf(r->first_bad, sizeof r->first_bad, "%s: [%zu] %.9g vs %.9g", what, i, ha[i],
+                     hb[i]);
+    }
+    free(ha), free(hb);
+}
+
+/* The device buffer got against want (host, n values): NaN where want is NaN, POISON untouched
+ * where want is POISON, else within tol of max(|want|, rms(want)). */
+static void near(op_report *r, const char *what, const float *got, const double *want, size_t n,
+                 double tol) {
+    float *h = down(got, n);
+    double ss = 0, worst = 0;
+    size_t cnt = 0, wi = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(want[i]) && want[i] != POISON) ss += want[i] * want[i], cnt++;
+    const double rms = cnt ? sqrt(ss / (double)cnt) : 0;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (isnan(want[i]) || want[i] == POISON) {
+            bad = isnan(want[i]) ? !isnan(h[i]) : h[i] != POISON;
+            wi = i;
+            continue;
+        }
+        const double e = isfinite(h[i])
+                             ? fabs(h[i] - want[i]) / fmax(fmax(fabs(want[i]), rms), 1e-30)
+                             : INFINITY;
+        if (e > worst) worst = e, wi = i;
+        bad = e > tol;
+    }
+    r->cases++;
+    if (!bad && worst > r->max_err) r->max_err = worst;
+    if (bad && !r->bad++)
+        snprintf(r->first_bad, sizeof r->first_bad, "%s: [%zu] got %.9g want %.9g (err %.2e)", what,
+                 wi, h[wi], want[wi], worst);
+    free(h);
+}
+
+/*
+ * Q4 prefill on int8 tensor cores (cuda_imma.cu), on a backend with int8 activations: the kernel
+ * bitwise against its plain reference on every tile size and edge (T 5 .. 700, rows past a tile,
+ * K from one group to past 4096, groups of 32, 64 and 128, BF16, F16 and F32 scales, biases, x
+ * with tiny, zero and spiky groups and a non-finite token), poison-filled outputs; against a
+ * double evaluation of quant.h's formula and the CPU's VNNI path (where this CPU has it) within
+ * float rounding; batches (items of T = 0, 1, 7, 33, 300, x shared by pairs and triples)
+ * bitwise against the reference and each item alone; a product and a batch larger than the
+ * scratch (CU_SCRATCH_MIN: run in slices).
+ */
+static void test_imma(void) {
+    op_report r;
+    op_begin(&r, "Q4 prefill int8 TC");
+    sl_backend cv; /* the CPU's int8 path, where it runs */
+    sl_backend_cpu_init(&cv, 4, sl_cpu_best_isa());
+    const int vnni = sl_quant_int8_available(&cv);
+    static const sl_dtype sdts[] = {SL_DTYPE_BF16, SL_DTYPE_F16, SL_DTYPE_F32};
+    /* N, K, T, group, scale dtype (index), bias (0 none, 1 F32, 2 BF16), special x */
+    static const int cases[][7] = {
+        {1, 64, 5, 64, 0, 0, 0},      {7, 128, 7, 32, 0, 1, 1},       {130, 256, 33, 64, 1, 2, 0},
+        {200, 192, 64, 128, 2, 0, 1}, {128, 512, 65, 64, 0, 1, 0},    {257, 320, 127, 128, 0, 0, 1},
+        {300, 768, 128, 32, 1, 0, 0}, {64, 1024, 129, 64, 2, 1, 1},   {260, 2048, 300, 64, 0, 0, 0},
+        {33, 4160, 17, 64, 0, 0, 1},  {129, 4096, 513, 128, 1, 1, 0}, {96, 2048, 700, 32, 0, 2, 1},
+        {1, 4096, 6, 64, 0, 0, 0},    {2050, 64, 9, 64, 2, 0, 1},     {33, 8192, 700, 64, 0, 0, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int N = cases[ci][0], K = cases[ci][1], T = cases[ci][2], grp = cases[ci][3];
+        const sl_dtype sdt = sdts[cases[ci][4]];
+        const int bk = cases[ci][5], special = cases[ci][6];
+        wpair w, b;
+        wpair_q4(&w, N, K, grp, sdt);
+        wpair_make(&b, bk == 2 ? SL_DTYPE_BF16 : SL_DTYPE_F32, 0, N, 0.5f, 0);
+        float *bias = NULL;
+        if (bk) {
+            bias = malloc((size_t)N * sizeof(float));
+            for (int n = 0; n < N; n++)
+                bias[n] = bk == 2 ? sl_bf16_to_f32(((const uint16_t *)b.hdata)[n])
+                                  : ((const float *)b.hdata)[n];
+        }
+        float *x = rand_vec((size_t)T * K, 1);
+        if (special) /* token 0: group 0 tiny, the last zero; token 1 a spike; token 2 an Inf */
+            for (int k = 0; k < K; k++) {
+                x[k] *= k < 64 ? 1e-30f : k >= K - 64 && K > 64 ? 0.0f : 1.0f;
+                if (k == K / 2 + 3) x[K + k] = 40.0f;
+                if (k == 5 && T > 2) x[2 * (size_t)K + k] = INFINITY;
+            }
+        const size_t yn = (size_t)T * N + 5;
+        float *p = poison_vec(yn), *dx = UPF(x, (size_t)T * K);
+        float *dy = UPF(p, yn), *dr = UPF(p, yn);
+        char what[96];
+        snprintf(what, sizeof what, "N=%d K=%d T=%d group %d %s bias %d", N, K, T, grp,
+                 sl_dtype_name(sdt), bk);
+        const sl_tensor *bt = bk ? &b.d : NULL;
+        r.cases++;
+        if ((!sl_cuda_q4_prefill(&gpu, dy, dx, &w.d, bt, T, SL_CUDA_Q4_IMMA) ||
+             !sl_cuda_q4_prefill(&gpu, dr, dx, &w.d, bt, T, SL_CUDA_Q4_IMMA_REF)) &&
+            !r.bad++)
+            snprintf(r.first_bad, sizeof r.first_bad, "%s: not taken", what);
+        same_bits(&r, what, dy, dr, yn);
+        double *want = malloc(yn * sizeof(double));
+        ref_q4_int8(want, x, &w, bias, T);
+        for (size_t i = (size_t)T * N; i < yn; i++)
+            want[i] = POISON;
+        near(&r, what, dy, want, yn, 1e-5);
+        if (vnni && grp % 64 == 0) { /* the CPU takes int8 x at groups of 64 and 128 */
+            float *yc = malloc(yn * sizeof(float));
+            sl_matmul_quant_cpu_path(&cv, yc, x, &w.h, T, SL_QPATH_INT8);
+            for (size_t i = 0; i < (size_t)T * N; i++)
+                want[i] = (double)yc[i] + (bias ? bias[i % N] : 0.0f);
+            near(&r, "vs cpu vnni", dy, want, yn, 1e-5);
+            free(yc);
+        }
+        /* the same product through matmul (T > 4, int8 x on): the int8 kernel */
+        float *dm = UPF(p, yn);
+        gpu.ops->matmul(&gpu, dm, dx, &w.d, bt, T);
+        same_bits(&r, "matmul", dm, dy, yn);
+        free(want), free(x), free(p), free(bias), dfree(dx), dfree(dy), dfree(dr), dfree(dm);
+        wpair_free(&w), wpair_free(&b);
+    }
+    /* batches: items of T 0 .. 300, the second half's x the first half's (gate and up); items of
+     * one x (q/k/v) at groups of 32; items whose x outgrow the scratch together, and one alone */
+    enum { NB = 10 };
+    static const int bT[3][NB] = {{0, 1, 7, 33, 300, 0, 1, 7, 33, 300},
+                                  {9, 9, 9, 70, 70, 70, 5, 5, 5, 5},
+                                  {300, 300, 300, 300, 300, 300, 1000, 6, 0, 12}};
+    static const int bK[3] = {512, 256, 4096}, bG[3] = {64, 32, 128};
+    for (int bi = 0; bi < 3; bi++) {
+        const int K = bK[bi];
+        wpair w[NB];
+        float *hx[NB], *dx[NB], *dy[NB], *dr[NB], *da[NB];
+        const sl_tensor *wd[NB];
+        int32_t Ts[NB];
+        for (int i = 0; i < NB; i++) {
+            const int N = 5 + 31 * i;
+            Ts[i] = bT[bi][i];
+            wpair_q4(&w[i], N, K, bG[bi], sdts[i % 3]);
+            wd[i] = &w[i].d;
+            /* shared x: batch 0 pairs i, i + 5; batch 1 runs of equal T */
+            const int src = bi == 0 && i >= NB / 2               ? i - NB / 2
+                            : bi == 1 && i && Ts[i] == Ts[i - 1] ? i - 1
+                                                                 : -1;
+            hx[i] = src >= 0 ? hx[src] : rand_vec((size_t)SL_MAX(Ts[i], 1) * K, 1);
+            dx[i] = src >= 0 ? dx[src] : UPF(hx[i], (size_t)SL_MAX(Ts[i], 1) * K);
+            const size_t yn = (size_t)Ts[i] * N + 5;
+            float *p = poison_vec(yn);
+            dy[i] = UPF(p, yn), dr[i] = UPF(p, yn), da[i] = UPF(p, yn);
+            free(p);
+        }
+        r.cases++;
+        if (!sl_cuda_q4_prefill_batch(&gpu, dy, (const float *const *)dx, wd, Ts, NB,
+                                      SL_CUDA_Q4_IMMA) &&
+            !r.bad++)
+            snprintf(r.first_bad, sizeof r.first_bad, "batch %d not taken", bi);
+        for (int i = 0; i < NB; i++) {
+            const size_t yn = (size_t)Ts[i] * (size_t)w[i].h.shape[0] + 5;
+            char what[64];
+            snprintf(what, sizeof what, "batch %d item %d (T=%d)", bi, i, Ts[i]);
+            if (Ts[i] > 0) {
+                sl_cuda_q4_prefill(&gpu, dr[i], dx[i], wd[i], NULL, Ts[i], SL_CUDA_Q4_IMMA_REF);
+                sl_cuda_q4_prefill(&gpu, da[i], dx[i], wd[i], NULL, Ts[i], SL_CUDA_Q4_IMMA);
+            }
+            same_bits(&r, what, dy[i], dr[i], yn); /* T = 0: both untouched */
+            same_bits(&r, "batch vs alone", dy[i], da[i], yn);
+        }
+        /* matmul_batch on int8 x: the same bits (its T <= 4 items take the GEMVs) */
+        float *dm[NB];
+        for (int i = 0; i < NB; i++) {
+            const size_t yn = (size_t)Ts[i] * (size_t)w[i].h.shape[0] + 5;
+            float *p = poison_vec(yn);
+            dm[i] = UPF(p, yn);
+            free(p);
+        }
+        gpu.ops->matmul_batch(&gpu, dm, (const float *const *)dx, wd, Ts, NB);
+        for (int i = 0; i < NB; i++)
+            if (Ts[i] > 4)
+                same_bits(&r, "matmul_batch", dm[i], dy[i],
+                          (size_t)Ts[i] * (size_t)w[i].h.shape[0] + 5);
+        for (int i = 0; i < NB; i++) {
+            const int shared = bi == 0 ? i >= NB / 2 : bi == 1 && i && Ts[i] == Ts[i - 1];
+            if (!shared) free(hx[i]), dfree(dx[i]);
+            dfree(dy[i]), dfree(dr[i]), dfree(da[i]), dfree(dm[i]), wpair_free(&w[i]);
+        }
+    }
+    sl_error err = {0}; /* a failed launch leaves poison that the bitwise checks cannot see */
+    r.cases++;
+    if (gpu.ops->status(&gpu, &err) != SL_OK && !r.bad++)
+        snprintf(r.first_bad, sizeof r.first_bad, "backend status: %s", err.msg);
+    op_end(&r);
+}
+
 /*
  * The default (a second GPU backend, without int4_float_act): Q4 decode products on int8-quantised
- * x against a double reference of quant.h's formula (x with tiny, zero and spiky groups), then the
- * batch and MoE tests again: bitwise among the GPU's kernels, within the activations' rounding of
- * the CPU.
+ * x against a double reference of quant.h's formula (x with tiny, zero and spiky groups), the op
+ * table's products, the prefill kernel on int8 tensor cores (test_imma), then the batch and MoE
+ * tests again: bitwise among the GPU's kernels, within the activations' rounding of the CPU.
  */
 static void test_q4x(void) {
     sl_error err = {0};
@@ -1121,7 +1530,15 @@ static void test_q4x(void) {
         }
         wpair_free(&w);
     }
+    /* the op table's products again, Q4 within int8 x's rounding (prefill on int8 tensor cores) */
+    const ops_table_params tp = {.q4_int8 = 1, .block_types = 1, .filter = "matmul", .log = stdout};
+    const int table_failed = ops_table_run(&gq, &tp);
+    r.cases++;
+    if (table_failed && !r.bad++)
+        snprintf(r.first_bad, sizeof r.first_bad, "op table on int8 x: %d cases failed",
+                 table_failed);
     op_end(&r);
+    test_imma();
     tol_floor = 5e-2, q4x_run = 1;
     test_matmul_batch();
     test_moe();
@@ -1150,6 +1567,7 @@ int main(int argc, char **argv) {
         bench_layer();
         bench_attention();
         bench_attention_prompt();
+        bench_imma();
         sl_backend_cuda_free(&gpu);
         return 0;
     }

@@ -7,10 +7,10 @@
  * join the compute stream at copy_join or a sync; only alloc's zero-fill, to_host,
  * to_dev, release and reserve order themselves with the host. Device memory is taken at init
  * and by alloc and reserve (at load and session creation), never by an op. Kernels live in
- * cuda_matmul.cu (matmul, embed, routers, fused experts), cuda_mma.cu (its prompt-sized
- * products on tensor cores), cuda_blocks.cu and cuda_fp8.cu (GGUF block and FP8 weights),
- * cuda_mla.cu (latent attention) and cuda_ops.cu (the rest); each one is tested against the
- * reference in tests/ops/ops_table.c (build-cuda/test_cuda).
+ * cuda_matmul.cu (matmul, embed, routers, fused experts), cuda_mma.cu and cuda_imma.cu (its
+ * prompt-sized products on BF16 and int8 tensor cores), cuda_blocks.cu and cuda_fp8.cu (GGUF block
+ * and FP8 weights), cuda_mla.cu (latent attention) and cuda_ops.cu (the rest); each one is tested
+ * against the reference in tests/ops/ops_table.c (build-cuda/test_cuda).
  */
 #include <stdlib.h>
 
@@ -63,7 +63,9 @@ static sl_status scratch_resize(cu_ctx *c, size_t bytes, sl_error *err) {
 
 /* The largest scratch any op needs in a session of this shape: the decode attention's partials
  * (cu_attention; the most over every batch size, at the longest context, since the splits grow
- * with the keys). Overlapping copy2d calls (none in a forward) use what there is. */
+ * with the keys), and the int8 copy of the widest x a Q4 prefill product reads (cuda_imma.cu: a
+ * byte an element and a 16-byte record per 32, at most; with less, it runs in slices).
+ * Overlapping copy2d calls (none in a forward) use what there is. */
 static sl_status cu_reserve(const sl_backend *be, const sl_reserve_args *r, sl_error *err) {
     cu_ctx *c = cu_of(be);
     size_t need = 0;
@@ -75,6 +77,8 @@ static sl_status cu_reserve(const sl_backend *be, const sl_reserve_args *r, sl_e
             need = SL_MAX(need, (size_t)items * (size_t)splits * (size_t)(r->head_dim + 2) *
                                     sizeof(float));
     }
+    if (c->q4x && c->tensor_cores && r->max_x > 0)
+        need = SL_MAX(need, (size_t)r->max_x + (size_t)r->max_x / 32 * sizeof(float4));
     return need > c->scratch_bytes ? scratch_resize(c, need, err) : SL_OK;
 }
 
@@ -435,6 +439,8 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&c->peek, SL_PEEK_BYTES)) != cudaSuccess)
         goto fail;
+    what = "tensor-core kernels"; /* their shared memory (also for the paths' tests) */
+    if (prop.major >= 8 && (e = cu_imma_init()) != cudaSuccess) goto fail;
     what = "scratch";
     c->scratch_bytes = CU_SCRATCH_MIN;
     if ((e = cudaMalloc(&c->scratch, c->scratch_bytes)) != cudaSuccess) goto fail;

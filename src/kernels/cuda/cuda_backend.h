@@ -27,6 +27,26 @@ typedef enum sl_cuda_att_path {
 } sl_cuda_att_path;
 void sl_cuda_set_attention_path(const sl_backend *be, sl_cuda_att_path path);
 
+/* The paths of a Q4 prefill product y[T, N] = x[T, K] . W^T (+ bias), for tests and benchmarks:
+ * IMMA quant.h's int8 formula on int8 tensor cores (what matmul runs for Q4 at T > 4 unless
+ * sl_cuda_params.int4_float_act), IMMA_REF its plain reference (the same bits), BF16 float x on
+ * BF16 tensor cores (what matmul runs with int4_float_act). */
+typedef enum sl_cuda_q4_path {
+    SL_CUDA_Q4_IMMA = 0,
+    SL_CUDA_Q4_IMMA_REF,
+    SL_CUDA_Q4_BF16,
+} sl_cuda_q4_path;
+
+/* One product by path (whatever the backend's flags), any T >= 1; 0 when the path does not take
+ * it (K % 64 or 32, alignment, the reference's K <= 32768; nothing queued). */
+int sl_cuda_q4_prefill(const sl_backend *be, float *y, const float *x, const sl_tensor *w,
+                       const sl_tensor *bias, int32_t T, sl_cuda_q4_path path);
+/* A batch of n products of one K (items of T = 0 take nothing), as matmul_batch launches it on
+ * that path (the reference: one product after another); 0 when the path does not take them. */
+int sl_cuda_q4_prefill_batch(const sl_backend *be, float *const *y, const float *const *x,
+                             const sl_tensor *const *w, const int32_t *T, int32_t n,
+                             sl_cuda_q4_path path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 #ifndef SL_CUDA_COMMON_CUH
 #define SL_CUDA_COMMON_CUH
 
+#include <float.h>
 #include <math.h>
 
 #include <cuda_bf16.h>
@@ -169,6 +170,22 @@ int cu_mma_matmul_batch(const sl_backend *be, float *const *y, const float *cons
                         const sl_tensor *const *w, const int32_t *T, const int32_t *sel, int32_t n,
                         int K);
 
+/* Q4 prefill products on int8 tensor cores (cuda_imma.cu), for T > 4 while x is quantised to
+ * int8 (c->q4x): whether w and x suit them (Q4 with groups of 32-128, K % 64 == 0, 16-byte
+ * aligned rows, a scratch that holds one token's quantised x); whether the backend takes them
+ * (tensor cores and int8 activations on, and they suit); one product; a batch (sel[0..n) of
+ * the arrays, sel NULL: all of them; each suited, one K) as few launches as the scratch allows,
+ * 0 when its items differ in group size or their parameters do not fit the ring (nothing
+ * launched); the kernels' shared-memory limit, raised once on each device (backend init). */
+bool cu_imma_fits(const cu_ctx *c, const cu_w &w, const float *x, int64_t K);
+bool cu_imma_ok(const cu_ctx *c, const cu_w &w, const float *x, int64_t K);
+void cu_imma_matmul(const sl_backend *be, float *y, const float *x, const cu_w &w, const void *b,
+                    int bdt, int N, int K, int T);
+int cu_imma_matmul_batch(const sl_backend *be, float *const *y, const float *const *x,
+                         const sl_tensor *const *w, const int32_t *T, const int32_t *sel, int32_t n,
+                         int K);
+cudaError_t cu_imma_init(void);
+
 __device__ __forceinline__ float cu_bf16(uint16_t h) {
     return __uint_as_float((uint32_t)h << 16);
 }
@@ -214,6 +231,44 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/*
+ * quant.h's int8 quantisation of x as 8 lanes take a 64-column group, lane s holding columns
+ * 8 s .. 8 s + 7 in v: m = max |x| over the group (three shuffle steps), xq = rint(x inv),
+ * inv = min(127 / m, FLT_MAX) (1.5 2^23 added and taken off: the FADD rounds to nearest even, as
+ * rint does; |x inv| <= 127), packed as the nibbles come out of a weight word (lo: xq of the
+ * lane's columns 0, 2, 4, 6, a byte each; hi: 1, 3, 5, 7), and the sums over the lane's
+ * 32-column chunk (its 4 lanes) of xq (S) and of x (X: each lane's 8 in order, then two butterfly
+ * steps: (X_0 + X_2) + (X_1 + X_3)). Every lane of the warp calls it. Decode's (quant_staged) and
+ * prefill's (imma_quant) quantisations both run it: the same xq, d = m / 127 and sums.
+ */
+__device__ __forceinline__ void cu_q8_lane(const float (&v)[8], float &m, uint32_t &lo,
+                                           uint32_t &hi, int &S, float &X) {
+    m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float inv = fminf(__fdiv_rn(127.0f, m), FLT_MAX);
+    uint32_t q[8];
+    S = 0;
+    X = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        q[i] = __float_as_uint(__fadd_rn(__fmul_rn(v[i], inv), 12582912.0f)) - 0x4b400000u;
+        S += (int)q[i];
+        X = __fadd_rn(X, v[i]);
+    }
+#pragma unroll
+    for (int o = 2; o > 0; o >>= 1) {
+        X = __fadd_rn(X, __shfl_xor_sync(0xffffffffu, X, o));
+        S += __shfl_xor_sync(0xffffffffu, S, o);
+    }
+    lo = __byte_perm(__byte_perm(q[0], q[2], 0x0040), __byte_perm(q[4], q[6], 0x0040), 0x5410);
+    hi = __byte_perm(__byte_perm(q[1], q[3], 0x0040), __byte_perm(q[5], q[7], 0x0040), 0x5410);
 }
 
 /* Sums (or maxima) over the block of N values a thread at once, each as block_reduce gives it

@@ -22,6 +22,10 @@
  *                 SMs idle), K in steps of 32,
  *                 weights widened into shared memory once per tile and reused by all
  *                 64 tokens; each thread accumulates 4 x 4 outputs in registers.
+ *                 Tensor cores take prefill where they can: Q4 while x is quantised to
+ *                 int8 on int8 ones (cuda_imma.cu, SL_Q4X's formula, beside a plain
+ *                 reference of its own), else BF16, Q8 and Q4 on BF16 ones (cuda_mma.cu,
+ *                 whose reference these tiles are); the rest run here.
  * All accumulate in float32; sums are ordered differently from the CPU backend's
  * (tree reductions), which the tests allow for.
  */
@@ -148,13 +152,12 @@ extern __shared__ __align__(16) float cu_xs[]; /* the block's staged x (dynamic)
  * SL_Q4X: nt rows of x (in src: element j of chunk c of row t at t ts + c cs + j; global
  * memory, or the float row a pending norm staged) quantised into records after that row,
  *   m = max |x|, d = m / 127, xq = rint(x min(127 / m, FLT_MAX))
- * as quant.h has it. Eight lanes take a 64-column group, four groups a warp at once, so a block
- * of 8 warps quantises a row of 2048 in one round (each lane's share of the chain: one 32-byte
- * read, three shuffle steps for the group's max and two for its chunk's sums). Lane s of a group
- * holds columns 8 (s & 3) .. +7 of its chunk (chunk 2 g + s / 4): exactly the columns of weight
- * word s & 3, so it writes that word's lo and hi bytes (8 bytes). rint is 1.5 2^23 added and
- * taken off (the FADD rounds to nearest even, as rint does; |x inv| <= 127). X and S are summed
- * in a fixed order, so every kernel's records are the same bits. K % 64 == 0.
+ * as quant.h has it (cu_q8_lane). Eight lanes take a 64-column group, four groups a warp at
+ * once, so a block of 8 warps quantises a row of 2048 in one round (each lane's share of the
+ * chain: one 32-byte read, three shuffle steps for the group's max and two for its chunk's
+ * sums). Lane s of a group holds columns 8 (s & 3) .. +7 of its chunk (chunk 2 g + s / 4):
+ * exactly the columns of weight word s & 3, so it writes that word's lo and hi bytes (8 bytes).
+ * X and S are summed in a fixed order, so every kernel's records are the same bits. K % 64 == 0.
  */
 __device__ __forceinline__ xsrc quant_staged(const xsrc &src, int K, int nt) {
     const int C = K / 32, G = C / 2, NG = nt * G, lane = threadIdx.x & 31, s = lane & 7;
@@ -167,34 +170,11 @@ __device__ __forceinline__ xsrc quant_staged(const xsrc &src, int K, int nt) {
         *(float4 *)v = ok ? *(const float4 *)f : make_float4(0, 0, 0, 0); /* generic: */
         *(float4 *)(v + 4) =
             ok ? *(const float4 *)(f + 4) : make_float4(0, 0, 0, 0); /* or shared */
-        float m = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            m = fmaxf(m, fabsf(v[i]));
-#pragma unroll
-        for (int o = 4; o > 0; o >>= 1)
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float inv = fminf(__fdiv_rn(127.0f, m), FLT_MAX);
-        uint32_t q[8];
-        int S = 0;
-        float X = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            q[i] = __float_as_uint(__fadd_rn(__fmul_rn(v[i], inv), 12582912.0f)) - 0x4b400000u;
-            S += (int)q[i];
-            X = __fadd_rn(X, v[i]);
-        }
-#pragma unroll
-        for (int o = 2; o > 0; o >>= 1) {
-            X = __fadd_rn(X, __shfl_xor_sync(0xffffffffu, X, o));
-            S += __shfl_xor_sync(0xffffffffu, S, o);
-        }
+        float m, X;
+        uint32_t lo, hi;
+        int S;
+        cu_q8_lane(v, m, lo, hi, S, X);
         if (!ok) continue;
-        /* lo: columns 0, 2, 4, 6 of the word; hi: 1, 3, 5, 7 (low byte of each code) */
-        const uint32_t lo =
-            __byte_perm(__byte_perm(q[0], q[2], 0x0040), __byte_perm(q[4], q[6], 0x0040), 0x5410);
-        const uint32_t hi =
-            __byte_perm(__byte_perm(q[1], q[3], 0x0040), __byte_perm(q[5], q[7], 0x0040), 0x5410);
         float *rec = rec0 + ((size_t)t * C + c) * Q4X_REC;
         *(uint2 *)(rec + 2 * (s & 3)) = make_uint2(lo, hi);
         if ((s & 3) == 0) {
@@ -842,6 +822,10 @@ static void matmul(const sl_backend *be, float *y, const float *x, const sl_tens
         K > 0 && K % E == 0 && ((uintptr_t)wv.data & 15) == 0 && ((uintptr_t)x & 15) == 0;
     /* a pending add_rmsnorm_next whose y is x: done while staging x (one token, fast path) */
     const cu_prenorm pn = cu_norm_take(be, x, T, K, fast && prenorm_fits(N, E, K));
+    if (T > 4 && tc && cu_imma_ok(c, wv, x, K)) {
+        cu_imma_matmul(be, y, x, wv, b, bdt, (int)N, (int)K, T);
+        return;
+    }
     if (T > 4 && tc && cu_mma_ok(c, wv, x, K)) {
         cu_mma_matmul(c, y, x, wv, b, bdt, (int)N, (int)K, T);
         CUDA_LAUNCHED(c);
@@ -1034,11 +1018,16 @@ static int gemm_batch(const sl_backend *be, float *const *y, const float *const 
                       const sl_tensor *const *w, const int32_t *T, const int32_t *sel, int32_t n,
                       int dt, int K) {
     cu_ctx *c = cu_of(be);
-    /* each product as cu_matmul takes it alone: all on tensor cores, all on the float32 tiles,
-     * or (a mix) one by one */
-    int on_tc = 0;
-    for (int32_t j = 0; j < n; j++)
-        on_tc += cu_mma_ok(c, cu_w_of(w[sel[j]]), x[sel[j]], K);
+    /* each product as cu_matmul takes it alone: all on int8 tensor cores, all on BF16 ones, all
+     * on the float32 tiles, or (a mix) one by one */
+    int on_i8 = 0, on_tc = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const cu_w wj = cu_w_of(w[sel[j]]);
+        on_i8 += cu_imma_ok(c, wj, x[sel[j]], K);
+        on_tc += cu_mma_ok(c, wj, x[sel[j]], K);
+    }
+    if (on_i8 == n) return cu_imma_matmul_batch(be, y, x, w, T, sel, n, K);
+    if (on_i8) return 0;
     if (on_tc == n) return cu_mma_matmul_batch(be, y, x, w, T, sel, n, K);
     if (on_tc) return 0;
     unsigned tiles;

@@ -1,7 +1,8 @@
 /*
  * Prefill products on tensor cores: y[T, N] = x[T, K] . W[N, K]^T (+ b) for BF16, Q8 and Q4
  * weights with T > 4, one product (cu_mma_matmul) or a batch of them in one launch
- * (cu_mma_matmul_batch: the routed experts of a prefill chunk).
+ * (cu_mma_matmul_batch: the routed experts of a prefill chunk). Q4 takes these only on float x
+ * (sl_cuda_params.int4_float_act) or where the int8 kernels do not (cuda_imma.cu).
  *
  * BF16 tensor-core products with float32 accumulation, as exact as the float32 tiles of
  * cuda_matmul.cu (gemm_tiled, the plain reference beside this) but for the order of the sums:
