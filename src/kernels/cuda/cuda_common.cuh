@@ -444,6 +444,29 @@ __device__ __forceinline__ bool cu_last_block(unsigned *count, unsigned n) {
     return last;
 }
 
+/* cp.async (sm_80 on): 16 bytes from global src to shared memory at dst (a shared-space address,
+ * cu_saddr) through L2, L1 bypassed; cu_cp16_or_zero writes 16 zero bytes instead when !ok
+ * (src-size 0: nothing read; src must still be a valid address). A thread's copies since its
+ * last cu_cp_commit form a group; cu_cp_wait<N> returns when no more than its N latest groups
+ * are in flight (the others have landed). */
+__device__ __forceinline__ uint32_t cu_saddr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cu_cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cu_cp16_or_zero(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cu_cp_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cu_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 /*
  * Programmatic dependent launch (Hopper): cu_launch lets a kernel start launching before the
  * previous kernel of the stream has finished, and every kernel begins with cu_pdl_wait, which

@@ -151,24 +151,6 @@ template <int MI, int NJ, int WR, int WT, int L> struct imma_shape {
     static_assert(BR == IMMA_BR && MI % 2 == 0 && NJ % 2 == 0, "tile shape");
 };
 
-__device__ __forceinline__ uint32_t imma_saddr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronously (L1 bypassed). */
-__device__ __forceinline__ void imma_cp16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void imma_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* Waits until at most N of this thread's committed groups are in flight. */
-template <int N> __device__ __forceinline__ void imma_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 /* Four 8 x 8 b16 matrices (8 rows of 16 bytes each; lanes 8 i .. 8 i + 7 address matrix i's
  * rows): r[i] of lane l is bytes 4 (l % 4) .. 4 (l % 4) + 3 of row l / 4 of matrix i. */
 __device__ __forceinline__ void imma_ldsm4(uint32_t (&r)[4], uint32_t addr) {
@@ -215,7 +197,7 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wr = warp % WR, wt = warp / WR, g = lane >> 2, q4 = lane & 3;
     const int nk = K / IMMA_BK, KL = K / L;
-    const uint32_t sbase = imma_saddr(smem);
+    const uint32_t sbase = cu_saddr(smem);
 
     /* stage kt's codes, xq and records into slot, asynchronously */
     auto load = [&](int slot, int kt) {
@@ -225,23 +207,23 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
         for (int i = 0; i < 2 * BR / NT; i++) { /* two 16-byte chunks a row, neighbours */
             const int p = tid + i * NT, r = p >> 1, c = p & 1;
             const int n = min(n0 + r, N - 1);
-            imma_cp16(st + (uint32_t)((c * BR + r) * 16),
-                      w.data + (size_t)n * w.ws + (size_t)(k0 / 2) + 16 * c);
+            cu_cp16(st + (uint32_t)((c * BR + r) * 16),
+                    w.data + (size_t)n * w.ws + (size_t)(k0 / 2) + 16 * c);
         }
 #pragma unroll
         for (int i = 0; i < 4 * BT / NT; i++) { /* four quarters a token */
             const int p = tid + i * NT, t = p >> 2, h = p & 3;
             const int tt = min(t0 + t, T - 1);
-            imma_cp16(st + (uint32_t)(S::XO + (h * BT + t) * 16),
-                      xq + (size_t)tt * K + (size_t)k0 + 16 * h);
+            cu_cp16(st + (uint32_t)(S::XO + (h * BT + t) * 16),
+                    xq + (size_t)tt * K + (size_t)k0 + 16 * h);
         }
 #pragma unroll
         for (int i = 0; i < (BT * SEG + NT - 1) / NT; i++) {
             const int p = tid + i * NT, t = p / SEG, j = p % SEG;
             if (p < BT * SEG) {
                 const int tt = min(t0 + t, T - 1);
-                imma_cp16(st + (uint32_t)(S::RO + (t * SEG + j) * 16),
-                          rec + (size_t)tt * KL + (size_t)kt * SEG + j);
+                cu_cp16(st + (uint32_t)(S::RO + (t * SEG + j) * 16),
+                        rec + (size_t)tt * KL + (size_t)kt * SEG + j);
             }
         }
     };
@@ -367,17 +349,17 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
             prm_load(s);
             prm_store(s);
         }
-        imma_commit();
+        cu_cp_commit();
     }
     for (int kt = 0; kt < nk; kt++) {
-        imma_wait<IMMA_STAGES - 2>(); /* this thread's copies of stage kt are in */
+        cu_cp_wait<IMMA_STAGES - 2>(); /* this thread's copies of stage kt are in */
         __syncthreads(); /* everyone's; and stage kt - 1 is computed: its slot is free */
         const int nx = kt + IMMA_STAGES - 1;
         if (nx < nk) {
             load(nx % IMMA_STAGES, nx);
             prm_load(nx);
         }
-        imma_commit();
+        cu_cp_commit();
         compute(kt % IMMA_STAGES);
         if (nx < nk) prm_store(nx % IMMA_STAGES);
     }

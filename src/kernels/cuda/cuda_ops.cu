@@ -1062,22 +1062,6 @@ __global__ void attn_combine(att_params a) {
 #define ATT_TILE_THREADS 256
 #define ATT_TILE_MIN_T   64
 
-/* cp.async: 16 bytes from global src to shared dst through L2, or (!ok) 16 zero bytes (src-size
- * 0: nothing read). A thread's copies since its last commit form a group; wait<N> returns when
- * no more than its N latest groups are in flight (the others have landed). */
-__device__ __forceinline__ void att_cp16(float *dst, const float *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-                 "r"(ok ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void att_cp_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void att_cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 /* Rows 0 .. R-1 of a tile of D floats each into s (swizzled), row i's first hd floats from
  * row(i) (NULL: zeros), zeros beyond; `any` is a valid address for the zero copies. Every thread
  * of the block takes part. */
@@ -1090,7 +1074,7 @@ __device__ __forceinline__ void att_tile_load(float *s, int hd, const float *any
         const int e = (int)threadIdx.x + m * ATT_TILE_THREADS, i = e / C, c = e % C;
         const float *src = row(i);
         const bool ok = src && 4 * c < hd;
-        att_cp16(s + 4 * (i * C + (c ^ (i & 7))), ok ? src + 4 * c : any, ok);
+        cu_cp16_or_zero(cu_saddr(s + 4 * (i * C + (c ^ (i & 7)))), ok ? src + 4 * c : any, ok);
     }
 }
 
@@ -1206,7 +1190,7 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
     /* pass 1: the tiles from the last, so that the first (pass 2's first) is resident after */
     att_tile_load<D, BR>(sq, hd, a.q, q_row);
     att_tile_load<D, BK>(sb0, hd, a.kc, key_rows(kbase, n_tiles - 1));
-    att_cp_commit();
+    cu_cp_commit();
     float M[TR];
 #pragma unroll
     for (int i = 0; i < TR; i++)
@@ -1215,10 +1199,10 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
         const int tile = n_tiles - 1 - it;
         if (it + 1 < n_tiles) {
             att_tile_load<D, BK>(it & 1 ? sb0 : sb1, hd, a.kc, key_rows(kbase, tile - 1));
-            att_cp_commit();
-            att_cp_wait<1>();
+            cu_cp_commit();
+            cu_cp_wait<1>();
         } else {
-            att_cp_wait<0>();
+            cu_cp_wait<0>();
         }
         __syncthreads();
         float s[TR][TK];
@@ -1253,18 +1237,18 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
             o[i][m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int tile = 0; tile < n_tiles; tile++) {
         if (tile > 0) { /* K(tile) landed; the last P V is done with vb and sp */
-            att_cp_wait<0>();
+            cu_cp_wait<0>();
             __syncthreads();
         }
         att_tile_load<D, BK>(vb, hd, a.vc, key_rows(vbase, tile));
-        att_cp_commit();
+        cu_cp_commit();
         float s[TR][TK];
         att_tile_scores<D, TR, TK>(s, sq, kb, sr, kk, a.scale);
         __syncthreads(); /* kb is free */
         const bool more = tile + 1 < n_tiles;
         if (more) {
             att_tile_load<D, BK>(kb, hd, a.kc, key_rows(kbase, tile + 1));
-            att_cp_commit();
+            cu_cp_commit();
         }
         const int j0 = kf + tile * BK + kk;
 #pragma unroll
@@ -1279,9 +1263,9 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
             l[i] = __fadd_rn(l[i], att_pairwise<TK>(p));
         }
         if (more)
-            att_cp_wait<1>(); /* V(tile), committed before K(tile + 1) */
+            cu_cp_wait<1>(); /* V(tile), committed before K(tile + 1) */
         else
-            att_cp_wait<0>();
+            cu_cp_wait<0>();
         __syncthreads();
         /* O += P V over the tile's keys in the range (the rest have p = 0), KF at a time */
         const float4 *v4 = (const float4 *)vb;
