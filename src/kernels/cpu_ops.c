@@ -62,16 +62,16 @@ static void cpu_fill(const sl_backend *be, float *dst, float v, size_t n) {
         dst[i] = v;
 }
 
-static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w,
-                             int32_t T, int32_t k, int32_t n) {
+static void cpu_weighted_sum(const sl_backend *be, float *y, const float *x, const int32_t *rows,
+                             const float *w, int32_t T, int32_t k, int32_t n) {
     (void)be;
     for (int32_t t = 0; t < T; t++) {
         float *yt = y + (size_t)t * (size_t)n;
         for (int32_t i = 0; i < n; i++)
             yt[i] = 0;
         for (int32_t r = 0; r < k; r++) {
-            const float wr = w[t * k + r],
-                        *xr = x + ((size_t)t * (size_t)k + (size_t)r) * (size_t)n;
+            const size_t row = rows ? (size_t)rows[t * k + r] : (size_t)t * (size_t)k + (size_t)r;
+            const float wr = w[t * k + r], *xr = x + row * (size_t)n;
             for (int32_t i = 0; i < n; i++)
                 yt[i] += wr * xr[i];
         }

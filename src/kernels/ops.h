@@ -329,9 +329,11 @@ typedef struct sl_ops {
     /* y[i] += s * x[i] */
     void (*axpy)(const sl_backend *be, float *y, float s, const float *x, size_t n);
     /* MoE combine, per token t < T: y[t] = sum over r < k (in order) of w[t*k + r] *
-     * x[t*k + r]; w in backend memory, rows of n. */
-    void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
-                         int32_t k, int32_t n);
+     * x[rows[t*k + r]] (rows NULL: x[t*k + r]); w and rows in backend memory, rows of n. The
+     * row list lets a prompt's experts leave their results where they made them (grouped by
+     * expert) instead of copying them to (token, rank) order first. */
+    void (*weighted_sum)(const sl_backend *be, float *y, const float *x, const int32_t *rows,
+                         const float *w, int32_t T, int32_t k, int32_t n);
     /* x[i] = min(max(x[i], lo), hi), in place. */
     void (*clamp)(const sl_backend *be, float *x, size_t n, float lo, float hi);
     /* y[i] = s[i] * x[i / rep], rows of n, i < rows (one multiply an element): each row of x

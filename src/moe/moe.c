@@ -13,8 +13,8 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     const size_t nl = (size_t)d->n_layers;
     const size_t R = (size_t)SL_MAX(d->max_rows, d->max_batch);
     ms->d.max_rows = (int32_t)R;
-    ms->grp_idx = sl_carve(&cv, 2 * R, sizeof(int32_t));
-    ms->h_grp = sl_carve(&hv, 2 * R, sizeof(int32_t));
+    ms->grp_idx = sl_carve(&cv, 3 * R, sizeof(int32_t));
+    ms->h_grp = sl_carve(&hv, 3 * R, sizeof(int32_t));
     ms->bx = sl_carve(&hv, 2 * E, sizeof(float *));
     ms->bg = sl_carve(&hv, 2 * E, sizeof(float *));
     ms->bo = sl_carve(&hv, E, sizeof(float *));
@@ -72,11 +72,13 @@ void sl_moe_swiglu_mlp(const sl_backend *be, float *out, const float *x, const s
  * The fetched experts list[0..n) (their views), whose rows total at most max_batch,
  * in one pass each: gather every row they read into xg (expert by expert), the gate and up
  * matmuls of all of them as one batch, one SwiGLU, the down matmuls as another batch, one
- * scatter of the results
- * to their (token, rank) rows. Per row it computes exactly what one expert at a time does.
+ * scatter of the results to their (token, rank) rows; or, when the run holds the chunk's every
+ * row, no scatter: the chunk's sum reads them where they are (comb_rows). Per row it computes
+ * exactly what one expert at a time does.
  */
 static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32_t *list,
-                            const sl_expert *const *views, int32_t n, int32_t rows) {
+                            const sl_expert *const *views, int32_t n, int32_t rows,
+                            int32_t chunk_rows) {
     const sl_backend *be = ms->env.be;
     const size_t H = (size_t)ms->d.hidden, I = (size_t)ms->d.inter;
     const int32_t k = ms->d.k;
@@ -102,7 +104,11 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
         ms->bT[j] = ms->bT[n + j] = cnt;
         off += cnt;
     }
-    be->ops->to_dev(be, ms->grp_idx, ms->h_grp, 2 * (size_t)rows * sizeof(int32_t));
+    const int whole = rows == chunk_rows;
+    if (whole)
+        for (int32_t i = 0; i < rows; i++)
+            ms->h_grp[2 * rows + ms->h_grp[rows + i]] = i;
+    be->ops->to_dev(be, ms->grp_idx, ms->h_grp, (whole ? 3 : 2) * (size_t)rows * sizeof(int32_t));
     be->ops->copy_rows(be, ms->xg, NULL, ms->d.weight_input ? ms->xw : io->x, ms->grp_idx, rows,
                        (int32_t)H);
     be->ops->matmul_batch(be, ms->bg, (const float *const *)ms->bx, ms->wg, ms->bT, 2 * n);
@@ -121,7 +127,11 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
     for (int32_t j = 0; bias && j < n; j++)
         be->ops->add_bias(be, ms->bo[j], &views[j]->down_bias, ms->bT[j]);
-    be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, out, NULL, rows, (int32_t)H);
+    if (whole) {
+        ms->comb_x = out, ms->comb_rows = ms->grp_idx + 2 * rows;
+    } else {
+        be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, out, NULL, rows, (int32_t)H);
+    }
 }
 
 /* Whether layer l's experts can go through the backend's fused kernels (moe_experts): SwiGLU
@@ -154,7 +164,7 @@ static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, con
     if (!be->ops->moe_experts(be, ms->expert_out, ms->act, ms->xw, ids, ms->topk_w, table, proto, k,
                               1))
         return 0;
-    be->ops->weighted_sum(be, io->out, ms->expert_out, ms->topk_w, 1, k, ms->d.hidden);
+    be->ops->weighted_sum(be, io->out, ms->expert_out, NULL, ms->topk_w, 1, k, ms->d.hidden);
     return 1;
 }
 
@@ -210,7 +220,7 @@ static void shared_expert(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_
     sl_moe_swiglu_mlp(be, io->rows, io->x, w->sh_gate, w->sh_up, w->sh_down, io->gate, io->up, T);
     be->ops->matmul(be, ms->sh_logit, io->x, w->sh_router, NULL, T);
     be->ops->activate(be, ms->sh_logit, ms->sh_logit, (size_t)T, 1.0f, 1.0f, SL_ACT_SIGMOID);
-    be->ops->weighted_sum(be, ms->sh_out, io->rows, ms->sh_logit, T, 1, ms->d.hidden);
+    be->ops->weighted_sum(be, ms->sh_out, io->rows, NULL, ms->sh_logit, T, 1, ms->d.hidden);
     ms->env.stats->t_expert_compute += sl_now() - t0;
 }
 
@@ -312,6 +322,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                 (size_t)(j - n_cached) * sizeof(int32_t));
         ms->expert_list[n_cached++] = e;
     }
+    ms->comb_x = ms->expert_out, ms->comb_rows = NULL;
     int32_t cap = sl_experts_capacity(store, l);
     if (dev->layers) cap = SL_MIN(cap, dev->n_slots);
     for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
@@ -339,13 +350,15 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                      z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_rows;
                      z++)
                     rows += ms->expert_count[ms->expert_list[j0 + z]];
-                experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a, rows);
+                experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a, rows,
+                                T * k);
             }
         }
         t1 = sl_now();
         stats->t_expert_compute += t1 - t2;
     }
-    if (!fused) be->ops->weighted_sum(be, io->out, ms->expert_out, ms->topk_w, T, k, (int32_t)H);
+    if (!fused)
+        be->ops->weighted_sum(be, io->out, ms->comb_x, ms->comb_rows, ms->topk_w, T, k, (int32_t)H);
 shared:
     if (w->sh_gate) be->ops->axpy(be, io->out, 1.0f, ms->sh_out, (size_t)T * H);
     return SL_OK;

@@ -459,7 +459,7 @@ static void test_moe(report *r, sl_dtype gdt, sl_dtype ddt, int T, int H, int I,
         for (int i = 0; i < n; i++)
             bx[i] = rg + (size_t)i * I, by[i] = rout + (size_t)i * H, bwt[i] = &dw[ids[i]].d;
         gpu.ops->matmul_batch(&gpu, by, bx, bwt, bT, n);
-        gpu.ops->weighted_sum(&gpu, ry, rout, dwts, T, k, H);
+        gpu.ops->weighted_sum(&gpu, ry, rout, NULL, dwts, T, k, H);
         float *gact = down(dact, (size_t)n * I + TAIL), *gy = down(dy, (size_t)T * H + TAIL);
         float *ract = down(rg, (size_t)n * I), *ryy = down(ry, (size_t)T * H);
         char w2[128];

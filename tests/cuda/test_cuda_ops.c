@@ -902,6 +902,28 @@ static void bench_imma(void) {
                        sl_cuda_q4_prefill_batch(&gpu, dyv, dxv, dn, Ts, NE, (sl_cuda_q4_path)path));
         bench_q4_line("experts down 128 x 2048", TE, path, us, 2.0 * NE * H * I * TE, (double)bdn);
     }
+    /* a prompt's uneven loads: 8 to 56 tokens an expert (4,036 rows, 31.5 on average), each
+     * expert's rows after the last one's */
+    size_t off = 0;
+    for (int e = 0; e < NE; e++) {
+        Ts[e] = Ts[NE + e] = 8 + (37 * e) % 49;
+        gx[e] = gx[NE + e] = dx + off * H;
+        gy[e] = act + off * I, gy[NE + e] = act + ((size_t)NE * TE + off) * I;
+        dxv[e] = act + off * I;
+        dyv[e] = dy + off * H;
+        off += (size_t)Ts[e];
+    }
+    SL_ASSERT(off <= (size_t)NE * TE);
+    for (int path = 0; path < 3; path += 2) {
+        double us = TIME_REPS(
+            20, sl_cuda_q4_prefill_batch(&gpu, gy, gx, gu, Ts, 2 * NE, (sl_cuda_q4_path)path));
+        bench_q4_line("experts gate+up, 8-56 tokens", 32, path, us, 2.0 * 2 * I * H * (double)off,
+                      (double)bgu);
+        us = TIME_REPS(20,
+                       sl_cuda_q4_prefill_batch(&gpu, dyv, dxv, dn, Ts, NE, (sl_cuda_q4_path)path));
+        bench_q4_line("experts down, 8-56 tokens", 32, path, us, 2.0 * H * I * (double)off,
+                      (double)bdn);
+    }
     for (int i = 0; i < 3 * NE; i++)
         bench_q4_free(&ew[i]);
     free(ew);
@@ -1139,7 +1161,7 @@ static void test_moe(void) {
         for (int i = 0; i < T * K; i++)
             bxs[i] = rg + (size_t)i * I, by[i] = rout + (size_t)i * H, bw[i] = &w[ids[i]][2].d;
         gpu.ops->matmul_batch(&gpu, by, bxs, bw, bT, T * K);
-        gpu.ops->weighted_sum(&gpu, ry, rout, dwts, T, K, H);
+        gpu.ops->weighted_sum(&gpu, ry, rout, NULL, dwts, T, K, H);
         float *gact = down(rg, (size_t)T * K * I), *gy = down(ry, (size_t)T * H);
         check(&r, "act vs batches", dact, gact, (size_t)T * K * I, 0);
         check(&r, "y vs batches", dy, gy, (size_t)T * H, 0);
@@ -1547,7 +1569,7 @@ static void test_q4x(void) {
 }
 
 /* test_cuda: the op table (tests/ops/) on the CUDA backend, then the checks of this file;
- * test_cuda bench: the benchmarks alone (make bench CUDA=1). */
+ * test_cuda bench [NAME]: the benchmarks alone (make bench CUDA=1), or those named. */
 int main(int argc, char **argv) {
     const int bench_only = argc > 1 && !strcmp(argv[1], "bench");
     sl_error err = {0};
@@ -1562,12 +1584,14 @@ int main(int argc, char **argv) {
     /* The scalar ISA: float order everywhere (Q4 never takes the int8 activation path). */
     sl_backend_cpu_init(&cpu, 4, SL_ISA_SCALAR);
     if (bench_only) {
+        /* test_cuda bench [NAME]: those whose name holds NAME */
+        const char *only = argc > 2 ? argv[2] : "";
         printf("CUDA op benchmarks on %s\n", sl_cuda_device_name(&gpu));
-        bench_matmul();
-        bench_layer();
-        bench_attention();
-        bench_attention_prompt();
-        bench_imma();
+        if (strstr("matmul", only)) bench_matmul();
+        if (strstr("layer", only)) bench_layer();
+        if (strstr("attention", only)) bench_attention();
+        if (strstr("attention_prompt", only)) bench_attention_prompt();
+        if (strstr("imma", only)) bench_imma();
         sl_backend_cuda_free(&gpu);
         return 0;
     }

@@ -1157,23 +1157,30 @@ static void run_activate(ot_run *r, const ot_case *c) {
     free(x), free(ref), dfree(r, dx);
 }
 
-/* p: T, k, n */
+/* p: T, k, n, through a row list (a permutation: row (t, j) of x at (7 (t k + j) + 3) mod T k,
+ * T k not a multiple of 7) */
 static void run_weighted_sum(ot_run *r, const ot_case *c) {
-    const int32_t T = c->p[0], k = c->p[1], n = c->p[2];
+    const int32_t T = c->p[0], k = c->p[1], n = c->p[2], tk = T * k;
     const size_t yn = (size_t)T * n + 3;
-    float *x = rand_vec(r, (size_t)T * k * n, 1), *w = rand_vec(r, (size_t)T * k, 1);
-    float *dx = UPF(r, x, (size_t)T * k * n), *dw = UPF(r, w, (size_t)T * k), *dy = poisoned(r, yn);
+    float *x = rand_vec(r, (size_t)tk * n, 1), *w = rand_vec(r, (size_t)tk, 1);
+    float *dx = UPF(r, x, (size_t)tk * n), *dw = UPF(r, w, (size_t)tk), *dy = poisoned(r, yn);
+    int32_t *rows = malloc((size_t)tk * sizeof *rows), *drows = NULL;
+    SL_ASSERT(rows);
+    for (int32_t i = 0; i < tk; i++)
+        rows[i] = c->p[3] ? (int32_t)((7 * (int64_t)i + 3) % tk) : i;
+    if (c->p[3]) drows = up(r, rows, (size_t)tk * sizeof *rows);
     double *ref = ref_vec(yn);
     for (int32_t t = 0; t < T; t++)
         for (int32_t i = 0; i < n; i++) {
             double acc = 0;
             for (int32_t j = 0; j < k; j++)
-                acc += (double)w[t * k + j] * x[((size_t)t * k + j) * n + i];
+                acc += (double)w[t * k + j] * x[(size_t)rows[t * k + j] * n + i];
             ref[(size_t)t * n + i] = acc;
         }
-    r->be->ops->weighted_sum(r->be, dy, dx, dw, T, k, n);
+    r->be->ops->weighted_sum(r->be, dy, dx, drows, dw, T, k, n);
     ot_check(r, "y", dy, ref, yn, c->tol);
-    free(x), free(w), free(ref), dfree(r, dx), dfree(r, dw), dfree(r, dy);
+    free(x), free(w), free(ref), free(rows), dfree(r, dx), dfree(r, dw), dfree(r, dy);
+    if (drows) dfree(r, drows);
 }
 
 /* p: T, hc, n, which (0 hc_inject, 1 hc_mix, 2 ple_gate) */
@@ -1681,6 +1688,8 @@ static const ot_case table[] = {
     {"copy_rows", run_copy_rows, F32, {33, 1, 0}, 0},
     {"copy_rows", run_copy_rows, F32, {1, 0, 1}, 0},
     {"copy_rows", run_copy_rows, F32, {257, 1, 1}, 0},
+    {"copy_rows", run_copy_rows, F32, {64, 1, 1}, 0},
+    {"copy_rows", run_copy_rows, F32, {2048, 0, 1}, 0},
 
     MATMUL_ROWS(F32),
     MATMUL_ROWS(F16),
@@ -1848,6 +1857,8 @@ static const ot_case table[] = {
     {"act_mul", run_act_mul, F32, {65, SL_ACT_NONE, 0}, 2e-6},
     {"weighted_sum", run_weighted_sum, F32, {3, 4, 33}, 2e-6},
     {"weighted_sum", run_weighted_sum, F32, {1, 8, 2049}, 2e-6},
+    {"weighted_sum", run_weighted_sum, F32, {5, 8, 64, 1}, 2e-6},
+    {"weighted_sum", run_weighted_sum, F32, {3, 4, 33, 1}, 2e-6},
     {"hc_inject", run_hyper, F32, {2, 3, 5, 0}, 2e-6},
     {"hc_inject", run_hyper, F32, {3, 4, 257, 0}, 2e-6},
     {"hc_mix", run_hyper, F32, {2, 3, 5, 1}, 2e-6},
@@ -1871,6 +1882,9 @@ static const ot_case table[] = {
     {"moe_route", run_moe_route, F32, {1100, 64, 40, 2, 1, 0}, 1e-5},
     {"moe_route", run_moe_route, Q4_K, {64, 256, 4, 3, 1, 1}, 1e-5},
     {"moe_route", run_moe_route, Q8_0, {60, 96, 8, 2, 0, 0}, 1e-5},
+    /* prompts through a float router: CUDA sums its K in slices (router_split) */
+    {"moe_route", run_moe_route, BF16, {128, 512, 8, 40, 1, 1}, 1e-5},
+    {"moe_route", run_moe_route, F32, {60, 256, 4, 33, 0, 0}, 1e-5},
     {"moe_route", run_moe_route, F32, {64, 64, 4, 3, 1, 0, 1, 0}, 1e-5},
     {"moe_route", run_moe_route, BF16, {8, 256, 2, 2, 0, 1, 1, 0}, 1e-5},
     {"moe_route", run_moe_route, F32, {64, 64, 6, 5, 1, 0, 2, 8}, 1e-5},

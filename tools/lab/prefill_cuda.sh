@@ -3,14 +3,11 @@
 # llama.cpp (CUDA) from .llama-src.txz (the trimmed node-llama-cpp source; ../shared/bench), writes
 # Qwen3-30B-A3B shapes (8 and 48 layers, zero experts) for both, runs make test-cuda, the families
 # on CUDA, test_cuda bench, and a 512-token prefill of both engines. Carry .deps.txz
-# (tools/cuda_deps.sh) and .llama-src.txz. tools/lab/prefill_sbs.sh follows on the same machine.
-#   OUT=/some/dir tools/lab/prefill_cuda.sh
-set -u
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/progress.log; }
-W=build-cuda/q30; mkdir -p $W
-tar xJf .deps.txz; export DEPS=$PWD/.deps
-export LD_LIBRARY_PATH=$DEPS/lib:${LD_LIBRARY_PATH:-}
+# (tools/cuda_deps.sh) and .llama-src.txz. tools/lab/prefill_sbs.sh follows on the same machine:
+# SBS=1 runs it in the same call with the time left (QUICK=1: without the families on CUDA and
+# the kernel benchmarks, to leave it more).
+#   OUT=/some/dir [QUICK=1] [SBS=1] tools/lab/prefill_cuda.sh
+. tools/lab/device_env.sh
 LLB=build-cuda/ll/build/bin/llama-bench
 if [ ! -x $LLB ]; then (
   mkdir -p build-cuda/ll; tar xJf .llama-src.txz -C build-cuda/ll
@@ -35,15 +32,17 @@ el "built: $(tail -1 $OUT/build.log)"; grep -E "error" $OUT/build.log | head -20
 timeout 200 make CUDA=1 test-cuda > $OUT/test_cuda.log 2>&1; echo rc=$? >> $OUT/test_cuda.log
 el "test-cuda: $(grep -E 'passed|failed|rc=' $OUT/test_cuda.log | tail -6 | tr '\n' ' ')"
 grep -E "FAIL|mismatch|differ" $OUT/test_cuda.log | head -30
-PYTHON=python3 timeout 150 bash tests/fam_test.sh build-cuda/sluice > $OUT/fam_cuda.log 2>&1; echo rc=$? >> $OUT/fam_cuda.log
-el "fam on cuda: $(grep 'fam:' $OUT/fam_cuda.log) $(tail -1 $OUT/fam_cuda.log)"; grep FAIL $OUT/fam_cuda.log | head
-timeout 150 build-cuda/test_cuda bench > $OUT/bench.log 2>&1; echo rc=$? >> $OUT/bench.log
-el "bench done"; sed -n '/prompt attention/,$p' $OUT/bench.log | head -70
+if [ "${QUICK:-0}" != 1 ]; then
+  PYTHON=python3 timeout 150 bash tests/fam_test.sh build-cuda/sluice > $OUT/fam_cuda.log 2>&1; echo rc=$? >> $OUT/fam_cuda.log
+  el "fam on cuda: $(grep 'fam:' $OUT/fam_cuda.log) $(tail -1 $OUT/fam_cuda.log)"; grep FAIL $OUT/fam_cuda.log | head
+  timeout 150 build-cuda/test_cuda bench > $OUT/bench.log 2>&1; echo rc=$? >> $OUT/bench.log
+  el "bench done"; sed -n '/prompt attention/,$p' $OUT/bench.log | head -70
+fi
 while kill -0 $PS 2>/dev/null && ! grep -q "synth8 done" $OUT/synth.log; do sleep 2; done; el "synth8 done"
 [ -d $W/int4 ] || build-cuda/sluice pack $W/src8 $W/int4 --quant int4 > $OUT/pack.log 2>&1
 el "packed $(du -sh $W/int4 | cut -f1)"
 IDS=$(seq -s, 1 512)
-for r in 1 2; do
+for r in $([ "${QUICK:-0}" = 1 ] && echo 1 || echo 1 2); do
   for v in tc f32act; do
     f=; [ $v = f32act ] && f=--cuda-int4-float-act
     echo "$r $v $(build-cuda/sluice generate $W/int4 --ids "$IDS" -n 8 --experts resident $f 2>&1 >/dev/null | grep prompt)" | tee -a $OUT/ab.txt
@@ -54,3 +53,4 @@ wait $PL; el "llama build: $(tail -2 $OUT/llama_build.log | tr '\n' ' ') $(ls -l
 wait $PS; el "synth48: $(tail -1 $OUT/synth.log)"
 [ $(( $(date +%s) - T0 )) -lt 500 ] && [ ! -d $W/int4-48 ] && build-cuda/sluice pack $W/src48 $W/int4-48 --quant int4 > $OUT/pack48.log 2>&1
 el "done; $(du -sh $W/* | tr '\n' ' '); $(df -h . | tail -1)"
+[ "${SBS:-0}" = 1 ] && LIMIT=$(( ${CALL_LIMIT:-580} - ($(date +%s) - T0) )) bash tools/lab/prefill_sbs.sh

@@ -27,26 +27,31 @@ sluice() { local L=$1 m=$2 pp=$3 tg=$4; shift 4
   local line; line=$($S generate $p --ids "$(seq -s, 1 $pp)" -n $((tg + 1)) "$@" 2>&1 >/dev/null | grep prompt)
   echo "$L $m pp$pp sluice $(echo "$line" | sed -E 's/.*prompt [0-9]+ tok, ([0-9.]+) tok.s.*/\1/')" | tee -a $OUT/sbs.txt
   [ $tg -gt 0 ] && echo "$L $m tg$tg sluice $(echo "$line" | sed -E 's/.*decode [0-9]+ tok, ([0-9.]+) tok.s.*/\1/')" | tee -a $OUT/sbs.txt; }
+# in the order of what matters most, while the call has time
+if [ -d $W/int4-48 ]; then
+  for r in 1 2; do
+    [ $(left) -gt 60 ] || break
+    if [ $r = 1 ]; then llama 48 res 512 64 -ngl 99; sluice 48 res 512 64 --experts resident
+    else sluice 48 res 512 64 --experts resident; llama 48 res 512 64 -ngl 99; fi
+  done
+  el "48 res done"
+  if [ $(left) -gt 90 ]; then
+    llama 48 host 512 32 -ngl 99 -ot exps=CPU -t 16; sluice 48 host 512 32 --gpu-experts 32
+  fi
+  el "host done"
+fi
 for r in 1 2 3; do
+  [ $(left) -gt 30 ] || break
   llama 8 res 512 0 -ngl 99; sluice 8 res 512 0 --experts resident
 done
 el "8 layers done"
-for r in 1 2; do
-  [ $(left) -gt 60 ] || break
-  if [ $r = 1 ]; then llama 48 res 512 64 -ngl 99; sluice 48 res 512 64 --experts resident
-  else sluice 48 res 512 64 --experts resident; llama 48 res 512 64 -ngl 99; fi
-done
-el "48 res done"
-for pp in 4096 16384; do
-  [ $(left) -gt 80 ] || break
-  llama 48 res $pp 0 -ngl 99; sluice 48 res $pp 0 --experts resident
-done
-el "long done"
-for r in 1 2; do
-  [ $(left) -gt 60 ] || break
-  llama 48 host 512 32 -ngl 99 -ot exps=CPU -t 16; sluice 48 host 512 32 --gpu-experts 32
-done
-el "host done"
+if [ -d $W/int4-48 ]; then
+  for pp in 4096 16384; do
+    [ $(left) -gt 80 ] || break
+    llama 48 res $pp 0 -ngl 99; sluice 48 res $pp 0 --experts resident
+  done
+  el "long done"
+fi
 if [ $(left) -gt 40 ]; then
   CUDA=$(dirname "$(dirname "$(command -v nvcc)")")
   LIB=$(dirname "$(find "$CUDA"/ -name 'libcupti.so' | head -1)"); INC=$(dirname "$(find "$CUDA"/ -name cupti.h | head -1)")

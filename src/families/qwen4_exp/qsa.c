@@ -211,8 +211,8 @@ static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     for (int32_t bk = s->pos / R; (bk + 1) * R <= s->pos + T; bk++) {
         float *k = blocks + (size_t)bk * (size_t)ihd;
         /* the mean of the block's R raw keys: their sum, then / R */
-        be->ops->weighted_sum(be, k, keys + (size_t)bk * (size_t)R * (size_t)ihd, b->ones, 1, R,
-                              ihd);
+        be->ops->weighted_sum(be, k, keys + (size_t)bk * (size_t)R * (size_t)ihd, NULL, b->ones, 1,
+                              R, ihd);
         be->ops->activate(be, k, k, (size_t)ihd, (float)R, 1.0f, SL_ACT_NONE);
         be->ops->rmsnorm(be, k, k, &L->idx_k_norm, 1, ihd, c->rms_norm_eps, m->norm_offset);
         be->ops->rope(be, k, 1, 1, ihd, c->rot_dim, bk * R, s->rope_cos, s->rope_sin);

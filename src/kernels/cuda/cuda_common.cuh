@@ -202,6 +202,18 @@ __device__ __forceinline__ float cu_load_f(const void *p, int dt, size_t i) {
 }
 
 /* Scale or bias i of a Q8/Q4 weight (p: its scales or biases), widened. */
+/* cu_qparam in two steps: the raw bits (a load whose result nothing waits for yet), then the
+ * float. */
+__device__ __forceinline__ uint32_t cu_qparam_bits(const uint16_t *p, int sdt, size_t i) {
+    if (sdt == SL_DTYPE_BF16 || sdt == SL_DTYPE_F16) return __ldg(p + i);
+    return __ldg((const unsigned *)p + i);
+}
+__device__ __forceinline__ float cu_qparam_widen(uint32_t b, int sdt) {
+    if (sdt == SL_DTYPE_BF16) return cu_bf16((uint16_t)b);
+    if (sdt == SL_DTYPE_F16) return cu_f16((uint16_t)b);
+    return __uint_as_float(b);
+}
+
 __device__ __forceinline__ float cu_qparam(const uint16_t *p, int sdt, size_t i) {
     if (sdt == SL_DTYPE_BF16) return cu_bf16(__ldg(p + i));
     if (sdt == SL_DTYPE_F16) return cu_f16(__ldg(p + i));
@@ -570,8 +582,8 @@ void cu_axpy(const sl_backend *be, float *y, float s, const float *x, size_t n);
 void cu_clamp(const sl_backend *be, float *x, size_t n, float lo, float hi);
 void cu_scale_rows(const sl_backend *be, float *y, const float *x, const float *s, int32_t rows,
                    int32_t rep, int32_t n);
-void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const float *w, int32_t T,
-                     int32_t k, int32_t n);
+void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const int32_t *rows,
+                     const float *w, int32_t T, int32_t k, int32_t n);
 void cu_sigmoid_mul(const sl_backend *be, float *y, const float *gate, size_t n);
 void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float eps);
 void cu_conv1d_silu(const sl_backend *be, float *y, const float *x, int32_t T, int32_t C,

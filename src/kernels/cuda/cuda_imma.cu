@@ -204,15 +204,17 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
         const uint32_t st = sbase + (uint32_t)(slot * S::STAGE);
         const int k0 = kt * IMMA_BK;
 #pragma unroll
-        for (int i = 0; i < 2 * BR / NT; i++) { /* two 16-byte chunks a row, neighbours */
+        for (int i = 0; i < (2 * BR + NT - 1) / NT; i++) { /* two 16-byte chunks a row */
             const int p = tid + i * NT, r = p >> 1, c = p & 1;
+            if (2 * BR % NT && p >= 2 * BR) break;
             const int n = min(n0 + r, N - 1);
             cu_cp16(st + (uint32_t)((c * BR + r) * 16),
                     w.data + (size_t)n * w.ws + (size_t)(k0 / 2) + 16 * c);
         }
 #pragma unroll
-        for (int i = 0; i < 4 * BT / NT; i++) { /* four quarters a token */
+        for (int i = 0; i < (4 * BT + NT - 1) / NT; i++) { /* four quarters a token */
             const int p = tid + i * NT, t = p >> 2, h = p & 3;
+            if (4 * BT % NT && p >= 4 * BT) break;
             const int tt = min(t0 + t, T - 1);
             cu_cp16(st + (uint32_t)(S::XO + (h * BT + t) * 16),
                     xq + (size_t)tt * K + (size_t)k0 + 16 * h);
@@ -227,9 +229,10 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
             }
         }
     };
-    /* stage kt's {scale, bias + 8 scale} of the tile's rows: loaded into registers, stored into
-     * the slot after the stage computing meanwhile */
-    float2 pr[S::PE];
+    /* stage kt's {scale, bias + 8 scale} of the tile's rows: their raw bits loaded into
+     * registers, widened and stored into the slot after the stage computing meanwhile (widened
+     * at once, each load stalled its warp for the memory's latency) */
+    uint32_t pr[S::PE][2];
     auto prm_load = [&](int kt) {
 #pragma unroll
         for (int e = 0; e < S::PE; e++) {
@@ -237,8 +240,8 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
             if (p < SEG * BR) {
                 const int64_t n = min(n0 + r, N - 1);
                 const size_t gi = (size_t)(n * w.G) + (size_t)((kt * IMMA_BK + j * L) >> w.gshift);
-                const float sc = cu_qparam(w.scales, w.sdt, gi);
-                pr[e] = make_float2(sc, __fmaf_rn(8.0f, sc, cu_qparam(w.biases, w.sdt, gi)));
+                pr[e][0] = cu_qparam_bits(w.scales, w.sdt, gi);
+                pr[e][1] = cu_qparam_bits(w.biases, w.sdt, gi);
             }
         }
     };
@@ -247,7 +250,10 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
 #pragma unroll
         for (int e = 0; e < S::PE; e++) {
             const int p = tid + e * NT;
-            if (p < SEG * BR) P[p] = pr[e]; /* [j][r]: p = j BR + r */
+            if (p < SEG * BR) { /* [j][r]: p = j BR + r */
+                const float sc = cu_qparam_widen(pr[e][0], w.sdt);
+                P[p] = make_float2(sc, __fmaf_rn(8.0f, sc, cu_qparam_widen(pr[e][1], w.sdt)));
+            }
         }
     };
 
@@ -382,7 +388,9 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
 
 extern __shared__ __align__(16) uint8_t imma_sm[];
 
-/* Blocks a SM the tile shapes are bounded to (registers: the float and int32 accumulators). */
+/* Blocks a SM the tile shapes are bounded to (registers: the float and int32 accumulators).
+ * Warps of 2 x 4 fragments in every shape, at most 128 registers and 16 warps a SM, ran 5-20%
+ * slower on the dense products (more shared-memory loads a MMA) and no faster on the experts. */
 template <int NT> struct imma_minb { static constexpr int B = NT >= 256 ? 1 : 2; };
 
 template <int MI, int NJ, int WR, int WT, int L>

@@ -654,25 +654,27 @@ template <> __device__ __forceinline__ void gemm_lds<2>(float (&v)[2], const flo
 }
 
 /* The tile of rows n0.. and tokens t0.. (a block of 256 threads, 16 x 16, each S x S outputs:
- * 64 x 64 at S = 4, 32 x 32 at S = 2). Every output is summed over k in order, one product at a
- * time, whatever S: the two tile sizes give the same bits. */
+ * 64 x 64 at S = 4, 32 x 32 at S = 2), over columns kb .. ke - 1 (all: ke < 0). Every output is
+ * summed over k in order, one product at a time, whatever S: the two tile sizes give the same
+ * bits. */
 template <int DT, int S = 4>
-__device__ __forceinline__ void gemm_tile(float *__restrict__ y, const float *__restrict__ x,
-                                          cu_w w, const void *__restrict__ bias, int bias_dt, int N,
-                                          int K, int T, int64_t n0, int64_t t0) {
+__device__ __forceinline__ void
+gemm_tile(float *__restrict__ y, const float *__restrict__ x, cu_w w, const void *__restrict__ bias,
+          int bias_dt, int N, int K, int T, int64_t n0, int64_t t0, int kb = 0, int ke = -1) {
     constexpr int BM = 16 * S, BN = 16 * S;
     __shared__ __align__(16) float xs[GM_BK][BM + 4];
     __shared__ __align__(16) float wsm[GM_BK][BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     w.dt = DT; /* lets the compiler resolve cu_load_w's branches */
     float acc[S][S] = {};
-    for (int k0 = 0; k0 < K; k0 += GM_BK) {
+    if (ke < 0) ke = K;
+    for (int k0 = kb; k0 < ke; k0 += GM_BK) {
 #pragma unroll
         for (int i = 0; i < BM * GM_BK / 256; i++) {
             const int idx = tid + i * 256, r = idx / GM_BK, kk = idx % GM_BK, k = k0 + kk;
             const int64_t t = t0 + r, n = n0 + r;
-            xs[kk][r] = (t < T && k < K) ? x[(size_t)t * K + k] : 0.0f;
-            wsm[kk][r] = (n < N && k < K) ? cu_load_w(w, n, k) : 0.0f;
+            xs[kk][r] = (t < T && k < ke) ? x[(size_t)t * K + k] : 0.0f;
+            wsm[kk][r] = (n < N && k < ke) ? cu_load_w(w, n, k) : 0.0f;
         }
         __syncthreads();
 #pragma unroll 8
@@ -1390,6 +1392,39 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/*
+ * A prompt's router logits in S slices of K (blockIdx.z: slice z of columns z ks .. (z + 1) ks
+ * - 1), each into its own plane of part [S][T][E]: a 128-expert router at 512 tokens is 64 tiles
+ * of 32 x 32, too few for the SMs, and each tile's loop over K was a chain of 64 dependent
+ * loads. route_split_kernel adds the planes in order.
+ */
+template <int DT>
+__global__ void __launch_bounds__(256)
+    router_split(float *__restrict__ part, const float *__restrict__ x, cu_w w, int E, int K, int T,
+                 int ks) {
+    cu_pdl_wait();
+    const int z = blockIdx.z;
+    gemm_tile<DT, 2>(part + (size_t)z * T * E, x, w, nullptr, 0, E, K, T, (int64_t)blockIdx.x * 32,
+                     (int64_t)blockIdx.y * 32, z * ks, min(K, (z + 1) * ks));
+}
+
+/* The logits of token blockIdx.x as the sum of its S planes (in plane order), then its picks as
+ * route_kernel makes them. */
+__global__ void route_split_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
+                                   float *__restrict__ logits, const float *__restrict__ part,
+                                   int S, int T, int E, int k, int renorm) {
+    cu_pdl_wait();
+    const size_t t = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += 32) {
+        float v = __ldcg(part + t * E + e);
+        for (int z = 1; z < S; z++)
+            v += __ldcg(part + ((size_t)z * T + t) * E + e);
+        logits[t * E + e] = v;
+    }
+    __syncwarp();
+    cu_route(ids + t * k, w + t * k, logits + t * E, E, k, renorm);
+}
+
 /* Routing of logits already computed, a warp per token (the path for T > 4). */
 __global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
                              float *__restrict__ logits, int E, int k, int renorm) {
@@ -1548,6 +1583,38 @@ __global__ void route_rule_kernel(int32_t *__restrict__ ids_all, float *__restri
             w[q] *= r.scale;
 }
 
+/* A prompt's plain routing through router_split when its float32 tiles alone would leave SMs
+ * idle and the scratch holds the planes; false: not taken. */
+static bool route_split(cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
+                        const sl_tensor *router, int E, int K, int T, int k, int renorm) {
+    const int dt = (int)router->dtype;
+    if (dt != SL_DTYPE_F32 && dt != SL_DTYPE_F16 && dt != SL_DTYPE_BF16) return false;
+    const int tiles = (int)cu_blocks((size_t)E, 32) * (int)cu_blocks((size_t)T, 32);
+    int S = 1;
+    while (S < 8 && tiles * S < 2 * c->n_sm && K / (2 * S) >= 4 * GM_BK &&
+           (size_t)2 * S * T * E * sizeof(float) <= c->scratch_bytes)
+        S *= 2;
+    if (S == 1) return false;
+    const int ks = (K / S + GM_BK - 1) / GM_BK * GM_BK;
+    float *part = (float *)c->scratch;
+    const dim3 grid(cu_blocks((size_t)E, 32), cu_blocks((size_t)T, 32), (unsigned)S);
+    const cu_w wv = cu_w_of(router);
+    switch (dt) {
+    case SL_DTYPE_F32:
+        cu_launch(router_split<SL_DTYPE_F32>, grid, 256, 0, c, part, x, wv, E, K, T, ks);
+        break;
+    case SL_DTYPE_F16:
+        cu_launch(router_split<SL_DTYPE_F16>, grid, 256, 0, c, part, x, wv, E, K, T, ks);
+        break;
+    default:
+        cu_launch(router_split<SL_DTYPE_BF16>, grid, 256, 0, c, part, x, wv, E, K, T, ks);
+        break;
+    }
+    cu_launch(route_split_kernel, (unsigned)T, 32, 0, c, ids, w, logits, part, S, T, E, k, renorm);
+    CUDA_LAUNCHED(c);
+    return true;
+}
+
 void cu_moe_route(const sl_backend *be, const sl_route_args *a) {
     const sl_tensor *router = a->router;
     const int64_t E = router->shape[0], K = router->shape[1];
@@ -1584,6 +1651,7 @@ void cu_moe_route(const sl_backend *be, const sl_route_args *a) {
     /* a pending add_rmsnorm_next whose y is x: done while staging x */
     const cu_prenorm pn = cu_norm_take(be, x, T, K, fast && prenorm_fits(E, C, K));
     if (!fast) {
+        if (route_split(c, ids, w, logits, x, router, (int)E, (int)K, T, k, renormalize)) return;
         matmul(be, logits, x, router, NULL, T, false); /* as cu_moe_route: float32 */
         cu_launch(route_kernel, (unsigned)T, 32, 0, c, ids, w, logits, (int)E, k, renormalize);
         CUDA_LAUNCHED(c);
