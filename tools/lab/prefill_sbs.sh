@@ -3,11 +3,8 @@
 # models): llama.cpp and sluice alternated at 8 and 48 layers, 512 / 4,096 / 16,384-token
 # prompts, decode, experts in host RAM (llama.cpp -ot exps=CPU; sluice --gpu-experts 32 of 128),
 # a CUPTI kernel table; medians in $OUT/summary.txt.   OUT=/some/dir tools/lab/prefill_sbs.sh
-set -u
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/progress.log; }
-W=build-cuda/q30; LLB=build-cuda/ll/build/bin/llama-bench; S=build-cuda/sluice
-export DEPS=$PWD/.deps LD_LIBRARY_PATH=$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
+. tools/lab/device_env.sh
+LLB=build-cuda/ll/build/bin/llama-bench; S=build-cuda/sluice
 LIMIT=${LIMIT:-560}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 [ -d $W/int4-48 ] || { build-cuda/sluice pack $W/src48 $W/int4-48 --quant int4 > $OUT/pack48.log 2>&1; el "packed 48"; }
