@@ -6,14 +6,17 @@
 set -u
 BIN=${1:-build/sluice}
 FIX=${2:-tests/fixtures}
+# make's python3, which has numpy (tools/deps.sh pick-python): the one first on the PATH may be
+# a version manager's shim, which costs tens of ms at each of the many calls here.
+PY=${PYTHON:-python3}
 . "$(dirname "$0")/lib.sh"
 
-json_field() { python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))' "$@"; }
+json_field() { "$PY" -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))' "$@"; }
 
 # logits_close NAME FILE REF [BOUND]: relative L2 distance of two T x V float32 files at most
 # BOUND (1e-4).
 logits_close() {
-    python3 - "$2" "$3" "${4:-1e-4}" <<'PY'
+    "$PY" - "$2" "$3" "${4:-1e-4}" <<'PY'
 import array, math, sys
 a, b = array.array("f"), array.array("f")
 a.frombytes(open(sys.argv[1], "rb").read())
@@ -30,7 +33,7 @@ check_ref() {
     local name=$1 model=$2 dir=$3
     ids=$(json_field "$dir/ref.json" ids)
     greedy=$(json_field "$dir/ref.json" greedy)
-    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$dir/ref.json")
+    n=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$dir/ref.json")
     got=$("$BIN" generate "$model" --ids "$ids" -n "$n" 2>/dev/null | tail -n 1)
     if [ "$got" = "$greedy" ]; then ok "generate $name"; else bad "generate $name: got '$got' want '$greedy'"; fi
     if "$BIN" logits "$model" --ids "$ids" --out "$TMP/l.f32" 2>"$TMP/err" &&
@@ -64,7 +67,7 @@ pack_keeps() {
 check_modes() {
     local name=$1 model=$2 dir=$3 same=1
     shift 3
-    k=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
+    k=$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
     ids=$(json_field "$dir/ref.json" ids)
     "$BIN" logits "$model" --ids "$ids" --out "$TMP/mapped.f32" 2>/dev/null
     for mode in "$@"; do
@@ -106,7 +109,7 @@ next_ref() {
     local name=$1 f=$2 src=$3 ref="$TMP/ref-$1"
     shift 3
     mkdir -p "$ref" && ln -sf "$(cd "$src" && pwd)/model.safetensors" "$ref/"
-    python3 - "$src/config.json" "$ref/config.json" "$@" <<'PY'
+    "$PY" - "$src/config.json" "$ref/config.json" "$@" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 for kv in sys.argv[3:]:
@@ -116,7 +119,7 @@ json.dump(c, open(sys.argv[2], "w"))
 PY
     local ids n want got
     ids=$(json_field "$src/ref.json" ids)
-    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$src/ref.json")
+    n=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["greedy"]))' "$src/ref.json")
     want=$("$BIN" generate "$ref" --ids "$ids" -n "$n" 2>/dev/null | tail -n 1)
     got=$("$BIN" generate "$f" --ids "$ids" -n "$n" 2>"$TMP/err" | tail -n 1)
     if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "generate gguf $name"; else bad "generate gguf $name: got '$got' want '$want' $(cat "$TMP/err")"; fi
@@ -136,7 +139,7 @@ next_ref qwen3_next_b "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b
 check_modes "gguf qwen3_next_b" "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$FIX/qwen3_next_b" "${GGUF_MODES[@]}"
 # An MTP layer, which the converter appends to the blocks by default, is no layer of the model.
 mkdir -p "$TMP/gg" # (not in $TMP itself: later tests take it for a directory without a model)
-python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$TMP/gg/mtp.gguf" mtp
+"$PY" tests/gguf_mutate.py "$FIX/gguf_next/qwen3_next_b.bf16.gguf" "$TMP/gg/mtp.gguf" mtp
 if "$BIN" logits "$TMP/gg/mtp.gguf" --ids "$(json_field "$FIX/qwen3_next_b/ref.json" ids)" \
     --out "$TMP/mtp.f32" 2>"$TMP/err" && cmp -s "$TMP/mapped.f32" "$TMP/mtp.f32"; then
     ok "gguf: an MTP layer (nextn_predict_layers) is not run"
@@ -149,7 +152,7 @@ fi
 next_ref qwen4_exp_a "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" \
     output_gate_type='"sigmoid"' indexer_n_heads=0
 check_modes "gguf qwen4_exp_a" "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$FIX/qwen4_exp_a" "${GGUF_MODES[@]}"
-python3 tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/gg/qwen4_exp_qsa.gguf" qsa
+"$PY" tests/gguf_mutate.py "$FIX/gguf_next/qwen4_exp_a.bf16.gguf" "$TMP/gg/qwen4_exp_qsa.gguf" qsa
 next_ref qwen4_exp_a-qsa "$TMP/gg/qwen4_exp_qsa.gguf" "$FIX/qwen4_exp_a" output_gate_type='"sigmoid"'
 # inspect's lines about the model of a hybrid GGUF file are its Hugging Face source's.
 model_lines() { "$BIN" inspect "$1" 2>&1 | grep -E '^(architecture|layers|hidden|experts|vocabulary|PLE) '; }
@@ -237,7 +240,7 @@ for mode in "resident" "stream --cache-experts 2" "stream --cache-mem 1M --cache
 done
 if "$BIN" generate "$TMP/p8" --ids "$ids" -n 4 --experts stream --cache-experts 2 --stats \
     --router-hist "$TMP/h.json" >/dev/null 2>"$TMP/err" && grep -q "expert bytes read" "$TMP/err" &&
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sum(map(sum,(l["counts"] for l in d["layers"]))) > 0' "$TMP/h.json"; then
+    "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sum(map(sum,(l["counts"] for l in d["layers"]))) > 0' "$TMP/h.json"; then
     ok "--stats and --router-hist"
 else
     bad "--stats and --router-hist $(cat "$TMP/err")"
@@ -284,7 +287,7 @@ expect_fail "inspect no model" "config.json" "$BIN" inspect "$TMP"
 if "$BIN" inspect "$FIX/qwen4_exp_b" >"$TMP/out" 2>&1 && grep -q "PLE *2 layer" "$TMP/out" &&
     grep -q "end of turn *7, 9" "$TMP/out"; then ok "inspect qwen4_exp"; else bad "inspect qwen4_exp $(cat "$TMP/out")"; fi
 # The text commands on a tiny random model with the real Qwen3 tokenizer.
-if "${PYTHON:-python3}" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; then
+if "$PY" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; then
     cp tests/tokenizer/qwen3/tokenizer.json "$TMP/tq/"
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml >"$TMP/r1" 2>"$TMP/err"
     "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml >"$TMP/r2" 2>/dev/null
@@ -378,7 +381,7 @@ if "${PYTHON:-python3}" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2
     if [ $rc -eq 0 ] && [ "$(grep -c "oldest turns are dropped" "$TMP/err")" -eq 1 ] &&
         grep -q "not sent" "$TMP/err" && grep -q "decode 80 tok" "$TMP/err" &&
         grep -q "^--- sluice statistics ---" "$TMP/err" &&
-        python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sum(map(sum,(l["counts"] for l in d["layers"]))) > 0' "$TMP/ch.json"; then
+        "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sum(map(sum,(l["counts"] for l in d["layers"]))) > 0' "$TMP/ch.json"; then
         ok "chat past the context: oldest turns dropped, too long refused, --stats --router-hist"
     else
         bad "chat past the context (rc $rc): $(cat "$TMP/err")"
@@ -421,7 +424,7 @@ else
 fi
 # tokenize: the contract checked against Hugging Face tokenizers' ids.
 if "$BIN" tokenize tests/tokenizer/qwen3/tokenizer.json --jsonl tests/tokenizer/corpus.jsonl >"$TMP/ids" 2>"$TMP/err" &&
-    python3 - "$TMP/ids" tests/tokenizer/qwen3_ids.jsonl <<'PY'; then
+    "$PY" - "$TMP/ids" tests/tokenizer/qwen3_ids.jsonl <<'PY'; then
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
@@ -512,7 +515,7 @@ for f in "$QD"/*.gguf; do
     g=$(cat "$QD/$t.greedy.txt")
     if "$BIN" logits "$f" --ids "$qids" --out "$TMP/qp.f32" 2>"$TMP/err" &&
         "$BIN" logits "$f" --ids "$qids,$g" --out "$TMP/qf.f32" 2>>"$TMP/err" &&
-        python3 tests/gguf_quant_check.py 288 2e-2 "$TMP/qp.f32" "$QD/$t.logits.f32" "$TMP/qf.f32" \
+        "$PY" tests/gguf_quant_check.py 288 2e-2 "$TMP/qp.f32" "$QD/$t.logits.f32" "$TMP/qf.f32" \
             "$QD/$t.greedy.txt" >"$TMP/qc" 2>&1; then
         ok "gguf $t against llama.cpp: $(cat "$TMP/qc")"
     else
@@ -553,19 +556,19 @@ else
     bad "pack --quant int8 of an F32 GGUF: $(cat "$TMP/err")"
 fi
 printf '"hi there, <|im_start|>user 42"\n' >"$TMP/tk.jsonl"
-python3 tests/gguf_mutate.py "$Q" "$TMP/eos.gguf" eos
+"$PY" tests/gguf_mutate.py "$Q" "$TMP/eos.gguf" eos
 "$BIN" pack "$TMP/eos.gguf" "$TMP/pgt" 2>/dev/null
 if [ "$("$BIN" tokenize "$TMP/pgt" --jsonl "$TMP/tk.jsonl" 2>&1)" = "$("$BIN" tokenize "$Q" --jsonl "$TMP/tk.jsonl" 2>&1)" ] &&
     "$BIN" inspect "$TMP/pgt" 2>&1 | grep -q "^tokenizer      tokenizer.json, 256 ids" &&
     "$BIN" inspect "$TMP/pgt" 2>&1 | grep -q "^chat template  ChatML" &&
     "$BIN" inspect "$TMP/pgt" 2>&1 | grep -q "^end of turn    7$" &&
-    python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["temperature"] == 0.625' "$TMP/pgt/generation_config.json"; then
+    "$PY" -c 'import json,sys; assert json.load(open(sys.argv[1]))["temperature"] == 0.625' "$TMP/pgt/generation_config.json"; then
     ok "pack of a GGUF: its tokenizer, chat template and end of turn in the pack's files"
 else
     bad "pack of a GGUF: tokenizer, template or eos differ"
 fi
 "$BIN" pack "$QD/q6_k.gguf" "$TMP/pgd" 2>/dev/null
-python3 - "$TMP/pgd/experts-000.bin" <<'PY'
+"$PY" - "$TMP/pgd/experts-000.bin" <<'PY'
 import sys
 f = open(sys.argv[1], "r+b")
 f.seek(4096 + 5000)
@@ -576,7 +579,7 @@ PY
 expect_fail "verify a damaged GGUF pack names layer and expert" \
     "experts-000.bin: SHA-256 mismatch.*layer 0, expert 0: checksum mismatch" "$BIN" verify "$TMP/pgd"
 G="$FIX/gguf/qwen3_prefix_sharded.f32.gguf"
-for w in embd experts arch type cut; do python3 tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
+for w in embd experts arch type cut; do "$PY" tests/gguf_mutate.py "$G" "$TMP/bad-$w.gguf" $w; done
 expect_fail "gguf: metadata that disagrees with a tensor names file and tensor" \
     "bad-embd.gguf: tensor 'token_embd.weight': expected shape \\[400, 48\\], got \\[400, 64\\]" "$BIN" generate "$TMP/bad-embd.gguf" --ids 1
 expect_fail "gguf: an expert count the router disagrees with" \
@@ -634,7 +637,7 @@ fi
 "$BIN" tokenize "$TOK" --jsonl tests/tokenizer/corpus.jsonl >"$TMP/ids" 2>/dev/null
 "$BIN" detokenize "$TOK" --jsonl - <"$TMP/ids" >"$TMP/back" 2>"$TMP/err"
 tr -d '[] ' <"$TMP/ids" | "$BIN" detokenize "$TOK" --jsonl - >"$TMP/back2" 2>>"$TMP/err"
-if python3 - "$TMP/back" tests/tokenizer/corpus.jsonl "$TMP/back2" <<'PY'; then
+if "$PY" - "$TMP/back" tests/tokenizer/corpus.jsonl "$TMP/back2" <<'PY'; then
 import json, sys, unicodedata
 a, b, c = ([json.loads(l) for l in open(f, encoding="utf-8")] for f in sys.argv[1:4])
 b = [unicodedata.normalize("NFC", t) for t in b]  # the Qwen3 tokenizer normalises to NFC
@@ -657,7 +660,7 @@ expect_fail "detokenize bad --ids" "invalid --ids" "$BIN" detokenize "$TOK" --id
 # tokenize --pieces: the ids of plain tokenize, and pieces that join into the decoded text
 # (a character split over several ids goes with the last of them).
 "$BIN" tokenize "$TOK" --jsonl tests/tokenizer/corpus.jsonl --pieces >"$TMP/pieces" 2>"$TMP/err"
-if python3 - "$TMP/pieces" "$TMP/ids" "$TMP/back" <<'PY'; then
+if "$PY" - "$TMP/pieces" "$TMP/ids" "$TMP/back" <<'PY'; then
 import json, sys
 pieces, ids, texts = ([json.loads(l) for l in open(f, encoding="utf-8")] for f in sys.argv[1:4])
 assert len(pieces) == len(ids) == len(texts) > 10
@@ -701,7 +704,7 @@ if [ -f "$TMP/tq/tokenizer.json" ]; then
         bad "run --raw special text: $(cat "$TMP/err")"
     fi
 fi
-long=$(python3 -c 'print(",".join(["5"] * 600))')
+long=$("$PY" -c 'print(",".join(["5"] * 600))')
 expect_fail "generate: a prompt longer than max_position_embeddings" \
     "the prompt (600 ids) is longer than the model's 512 positions (max_position_embeddings)" \
     "$BIN" generate "$M" --ids "$long" -n 2
@@ -719,7 +722,7 @@ expect_fail "logits: an id outside the vocabulary" "outside the vocabulary \[0, 
     "$BIN" logits "$M" --ids 1,99999999 --out "$TMP/l.f32"
 # the default context stops at the model's positions: 510 + 2 positions, 3 ids (the last not
 # run); an explicit --ctx goes past them, with the warning
-fill=$(python3 -c 'print(",".join(["5"] * 510))')
+fill=$("$PY" -c 'print(",".join(["5"] * 510))')
 if "$BIN" generate "$M" --ids "$fill" -n 5 >"$TMP/gc" 2>"$TMP/err" &&
     grep -q "context of 512 tokens is full: stopped after 3 of 5" "$TMP/err" &&
     [ "$(tail -n 1 "$TMP/gc" | tr ',' '\n' | wc -l)" -eq 3 ] &&
@@ -735,7 +738,7 @@ fi
 # config is valid) gives NaN logits: every command fails with one line naming the position,
 # and prints no ids, writes no logits file.
 cp -r "$FIX/demo_kjv" "$TMP/nf"
-python3 - "$TMP/nf/model.safetensors" model.layers.0.post_attention_layernorm.weight <<'PY'
+"$PY" - "$TMP/nf/model.safetensors" model.layers.0.post_attention_layernorm.weight <<'PY'
 import json, struct, sys
 path, name = sys.argv[1], sys.argv[2]
 with open(path, "r+b") as f:
@@ -780,13 +783,13 @@ check_fp8_twin() {
     b=$("$BIN" generate "$twin" --ids "$ids" -n 8 2>/dev/null | tail -n 1)
     [ -n "$a" ] && [ "$a" = "$b" ] && ok "fp8 $name: greedy $a" || bad "fp8 $name: greedy '$a' vs the twin's '$b'"
 }
-if python3 "$CONV" dequantize "$F8" "$TMP/f8twin"; then
+if "$PY" "$CONV" dequantize "$F8" "$TMP/f8twin"; then
     check_fp8_twin qwen3_moe "$F8" "$TMP/f8twin" 3,17,101,44,9,127,0,64,33,5
 else
     bad "fp8: tools/fp8_convert.py dequantize"
 fi
 # qwen2_moe (shared expert): a fixture quantised to FP8 here, against its own twin
-if python3 "$CONV" quantize "$FIX/qwen2_odd" "$TMP/q2f8" && python3 "$CONV" dequantize "$TMP/q2f8" "$TMP/q2tw"; then
+if "$PY" "$CONV" quantize "$FIX/qwen2_odd" "$TMP/q2f8" && "$PY" "$CONV" dequantize "$TMP/q2f8" "$TMP/q2tw"; then
     check_fp8_twin qwen2_moe "$TMP/q2f8" "$TMP/q2tw" "$(json_field "$FIX/qwen2_odd/ref.json" ids)"
 else
     bad "fp8: tools/fp8_convert.py quantize"
@@ -794,7 +797,7 @@ fi
 # deepseek_v3 (multi-head latent attention) at 128 x 128: W_UK^T is kv_b_proj widened to F32, as
 # its blocks do not tile this model's heads (test_mla checks the FP8 copy made where they do)
 DS="$FIX/fam/deepseek_v3_a"
-if python3 "$CONV" quantize "$DS" "$TMP/ds8" && python3 "$CONV" dequantize "$TMP/ds8" "$TMP/ds8tw"; then
+if "$PY" "$CONV" quantize "$DS" "$TMP/ds8" && "$PY" "$CONV" dequantize "$TMP/ds8" "$TMP/ds8tw"; then
     check_fp8_twin deepseek_v3 "$TMP/ds8" "$TMP/ds8tw" "$(json_field "$DS/ref.json" ids)"
 else
     bad "fp8: tools/fp8_convert.py quantize deepseek_v3"
@@ -825,7 +828,7 @@ expect_fail "fp8: pack --quant bf16 refused" "an FP8 checkpoint .* packs with --
 # bad input: one clear line naming the file and the tensor
 fp8_edit() { # fp8_edit DIR PYTHON: a copy of the fixture, its tensors t (name -> (dtype, shape, raw)) edited
     rm -rf "$1" && cp -r "$F8" "$1" &&
-        python3 - "$1" "$CONV" "$2" <<'PY'
+        "$PY" - "$1" "$CONV" "$2" <<'PY'
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("conv", sys.argv[2])
 conv = importlib.util.module_from_spec(spec)
@@ -847,7 +850,7 @@ rm -rf "$TMP/f8c" && cp -r "$F8" "$TMP/f8c" && sed -i 's/"fmt": "e4m3"/"fmt": "e
 expect_fail "fp8: fmt e5m2 refused" "config.json: quantization_config.fmt 'e5m2' is not supported" \
     "$BIN" generate "$TMP/f8c" --ids 1 -n 1
 rm -rf "$TMP/f8d" && cp -r "$F8" "$TMP/f8d" &&
-    python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["quantization_config"]["weight_block_size"]=[128]; json.dump(c, open(p, "w"))' "$TMP/f8d/config.json"
+    "$PY" -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["quantization_config"]["weight_block_size"]=[128]; json.dump(c, open(p, "w"))' "$TMP/f8d/config.json"
 expect_fail "fp8: weight_block_size of one number" "config.json: quantization_config.weight_block_size must be two positive integers" \
     "$BIN" inspect "$TMP/f8d"
 
