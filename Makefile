@@ -18,7 +18,8 @@
 # Dependencies first, before anything below tests what is installed (the fuzz targets'
 # libFuzzer): what the goals need is found or installed, once per command line. DEPS
 # comes back set where the system lacks the headers and .deps has them.
-TEST_GOALS := test unit cli-test server-test fault-test san fuzz-smoke fuzz fuzz-run-%
+TEST_GOALS := test test-suites unit cli-test cli-test-% server-test fault-test san \
+              fuzz-smoke fuzz-smoke-% fuzz fuzz-run-%
 ifeq ($(MAKELEVEL),0)
 ifneq ($(filter-out clean format,$(or $(MAKECMDGOALS),all)),)
 DEPS_NEEDS := build $(if $(filter $(TEST_GOALS),$(MAKECMDGOALS)),test) $(if $(filter 1,$(CUDA)),cuda) \
@@ -61,9 +62,11 @@ LDFLAGS += -fopenmp
 BUILD   := build
 
 # The library is every C file under src/ but the two programs' folders (a family may be a
-# folder of its own: src/families/NAME/).
+# folder of its own: src/families/NAME/). The kernels come first: they take two thirds of its
+# compile time, three files most of it, so that under -j the others fill in around them.
 LIB_SRC := $(sort $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' \
                                -not -path 'src/kernels/cuda/*'))
+LIB_SRC := $(filter src/kernels/%,$(LIB_SRC)) $(filter-out src/kernels/%,$(LIB_SRC))
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
 # The op table (tests/ops/) is one source run by the unit tests (CPU) and test_cuda (CUDA).
 UNIT_SRC := $(sort $(wildcard tests/unit/*.c)) tests/ops/ops_table.c
@@ -96,7 +99,8 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/san/%.o)
 SAN_UNIT_OBJ := $(UNIT_SRC:%.c=$(BUILD)/san/%.o)
 
-.PHONY: all test unit parity fam-test cli-test server-test fault-test san fuzz-smoke fuzz bench run format clean
+.PHONY: all test test-suites unit parity fam-test cli-test cli-test-main cli-test-mlx cli-test-fam \
+        server-test fault-test san fuzz-smoke fuzz bench run format clean
 
 all: $(BUILD)/sluice
 	@echo "sluice built: $(BUILD)/sluice ($(BACKENDS); SIMD chosen at run time$(if $(DEPS),; libraries from $(DEPS)))"
@@ -134,15 +138,37 @@ QWEN3_TOK := tests/tokenizer/qwen3/tokenizer.json
 $(QWEN3_TOK): $(QWEN3_TOK).xz
 	xz -dc $< > $@.tmp && mv $@.tmp $@
 
-test: unit cli-test server-test fault-test san fuzz-smoke
+# make test runs the suites, and the builds they need, side by side on every core (TEST_JOBS;
+# a -j given to make wins): one after the other they left one core of two idle most of the
+# time. Each suite has a scratch directory (mktemp) and ports (--port 0) of its own, so they can
+# run at once; -Otarget keeps each one's output together, printed as it ends. Two steps, as make
+# starts every compile it can reach before it comes back to what waited on one: what the
+# longest suites need first (the CLI, the tokenizer), so that they start at once while the
+# sanitizer and fuzz builds take the other core. OpenMP threads that wait sleep rather than spin
+# (OMP_WAIT_POLICY): spinning, libgomp's default, made tests/cli_test.sh 5 times slower beside
+# one busy core, and costs a fifth of its CPU time even alone.
+ifndef TEST_JOBS
+TEST_JOBS := $(shell nproc 2>/dev/null || echo 2)
+endif
+TEST_MAKE = $(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(TEST_JOBS)) -Otarget
+test:
+	+@$(TEST_MAKE) $(BUILD)/sluice $(QWEN3_TOK)
+	+@OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} $(TEST_MAKE) test-suites
 	@echo "make test: all suites passed"
+
+# In the order make starts them: the suites that run longest on one core first.
+test-suites: server-test cli-test-main cli-test-fam cli-test-mlx san unit fault-test fuzz-smoke
 
 unit: $(BUILD)/test_unit $(QWEN3_TOK)
 	$(BUILD)/test_unit tests/fixtures
 
-cli-test: $(BUILD)/sluice $(QWEN3_TOK)
+# Three scripts, which make runs at once under -j.
+cli-test: cli-test-main cli-test-mlx cli-test-fam
+cli-test-main: $(BUILD)/sluice $(QWEN3_TOK)
 	bash tests/cli_test.sh $(BUILD)/sluice tests/fixtures
+cli-test-mlx: $(BUILD)/sluice
 	bash tests/mlx_test.sh $(BUILD)/sluice tests/fixtures
+cli-test-fam: $(BUILD)/sluice
 	PYTHON=/usr/bin/python3 bash tests/fam_test.sh $(BUILD)/sluice $(FAM_RUNS)
 
 # The issue-27 families against transformers (tests/fixtures/fam); FAM_CASES picks cases.
@@ -183,7 +209,8 @@ san: $(BUILD)/san/test_unit $(QWEN3_TOK)
 # families' code the config parser's registry links does (libgomp: gcc's OpenMP).
 FUZZ_LIB_SRC := $(filter-out src/kernels/%,$(LIB_SRC))
 FUZZ_KERNELS := $(filter $(BUILD)/src/kernels/%,$(LIB_OBJ))
-FUZZ_TARGETS := safetensors config pack tokenizer tokjson gguf
+# (In the order of their runs' length in make test, the longest first: make -j starts them so.)
+FUZZ_TARGETS := config tokenizer gguf safetensors pack tokjson
 FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -Iinclude -Isrc -MMD -MP \
                 $(if $(DEPS),-I$(DEPS)/include)
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
@@ -219,23 +246,32 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_MAIN) $(FUZZ_
                      $(BUILD)/fuzz/libsluice_fuzz.a
 	$(FUZZ_CC) -fopenmp $(FUZZ_LINK) $^ $(LDLIBS) -lgomp -o $@
 
-fuzz-smoke: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(QWEN3_TOK)
-	@set -e; for t in $(FUZZ_TARGETS); do rm -rf $(BUILD)/fuzz/corpus_$$t; \
-	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_RUNS=$$(case $$t in \
-	        tokenizer) echo 40000;; config) echo 300000;; tokjson) echo 100000;; gguf) echo 200000;; \
-	        *) echo 1000000;; esac); done
+# One target a run, so that make -j runs them side by side; each starts from an empty corpus.
+# 1,000,000 runs where no number is given here.
+FUZZ_SMOKE_RUNS_tokenizer := 40000
+FUZZ_SMOKE_RUNS_config    := 300000
+FUZZ_SMOKE_RUNS_tokjson   := 100000
+FUZZ_SMOKE_RUNS_gguf      := 200000
+fuzz-smoke: $(FUZZ_TARGETS:%=fuzz-smoke-%)
+fuzz-smoke-%: FUZZ_RUNS = $(or $(FUZZ_SMOKE_RUNS_$*),1000000)
+fuzz-smoke-%: $(BUILD)/fuzz/fuzz_% $(QWEN3_TOK)
+	@rm -rf $(BUILD)/fuzz/corpus_$*
+	$(FUZZ_RUN_RECIPE)
 
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(QWEN3_TOK)
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus_$$t; done
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	    $(MAKE) --no-print-directory fuzz-run-$$t FUZZ_SECONDS=300; done
 
+define FUZZ_RUN_RECIPE
+@echo "fuzz $*: $(if $(FUZZ_RUNS),$(FUZZ_RUNS) runs,$(FUZZ_SECONDS)s)"
+@mkdir -p $(BUILD)/fuzz/corpus_$*
+@$(call FUZZ_RUN,$(FUZZ_SECONDS)) > $(BUILD)/fuzz/$*.log 2>&1 || \
+    { tail -n 40 $(BUILD)/fuzz/$*.log; echo "fuzz $*: FAILED"; exit 1; }
+@tail -n 1 $(BUILD)/fuzz/$*.log
+endef
 fuzz-run-%: $(BUILD)/fuzz/fuzz_%
-	@echo "fuzz $*: $(if $(FUZZ_RUNS),$(FUZZ_RUNS) runs,$(FUZZ_SECONDS)s)"
-	@mkdir -p $(BUILD)/fuzz/corpus_$*
-	@$(call FUZZ_RUN,$(FUZZ_SECONDS)) > $(BUILD)/fuzz/$*.log 2>&1 || \
-	    { tail -n 40 $(BUILD)/fuzz/$*.log; echo "fuzz $*: FAILED"; exit 1; }
-	@tail -n 1 $(BUILD)/fuzz/$*.log
+	$(FUZZ_RUN_RECIPE)
 
 # ---- speed (make bench) ----------------------------------------------------
 
