@@ -2,7 +2,7 @@
 #
 #   make            build/sluice
 #   make test       unit tests, parity against transformers, CLI checks,
-#                   sanitizer (ASan/UBSan) run, short fuzz runs
+#                   sanitizer (ASan/UBSan) run, short fuzz runs, side by side on every core
 #   make run        builds and runs the default job
 #   make bench      speed measurements, kept out of make test (tokenizer encoding, CPU matmul
 #                   over block types; with CUDA=1 the CUDA op benchmarks too)
