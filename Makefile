@@ -268,7 +268,7 @@ define FUZZ_RUN_RECIPE
 @mkdir -p $(BUILD)/fuzz/corpus_$*
 @$(call FUZZ_RUN,$(FUZZ_SECONDS)) > $(BUILD)/fuzz/$*.log 2>&1 || \
     { tail -n 40 $(BUILD)/fuzz/$*.log; echo "fuzz $*: FAILED"; exit 1; }
-@tail -n 1 $(BUILD)/fuzz/$*.log
+@echo "fuzz $*: $$(tail -n 1 $(BUILD)/fuzz/$*.log)"
 endef
 fuzz-run-%: $(BUILD)/fuzz/fuzz_%
 	$(FUZZ_RUN_RECIPE)
