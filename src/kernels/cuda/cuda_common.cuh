@@ -201,9 +201,8 @@ __device__ __forceinline__ float cu_load_f(const void *p, int dt, size_t i) {
     return ((const float *)p)[i];
 }
 
-/* Scale or bias i of a Q8/Q4 weight (p: its scales or biases), widened. */
-/* cu_qparam in two steps: the raw bits (a load whose result nothing waits for yet), then the
- * float. */
+/* Scale or bias i of a Q8/Q4 weight (p: its scales or biases) in two steps: its raw bits (a
+ * load whose result nothing waits for yet), then widened (cu_qparam: both at once). */
 __device__ __forceinline__ uint32_t cu_qparam_bits(const uint16_t *p, int sdt, size_t i) {
     if (sdt == SL_DTYPE_BF16 || sdt == SL_DTYPE_F16) return __ldg(p + i);
     return __ldg((const unsigned *)p + i);
@@ -215,9 +214,7 @@ __device__ __forceinline__ float cu_qparam_widen(uint32_t b, int sdt) {
 }
 
 __device__ __forceinline__ float cu_qparam(const uint16_t *p, int sdt, size_t i) {
-    if (sdt == SL_DTYPE_BF16) return cu_bf16(__ldg(p + i));
-    if (sdt == SL_DTYPE_F16) return cu_f16(__ldg(p + i));
-    return __ldg((const float *)p + i);
+    return cu_qparam_widen(cu_qparam_bits(p, sdt, i), sdt);
 }
 
 /* w[n][k] of any weight dtype, widened (quantised: q * scale + bias). */

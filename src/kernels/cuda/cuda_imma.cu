@@ -204,17 +204,15 @@ __device__ __forceinline__ void imma_tile(float *__restrict__ y, const uint8_t *
         const uint32_t st = sbase + (uint32_t)(slot * S::STAGE);
         const int k0 = kt * IMMA_BK;
 #pragma unroll
-        for (int i = 0; i < (2 * BR + NT - 1) / NT; i++) { /* two 16-byte chunks a row */
+        for (int i = 0; i < 2 * BR / NT; i++) { /* two 16-byte chunks a row, neighbours */
             const int p = tid + i * NT, r = p >> 1, c = p & 1;
-            if (2 * BR % NT && p >= 2 * BR) break;
             const int n = min(n0 + r, N - 1);
             cu_cp16(st + (uint32_t)((c * BR + r) * 16),
                     w.data + (size_t)n * w.ws + (size_t)(k0 / 2) + 16 * c);
         }
 #pragma unroll
-        for (int i = 0; i < (4 * BT + NT - 1) / NT; i++) { /* four quarters a token */
+        for (int i = 0; i < 4 * BT / NT; i++) { /* four quarters a token */
             const int p = tid + i * NT, t = p >> 2, h = p & 3;
-            if (4 * BT % NT && p >= 4 * BT) break;
             const int tt = min(t0 + t, T - 1);
             cu_cp16(st + (uint32_t)(S::XO + (h * BT + t) * 16),
                     xq + (size_t)tt * K + (size_t)k0 + 16 * h);

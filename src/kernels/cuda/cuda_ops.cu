@@ -296,50 +296,29 @@ void cu_activate(const sl_backend *be, float *y, const float *x, size_t n, float
     CUDA_LAUNCHED(c);
 }
 
-/* V consecutive columns a thread (V = 4: n % 4 == 0 and x, y 16-byte aligned), each summed
- * over the ranks in order with the same expression whatever V. */
-template <int V>
 __global__ void weighted_sum_kernel(float *__restrict__ y, const float *__restrict__ x,
                                     const int32_t *__restrict__ rows, const float *__restrict__ w,
                                     int32_t T, int32_t k, int32_t n) {
     cu_pdl_wait();
-    const size_t nv = (size_t)n / V, total = (size_t)T * nv;
+    const size_t total = (size_t)T * (size_t)n;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / nv, c = i % nv * V;
-        float acc[V] = {};
+        const size_t t = i / (size_t)n, c = i % (size_t)n;
+        float acc = 0.0f;
         for (int32_t r = 0; r < k; r++) {
-            const size_t tr = t * (size_t)k + (size_t)r, row = rows ? (size_t)rows[tr] : tr;
-            const float wr = w[tr];
-            float xv[V];
-            if (V == 4) {
-                const float4 q = *(const float4 *)(x + row * (size_t)n + c);
-                xv[0] = q.x, xv[1 % V] = q.y, xv[2 % V] = q.z, xv[3 % V] = q.w;
-            } else {
-                xv[0] = x[row * (size_t)n + c];
-            }
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                acc[e] += wr * xv[e];
+            const size_t tr = t * (size_t)k + (size_t)r;
+            acc += w[tr] * x[(rows ? (size_t)rows[tr] : tr) * (size_t)n + c];
         }
-        if (V == 4)
-            *(float4 *)(y + t * (size_t)n + c) =
-                make_float4(acc[0], acc[1 % V], acc[2 % V], acc[3 % V]);
-        else
-            y[t * (size_t)n + c] = acc[0];
+        y[i] = acc;
     }
 }
 
 void cu_weighted_sum(const sl_backend *be, float *y, const float *x, const int32_t *rows,
                      const float *w, int32_t T, int32_t k, int32_t n) {
     cu_ctx *c = cu_of(be);
+    const size_t total = (size_t)T * (size_t)n;
     if (T <= 0 || n <= 0) return;
-    if (n % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0)
-        cu_launch(weighted_sum_kernel<4>, ew_blocks((size_t)T * (size_t)n / 4), EW_THREADS, 0, c, y,
-                  x, rows, w, T, k, n);
-    else
-        cu_launch(weighted_sum_kernel<1>, ew_blocks((size_t)T * (size_t)n), EW_THREADS, 0, c, y, x,
-                  rows, w, T, k, n);
+    cu_launch(weighted_sum_kernel, ew_blocks(total), EW_THREADS, 0, c, y, x, rows, w, T, k, n);
     CUDA_LAUNCHED(c);
 }
 
