@@ -73,18 +73,25 @@ void sl_moe_swiglu_mlp(const sl_backend *be, float *out, const float *x, const s
  * in one pass each: gather every row they read into xg (expert by expert), the gate and up
  * matmuls of all of them as one batch, one SwiGLU, the down matmuls as another batch, one
  * scatter of the results to their (token, rank) rows; or, when the run holds the chunk's every
- * row, no scatter: the chunk's sum reads them where they are (comb_rows). Per row it computes
- * exactly what one expert at a time does.
+ * row (rows == chunk_rows), no scatter: they stay in run_rows(), and grp_idx + 2 rows says
+ * where each (token, rank) row's is; it returns 1 then. Per row it computes exactly what one
+ * expert at a time does.
  */
-static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32_t *list,
-                            const sl_expert *const *views, int32_t n, int32_t rows,
-                            int32_t chunk_rows) {
+/* Where a run of experts leaves its output rows: the step's own buffer when its runs outgrow the
+ * caller's (max_rows > max_batch). */
+static float *run_rows(const sl_moe_scratch *ms, const sl_moe_io *io) {
+    return ms->run_out ? ms->run_out : io->rows;
+}
+
+static int experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32_t *list,
+                           const sl_expert *const *views, int32_t n, int32_t rows,
+                           int32_t chunk_rows) {
     const sl_backend *be = ms->env.be;
     const size_t H = (size_t)ms->d.hidden, I = (size_t)ms->d.inter;
     const int32_t k = ms->d.k;
     /* the step's own buffers when its runs outgrow the caller's (max_rows > max_batch) */
     float *gate = ms->run_gate ? ms->run_gate : io->gate, *up = ms->run_up ? ms->run_up : io->up;
-    float *out = ms->run_out ? ms->run_out : io->rows;
+    float *out = run_rows(ms, io);
     int32_t off = 0;
     for (int32_t j = 0; j < n; j++) {
         const int32_t e = list[j], cnt = ms->expert_count[e];
@@ -127,11 +134,9 @@ static void experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32
     be->ops->matmul_batch(be, ms->bo, (const float *const *)ms->bg, ms->wd, ms->bT, n);
     for (int32_t j = 0; bias && j < n; j++)
         be->ops->add_bias(be, ms->bo[j], &views[j]->down_bias, ms->bT[j]);
-    if (whole) {
-        ms->comb_x = out, ms->comb_rows = ms->grp_idx + 2 * rows;
-    } else {
+    if (!whole)
         be->ops->copy_rows(be, ms->expert_out, ms->grp_idx + rows, out, NULL, rows, (int32_t)H);
-    }
+    return whole;
 }
 
 /* Whether layer l's experts can go through the backend's fused kernels (moe_experts): SwiGLU
@@ -322,7 +327,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                 (size_t)(j - n_cached) * sizeof(int32_t));
         ms->expert_list[n_cached++] = e;
     }
-    ms->comb_x = ms->expert_out, ms->comb_rows = NULL;
+    int in_place = 0; /* the chunk's outputs left where its one run made them */
     int32_t cap = sl_experts_capacity(store, l);
     if (dev->layers) cap = SL_MIN(cap, dev->n_slots);
     for (int32_t j0 = 0; j0 < n_used; j0 += cap) {
@@ -350,15 +355,17 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                      z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_rows;
                      z++)
                     rows += ms->expert_count[ms->expert_list[j0 + z]];
-                experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a, rows,
-                                T * k);
+                in_place = experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a,
+                                           rows, T * k);
             }
         }
         t1 = sl_now();
         stats->t_expert_compute += t1 - t2;
     }
     if (!fused)
-        be->ops->weighted_sum(be, io->out, ms->comb_x, ms->comb_rows, ms->topk_w, T, k, (int32_t)H);
+        be->ops->weighted_sum(be, io->out, in_place ? run_rows(ms, io) : ms->expert_out,
+                              in_place ? ms->grp_idx + 2 * T * k : NULL, ms->topk_w, T, k,
+                              (int32_t)H);
 shared:
     if (w->sh_gate) be->ops->axpy(be, io->out, 1.0f, ms->sh_out, (size_t)T * H);
     return SL_OK;

@@ -93,21 +93,17 @@ typedef struct sl_moe_scratch {
     int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
     /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync path can leave
      * their bookkeeping to the end of the forward pass (sl_moe_settle). */
-    int32_t *route_ids;       /* [n_layers, k] */
-    int32_t *h_route_ids;     /* host [n_layers, k] */
-    uint8_t *pending;         /* host [n_layers] picks not yet counted */
-    int32_t *h_prev_ids;      /* host [n_layers, k]: each layer's picks at the last decode */
-    uint8_t *prev_set;        /* host [n_layers]: step counted (sl_stats.decode_repeats) */
-    float *act;               /* [k, I] SwiGLU rows of the fused expert path */
-    float *xg;                /* [R, H] rows gathered for a batch of experts (R: max_rows) */
-    float *run_gate, *run_up; /* [R, I] a run's gate and up outputs, when R > B (else NULL) */
-    float *run_out;           /* [R, H] its expert outputs, likewise */
-    float *xw;                /* [B * k, H] weight_input: each (token, rank)'s scaled input */
-    float *expert_out;        /* [B * k, H] routed outputs, summed in rank order */
-    /* what the chunk's sum reads: expert_out in (token, rank) order, or a whole-chunk run's
-     * outputs where they were made, through comb_rows (device) */
-    const float *comb_x;
-    const int32_t *comb_rows;
+    int32_t *route_ids;        /* [n_layers, k] */
+    int32_t *h_route_ids;      /* host [n_layers, k] */
+    uint8_t *pending;          /* host [n_layers] picks not yet counted */
+    int32_t *h_prev_ids;       /* host [n_layers, k]: each layer's picks at the last decode */
+    uint8_t *prev_set;         /* host [n_layers]: step counted (sl_stats.decode_repeats) */
+    float *act;                /* [k, I] SwiGLU rows of the fused expert path */
+    float *xg;                 /* [R, H] rows gathered for a batch of experts (R: max_rows) */
+    float *run_gate, *run_up;  /* [R, I] a run's gate and up outputs, when R > B (else NULL) */
+    float *run_out;            /* [R, H] its expert outputs, likewise */
+    float *xw;                 /* [B * k, H] weight_input: each (token, rank)'s scaled input */
+    float *expert_out;         /* [B * k, H] routed outputs, summed in rank order */
     float *router_logits;      /* [B, E] */
     float *sh_logit;           /* [B] */
     float *sh_out;             /* [B, H] the shared expert's gated output (when there is one) */
