@@ -487,11 +487,14 @@ static void test_attention_prep(void) {
     op_end(&r);
 }
 
-/* Prompt attention: the tiled kernel (cuda_ops.cu, attn_tiled_kernel) against the plain one on
- * the GPU, both forced (sl_cuda_set_attention_path), to ~2e-6: the same arithmetic but for the
- * order of the sums. Odd prompt sizes around the tiles (64 rows, 64 keys; 32 at head_dim 256),
- * chunks after cached tokens (pos0 > 0), groups of 1-8 query heads a KV head (3: rows of a token
- * across two tiles), head dims 16-256 (24 and 80 padded), windows, chunks and sinks. */
+/* Prompt attention: the tiled kernels (cuda_ops.cu: attn_tiled_kernel in float32, attn_tc_kernel
+ * on tensor cores up to head_dim 128) against the plain one on the GPU, each forced
+ * (sl_cuda_set_attention_path), to ~2e-6: the same arithmetic but for the order of the sums; the
+ * tensor cores' to 1e-5 (three TF32 MMAs a product: ~21 bits of each operand, where float32 has
+ * 24; up to 6e-6 seen). Odd prompt sizes around the tiles
+ * (64 rows, 64 or 32 keys), chunks after cached tokens (pos0 > 0), groups of 1-8 query heads a
+ * KV head (3: rows of a token across two tiles), head dims 16-256 (16, 24 and 80 padded),
+ * windows, chunks and sinks. */
 static void test_attention_tiled(void) {
     static const int cases[][8] = {
         /* T, pos0, heads, kv heads, head_dim, window, chunk, sinks */
@@ -512,7 +515,7 @@ static void test_attention_tiled(void) {
         const size_t nq = (size_t)T * nh * hd, ncache = (size_t)P * nkv * hd;
         float *q = rand_vec(nq, 2), *kc = rand_vec(ncache, 1), *vc = rand_vec(ncache, 1);
         float *dq = UPF(q, nq), *dkc = UPF(kc, ncache), *dvc = UPF(vc, ncache);
-        float *o = poison_vec(nq + 3), *dout[2] = {UPF(o, nq + 3), UPF(o, nq + 3)};
+        float *o = poison_vec(nq + 3), *dout[3] = {UPF(o, nq + 3), UPF(o, nq + 3), UPF(o, nq + 3)};
         wpair sw; /* around the scores' size, some above them */
         if (cases[c][7]) wpair_make(&sw, SL_DTYPE_F32, 0, nh, 3.0f, 0);
         sl_attn_args a = {.q = dq,
@@ -527,19 +530,24 @@ static void test_attention_tiled(void) {
                           .window = cases[c][5],
                           .chunk = cases[c][6],
                           .sinks = cases[c][7] ? &sw.d : NULL};
-        for (int g = 0; g < 2; g++) {
-            sl_cuda_set_attention_path(&gpu, g ? SL_CUDA_ATT_TILED : SL_CUDA_ATT_PLAIN);
+        static const sl_cuda_att_path paths[3] = {SL_CUDA_ATT_PLAIN, SL_CUDA_ATT_TILED,
+                                                  SL_CUDA_ATT_TC};
+        for (int g = 0; g < 3; g++) {
+            sl_cuda_set_attention_path(&gpu, paths[g]);
             a.out = dout[g];
             gpu.ops->attention(&gpu, &a);
         }
         sl_cuda_set_attention_path(&gpu, SL_CUDA_ATT_AUTO);
         float *plain = down(dout[0], nq + 3);
-        char what[128];
-        snprintf(what, sizeof what, "T=%d pos0=%d h=%d/%d hd=%d window=%d chunk=%d sinks=%d", T,
-                 pos0, nh, nkv, hd, cases[c][5], cases[c][6], cases[c][7]);
-        check(&r, what, dout[1], plain, nq + 3, 2e-6);
+        for (int g = 1; g < 3; g++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s T=%d pos0=%d h=%d/%d hd=%d window=%d chunk=%d sinks=%d",
+                     g == 1 ? "float32" : "tensor cores", T, pos0, nh, nkv, hd, cases[c][5],
+                     cases[c][6], cases[c][7]);
+            check(&r, what, dout[g], plain, nq + 3, g == 1 ? 2e-6 : 1e-5);
+        }
         free(plain), free(q), free(kc), free(vc), free(o);
-        dfree(dq), dfree(dkc), dfree(dvc), dfree(dout[0]), dfree(dout[1]);
+        dfree(dq), dfree(dkc), dfree(dvc), dfree(dout[0]), dfree(dout[1]), dfree(dout[2]);
         if (cases[c][7]) wpair_free(&sw);
     }
     op_end(&r);
@@ -727,12 +735,16 @@ static void bench_attention(void) {
                      .eps = 1e-6f,
                      .cos_tab = tab,
                      .sin_tab = tab};
-    a.T = 1, a.pos0 = 47;
-    const double t_two = TIME_US((gpu.ops->qkv_prep(&gpu, &p), gpu.ops->attention(&gpu, &a)));
-    a.prep = &p;
-    const double t_one = TIME_US(gpu.ops->attention(&gpu, &a));
-    printf("qkv_prep + attention at 48 keys: %.1f us as two ops, %.1f us as attention with prep\n",
-           t_two, t_one);
+    static const int keys[] = {48, 128, 512, 2048};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        a.T = 1, a.pos0 = p.pos0 = keys[i] - 1, a.prep = NULL;
+        const double t_two = TIME_US((gpu.ops->qkv_prep(&gpu, &p), gpu.ops->attention(&gpu, &a)));
+        a.prep = &p;
+        const double t_one = TIME_US(gpu.ops->attention(&gpu, &a));
+        printf("qkv_prep + attention at %d keys: %.1f us as two ops, %.1f us as attention with "
+               "prep\n",
+               keys[i], t_two, t_one);
+    }
     dfree(dk), dfree(dv), dfree(dq), dfree(dout), dfree(dkr), dfree(dvr), dfree(tab);
 }
 
@@ -758,7 +770,7 @@ static void bench_attention_prompt(void) {
     gpu.ops->fill(&gpu, dk, 0.05f, kvn);
     gpu.ops->fill(&gpu, dv, 0.5f, kvn);
     printf("prompt attention, 32/4 heads x 128, pos0 0 (plain: one block a query and head; "
-           "tiled: 64 rows x 64 keys):\n");
+           "tiled: float32, 64 rows x 64 keys; tc: tensor cores, 64 rows x 32 keys):\n");
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
         const int T = Ts[i], reps = T >= 16384 ? 2 : T >= 4096 ? 3 : 20;
         sl_attn_args a = {.out = dout,
@@ -771,9 +783,11 @@ static void bench_attention_prompt(void) {
                           .head_dim = hd,
                           .scale = 0.088f};
         const double flops = 4.0 * hd * nh * ((double)T * (T + 1) / 2);
-        double t[2];
-        for (int g = 0; g < 2; g++) {
-            sl_cuda_set_attention_path(&gpu, g ? SL_CUDA_ATT_TILED : SL_CUDA_ATT_PLAIN);
+        double t[3];
+        static const sl_cuda_att_path paths[3] = {SL_CUDA_ATT_PLAIN, SL_CUDA_ATT_TILED,
+                                                  SL_CUDA_ATT_TC};
+        for (int g = 0; g < 3; g++) {
+            sl_cuda_set_attention_path(&gpu, paths[g]);
             gpu.ops->attention(&gpu, &a);
             sl_cuda_sync(&gpu);
             const double t0 = sl_now();
@@ -783,8 +797,10 @@ static void bench_attention_prompt(void) {
             t[g] = (sl_now() - t0) / reps;
         }
         sl_cuda_set_attention_path(&gpu, SL_CUDA_ATT_AUTO);
-        printf("  T=%-5d plain %9.1f us %6.0f GFLOP/s | tiled %9.1f us %6.0f GFLOP/s | %.2fx\n", T,
-               t[0] * 1e6, flops / t[0] / 1e9, t[1] * 1e6, flops / t[1] / 1e9, t[0] / t[1]);
+        printf("  T=%-5d plain %9.1f us %6.0f GFLOP/s | tiled %9.1f us %6.0f GFLOP/s | tc %9.1f us "
+               "%6.0f GFLOP/s | tc %.2fx tiled\n",
+               T, t[0] * 1e6, flops / t[0] / 1e9, t[1] * 1e6, flops / t[1] / 1e9, t[2] * 1e6,
+               flops / t[2] / 1e9, t[1] / t[2]);
     }
     if (gpu.ops->status && gpu.ops->status(&gpu, &err) != SL_OK)
         printf("prompt attention: %s\n", err.msg);
@@ -871,6 +887,14 @@ static void bench_imma(void) {
                     reps, sl_cuda_q4_prefill(&gpu, dy, dx, &w, NULL, T, (sl_cuda_q4_path)path));
                 bench_q4_line(what, T, path, us, ops, (double)q4_bytes(&w));
             }
+        /* the int8 path at each tile height, forced (what imma_pick weighs) */
+        for (int bt = 128; bt >= 32; bt /= 2) {
+            sl_cuda_set_imma_tile(&gpu, bt);
+            const double us =
+                TIME_REPS(20, sl_cuda_q4_prefill(&gpu, dy, dx, &w, NULL, 512, SL_CUDA_Q4_IMMA));
+            printf("    %s T=512 tiles of %d tokens: %.1f us\n", what, bt, us);
+        }
+        sl_cuda_set_imma_tile(&gpu, 0);
         bench_q4_free(&w);
     }
     enum { NE = 128, TE = 32, H = 2048, I = 768 };
@@ -924,6 +948,16 @@ static void bench_imma(void) {
         bench_q4_line("experts down, 8-56 tokens", 32, path, us, 2.0 * H * I * (double)off,
                       (double)bdn);
     }
+    for (int bt = 128; bt >= 32; bt /= 2) {
+        sl_cuda_set_imma_tile(&gpu, bt);
+        const double ug =
+            TIME_REPS(20, sl_cuda_q4_prefill_batch(&gpu, gy, gx, gu, Ts, 2 * NE, SL_CUDA_Q4_IMMA));
+        const double ud =
+            TIME_REPS(20, sl_cuda_q4_prefill_batch(&gpu, dyv, dxv, dn, Ts, NE, SL_CUDA_Q4_IMMA));
+        printf("    experts, 8-56 tokens, tiles of %d tokens: gate+up %.1f us, down %.1f us\n", bt,
+               ug, ud);
+    }
+    sl_cuda_set_imma_tile(&gpu, 0);
     for (int i = 0; i < 3 * NE; i++)
         bench_q4_free(&ew[i]);
     free(ew);

@@ -4,7 +4,8 @@
 # dependent launch (--cuda-no-pdl), and writes CUPTI kernel tables of both (without dependent
 # launch each kernel's duration is its own; with it, read the "adds" column). Carry .deps.txz.
 # TESTS=1: make test-cuda and the families on CUDA first; BENCH=NAME: test_cuda bench NAME;
-# NCU=REGEX: Nsight Compute's sections for kernels matching REGEX in test_cuda bench $BENCH.
+# NCU=REGEX: Nsight Compute's sections for kernels matching REGEX in test_cuda bench $BENCH (the
+# first NCU_SKIP such launches skipped); FAM=0: make test-cuda without the families.
 #   OUT=/some/dir [TESTS=1] [BENCH=imma] [NCU=imma_gemm_batch] tools/lab/prefill_prof.sh
 . tools/lab/device_env.sh
 ( [ -d $W/src8 ] || python3 tools/make_synth.py $W/src8 --preset qwen3-30b-a3b --layers 8 --zero-experts ) > $OUT/synth.log 2>&1 &
@@ -15,7 +16,7 @@ if [ "${TESTS:-0}" = 1 ]; then
   timeout 200 make CUDA=1 test-cuda > $OUT/test_cuda.log 2>&1; echo rc=$? >> $OUT/test_cuda.log
   el "test-cuda: $(grep -E 'passed|failed|rc=' $OUT/test_cuda.log | tail -6 | tr '\n' ' ')"
   grep -E "FAIL|mismatch|differ" $OUT/test_cuda.log | head -30
-  PYTHON=python3 timeout 150 bash tests/fam_test.sh build-cuda/sluice > $OUT/fam_cuda.log 2>&1; echo rc=$? >> $OUT/fam_cuda.log
+  [ "${FAM:-1}" = 1 ] && PYTHON=python3 timeout 150 bash tests/fam_test.sh build-cuda/sluice > $OUT/fam_cuda.log 2>&1; echo rc=$? >> $OUT/fam_cuda.log
   el "fam on cuda: $(grep 'fam:' $OUT/fam_cuda.log) $(tail -1 $OUT/fam_cuda.log)"; grep FAIL $OUT/fam_cuda.log | head
 fi
 if [ -n "${BENCH:-}" ]; then
@@ -25,11 +26,12 @@ fi
 NCUB=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "${NCU:-}" ]; then
   if [ -n "$NCUB" ]; then
-    timeout 150 $NCUB --kernel-name "regex:$NCU" --launch-count 2 --section SpeedOfLight \
+    timeout 150 $NCUB --kernel-name "regex:$NCU" --launch-skip ${NCU_SKIP:-0} --launch-count 2 --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables \
       build-cuda/test_cuda bench ${BENCH:-imma} > $OUT/ncu.txt 2>&1
-    el "ncu rc=$?"; grep -E "imma|attn|Throughput|Occupancy|Registers|Shared Memory Config|Stall|Warp Cycles|Issued|Block Limit|Eligible|No Eligible|One or More" $OUT/ncu.txt | head -90
+    el "ncu rc=$?"; grep -E "imma|attn|Throughput|Bank|Shared|Pipe|Occupancy|Registers|Shared Memory Config|Stall|Warp Cycles|Issued|Block Limit|Eligible|No Eligible|One or More" $OUT/ncu.txt | head -90
   else el "no ncu"; fi
 fi
 wait $PS; el "synth: $(tail -1 $OUT/synth.log)"

@@ -10,6 +10,7 @@ left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 [ -d $W/int4-48 ] || { build-cuda/sluice pack $W/src48 $W/int4-48 --quant int4 > $OUT/pack48.log 2>&1; el "packed 48"; }
 # llama L mode pp tg extra...
 llama() { local L=$1 m=$2 pp=$3 tg=$4; shift 4
+  [ -x $LLB ] || return 0
   local g=$W/a8.gguf; [ $L = 48 ] && g=$W/a48.gguf
   $LLB -m $g -p $pp -n $tg -r 1 -o jsonl "$@" 2>$OUT/ll.err | python3 -c '
 import sys, json

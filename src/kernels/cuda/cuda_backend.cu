@@ -487,3 +487,7 @@ extern "C" const char *sl_cuda_device_name(const sl_backend *be) {
 extern "C" void sl_cuda_set_attention_path(const sl_backend *be, sl_cuda_att_path path) {
     cu_of(be)->att_path = (int)path;
 }
+
+extern "C" void sl_cuda_set_imma_tile(const sl_backend *be, int tokens) {
+    cu_of(be)->imma_tile = tokens;
+}

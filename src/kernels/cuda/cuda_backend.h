@@ -16,14 +16,16 @@ void sl_cuda_sync(const sl_backend *be);
 /* The GPU's name and its number of SMs, for reports. */
 const char *sl_cuda_device_name(const sl_backend *be);
 
-/* Which kernel the attention op runs for a prompt without a selection: AUTO the tiled one from
+/* Which kernel the attention op runs for a prompt without a selection: AUTO the tiled ones from
  * a size on (cuda_ops.cu, ATT_TILE_MIN_T), PLAIN always the one-block-per-query kernel (the
- * reference the tiled one is tested against), TILED the tiled one at any size it covers. For
- * tests and benchmarks; a backend starts at AUTO. */
+ * reference the tiled ones are tested against), TILED the float32 tiled one and TC the tensor-core
+ * one where it applies (head_dim <= 128; else TILED), at any size they cover. For tests and
+ * benchmarks; a backend starts at AUTO. */
 typedef enum sl_cuda_att_path {
     SL_CUDA_ATT_AUTO = 0,
     SL_CUDA_ATT_PLAIN = 1,
     SL_CUDA_ATT_TILED = 2,
+    SL_CUDA_ATT_TC = 3,
 } sl_cuda_att_path;
 void sl_cuda_set_attention_path(const sl_backend *be, sl_cuda_att_path path);
 
@@ -36,6 +38,10 @@ typedef enum sl_cuda_q4_path {
     SL_CUDA_Q4_IMMA_REF,
     SL_CUDA_Q4_BF16,
 } sl_cuda_q4_path;
+
+/* The int8 GEMM's tile height in tokens (128, 64 or 32) forced for every launch, or 0: picked
+ * per launch (cuda_imma.cu, imma_pick). For benchmarks; the bits do not depend on it. */
+void sl_cuda_set_imma_tile(const sl_backend *be, int tokens);
 
 /* One product by path (whatever the backend's flags), any T >= 1; 0 when the path does not take
  * it (K % 64 or 32, alignment, the reference's K <= 32768; nothing queued). */

@@ -85,6 +85,7 @@ struct cu_ctx {
     unsigned *done;       /* device counter of the router kernel's finished blocks (zero between) */
     unsigned *att_counts; /* [CU_ATT_COUNTS] attention splits finished per item (zero between) */
     int att_path;         /* sl_cuda_att_path (cuda_backend.h): prompt attention's kernel */
+    int imma_tile;        /* sl_cuda_set_imma_tile: the int8 GEMM's forced tile height, or 0 */
     unsigned att_smem; /* tiled attention kernels whose shared memory limit is raised, a bit each */
 };
 

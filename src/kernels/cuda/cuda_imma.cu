@@ -527,6 +527,8 @@ bool cu_imma_ok(const cu_ctx *c, const cu_w &w, const float *x, int64_t K) {
  * the shape's rate. Ties to the larger tile.
  */
 template <typename F> static int imma_pick(const cu_ctx *c, F tiles) {
+    for (int s = 0; s < IMMA_NSHAPES; s++)
+        if (imma_bt[s] == c->imma_tile) return s;
     int best = IMMA_T128;
     double best_cost = 0;
     for (int s = 0; s < IMMA_NSHAPES; s++) {

@@ -813,24 +813,33 @@ __device__ void attn_merge(const att_params &a, int item) {
     const int hd = a.hd;
     const int t = item / a.n_heads, h = item % a.n_heads;
     const float *p = a.part + (size_t)item * a.splits * (size_t)(hd + 2);
+    /* Every split's part is written (an empty one with l = 0), so the loads below are taken
+     * whatever they hold and only the sums are conditional: a loop's loads then go out together
+     * instead of one L2 round trip after another; the sums keep their order. */
     float M = -INFINITY;
-    for (int s = 0; s < a.splits; s++)
-        if (__ldcg(p + (size_t)s * (hd + 2) + hd + 1) > 0.0f)
-            M = fmaxf(M, __ldcg(p + (size_t)s * (hd + 2) + hd));
+#pragma unroll 8
+    for (int s = 0; s < a.splits; s++) {
+        const float l = __ldcg(p + (size_t)s * (hd + 2) + hd + 1);
+        const float m = __ldcg(p + (size_t)s * (hd + 2) + hd);
+        if (l > 0.0f) M = fmaxf(M, m);
+    }
     const float sink = a.sinks ? cu_load_f(a.sinks, a.sinks_dt, (size_t)h) : -INFINITY;
     M = fmaxf(M, sink);
     float L = a.sinks ? expf(sink - M) : 0.0f;
+#pragma unroll 8
     for (int s = 0; s < a.splits; s++) {
         const float *ps = p + (size_t)s * (hd + 2);
-        const float l = __ldcg(ps + hd + 1);
-        if (l > 0.0f) L += l * expf(__ldcg(ps + hd) - M);
+        const float l = __ldcg(ps + hd + 1), m = __ldcg(ps + hd);
+        if (l > 0.0f) L += l * expf(m - M);
     }
     float *out = a.out + ((size_t)t * a.n_heads + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
+#pragma unroll 8
         for (int s = 0; s < a.splits; s++) {
             const float *ps = p + (size_t)s * (hd + 2);
-            if (__ldcg(ps + hd + 1) > 0.0f) o += __ldcg(ps + d) * expf(__ldcg(ps + hd) - M);
+            const float l = __ldcg(ps + hd + 1), m = __ldcg(ps + hd), v = __ldcg(ps + d);
+            if (l > 0.0f) o += v * expf(m - M);
         }
         out[d] = L > 0.0f ? o / L : 0.0f;
     }
@@ -1034,10 +1043,11 @@ __global__ void attn_combine(att_params a) {
 /* ------------------------------------------------ tiled prompt attention */
 
 /*
- * Prompts (ATT_TILE_MIN_T tokens or more, no selection). attn_kernel gives each (query, head) a
- * block that reads all of the query's keys from L2: T x T/2 x n_heads rows for a prompt. Here a
- * block takes BR query rows of one KV head and streams their keys and values through shared
- * memory once for all of them:
+ * Prompts (ATT_TILE_MIN_T tokens or more, no selection) at head_dim 129-256, and the float32
+ * reference of attn_tc_kernel (below: the same passes on tensor cores) at the others. attn_kernel
+ * gives each (query, head) a block that reads all of the query's keys from L2: T x T/2 x n_heads
+ * rows for a prompt. Here a block takes BR query rows of one KV head and streams their keys and
+ * values through shared memory once for all of them:
  *
  *   rows    the KV head's (token t, query head g of its group) pairs in the order r = t G + g
  *           (G = n_heads / n_kv), BR consecutive ones a block: BR / G tokens of all G heads when
@@ -1079,9 +1089,6 @@ __global__ void attn_combine(att_params a) {
  * tokens first (the most keys) so that the short ones fill the tail. At D = 128 and 256 a
  * thread holds ~185 registers (ptxas, no spills: 16 scores, 32 outputs and their chain, the
  * loads in flight), so an SM runs one block; forced down to 128 for two, ptxas spills.
- *
- * The two products (att_tile_scores' Q K^T, the P V loop) read whole tiles of shared memory: a
- * tensor-core version replaces those two loops and keeps the loads, the masks and the softmax.
  */
 #define ATT_TILE_THREADS 256
 #define ATT_TILE_MIN_T   64
@@ -1380,6 +1387,305 @@ static void att_tiled_launch(cu_ctx *c, const att_params &a, unsigned bit) {
     cu_launch(attn_tiled_kernel<D, BR, BK>, grid, ATT_TILE_THREADS, smem, c, a);
 }
 
+/* ------------------------------------- prompt attention on tensor cores */
+
+/*
+ * attn_tiled_kernel's two passes with both products on tensor cores (mma.m16n8k8, TF32 in,
+ * float32 accumulate), for head_dim up to 128. TF32 keeps 10 bits of a float's 23, so pass 2
+ * splits each operand x into hi = tf32(x) and lo = tf32(x - hi) and sums lo.hi + hi.lo + hi.hi
+ * (the lo.lo term is under float32's rounding): ~21 bits of each product for three MMAs.
+ * H200, 32/4 heads x 128: 1.16x attn_tiled_kernel at 512 tokens, 1.45x at 4,096-16,384, slower
+ * under 512 (BENCHMARKS 15.1). Nsight Compute finds it bound by the splits' ALU work, not the
+ * tensor cores (ALU the busiest pipe; 56% of stalls on fixed-latency dependencies, two warps a
+ * scheduler at 255 registers): splitting each K and V tile once for the block, not once a
+ * warp, is the next step.
+ *
+ *   pass 1  the max M of each row, from one-MMA TF32 scores of the operands' float32 bits (the
+ *           MMA truncates them): M only has to be near the true max (p = expf(s - M) then stays
+ *           within [0, ~1.01] and cancels in O / l); no row compares pass 1's scores with pass 2's
+ *   pass 2  the scores again in three MMAs, p = expf(s - M) (masked: 0), l += p, and each key
+ *           tile's P V in three MMAs into fresh accumulators, added to O (chains of one tile's
+ *           BK keys, as attn_tiled_kernel's KF)
+ *
+ * A block takes BR = 64 rows (attn_tiled_kernel's order r = t G + g) of one KV head, a warp 16
+ * of them, and streams BK = 32 keys a tile (K and V double-buffered, cp.async). Fragments (PTX
+ * m16n8k8 .tf32: lane = 4 g + t; A rows g, g + 8, columns t, t + 4; B column g, rows t, t + 4; C
+ * rows g, g + 8, columns 2t, 2t + 1):
+ *   Q K^T   the 8 dims of a k-step are ordered so that a lane's two are adjacent: over 16 dims
+ *           lane t holds dims 4t .. 4t + 3 of its rows (Q) and of key g (K) in one float4, the
+ *           first k-step using 4t, 4t + 1, the second 4t + 2, 4t + 3 (a sum over all 16 either
+ *           way). Rows of Q and K are D + 16 floats apart: a quarter-warp's float4s (rows g,
+ *           g + 1) fall in distinct banks.
+ *   P V     the keys of a k-step are ordered 2t, 2t + 1 for k = t, t + 4, so that S's C fragment
+ *           is P's A fragment as it stands (no shuffle); V's B fragment is keys 2t, 2t + 1 of
+ *           dim g, rows D + 4 floats apart (keys 0, 2, 4, 6 in distinct banks).
+ * Masked and padded entries are zeros in the tiles (keys past the range, dims past head_dim),
+ * so every product is finite.
+ */
+#define ATT_TC_THREADS 128
+#define ATT_TC_BR      64
+#define ATT_TC_BK      32
+
+__device__ __forceinline__ uint32_t att_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+/* x as hi + lo, both TF32 */
+__device__ __forceinline__ void att_tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = att_tf32(x);
+    lo = att_tf32(x - __uint_as_float(hi));
+}
+/* d += a . b for one m16n8k8 fragment */
+__device__ __forceinline__ void att_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* d += a . b in three MMAs (lo.hi, hi.lo, hi.hi): a float32-accurate product */
+__device__ __forceinline__ void att_mma3(float (&d)[4], const uint32_t (&ah)[4],
+                                         const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                                         uint32_t bl0, uint32_t bl1) {
+    att_mma(d, al[0], al[1], al[2], al[3], bh0, bh1);
+    att_mma(d, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
+    att_mma(d, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
+}
+
+/* Rows 0 .. R-1 of a tile into s (rows S floats apart), row i's first hd floats from row(i)
+ * (NULL: zeros), zeros to D; `any` is a valid address for the zero copies. */
+template <int D, int R, int S, typename Row>
+__device__ __forceinline__ void att_tc_load(float *s, int hd, const float *any, Row row) {
+    constexpr int C = D / 4;
+    static_assert(R * C % ATT_TC_THREADS == 0, "whole rounds of the block");
+#pragma unroll
+    for (int m = 0; m < R * C / ATT_TC_THREADS; m++) {
+        const int e = (int)threadIdx.x + m * ATT_TC_THREADS, i = e / C, c = e % C;
+        const float *src = row(i);
+        const bool ok = src && 4 * c < hd;
+        cu_cp16_or_zero(cu_saddr(s + i * S + 4 * c), ok ? src + 4 * c : any, ok);
+    }
+}
+
+/* The warp's scores S (16 rows x BK keys, C fragments, unscaled) of the K tile sk against its
+ * Q rows sq: THREE = false in one TF32 MMA a k-step (pass 1), true in three. */
+template <int D, bool THREE>
+__device__ __forceinline__ void att_tc_scores(float (&s)[ATT_TC_BK / 8][4], const float *sq,
+                                              const float *sk, int g, int t) {
+    constexpr int S = D + 16, NT = ATT_TC_BK / 8;
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll 1
+    for (int c = 0; c < D; c += 16) {
+        const float4 qa = *(const float4 *)(sq + g * S + c + 4 * t);
+        const float4 qb = *(const float4 *)(sq + (g + 8) * S + c + 4 * t);
+        if (!THREE) { /* the float32 bits as they are: the MMA reads their top 19 (truncated) */
+            const uint32_t a[2][4] = {{__float_as_uint(qa.x), __float_as_uint(qb.x),
+                                       __float_as_uint(qa.y), __float_as_uint(qb.y)},
+                                      {__float_as_uint(qa.z), __float_as_uint(qb.z),
+                                       __float_as_uint(qa.w), __float_as_uint(qb.w)}};
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const float4 k = *(const float4 *)(sk + (8 * n + g) * S + c + 4 * t);
+                att_mma(s[n], a[0][0], a[0][1], a[0][2], a[0][3], __float_as_uint(k.x),
+                        __float_as_uint(k.y));
+                att_mma(s[n], a[1][0], a[1][1], a[1][2], a[1][3], __float_as_uint(k.z),
+                        __float_as_uint(k.w));
+            }
+        } else {
+            uint32_t ah[2][4], al[2][4];
+            att_tf32_split(qa.x, ah[0][0], al[0][0]), att_tf32_split(qb.x, ah[0][1], al[0][1]);
+            att_tf32_split(qa.y, ah[0][2], al[0][2]), att_tf32_split(qb.y, ah[0][3], al[0][3]);
+            att_tf32_split(qa.z, ah[1][0], al[1][0]), att_tf32_split(qb.z, ah[1][1], al[1][1]);
+            att_tf32_split(qa.w, ah[1][2], al[1][2]), att_tf32_split(qb.w, ah[1][3], al[1][3]);
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                const float4 k = *(const float4 *)(sk + (8 * n + g) * S + c + 4 * t);
+                uint32_t kh[4], kl[4];
+                att_tf32_split(k.x, kh[0], kl[0]), att_tf32_split(k.y, kh[1], kl[1]);
+                att_tf32_split(k.z, kh[2], kl[2]), att_tf32_split(k.w, kh[3], kl[3]);
+                att_mma3(s[n], ah[0], al[0], kh[0], kh[1], kl[0], kl[1]);
+                att_mma3(s[n], ah[1], al[1], kh[2], kh[3], kl[2], kl[3]);
+            }
+        }
+    }
+}
+
+template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_kernel(att_params a) {
+    constexpr int BR = ATT_TC_BR, BK = ATT_TC_BK, NT = BK / 8, DN = D / 8;
+    constexpr int DH = DN % 8 == 0 ? 8 : DN; /* PV's accumulators a round */
+    constexpr int QS = D + 16, VS = D + 4;   /* row strides of Q and K, of V */
+    static_assert(D % 16 == 0 && D <= 128, "head_dim tiles");
+    extern __shared__ __align__(16) float smem[];
+    float *sq = smem, *sk0 = sq + BR * QS, *sk1 = sk0 + BK * QS, *sv0 = sk1 + BK * QS,
+          *sv1 = sv0 + BK * VS;
+    const int G = a.n_heads / a.n_kv, kvh = blockIdx.y, rows = a.T * G, hd = a.hd;
+    const int r0 = (int)(gridDim.x - 1 - blockIdx.x) * BR;
+    const int t_lo = r0 / G, t_hi = (min(r0 + BR, rows) - 1) / G;
+    const int kf = att_first(a, t_lo), kl = a.pos0 + t_hi, n_tiles = (kl - kf) / BK + 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
+    const float *kbase = a.kc + (size_t)kvh * hd, *vbase = a.vc + (size_t)kvh * hd;
+    /* the thread's two rows, g and g + 8 of the warp's 16, and their key ranges (empty past the
+     * last row) */
+    int lo[2], hi[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = r0 + 16 * warp + g + 8 * i;
+        lo[i] = r < rows ? att_first(a, r / G) : 1;
+        hi[i] = r < rows ? a.pos0 + r / G : 0;
+    }
+    auto q_row = [&](int i) -> const float * {
+        const int r = r0 + i;
+        return r < rows ? a.q + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd
+                        : nullptr;
+    };
+    auto key_rows = [&](const float *base, int tile) {
+        return [=](int i) -> const float * {
+            const int j = kf + tile * BK + i;
+            return j <= kl ? base + (size_t)j * kv_stride : nullptr;
+        };
+    };
+    cu_pdl_wait();
+    const float *wq = sq + 16 * warp * QS; /* the warp's Q rows */
+
+    /* pass 1 */
+    att_tc_load<D, BR, QS>(sq, hd, a.q, q_row);
+    att_tc_load<D, BK, QS>(sk0, hd, a.kc, key_rows(kbase, 0));
+    cu_cp_commit();
+    float M[2] = {-INFINITY, -INFINITY};
+    for (int tile = 0; tile < n_tiles; tile++) {
+        if (tile + 1 < n_tiles) {
+            att_tc_load<D, BK, QS>(tile & 1 ? sk0 : sk1, hd, a.kc, key_rows(kbase, tile + 1));
+            cu_cp_commit();
+            cu_cp_wait<1>();
+        } else {
+            cu_cp_wait<0>();
+        }
+        __syncthreads();
+        float s[NT][4];
+        att_tc_scores<D, false>(s, wq, tile & 1 ? sk1 : sk0, g, t);
+        const int j0 = kf + tile * BK + 2 * t;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e >> 1, key = j0 + 8 * n + (e & 1);
+                if (key >= lo[i] && key <= hi[i]) M[i] = fmaxf(M[i], s[n][e] * a.scale);
+            }
+        __syncthreads(); /* the buffer is the next load's */
+    }
+    float sink[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        M[i] = fmaxf(M[i], __shfl_xor_sync(0xffffffffu, M[i], 1)); /* the row's quad */
+        M[i] = fmaxf(M[i], __shfl_xor_sync(0xffffffffu, M[i], 2));
+        const int r = r0 + 16 * warp + g + 8 * i;
+        sink[i] = a.sinks && lo[i] <= hi[i]
+                      ? cu_load_f(a.sinks, a.sinks_dt, (size_t)(kvh * G + r % G))
+                      : -INFINITY;
+        M[i] = fmaxf(M[i], sink[i]);
+    }
+
+    /* pass 2 */
+    att_tc_load<D, BK, QS>(sk0, hd, a.kc, key_rows(kbase, 0));
+    att_tc_load<D, BK, VS>(sv0, hd, a.vc, key_rows(vbase, 0));
+    cu_cp_commit();
+    float l[2] = {0.0f, 0.0f}, o[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int tile = 0; tile < n_tiles; tile++) {
+        if (tile + 1 < n_tiles) {
+            att_tc_load<D, BK, QS>(tile & 1 ? sk0 : sk1, hd, a.kc, key_rows(kbase, tile + 1));
+            att_tc_load<D, BK, VS>(tile & 1 ? sv0 : sv1, hd, a.vc, key_rows(vbase, tile + 1));
+            cu_cp_commit();
+            cu_cp_wait<1>();
+        } else {
+            cu_cp_wait<0>();
+        }
+        __syncthreads();
+        float s[NT][4];
+        att_tc_scores<D, true>(s, wq, tile & 1 ? sk1 : sk0, g, t);
+        const int j0 = kf + tile * BK + 2 * t;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e >> 1, key = j0 + 8 * n + (e & 1);
+                s[n][e] = key >= lo[i] && key <= hi[i] ? expf(s[n][e] * a.scale - M[i]) : 0.0f;
+                l[i] += s[n][e];
+            }
+        /* O += P V: a k-step per 8 keys of the tile, its P the scores' C fragment kn; the
+         * tile's sums in fresh accumulators, DH dim fragments at a time (registers) */
+        const float *sv = tile & 1 ? sv1 : sv0;
+#pragma unroll
+        for (int n0 = 0; n0 < DN; n0 += DH) {
+            float acc[DH][4];
+#pragma unroll
+            for (int n = 0; n < DH; n++)
+                acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+            for (int kn = 0; kn < NT; kn++) {
+                uint32_t ph[4], pl[4];
+                att_tf32_split(s[kn][0], ph[0], pl[0]), att_tf32_split(s[kn][2], ph[1], pl[1]);
+                att_tf32_split(s[kn][1], ph[2], pl[2]), att_tf32_split(s[kn][3], ph[3], pl[3]);
+                const float *v0 = sv + (8 * kn + 2 * t) * VS + 8 * n0 + g, *v1 = v0 + VS;
+#pragma unroll
+                for (int n = 0; n < DH; n++) {
+                    uint32_t bh0, bl0, bh1, bl1;
+                    att_tf32_split(v0[8 * n], bh0, bl0);
+                    att_tf32_split(v1[8 * n], bh1, bl1);
+                    att_mma3(acc[n], ph, pl, bh0, bh1, bl0, bl1);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < DH; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    o[n0 + n][e] += acc[n][e];
+        }
+        __syncthreads(); /* the buffers are the next load's */
+    }
+
+    /* l over the row's quad, the sink's term last; out = O / l */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        if (a.sinks && lo[i] <= hi[i]) l[i] += expf(sink[i] - M[i]);
+        const int r = r0 + 16 * warp + g + 8 * i;
+        if (r >= rows) continue;
+        const float inv = 1.0f / l[i];
+        float *out = a.out + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd;
+#pragma unroll
+        for (int n = 0; n < DN; n++) {
+            const int d = 8 * n + 2 * t;
+            if (d < hd)
+                *(float2 *)(out + d) = make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+        }
+    }
+}
+
+/* One tensor-core launch: a block per 64 rows of a KV head, two blocks an SM (34-108 KiB of
+ * shared memory each). */
+template <int D> static void att_tc_launch(cu_ctx *c, const att_params &a, unsigned bit) {
+    constexpr int BR = ATT_TC_BR, BK = ATT_TC_BK;
+    const size_t smem = (size_t)(BR * (D + 16) + 2 * BK * (D + 16) + 2 * BK * (D + 4)) * 4;
+    if (!(c->att_smem & bit)) {
+        const cudaError_t e = cudaFuncSetAttribute(
+            attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        CUDA_CHECK(c, e);
+        if (e != cudaSuccess) return;
+        c->att_smem |= bit;
+    }
+    const int64_t rows = (int64_t)a.T * (a.n_heads / a.n_kv);
+    const dim3 grid((unsigned)((rows + BR - 1) / BR), (unsigned)a.n_kv);
+    cu_launch(attn_tc_kernel<D>, grid, ATT_TC_THREADS, smem, c, a);
+}
+
 /* Whether the tiled kernel takes args: a prompt of ATT_TILE_MIN_T tokens or more (any size when
  * a test asks for it) without a selection, head_dim % 4 == 0 up to 256, rows 16-byte aligned. */
 static int att_tiled_use(const cu_ctx *c, const sl_attn_args *a) {
@@ -1387,14 +1693,24 @@ static int att_tiled_use(const cu_ctx *c, const sl_attn_args *a) {
         return 0;
     if (((uintptr_t)a->out | (uintptr_t)a->q | (uintptr_t)a->kcache | (uintptr_t)a->vcache) & 15)
         return 0;
-    return c->att_path == SL_CUDA_ATT_TILED || a->T >= ATT_TILE_MIN_T;
+    return c->att_path == SL_CUDA_ATT_TILED || c->att_path == SL_CUDA_ATT_TC ||
+           a->T >= ATT_TILE_MIN_T;
 }
 
-/* head_dim padded to 32, 64 or 128 (tiles of 64 rows and 64 keys: 40, 64 and 112 KiB of shared
+/* tc: head_dim padded to 32, 64, 96 or 128 on the tensor-core kernel. Else attn_tiled_kernel,
+ * head_dim padded to 32, 64 or 128 (tiles of 64 rows and 64 keys: 40, 64 and 112 KiB of shared
  * memory) or 256 (32 rows and 32 keys: 100 KiB); 512 (Gemma 4's global layers) stays on
  * attn_kernel. */
-static void att_tiled(cu_ctx *c, const att_params &a) {
-    if (a.hd <= 32)
+static void att_tiled(cu_ctx *c, const att_params &a, bool tc) {
+    if (tc && a.hd <= 32)
+        att_tc_launch<32>(c, a, 1u << 4);
+    else if (tc && a.hd <= 64)
+        att_tc_launch<64>(c, a, 1u << 5);
+    else if (tc && a.hd <= 96)
+        att_tc_launch<96>(c, a, 1u << 6);
+    else if (tc && a.hd <= 128)
+        att_tc_launch<128>(c, a, 1u << 7);
+    else if (a.hd <= 32)
         att_tiled_launch<32, 64, 64>(c, a, 1u);
     else if (a.hd <= 64)
         att_tiled_launch<64, 64, 64>(c, a, 2u);
@@ -1439,7 +1755,11 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.sinks_dt = args->sinks ? (int)args->sinks->dtype : 0;
     if (att_tiled_use(c, args)) {
         if (args->prep) cu_qkv_prep(be, args->prep);
-        att_tiled(c, a);
+        /* tensor cores from 512 keys a row on; under that the float32 kernel is faster (0.77x
+         * at 64-256 tokens from 0, 1.04x at 512, 1.3x at 4,096: BENCHMARKS 15.1) */
+        const bool tc = c->att_path == SL_CUDA_ATT_TC ||
+                        (c->att_path == SL_CUDA_ATT_AUTO && args->pos0 + args->T >= 512);
+        att_tiled(c, a, tc);
         CUDA_LAUNCHED(c);
         return;
     }
@@ -1461,7 +1781,10 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     const int vec = a.hd % 4 == 0 && !(((uintptr_t)a.q | (uintptr_t)a.kc | (uintptr_t)a.vc) & 15);
     const sl_qkv_args *pr = args->prep;
     /* the raw value row is read as the cache rows are: aligned as they are */
-    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(args, pr);
+    /* fused up to 4 splits: each split's block preps its head's q again, which past that costs
+     * more than the launch it saves (H200, 32/4 heads x 128: 9.9 against 10.3 us at 128 keys, 4
+     * splits; 14.2 against 11.4 at 512, 16) */
+    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && splits <= 4 && prep_fusable(args, pr);
     if (pr && !fuse) cu_qkv_prep(be, pr);
     if (fuse) a.prep = qkv_params_of(pr);
     const size_t smem =
