@@ -135,13 +135,14 @@ static int get_thinking(json_t *req, int32_t *think, json_t **error) {
     return 0;
 }
 
-static int parse(srv *s, json_t *req, srv_job *j, srv_request_opts *o, json_t **error) {
+static int parse(srv *s, json_t *req, int count, srv_job *j, srv_request_opts *o, json_t **error) {
     if (!json_is_object(req)) return srv_bad(error, NULL, "the request body must be a JSON object");
     o->kind = SRV_MESSAGES;
     json_t *model = json_object_get(req, "model");
     if (model && !json_is_string(model)) return srv_bad(error, "model", "model: must be a string");
     json_t *mt = json_object_get(req, "max_tokens");
-    if (!mt || json_is_null(mt)) return srv_bad(error, "max_tokens", "max_tokens: Field required");
+    if (!count && (!mt || json_is_null(mt)))
+        return srv_bad(error, "max_tokens", "max_tokens: Field required");
     json_t *stops = json_object_get(req, "stop_sequences");
     if (stops && !json_is_null(stops) && !json_is_array(stops))
         return srv_bad(error, "stop_sequences", "stop_sequences: must be an array of strings");
@@ -171,17 +172,19 @@ static int parse(srv *s, json_t *req, srv_job *j, srv_request_opts *o, json_t **
         if (rc == 500) *error = srv_error_json("out of memory", "server_error", NULL, NULL);
         return rc;
     }
+    if (count) /* counted whatever the context holds, as Anthropic's count does */
+        return j->prompt.n ? 0 : srv_bad(error, "messages", "the prompt is empty (0 tokens)");
     return srv_fit_prompt(s, j, "messages", max_tokens, error);
 }
 
-int srv_parse_messages(srv *s, const char *body, size_t len, srv_job *j, srv_request_opts *o,
-                       json_t **error) {
+int srv_parse_messages(srv *s, const char *body, size_t len, int count, srv_job *j,
+                       srv_request_opts *o, json_t **error) {
     json_error_t je;
     json_t *req = json_loadb(body, len, 0, &je);
     if (!req)
         return srv_bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)",
                        je.text, je.line, je.column);
-    int rc = parse(s, req, j, o, error);
+    int rc = parse(s, req, count, j, o, error);
     json_decref(req);
     return rc;
 }

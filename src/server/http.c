@@ -43,7 +43,9 @@ typedef enum route {
     ROUTE_MODEL, /* /v1/models/{id} */
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
-    ROUTE_MESSAGES, /* Anthropic's: its errors are in Anthropic's shape */
+    /* Anthropic's, from here on: their errors are in Anthropic's shape */
+    ROUTE_MESSAGES,
+    ROUTE_COUNT_TOKENS, /* /v1/messages/count_tokens */
 } route;
 
 /* While a stream waits for text (queued, or a long prefill), a comment line this often:
@@ -122,7 +124,7 @@ static enum MHD_Result answer_text(srv_req *r, int status, const char *ctype, ch
  * is rewritten into its shape). */
 static enum MHD_Result answer_json(srv_req *r, int status, json_t *body, const char *extra_header,
                                    const char *extra_value) {
-    if (r->route == ROUTE_MESSAGES && status >= 400) body = srv_anthropic_error(&status, body);
+    if (r->route >= ROUTE_MESSAGES && status >= 400) body = srv_anthropic_error(&status, body);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
@@ -393,13 +395,17 @@ static enum MHD_Result answer_generation(srv_req *r) {
     if (!j) return answer_error(r, 500, "server_error", NULL, NULL, "out of memory");
     json_t *error = NULL;
     const srv_kind kind = r->route == ROUTE_CHAT       ? SRV_CHAT
-                          : r->route == ROUTE_MESSAGES ? SRV_MESSAGES
+                          : r->route >= ROUTE_MESSAGES ? SRV_MESSAGES
                                                        : SRV_COMPLETION;
     const char *body = r->body ? r->body : "";
+    const int count = r->route == ROUTE_COUNT_TOKENS;
     int status = kind == SRV_MESSAGES
-                     ? srv_parse_messages(s, body, r->body_len, j, &r->o, &error)
+                     ? srv_parse_messages(s, body, r->body_len, count, j, &r->o, &error)
                      : srv_parse_request(s, kind, body, r->body_len, j, &r->o, &error);
     if (status) return answer_json(r, status, error, NULL, NULL);
+    if (count) /* the prompt as it would be generated from, without generating */
+        return answer_json(r, 200, json_pack("{s:i}", "input_tokens", (int)j->prompt.n), NULL,
+                           NULL);
     j->deadline = sl_now() + s->cfg.timeout_s;
     const double t_wait = sl_now();
     switch (srv_submit(s, j, conn_gone, r->c)) {
@@ -474,6 +480,7 @@ static route find_route(const char *url) {
     if (!strcmp(url, "/v1/chat/completions")) return ROUTE_CHAT;
     if (!strcmp(url, "/v1/completions")) return ROUTE_COMPLETIONS;
     if (!strcmp(url, "/v1/messages")) return ROUTE_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
     return ROUTE_NONE;
 }
 
@@ -598,7 +605,7 @@ static enum MHD_Result first_call(srv_req *r, const char *url, const char *metho
         return answer_preflight(r);
     }
     const int wants_post =
-        r->route == ROUTE_CHAT || r->route == ROUTE_COMPLETIONS || r->route == ROUTE_MESSAGES;
+        r->route == ROUTE_CHAT || r->route == ROUTE_COMPLETIONS || r->route >= ROUTE_MESSAGES;
     if (wants_post ? !post : !get)
         return answer_error(r, 405, "invalid_request_error", NULL, "method_not_allowed",
                             "%s %s: method not allowed (use %s)", method, url,

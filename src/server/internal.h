@@ -209,9 +209,10 @@ json_t *srv_text_json(const char *text, size_t len);
 json_t *srv_usage_json(const srv_job *j);
 
 /* ---- anthropic.c ---- */
-/* Parses and validates a /v1/messages body into j, as srv_parse_request does. */
-int srv_parse_messages(srv *s, const char *body, size_t len, srv_job *j, srv_request_opts *o,
-                       json_t **error);
+/* Parses and validates a /v1/messages body into j, as srv_parse_request does; count: one of
+ * /v1/messages/count_tokens (no max_tokens, and the prompt may exceed the context). */
+int srv_parse_messages(srv *s, const char *body, size_t len, int count, srv_job *j,
+                       srv_request_opts *o, json_t **error);
 /* The Anthropic form of an error answer: status (503 becomes 529, overloaded) and
  * {"type":"error","error":{"type":...,"message":...}} from an OpenAI error object's message
  * (taking the reference to openai, which may be NULL). */

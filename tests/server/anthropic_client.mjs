@@ -2,7 +2,8 @@
 // (tests/server/server_test.sh).
 //
 //   node anthropic_client.mjs api  BASE_URL   messages streamed and not, multi-turn with a
-//                                             system prompt, stop_sequences, max_tokens, errors
+//                                             system prompt, stop_sequences, max_tokens,
+//                                             countTokens, errors
 //   node anthropic_client.mjs key  BASE_URL   the key as x-api-key and as a bearer token
 //                                             ($SLUICE_API_KEY), and a wrong one
 //
@@ -50,6 +51,9 @@ async function api() {
     a.usage.input_tokens > 20 && a.usage.output_tokens <= 8 &&
       (a.stop_reason !== "max_tokens" || a.usage.output_tokens === 8),
     JSON.stringify(a.usage));
+  const n = await client.messages.countTokens({ model: "sluice", system, messages });
+  check("countTokens: the input_tokens a message reports", n.input_tokens === a.usage.input_tokens,
+    `${JSON.stringify(n)} vs ${a.usage.input_tokens}`);
   const b = await client.messages.create(req);
   check("messages: temperature 0 is reproducible", text(b) === text(a), `${text(a)} | ${text(b)}`);
 

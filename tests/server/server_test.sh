@@ -177,6 +177,11 @@ expect "messages: temperature above 1: 400" 400 "$AE\"'temperature' must be betw
     -d "{\"model\":\"m\",\"max_tokens\":4,\"temperature\":1.5,$M}" "$URL/v1/messages"
 expect "messages: stop_sequences not an array: 400" 400 "$AE\"stop_sequences: must be an array" "${J[@]}" \
     -d "{\"model\":\"m\",\"max_tokens\":4,\"stop_sequences\":\"x\",$M}" "$URL/v1/messages"
+$PY -c 'import json; print(json.dumps({"model": "m", "messages": [{"role": "user", "content": "river " * 3000}]}))' >"$TMP/long_msg.json"
+expect "count_tokens: a prompt longer than the context is counted" 200 '^{"input_tokens":30[0-9][0-9]}$' "${J[@]}" \
+    --data-binary @"$TMP/long_msg.json" "$URL/v1/messages/count_tokens"
+expect "count_tokens: no messages: 400 in Anthropic's shape" 400 "$AE\"messages: must be a non-empty array" "${J[@]}" \
+    -d '{"model":"m"}' "$URL/v1/messages/count_tokens"
 expect "messages: wrong method: 405 in Anthropic's shape" 405 '"type":"error","error":{"type":"invalid_request_error"' "$URL/v1/messages"
 expect "messages: body over the limit: 413 request_too_large" 413 '"type":"request_too_large"' "${J[@]}" \
     --data-binary @"$TMP/big.txt" "$URL/v1/messages"
