@@ -159,6 +159,7 @@ sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_pa
             if (hit && (!stopped || (size_t)(hit - g->reply) < upto)) {
                 upto = (size_t)(hit - g->reply);
                 stopped = 1;
+                res->stop_hit = i + 1;
             }
         }
         if (upto > printed) {

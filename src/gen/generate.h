@@ -85,6 +85,7 @@ typedef struct sl_gen_result {
     int32_t completion_tokens; /* tokens sampled into the reply (EOS not counted) */
     sl_gen_finish finish;
     int32_t ctx_full; /* the reply stopped at the end of the context, before max_tokens */
+    int32_t stop_hit; /* finish STOP at a stop string: 1 + its index in p->stops; 0: not */
 } sl_gen_result;
 
 /* Runs the prompt ids after the longest prefix of them already in the KV cache

@@ -43,6 +43,9 @@ typedef enum route {
     ROUTE_MODEL, /* /v1/models/{id} */
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
+    /* Anthropic's, from here on: their errors are in Anthropic's shape */
+    ROUTE_MESSAGES,
+    ROUTE_COUNT_TOKENS, /* /v1/messages/count_tokens */
 } route;
 
 /* While a stream waits for text (queued, or a long prefill), a comment line this often:
@@ -81,6 +84,10 @@ typedef struct srv_req {
                               look */
     size_t sent_reasoning; /* bytes of job->reasoning sent */
     int started, ended;
+    /* Anthropic's stream: the content block open (0 none, 1 text, 2 thinking), its index,
+     * whether a text block was opened */
+    int block_kind, had_text;
+    int32_t block;
 } srv_req;
 
 /* ---------------------------------------------------------------- answers */
@@ -113,9 +120,11 @@ static enum MHD_Result answer_text(srv_req *r, int status, const char *ctype, ch
     return ok;
 }
 
-/* Queues a JSON answer, taking the reference to body. */
+/* Queues a JSON answer, taking the reference to body (an error answer to the Anthropic route
+ * is rewritten into its shape). */
 static enum MHD_Result answer_json(srv_req *r, int status, json_t *body, const char *extra_header,
                                    const char *extra_value) {
+    if (r->route >= ROUTE_MESSAGES && status >= 400) body = srv_anthropic_error(&status, body);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
@@ -202,25 +211,60 @@ static int out_put(srv_req *r, const char *s, size_t n) {
     return 0;
 }
 
-/* Appends "data: <json>\n\n", taking the reference to v. */
+/* Appends "data: <json>\n\n", taking the reference to v; on the Anthropic route preceded by
+ * "event: <v's type>\n". */
 static int out_event(srv_req *r, json_t *v) {
     char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    const char *type = json_string_value(json_object_get(v, "type"));
+    int rc = !text;
+    if (!rc && r->o.kind == SRV_MESSAGES)
+        rc = !type || out_put(r, "event: ", 7) || out_put(r, type, strlen(type)) ||
+             out_put(r, "\n", 1);
     json_decref(v);
-    if (!text) return -1;
-    int rc = out_put(r, "data: ", 6) || out_put(r, text, strlen(text)) || out_put(r, "\n\n", 2);
+    if (!rc)
+        rc = out_put(r, "data: ", 6) || out_put(r, text, strlen(text)) || out_put(r, "\n\n", 2);
     free(text);
     return rc ? -1 : 0;
 }
 
+/* Anthropic's stream: len bytes of text (kind 1) or thinking (2) as a delta of the block of
+ * that kind, opening one (and closing the one before) when the kind changes. */
+static int msg_delta(srv_req *r, int kind, const char *text, size_t len) {
+    if (r->block_kind != kind) {
+        if (r->block_kind) {
+            if (out_event(r, srv_block_json("content_block_stop", r->block, 0, NULL, 0))) return -1;
+            r->block++;
+        }
+        r->block_kind = kind;
+        r->had_text |= kind == 1;
+        if (out_event(r, srv_block_json("content_block_start", r->block, kind == 2, NULL, 0)))
+            return -1;
+    }
+    return len ? out_event(r, srv_block_json("content_block_delta", r->block, kind == 2, text, len))
+               : 0;
+}
+
+/* Anthropic's stream end: the last block closed (an empty text block first when there was no
+ * text), message_delta with the stop reason and usage, message_stop. */
+static int msg_end(srv_req *r) {
+    const srv_job *j = r->job;
+    if (!r->had_text && msg_delta(r, 1, NULL, 0)) return -1;
+    if (out_event(r, srv_block_json("content_block_stop", r->block, 0, NULL, 0)) ||
+        out_event(r, srv_message_delta_json(j)) ||
+        out_event(r, json_pack("{s:s}", "type", "message_stop")))
+        return -1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- streaming */
 
-/* Ends a stream with an error event and [DONE]. */
-static int sse_end_error(srv_req *r, const char *message, const char *code) {
+/* Ends a stream with an error event (of an answer with this status) and [DONE]; Anthropic's
+ * has no [DONE]. */
+static int sse_end_error(srv_req *r, int status, const char *message, const char *code) {
     r->ended = 1;
-    return out_event(r, srv_error_json(message, "server_error", NULL, code)) ||
-                   out_put(r, "data: [DONE]\n\n", 14)
-               ? -1
-               : 0;
+    json_t *e = srv_error_json(message, "server_error", NULL, code);
+    if (r->o.kind == SRV_MESSAGES) return out_event(r, srv_anthropic_error(&status, e));
+    return out_event(r, e) || out_put(r, "data: [DONE]\n\n", 14) ? -1 : 0;
 }
 
 /* Formats the next events into r->out: waits for new text of the job, or its end.
@@ -228,18 +272,19 @@ static int sse_end_error(srv_req *r, const char *message, const char *code) {
 static int sse_fill(srv_req *r) {
     srv *s = r->s;
     r->last_out = sl_now();
+    srv_job *j = r->job;
     if (!r->started) { /* the role chunk first: the client sees the stream open at once */
         r->started = 1;
+        if (r->o.kind == SRV_MESSAGES) return out_event(r, srv_message_start_json(s, j, r->id));
         return r->o.kind == SRV_CHAT ? out_event(r, srv_chunk_json(s, &r->o, r->id, r->created,
                                                                    NULL, 0, NULL, 0, NULL, 1))
                                      : 0;
     }
-    srv_job *j = r->job;
     pthread_mutex_lock(&j->mu);
     while (j->text_len + j->reasoning_len == r->seen && j->state != SRV_JOB_DONE) {
         if (atomic_load(&s->abandon)) {
             pthread_mutex_unlock(&j->mu);
-            return sse_end_error(r, "the server is shutting down: the request was cancelled",
+            return sse_end_error(r, 503, "the server is shutting down: the request was cancelled",
                                  "shutting_down");
         }
         if (srv_cond_wait_ms(&j->cv, &j->mu, 100) != ETIMEDOUT) continue;
@@ -258,24 +303,34 @@ static int sse_fill(srv_req *r) {
     const size_t end = done ? j->text_len : utf8_cut(j->text, r->sent, j->text_len);
     const size_t rend =
         done ? j->reasoning_len : utf8_cut(j->reasoning, r->sent_reasoning, j->reasoning_len);
-    json_t *chunk =
-        end > r->sent || rend > r->sent_reasoning
-            ? srv_chunk_json(s, &r->o, r->id, r->created, end > r->sent ? j->text + r->sent : NULL,
-                             end - r->sent,
-                             rend > r->sent_reasoning ? j->reasoning + r->sent_reasoning : NULL,
-                             rend - r->sent_reasoning, NULL, 0)
-            : NULL;
+    /* Formatted under the lock: the worker may move the text. Anthropic's events go straight
+     * to r->out (a block may open or close), the OpenAI chunk is one. */
+    json_t *chunk = NULL;
+    int rc = 0;
+    if (r->o.kind == SRV_MESSAGES)
+        rc = (rend > r->sent_reasoning &&
+              msg_delta(r, 2, j->reasoning + r->sent_reasoning, rend - r->sent_reasoning)) ||
+             (end > r->sent && msg_delta(r, 1, j->text + r->sent, end - r->sent));
+    else if (end > r->sent || rend > r->sent_reasoning)
+        chunk = srv_chunk_json(s, &r->o, r->id, r->created,
+                               end > r->sent ? j->text + r->sent : NULL, end - r->sent,
+                               rend > r->sent_reasoning ? j->reasoning + r->sent_reasoning : NULL,
+                               rend - r->sent_reasoning, NULL, 0);
     r->sent = end;
     r->sent_reasoning = rend;
     pthread_mutex_unlock(&j->mu);
-    if (chunk && out_event(r, chunk)) return -1;
+    if (rc || (chunk && out_event(r, chunk))) return -1;
     if (!done) return 0;
     /* The end: finish_reason, usage if asked, [DONE]. The job is done: no lock needed. */
-    if (j->failed) return sse_end_error(r, j->error, NULL);
+    if (j->failed) return sse_end_error(r, j->failed, j->error, NULL);
     if (j->res.finish == SL_GEN_CANCELLED) /* with the client still here: the shutdown */
-        return sse_end_error(r, "the server is shutting down: the request was cancelled",
+        return sse_end_error(r, 503, "the server is shutting down: the request was cancelled",
                              "shutting_down");
-    int rc = out_event(
+    if (r->o.kind == SRV_MESSAGES) {
+        r->ended = 1;
+        return msg_end(r);
+    }
+    rc = out_event(
         r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, srv_finish_reason(j), 0));
     if (!rc && r->o.include_usage) {
         json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, NULL, 0);
@@ -322,7 +377,10 @@ static void make_id(srv *s, srv_kind kind, char *out, size_t size) {
         clock_gettime(CLOCK_REALTIME, &ts);
         rnd = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ (uint64_t)getpid() << 40;
     }
-    snprintf(out, size, "%s-%016llx%llx", kind == SRV_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(out, size, "%s%016llx%llx",
+             kind == SRV_CHAT         ? "chatcmpl-"
+             : kind == SRV_COMPLETION ? "cmpl-"
+                                      : "msg_",
              (unsigned long long)rnd, (unsigned long long)srv_next_number(s));
 }
 
@@ -336,9 +394,18 @@ static enum MHD_Result answer_generation(srv_req *r) {
     srv_job *j = r->job = srv_job_new();
     if (!j) return answer_error(r, 500, "server_error", NULL, NULL, "out of memory");
     json_t *error = NULL;
-    const srv_kind kind = r->route == ROUTE_CHAT ? SRV_CHAT : SRV_COMPLETION;
-    int status = srv_parse_request(s, kind, r->body ? r->body : "", r->body_len, j, &r->o, &error);
+    const srv_kind kind = r->route == ROUTE_CHAT       ? SRV_CHAT
+                          : r->route >= ROUTE_MESSAGES ? SRV_MESSAGES
+                                                       : SRV_COMPLETION;
+    const char *body = r->body ? r->body : "";
+    const int count = r->route == ROUTE_COUNT_TOKENS;
+    int status = kind == SRV_MESSAGES
+                     ? srv_parse_messages(s, body, r->body_len, count, j, &r->o, &error)
+                     : srv_parse_request(s, kind, body, r->body_len, j, &r->o, &error);
     if (status) return answer_json(r, status, error, NULL, NULL);
+    if (count) /* the prompt as it would be generated from, without generating */
+        return answer_json(r, 200, json_pack("{s:i}", "input_tokens", (int)j->prompt.n), NULL,
+                           NULL);
     j->deadline = sl_now() + s->cfg.timeout_s;
     const double t_wait = sl_now();
     switch (srv_submit(s, j, conn_gone, r->c)) {
@@ -399,7 +466,10 @@ static enum MHD_Result answer_generation(srv_req *r) {
     if (j->res.finish == SL_GEN_CANCELLED) /* with the client still here: the shutdown */
         return answer_error(r, 503, "server_error", NULL, "shutting_down",
                             "the server is shutting down: the request was cancelled");
-    return answer_json(r, 200, srv_response_json(s, j, &r->o, r->id, r->created), NULL, NULL);
+    return answer_json(r, 200,
+                       kind == SRV_MESSAGES ? srv_message_json(s, j, r->id)
+                                            : srv_response_json(s, j, &r->o, r->id, r->created),
+                       NULL, NULL);
 }
 
 static route find_route(const char *url) {
@@ -409,20 +479,32 @@ static route find_route(const char *url) {
     if (!strncmp(url, "/v1/models/", 11) && url[11]) return ROUTE_MODEL;
     if (!strcmp(url, "/v1/chat/completions")) return ROUTE_CHAT;
     if (!strcmp(url, "/v1/completions")) return ROUTE_COMPLETIONS;
+    if (!strcmp(url, "/v1/messages")) return ROUTE_MESSAGES;
+    if (!strcmp(url, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
     return ROUTE_NONE;
 }
 
-/* Constant-time comparison of the Authorization header with "Bearer KEY": the time taken
- * depends on the key's length only, never on how much of it a guess got right. */
-static int key_ok(const char *header, const char *key) {
-    static const char prefix[] = "Bearer ";
-    if (!header || strncmp(header, prefix, sizeof prefix - 1)) return 0;
-    header += sizeof prefix - 1;
+/* Constant-time comparison of a header's value with the key: the time taken depends on the
+ * key's length only, never on how much of it a guess got right. */
+static int key_equal(const char *header, const char *key) {
+    if (!header) return 0;
     size_t n = strlen(header), m = strlen(key);
     unsigned diff = (unsigned)(n != m);
     for (size_t i = 0; i < m; i++)
         diff |= (unsigned char)key[i] ^ (unsigned char)(i < n ? header[i] : 0);
     return diff == 0;
+}
+
+/* The key as "Authorization: Bearer KEY" (OpenAI's clients) or "x-api-key: KEY"
+ * (Anthropic's), on any route. */
+static int key_ok(struct MHD_Connection *c, const char *key) {
+    static const char prefix[] = "Bearer ";
+    const char *auth =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (auth && !strncmp(auth, prefix, sizeof prefix - 1) &&
+        key_equal(auth + sizeof prefix - 1, key))
+        return 1;
+    return key_equal(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"), key);
 }
 
 /* The name of a Host header ("name", "name:port", "[v6]", "[v6]:port") into out, without
@@ -497,7 +579,7 @@ static enum MHD_Result answer_preflight(srv_req *r) {
                                      "0123456789-_, ";
     const int plain = want && *want && strlen(want) < 1024 && !want[strspn(want, name_chars)];
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            plain ? want : "Authorization, Content-Type");
+                            plain ? want : "Authorization, Content-Type, X-Api-Key");
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     enum MHD_Result ok = MHD_queue_response(r->c, 204, resp);
@@ -522,16 +604,17 @@ static enum MHD_Result first_call(srv_req *r, const char *url, const char *metho
                                 "this origin may not call the server (see --cors)");
         return answer_preflight(r);
     }
-    const int wants_post = r->route == ROUTE_CHAT || r->route == ROUTE_COMPLETIONS;
+    const int wants_post =
+        r->route == ROUTE_CHAT || r->route == ROUTE_COMPLETIONS || r->route >= ROUTE_MESSAGES;
     if (wants_post ? !post : !get)
         return answer_error(r, 405, "invalid_request_error", NULL, "method_not_allowed",
                             "%s %s: method not allowed (use %s)", method, url,
                             wants_post ? "POST" : "GET");
     if (s->cfg.api_key && r->route != ROUTE_HEALTH && r->route != ROUTE_METRICS &&
-        !key_ok(MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-                s->cfg.api_key))
+        !key_ok(r->c, s->cfg.api_key))
         return answer_error(r, 401, "invalid_request_error", NULL, "invalid_api_key",
-                            "Incorrect API key provided (send 'Authorization: Bearer KEY').");
+                            "Incorrect API key provided (send 'Authorization: Bearer KEY' or "
+                            "'x-api-key: KEY').");
     switch (r->route) {
     case ROUTE_HEALTH: {
         pthread_mutex_lock(&s->mu);
@@ -574,6 +657,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->c = c;
         r->conn = conn_of(c);
         r->t0 = sl_now();
+        r->route = find_route(url); /* before any answer: it picks the errors' shape */
         snprintf(r->what, sizeof r->what, "%s %s", method, url);
         for (char *p = r->what; *p; p++) /* the log line: no terminal controls from a client */
             if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';

@@ -56,8 +56,8 @@ typedef struct srv_job {
 
 /* The status codes counted, in srv_metrics.http order. */
 #define SRV_CODES                                                                                  \
-    { 200, 204, 400, 401, 403, 404, 405, 413, 500, 503 }
-#define SRV_N_CODES 10
+    { 200, 204, 400, 401, 403, 404, 405, 413, 500, 503, 529 }
+#define SRV_N_CODES 11
 
 /* Counters for /metrics, under srv.mu. */
 typedef struct srv_metrics {
@@ -155,7 +155,11 @@ void *srv_worker_main(void *arg);
 uint64_t srv_next_number(srv *s);
 
 /* ---- openai.c ---- */
-typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+typedef enum srv_kind {
+    SRV_CHAT = 0,       /* /v1/chat/completions */
+    SRV_COMPLETION = 1, /* /v1/completions */
+    SRV_MESSAGES = 2,   /* /v1/messages (Anthropic; anthropic.c) */
+} srv_kind;
 
 /* What the HTTP side keeps of a parsed request besides the job. */
 typedef struct srv_request_opts {
@@ -167,6 +171,25 @@ typedef struct srv_request_opts {
  * max_tokens). 0, or the HTTP status with *error set to an OpenAI error object. */
 int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_job *j,
                       srv_request_opts *o, json_t **error);
+/* Request fields, shared by both APIs. 400 with *error set to an OpenAI error object naming
+ * param (the Anthropic route rewrites it into its own shape, see srv_anthropic_error). */
+int srv_bad(json_t **error, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Optional fields: absent or null leaves *out. 0, or 400 with *error set. */
+int srv_get_number(json_t *req, const char *key, double lo, double hi, double *out, json_t **error);
+int srv_get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out, json_t **error);
+int srv_get_bool(json_t *obj, const char *key, int32_t *out, json_t **error);
+/* req[key]: a string or an array of strings, into j->stops. */
+int srv_get_stops(json_t *req, const char *key, srv_job *j, json_t **error);
+/* j->sp: the server's defaults with the request's temperature, top_p, top_k where given
+ * (negative: not given), and a fresh seed. */
+void srv_sampling(srv *s, srv_job *j, double temp, double top_p, int64_t top_k);
+/* m[n] through the chat template (with the generation prompt) into j->prompt; 0, 400 or 500. */
+int srv_encode_chat(srv *s, const sl_chat_msg *m, int32_t n, int32_t think, srv_job *j,
+                    json_t **error);
+/* Checks that j->prompt (what: the field it came from) leaves room to reply; sets
+ * j->max_tokens to max_tokens (negative: to the context's end) within that room. */
+int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, json_t **error);
 /* {"error": {...}} with the given message, type, param (may be NULL), code (may be NULL). */
 json_t *srv_error_json(const char *message, const char *type, const char *param, const char *code);
 /* The finish_reason string of a finished job. */
@@ -179,8 +202,32 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
 json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
                        const char *text, size_t len, const char *reasoning, size_t rlen,
                        const char *finish, int role);
+/* A JSON string of text that should be valid UTF-8 (the detokenizer's output, cut at
+ * character boundaries); "" if it is not, rather than invalid JSON. */
+json_t *srv_text_json(const char *text, size_t len);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);
+
+/* ---- anthropic.c ---- */
+/* Parses and validates a /v1/messages body into j, as srv_parse_request does; count: one of
+ * /v1/messages/count_tokens (no max_tokens, and the prompt may exceed the context). */
+int srv_parse_messages(srv *s, const char *body, size_t len, int count, srv_job *j,
+                       srv_request_opts *o, json_t **error);
+/* The Anthropic form of an error answer: status (503 becomes 529, overloaded) and
+ * {"type":"error","error":{"type":...,"message":...}} from an OpenAI error object's message
+ * (taking the reference to openai, which may be NULL). */
+json_t *srv_anthropic_error(int *status, json_t *openai);
+/* The whole response of a finished job. */
+json_t *srv_message_json(const srv *s, const srv_job *j, const char *id);
+/* Anthropic's stop_reason and stop_sequence of a finished job. */
+const char *srv_stop_reason(const srv_job *j);
+json_t *srv_stop_sequence_json(const srv_job *j);
+/* Stream events (the "type" field is the event's name): message_start; a content block's
+ * content_block_start, content_block_delta (text, len bytes) or content_block_stop, of text or
+ * thinking; message_delta (the end: stop_reason, output_tokens). */
+json_t *srv_message_start_json(const srv *s, const srv_job *j, const char *id);
+json_t *srv_block_json(const char *type, int32_t index, int thinking, const char *text, size_t len);
+json_t *srv_message_delta_json(const srv_job *j);
 
 /* ---- metrics.c ---- */
 /* The Prometheus text exposition of s's counters (malloc'ed). */

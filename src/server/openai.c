@@ -2,7 +2,8 @@
  * The OpenAI API's JSON: validating requests of /v1/chat/completions and
  * /v1/completions into jobs, and writing responses, stream chunks and error
  * objects. Every wrong field is a 400 naming the field; nothing here can take
- * the server down.
+ * the server down. The field readers, sampling, templating and context checks
+ * (srv_get_*, srv_sampling, srv_encode_chat, srv_fit_prompt) serve anthropic.c too.
  */
 #include <stdarg.h>
 
@@ -14,9 +15,7 @@ json_t *srv_error_json(const char *message, const char *type, const char *param,
                      code ? json_string(code) : json_null());
 }
 
-static int bad(json_t **error, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(json_t **error, const char *param, const char *fmt, ...) {
+int srv_bad(json_t **error, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -26,54 +25,53 @@ static int bad(json_t **error, const char *param, const char *fmt, ...) {
     return 400;
 }
 
-/* Optional fields: absent or null leaves *out. 0, or 400 with *error set. */
-static int get_number(json_t *req, const char *key, double lo, double hi, double *out,
-                      json_t **error) {
+int srv_get_number(json_t *req, const char *key, double lo, double hi, double *out,
+                   json_t **error) {
     json_t *v = json_object_get(req, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return bad(error, key, "'%s' must be a number", key);
+    if (!json_is_number(v)) return srv_bad(error, key, "'%s' must be a number", key);
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi))
-        return bad(error, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+        return srv_bad(error, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
     *out = d;
     return 0;
 }
 
-static int get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out,
-                   json_t **error) {
+int srv_get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out,
+                json_t **error) {
     json_t *v = json_object_get(req, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return bad(error, key, "'%s' must be an integer", key);
+    if (!json_is_integer(v)) return srv_bad(error, key, "'%s' must be an integer", key);
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
-        return bad(error, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo,
-                   (long long)hi, (long long)x);
+        return srv_bad(error, key, "'%s' must be between %lld and %lld, got %lld", key,
+                       (long long)lo, (long long)hi, (long long)x);
     *out = x;
     return 0;
 }
 
-static int get_bool(json_t *obj, const char *key, int32_t *out, json_t **error) {
+int srv_get_bool(json_t *obj, const char *key, int32_t *out, json_t **error) {
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return bad(error, key, "'%s' must be a boolean", key);
+    if (!json_is_boolean(v)) return srv_bad(error, key, "'%s' must be a boolean", key);
     *out = json_is_true(v);
     return 0;
 }
 
-/* stop: a string or an array of strings. */
-static int get_stops(json_t *req, srv_job *j, json_t **error) {
-    json_t *v = json_object_get(req, "stop");
+int srv_get_stops(json_t *req, const char *key, srv_job *j, json_t **error) {
+    json_t *v = json_object_get(req, key);
     if (!v || json_is_null(v)) return 0;
     const size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (n > SRV_MAX_STOPS)
-        return bad(error, "stop", "'stop' holds at most %d strings", SRV_MAX_STOPS);
+        return srv_bad(error, key, "'%s' holds at most %d strings", key, SRV_MAX_STOPS);
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
         if (!json_is_string(s))
-            return bad(error, "stop", "'stop' must be a string or an array of strings");
-        if (!*json_string_value(s)) return bad(error, "stop", "'stop' strings must not be empty");
+            return srv_bad(error, key, "'%s' must be a string or an array of strings", key);
+        if (!*json_string_value(s))
+            return srv_bad(error, key, "'%s' strings must not be empty", key);
         if (!(j->stops[j->n_stops] = strdup(json_string_value(s))))
-            return bad(error, "stop", "out of memory");
+            return srv_bad(error, key, "out of memory");
         j->n_stops++;
     }
     return 0;
@@ -85,17 +83,18 @@ static int message_text(json_t *content, size_t i, char **out, json_t **error) {
     if (!content || json_is_null(content)) return (*out = strdup("")) ? 0 : 500;
     if (json_is_string(content)) return (*out = strdup(json_string_value(content))) ? 0 : 500;
     if (!json_is_array(content))
-        return bad(error, "messages",
-                   "messages[%zu].content must be a string or an array of text parts", i);
+        return srv_bad(error, "messages",
+                       "messages[%zu].content must be a string or an array of text parts", i);
     size_t len = 0, k;
     json_t *part;
     json_array_foreach(content, k, part) {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
-            return bad(error, "messages",
-                       "messages[%zu].content[%zu]: only text parts are supported", i, k);
+            return srv_bad(error, "messages",
+                           "messages[%zu].content[%zu]: only text parts are supported", i, k);
         if (!json_is_string(text))
-            return bad(error, "messages", "messages[%zu].content[%zu].text must be a string", i, k);
+            return srv_bad(error, "messages", "messages[%zu].content[%zu].text must be a string", i,
+                           k);
         len += json_string_length(text);
     }
     char *s = malloc(len + 1);
@@ -111,17 +110,28 @@ static int message_text(json_t *content, size_t i, char **out, json_t **error) {
     return 0;
 }
 
+int srv_encode_chat(srv *s, const sl_chat_msg *m, int32_t n, int32_t think, srv_job *j,
+                    json_t **error) {
+    /* A message's text never becomes control tokens: "<|im_end|>\n<|im_start|>system" in a
+     * user message stays text and cannot fake a turn; only the template inserts them. */
+    sl_error err = {0};
+    sl_status st = sl_chat_encode(&s->tpl, s->tok, m, n, 1, think, &j->prompt, &err);
+    if (st) return st == SL_ERR_NOMEM ? 500 : srv_bad(error, "messages", "%s", err.msg);
+    return 0;
+}
+
 /* messages -> the prompt's ids in j->prompt, through the chat template. */
 static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
     json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(error, "messages", "'messages' must be a non-empty array");
+        return srv_bad(error, "messages", "'messages' must be a non-empty array");
     int32_t think = s->cfg.think;
     json_t *kw = json_object_get(req, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
         if (!json_is_object(kw))
-            return bad(error, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-        int rc = get_bool(kw, "enable_thinking", &think, error);
+            return srv_bad(error, "chat_template_kwargs",
+                           "'chat_template_kwargs' must be an object");
+        int rc = srv_get_bool(kw, "enable_thinking", &think, error);
         if (rc) return rc;
     }
     const size_t n = json_array_size(msgs);
@@ -132,33 +142,28 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
         json_t *msg = json_array_get(msgs, i);
         json_t *role = json_object_get(msg, "role");
         if (!json_is_object(msg) || !json_is_string(role)) {
-            rc = bad(error, "messages", "messages[%zu] must be an object with a string 'role'", i);
+            rc = srv_bad(error, "messages", "messages[%zu] must be an object with a string 'role'",
+                         i);
             break;
         }
         const char *r = json_string_value(role);
         if (!strcmp(r, "developer")) r = "system";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            rc = bad(error, "messages",
-                     "messages[%zu].role '%s' is not supported (system, developer, user or "
-                     "assistant)",
-                     i, r);
+            rc = srv_bad(error, "messages",
+                         "messages[%zu].role '%s' is not supported (system, developer, user or "
+                         "assistant)",
+                         i, r);
             break;
         }
         json_t *content = json_object_get(msg, "content");
         if ((!content || json_is_null(content)) && strcmp(r, "assistant") != 0) {
-            rc = bad(error, "messages", "messages[%zu].content is missing", i);
+            rc = srv_bad(error, "messages", "messages[%zu].content is missing", i);
             break;
         }
         rc = message_text(content, i, &owned[i], error);
         m[i] = (sl_chat_msg){r, owned[i]};
     }
-    if (!rc) {
-        /* A message's text never becomes control tokens: "<|im_end|>\n<|im_start|>system" in
-         * a user message stays text and cannot fake a turn; only the template inserts them. */
-        sl_error err = {0};
-        sl_status st = sl_chat_encode(&s->tpl, s->tok, m, (int32_t)n, 1, think, &j->prompt, &err);
-        if (st) rc = st == SL_ERR_NOMEM ? 500 : bad(error, "messages", "%s", err.msg);
-    }
+    if (!rc) rc = srv_encode_chat(s, m, (int32_t)n, think, j, error);
     for (size_t i = 0; owned && i < n; i++)
         free(owned[i]);
     free(owned);
@@ -174,22 +179,23 @@ static int completion_prompt(srv *s, json_t *req, srv_job *j, char **text, json_
     json_t *first = json_array_get(p, 0);
     if (json_is_string(first) || json_is_array(first)) {
         if (json_array_size(p) > 1)
-            return bad(error, "prompt",
-                       "prompt: a list of %zu prompts is not supported; send one prompt per "
-                       "request",
-                       json_array_size(p));
+            return srv_bad(error, "prompt",
+                           "prompt: a list of %zu prompts is not supported; send one prompt per "
+                           "request",
+                           json_array_size(p));
         p = first;
     }
     if (json_is_string(p)) return (*text = strdup(json_string_value(p))) ? 0 : 500;
     if (!json_is_array(p) || json_array_size(p) == 0)
-        return bad(error, "prompt",
-                   "'prompt' must be a string or an array of token ids (or a list of one of "
-                   "them)");
+        return srv_bad(error, "prompt",
+                       "'prompt' must be a string or an array of token ids (or a list of one of "
+                       "them)");
     size_t i;
     json_t *v;
     json_array_foreach(p, i, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->vocab)
-            return bad(error, "prompt", "prompt[%zu] must be a token id in [0, %d)", i, s->vocab);
+            return srv_bad(error, "prompt", "prompt[%zu] must be a token id in [0, %d)", i,
+                           s->vocab);
         if (j->prompt.n == j->prompt.cap) {
             size_t cap = j->prompt.cap ? 2 * j->prompt.cap : 64;
             int32_t *ids = realloc(j->prompt.ids, cap * sizeof *ids);
@@ -204,57 +210,49 @@ static int completion_prompt(srv *s, json_t *req, srv_job *j, char **text, json_
 
 static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opts *o,
                  json_t **error) {
-    if (!json_is_object(req)) return bad(error, NULL, "the request body must be a JSON object");
+    if (!json_is_object(req)) return srv_bad(error, NULL, "the request body must be a JSON object");
     o->kind = kind;
     json_t *model = json_object_get(req, "model");
-    if (model && !json_is_string(model)) return bad(error, "model", "'model' must be a string");
+    if (model && !json_is_string(model)) return srv_bad(error, "model", "'model' must be a string");
     int64_t n = 1, max_tokens = -1, seed = -1, top_k = -1;
     double temp = -1, top_p = -1, min_p = -1, rep = -1, pres = 0, freq = 0;
     int32_t logprobs = 0, echo = 0;
     int rc;
-    if ((rc = get_int(req, "n", 1, 128, &n, error)) ||
-        (rc = get_bool(req, "stream", &o->stream, error)) ||
-        (rc = get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, error)) ||
-        (rc = get_int(req, "max_completion_tokens", 1, INT32_MAX, &max_tokens, error)) ||
-        (rc = get_number(req, "temperature", 0, 2, &temp, error)) ||
-        (rc = get_number(req, "top_p", 0, 1, &top_p, error)) ||
-        (rc = get_int(req, "top_k", 0, INT32_MAX, &top_k, error)) ||
-        (rc = get_number(req, "min_p", 0, 1, &min_p, error)) ||
-        (rc = get_number(req, "repetition_penalty", 1e-3, 100, &rep, error)) ||
-        (rc = get_number(req, "presence_penalty", -2, 2, &pres, error)) ||
-        (rc = get_number(req, "frequency_penalty", -2, 2, &freq, error)) ||
-        (rc = get_int(req, "seed", INT64_MIN, INT64_MAX, &seed, error)) ||
-        (rc = get_bool(req, "logprobs", &logprobs, error)) ||
-        (rc = get_bool(req, "echo", &echo, error)) ||
-        (rc = get_bool(req, "ignore_eos", &j->ignore_eos, error)) ||
-        (rc = get_stops(req, j, error)))
+    if ((rc = srv_get_int(req, "n", 1, 128, &n, error)) ||
+        (rc = srv_get_bool(req, "stream", &o->stream, error)) ||
+        (rc = srv_get_int(req, "max_tokens", 1, INT32_MAX, &max_tokens, error)) ||
+        (rc = srv_get_int(req, "max_completion_tokens", 1, INT32_MAX, &max_tokens, error)) ||
+        (rc = srv_get_number(req, "temperature", 0, 2, &temp, error)) ||
+        (rc = srv_get_number(req, "top_p", 0, 1, &top_p, error)) ||
+        (rc = srv_get_int(req, "top_k", 0, INT32_MAX, &top_k, error)) ||
+        (rc = srv_get_number(req, "min_p", 0, 1, &min_p, error)) ||
+        (rc = srv_get_number(req, "repetition_penalty", 1e-3, 100, &rep, error)) ||
+        (rc = srv_get_number(req, "presence_penalty", -2, 2, &pres, error)) ||
+        (rc = srv_get_number(req, "frequency_penalty", -2, 2, &freq, error)) ||
+        (rc = srv_get_int(req, "seed", INT64_MIN, INT64_MAX, &seed, error)) ||
+        (rc = srv_get_bool(req, "logprobs", &logprobs, error)) ||
+        (rc = srv_get_bool(req, "echo", &echo, error)) ||
+        (rc = srv_get_bool(req, "ignore_eos", &j->ignore_eos, error)) ||
+        (rc = srv_get_stops(req, "stop", j, error)))
         return rc;
-    if (n != 1) return bad(error, "n", "only n=1 is supported");
-    if (logprobs) return bad(error, "logprobs", "logprobs are not supported");
-    if (echo) return bad(error, "echo", "echo is not supported");
+    if (n != 1) return srv_bad(error, "n", "only n=1 is supported");
+    if (logprobs) return srv_bad(error, "logprobs", "logprobs are not supported");
+    if (echo) return srv_bad(error, "echo", "echo is not supported");
     json_t *tools = json_object_get(req, "tools");
-    if (json_array_size(tools) > 0) return bad(error, "tools", "tools are not supported");
+    if (json_array_size(tools) > 0) return srv_bad(error, "tools", "tools are not supported");
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
-            return bad(error, "stream_options", "'stream_options' must be an object");
-        if ((rc = get_bool(so, "include_usage", &o->include_usage, error))) return rc;
+            return srv_bad(error, "stream_options", "'stream_options' must be an object");
+        if ((rc = srv_get_bool(so, "include_usage", &o->include_usage, error))) return rc;
     }
 
-    /* Sampling: the request, else the server's defaults (generation_config.json). */
-    j->sp = s->cfg.sp;
-    if (temp >= 0) j->sp.temperature = (float)temp;
-    if (top_p == 0) j->sp.temperature = 0; /* nothing but the most likely token */
-    if (top_p > 0) j->sp.top_p = (float)top_p;
-    if (top_k >= 0) j->sp.top_k = (int32_t)top_k;
+    srv_sampling(s, j, temp, top_p, top_k);
     if (min_p >= 0) j->sp.min_p = (float)min_p;
     if (rep > 0) j->sp.repetition_penalty = (float)rep;
     j->sp.presence_penalty = (float)pres;
     j->sp.frequency_penalty = (float)freq;
-    if (json_is_integer(json_object_get(req, "seed")))
-        j->sp.seed = (uint64_t)seed;
-    else
-        j->sp.seed = srv_next_number(s) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(sl_now() * 1e9);
+    if (json_is_integer(json_object_get(req, "seed"))) j->sp.seed = (uint64_t)seed;
 
     /* The prompt's ids. */
     char *text = NULL;
@@ -276,10 +274,24 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
         sl_error err = {0};
         sl_status st = sl_tokenizer_encode_prompt(s->tok, text, strlen(text), &j->prompt, &err);
         free(text);
-        if (st) return bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
+        if (st) return srv_bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
     }
-    const char *what = kind == SRV_CHAT ? "messages" : "prompt";
-    if (j->prompt.n == 0) return bad(error, what, "the prompt is empty (0 tokens)");
+    /* The legacy completions endpoint defaults to 16 tokens, chat to the context's end. */
+    if (max_tokens < 0 && kind == SRV_COMPLETION) max_tokens = 16;
+    return srv_fit_prompt(s, j, kind == SRV_CHAT ? "messages" : "prompt", max_tokens, error);
+}
+
+void srv_sampling(srv *s, srv_job *j, double temp, double top_p, int64_t top_k) {
+    j->sp = s->cfg.sp; /* the server's defaults (generation_config.json) */
+    if (temp >= 0) j->sp.temperature = (float)temp;
+    if (top_p == 0) j->sp.temperature = 0; /* nothing but the most likely token */
+    if (top_p > 0) j->sp.top_p = (float)top_p;
+    if (top_k >= 0) j->sp.top_k = (int32_t)top_k;
+    j->sp.seed = srv_next_number(s) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(sl_now() * 1e9);
+}
+
+int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, json_t **error) {
+    if (j->prompt.n == 0) return srv_bad(error, what, "the prompt is empty (0 tokens)");
     if ((int64_t)j->prompt.n + 1 > s->max_ctx) {
         char msg[256];
         snprintf(msg, sizeof msg,
@@ -289,10 +301,8 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
         *error = srv_error_json(msg, "invalid_request_error", what, "context_length_exceeded");
         return 400;
     }
-    /* The legacy completions endpoint defaults to 16 tokens, chat to the context's end. */
     const int64_t room = s->max_ctx - (int64_t)j->prompt.n;
-    if (max_tokens < 0) max_tokens = kind == SRV_CHAT ? room : 16;
-    j->max_tokens = (int32_t)SL_MIN(max_tokens, room);
+    j->max_tokens = (int32_t)(max_tokens < 0 ? room : SL_MIN(max_tokens, room));
     return 0;
 }
 
@@ -301,8 +311,8 @@ int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_j
     json_error_t je;
     json_t *req = json_loadb(body, len, 0, &je);
     if (!req)
-        return bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)",
-                   je.text, je.line, je.column);
+        return srv_bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)",
+                       je.text, je.line, je.column);
     int rc = parse(s, kind, req, j, o, error);
     json_decref(req);
     return rc;
@@ -322,9 +332,7 @@ json_t *srv_usage_json(const srv_job *j) {
                      "cached_tokens", r->cached_tokens);
 }
 
-/* A JSON string of text that should be valid UTF-8 (the detokenizer's output, cut at
- * character boundaries); "" if it is not, rather than invalid JSON. */
-static json_t *text_json(const char *text, size_t len) {
+json_t *srv_text_json(const char *text, size_t len) {
     json_t *v = json_stringn(text ? text : "", text ? len : 0);
     return v ? v : json_string("");
 }
@@ -341,13 +349,13 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
     json_t *r = envelope(s, id, created, chat ? "chat.completion" : "text_completion");
     json_t *choice =
         json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason", srv_finish_reason(j));
-    json_t *text = text_json(j->text, j->text_len);
+    json_t *text = srv_text_json(j->text, j->text_len);
     if (chat) {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
         /* as vLLM's reasoning parsers give it */
         if (j->parts)
             json_object_set_new(msg, "reasoning_content",
-                                text_json(j->reasoning, j->reasoning_len));
+                                srv_text_json(j->reasoning, j->reasoning_len));
         json_object_set_new(choice, "message", msg);
     } else
         json_object_set_new(choice, "text", text);
@@ -366,11 +374,12 @@ json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, 
     if (chat) {
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
-        if (reasoning) json_object_set_new(delta, "reasoning_content", text_json(reasoning, rlen));
-        if (text || role) json_object_set_new(delta, "content", text_json(text, len));
+        if (reasoning)
+            json_object_set_new(delta, "reasoning_content", srv_text_json(reasoning, rlen));
+        if (text || role) json_object_set_new(delta, "content", srv_text_json(text, len));
         json_object_set_new(choice, "delta", delta);
     } else {
-        json_object_set_new(choice, "text", text_json(text, len));
+        json_object_set_new(choice, "text", srv_text_json(text, len));
     }
     json_object_set_new(r, "choices", json_pack("[o]", choice));
     if (o->include_usage) json_object_set_new(r, "usage", json_null());

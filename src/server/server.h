@@ -1,5 +1,6 @@
 /*
- * sluice serve: an OpenAI-compatible HTTP server over one loaded model.
+ * sluice serve: an OpenAI-compatible HTTP server over one loaded model, which also
+ * answers Anthropic's Messages API (/v1/messages, text only).
  *
  *   HTTP threads (libmicrohttpd, one per connection)      model worker (one thread)
  *   parse + validate JSON, template, tokenize  --FIFO-->  owns the sl_gen: prefill

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of `sluice serve` on a free loopback port, with a tiny random
-# Qwen3-MoE and the real Qwen3 tokenizer (ChatML): the official `openai` npm client
-# (streaming and not), error cases with curl, cancellation on disconnect, a bounded
+# Qwen3-MoE and the real Qwen3 tokenizer (ChatML): the official `openai` and
+# `@anthropic-ai/sdk` npm clients (streaming and not), error cases with curl, cancellation on disconnect, a bounded
 # load test with the server's RSS compared before and after, and SIGTERM finishing
 # the request in flight. Then the server as a local service (issue 24): the Host check
 # and CORS, API keys, the wait queue, half-closed and slow clients, a failing forward,
@@ -14,10 +14,10 @@ PY=${PYTHON:-python3}
 . "$HERE/../lib.sh"
 t_start=$(date +%s)
 
-# The official client, in this folder (pinned by package-lock.json).
-if [ ! -f "$HERE/node_modules/openai/package.json" ]; then
+# The official clients, in this folder (pinned by package-lock.json).
+if [ ! -f "$HERE/node_modules/openai/package.json" ] || [ ! -f "$HERE/node_modules/@anthropic-ai/sdk/package.json" ]; then
     (cd "$HERE" && npm install --no-audit --no-fund --loglevel=error) >"$TMP/npm.log" 2>&1 ||
-        { cat "$TMP/npm.log"; echo "FAIL npm install openai"; exit 1; }
+        { cat "$TMP/npm.log"; echo "FAIL npm install (openai, @anthropic-ai/sdk)"; exit 1; }
 fi
 "${PYTHON:-python3}" "$HERE/../../tools/make_synth.py" "$TMP/tq" --preset tiny-qwen-vocab >/dev/null 2>&1 &&
     cp "$HERE/../tokenizer/qwen3/tokenizer.json" "$TMP/tq/" || { echo "FAIL tiny model"; exit 1; }
@@ -99,6 +99,12 @@ cat "$TMP/api.log"
 pass=$((pass + $(grep -c '^ok' "$TMP/api.log")))
 fail=$((fail + $(grep -c '^FAIL' "$TMP/api.log")))
 grep -q "^ok" "$TMP/api.log" || bad "openai client produced nothing"
+# The Anthropic Messages API (/v1/messages) through its official client.
+node "$HERE/anthropic_client.mjs" api "$URL" >"$TMP/anthropic.log" 2>&1
+cat "$TMP/anthropic.log"
+pass=$((pass + $(grep -c '^ok' "$TMP/anthropic.log")))
+fail=$((fail + $(grep -c '^FAIL' "$TMP/anthropic.log")))
+grep -q "^ok" "$TMP/anthropic.log" || bad "anthropic client produced nothing"
 
 # A port in use is a clear error. Asked for all interfaces without a key, the server warns
 # first, before the bind (which fails on the port in use: nothing ever listens beyond loopback).
@@ -153,6 +159,43 @@ expect "body over the limit: 413" 413 'max-body' "${J[@]}" --data-binary @"$TMP/
 expect "chunked body over the limit: 413" 413 'max-body' "${J[@]}" -H 'Transfer-Encoding: chunked' \
     --data-binary @"$TMP/big.txt" "$URL/v1/completions"
 expect "unknown route: 404" 404 'Invalid URL' "$URL/v1/embeddings"
+# /v1/messages: errors in Anthropic's shape ({"type":"error","error":{"type":...,"message":...}}).
+AE='"type":"error","error":{"type":"invalid_request_error","message":'
+M='"messages":[{"role":"user","content":"Hi"}]'
+expect "messages: max_tokens missing: 400" 400 "$AE\"max_tokens: Field required\"" "${J[@]}" \
+    -d "{\"model\":\"m\",$M}" "$URL/v1/messages"
+expect "messages: malformed JSON: 400" 400 "$AE\"invalid JSON" "${J[@]}" -d '{"messages": [' "$URL/v1/messages"
+expect "messages: role system in messages: 400" 400 "$AE.*top-level 'system' field" "${J[@]}" \
+    -d '{"model":"m","max_tokens":4,"messages":[{"role":"system","content":"x"},{"role":"user","content":"Hi"}]}' "$URL/v1/messages"
+expect "messages: unknown role: 400" 400 "$AE\"messages\[0\].role 'tool' is not supported" "${J[@]}" \
+    -d '{"model":"m","max_tokens":4,"messages":[{"role":"tool","content":"x"}]}' "$URL/v1/messages"
+expect "messages: a final assistant message (prefill): 400" 400 "$AE.*prefill" "${J[@]}" \
+    -d "{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hel\"}]}" "$URL/v1/messages"
+expect "messages: a tool_use block: 400" 400 "$AE.*'tool_use' are not supported" "${J[@]}" \
+    -d '{"model":"m","max_tokens":4,"messages":[{"role":"user","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}]}' "$URL/v1/messages"
+expect "messages: temperature above 1: 400" 400 "$AE\"'temperature' must be between 0 and 1" "${J[@]}" \
+    -d "{\"model\":\"m\",\"max_tokens\":4,\"temperature\":1.5,$M}" "$URL/v1/messages"
+expect "messages: stop_sequences not an array: 400" 400 "$AE\"stop_sequences: must be an array" "${J[@]}" \
+    -d "{\"model\":\"m\",\"max_tokens\":4,\"stop_sequences\":\"x\",$M}" "$URL/v1/messages"
+$PY -c 'import json; print(json.dumps({"model": "m", "messages": [{"role": "user", "content": "river " * 3000}]}))' >"$TMP/long_msg.json"
+expect "count_tokens: a prompt longer than the context is counted" 200 '^{"input_tokens":30[0-9][0-9]}$' "${J[@]}" \
+    --data-binary @"$TMP/long_msg.json" "$URL/v1/messages/count_tokens"
+expect "count_tokens: no messages: 400 in Anthropic's shape" 400 "$AE\"messages: must be a non-empty array" "${J[@]}" \
+    -d '{"model":"m"}' "$URL/v1/messages/count_tokens"
+expect "messages: wrong method: 405 in Anthropic's shape" 405 '"type":"error","error":{"type":"invalid_request_error"' "$URL/v1/messages"
+expect "messages: body over the limit: 413 request_too_large" 413 '"type":"request_too_large"' "${J[@]}" \
+    --data-binary @"$TMP/big.txt" "$URL/v1/messages"
+expect "messages: thinking blocks of earlier turns are skipped" 200 '"type":"message"' "${J[@]}" \
+    -d '{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"Hello"}]},{"role":"user","content":"Again"}]}' "$URL/v1/messages"
+curl -sN "${J[@]}" -d "{\"model\":\"m\",\"max_tokens\":3,\"stream\":true,$M}" "$URL/v1/messages" >"$TMP/msg.sse"
+if [ "$(head -n 1 "$TMP/msg.sse")" = "event: message_start" ] && grep -q '^data: {"type":"message_start","message":{"id":"msg_' "$TMP/msg.sse" &&
+    [ "$(grep -c '^event: ' "$TMP/msg.sse")" = "$(grep -c '^data: ' "$TMP/msg.sse")" ] &&
+    [ "$(tail -n 3 "$TMP/msg.sse" | head -n 2 | tr '\n' ' ')" = 'event: message_stop data: {"type":"message_stop"} ' ] &&
+    ! grep -q DONE "$TMP/msg.sse"; then
+    ok "messages SSE: event: NAME / data: JSON pairs, message_start to message_stop"
+else
+    bad "messages SSE: $(head -c 400 "$TMP/msg.sse")"
+fi
 expect "wrong method: 405" 405 'method not allowed' -X DELETE "$URL/v1/models"
 expect "non-streaming completion with curl" 200 '"finish_reason":"length"' "${J[@]}" \
     -d '{"prompt":"The river","max_tokens":3,"temperature":0}' "$URL/v1/completions"
@@ -377,6 +420,13 @@ if grep -q '^data: {"error":{"message":"[^"]' "$TMP/fault.sse" && [ "$(tail -n 2
 else
     bad "failed read while streaming: $(tail -c 300 "$TMP/fault.sse")"
 fi
+curl -sN "${J[@]}" -d '{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"Once"}]}' "$URL/v1/messages" >"$TMP/fault_msg.sse"
+if [ "$(tail -n 3 "$TMP/fault_msg.sse" | head -n 1)" = "event: error" ] &&
+    grep -q '^data: {"type":"error","error":{"type":"api_error","message":"[^"]' "$TMP/fault_msg.sse"; then
+    ok "a failed read while streaming /v1/messages: an error event (api_error)"
+else
+    bad "failed read while streaming /v1/messages: $(tail -c 300 "$TMP/fault_msg.sse")"
+fi
 cp "$TMP/e0" "$TMP/tqp/experts-000.bin" && cp "$TMP/e1" "$TMP/tqp/experts-001.bin"
 curl -s "${J[@]}" -d "$R" "$URL/v1/completions" >"$TMP/after.json"
 if same_text "$TMP/ref.json" "$TMP/after.json" && $PY -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"] != 0)' "$TMP/ref.json"; then
@@ -384,7 +434,7 @@ if same_text "$TMP/ref.json" "$TMP/after.json" && $PY -c 'import json,sys; sys.e
 else
     bad "after a failed forward: $(head -c 300 "$TMP/ref.json") then $(head -c 300 "$TMP/after.json")"
 fi
-[ "$(metric sluice_generation_errors_total)" = 3 ] && ok "sluice_generation_errors_total 3" || bad "generation errors: $(metric sluice_generation_errors_total)"
+[ "$(metric sluice_generation_errors_total)" = 4 ] && ok "sluice_generation_errors_total 4" || bad "generation errors: $(metric sluice_generation_errors_total)"
 # SIGTERM while the worker is inside one long forward (a 39,000-token prefill takes far longer
 # than the bound, like a hung read): the process does not wait for it.
 $PY -c 'import json; print(json.dumps({"prompt": [(i * 7919) % 150000 for i in range(39000)], "max_tokens": 1}))' >"$TMP/huge.json"
@@ -414,6 +464,16 @@ expect "wrong key: 401" 401 'invalid_api_key' -H 'Authorization: Bearer nope' "$
 expect "empty bearer: 401" 401 'invalid_api_key' -H 'Authorization: Bearer ' "$URL/v1/models"
 expect "right key (from --api-key-file, line end trimmed): 200" 200 '"object":"list"' "${K[@]}" "$URL/v1/models"
 expect "/health needs no key" 200 '"status":"ok"' "$URL/health"
+expect "messages: no key: 401 authentication_error" 401 '"type":"error","error":{"type":"authentication_error"' "${J[@]}" \
+    -d '{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"Hi"}]}' "$URL/v1/messages"
+expect "messages: wrong x-api-key: 401" 401 'authentication_error' -H 'x-api-key: nope' "${J[@]}" \
+    -d '{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"Hi"}]}' "$URL/v1/messages"
+expect "x-api-key works on the OpenAI routes too" 200 '"object":"list"' -H 'x-api-key: s3cret' "$URL/v1/models"
+SLUICE_API_KEY=s3cret node "$HERE/anthropic_client.mjs" key "$URL" >"$TMP/akey.log" 2>&1
+cat "$TMP/akey.log"
+pass=$((pass + $(grep -c '^ok' "$TMP/akey.log")))
+fail=$((fail + $(grep -c '^FAIL' "$TMP/akey.log")))
+grep -q "^ok" "$TMP/akey.log" || bad "anthropic client (keys) produced nothing"
 SLUICE_API_KEY=s3cret node "$HERE/client.mjs" load "$URL/v1" 4 1 >"$TMP/keyed.log" 2>&1 &&
     ok "openai client with an API key" || bad "client with key: $(cat "$TMP/keyed.log")"
 # CORS: the header for listed origins only; preflights answered for them, 403 for others.
@@ -446,6 +506,8 @@ WAITER=$!
 sleep 0.3
 expect "queue full (--parallel 1, --queue 1): 503 at once" 503 'more are waiting (--queue)' "${K[@]}" "${J[@]}" \
     -d '{"prompt":"x","max_tokens":1}' "$URL/v1/completions"
+expect "queue full on /v1/messages: 529 overloaded_error" 529 '"type":"overloaded_error","message":"the server is busy' \
+    "${K[@]}" "${J[@]}" -d '{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"Hi"}]}' "$URL/v1/messages"
 wait "$WAITER"
 read -r code secs <"$TMP/waited.status"
 if [ "$code" = 503 ] && grep -q 'queue-timeout 1' "$TMP/waited" && awk -v t="$secs" 'BEGIN { exit !(t >= 0.9 && t < 5) }'; then
@@ -482,6 +544,17 @@ if grep -q '"content":' "$TMP/harmony.sse" && tail -n 2 "$TMP/harmony.sse" | gre
     ok "harmony: a streamed reply"
 else
     bad "harmony stream: $(head -c 300 "$TMP/harmony.sse")"
+fi
+# ... and /v1/messages a text block (a thinking block only when the analysis channel has text,
+# which this model never writes), streamed or not
+expect "harmony: /v1/messages gives a text block" 200 '"content":\[{"type":"text","text":' "${J[@]}" \
+    -d '{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"Hi"}]}' "$URL/v1/messages"
+curl -sN "${J[@]}" -d '{"model":"m","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"Hi"}]}' \
+    "$URL/v1/messages" >"$TMP/harmony_msg.sse"
+if grep -q '"content_block":{"type":"text"' "$TMP/harmony_msg.sse" && tail -n 2 "$TMP/harmony_msg.sse" | grep -q message_stop; then
+    ok "harmony: a streamed /v1/messages reply"
+else
+    bad "harmony /v1/messages stream: $(head -c 300 "$TMP/harmony_msg.sse")"
 fi
 stop "$PID"
 

@@ -10,8 +10,9 @@ added), watched, and stopped with SIGTERM at the end, which must exit 0 within
 memory of --pid when given.
 
 Workers loop over a weighted mix of requests until the time is up:
-  valid     chat and completions, streamed and not, keep-alive series, half-closed
-            sockets (shutdown(SHUT_WR) after the request), GET /health, /metrics,
+  valid     chat, completions and Anthropic messages, streamed and not, keep-alive
+            series, half-closed sockets (shutdown(SHUT_WR) after the request), GET /health,
+            /metrics,
             and every --burst-every seconds a burst of --burst valid requests at once
   hostile   streams dropped mid-way, non-streaming requests reset (SO_LINGER 0),
             malformed JSON and wrong fields (400), bodies over --max-body (413,
@@ -220,14 +221,54 @@ def check_answer(status, body, chat, stream):
     return None
 
 
+def messages_body(rng, stream):
+    """An Anthropic Messages request (/v1/messages)."""
+    b = {"model": "m", "max_tokens": rng.randint(1, 12),
+         "messages": [{"role": "user", "content": [{"type": "text", "text": prompt_text(rng)}]}]}
+    if rng.random() < 0.5:
+        b["temperature"] = 0
+    if rng.random() < 0.3:
+        b["system"] = "Be brief."
+    if rng.random() < 0.2:
+        b["stop_sequences"] = [rng.choice(WORDS)]
+    if stream:
+        b["stream"] = True
+    return b
+
+
+def check_message(status, body, stream):
+    """None when a complete Anthropic answer, else why not."""
+    if status != 200:
+        return f"status {status}: {body[:200]!r}"
+    if stream:
+        ev = [json.loads(e) for e in sse_events(body)]
+        kinds = [e["type"] for e in ev]
+        if not kinds or kinds[0] != "message_start" or kinds[-1] != "message_stop":
+            return f"stream not from message_start to message_stop: {body[-200:]!r}"
+        if "error" in kinds:
+            return f"error event {body[-200:]!r}"
+        return None
+    d = json.loads(body)
+    if d["type"] != "message" or d["content"][-1]["type"] != "text" or d["stop_reason"] not in (
+            "end_turn", "max_tokens", "stop_sequence"):
+        return f"bad answer {body[:200]!r}"
+    return None
+
+
 def do_valid(t, st, rng, half_close=False):
-    chat, stream = rng.random() < 0.6, rng.random() < 0.5
-    name = ("halfclose " if half_close else "") + ("chat" if chat else "completions") + (
-        " stream" if stream else "")
-    path = "/v1/chat/completions" if chat else "/v1/completions"
+    r, stream = rng.random(), rng.random() < 0.5
+    kind = "chat" if r < 0.45 else "messages" if r < 0.65 else "completions"
+    name = ("halfclose " if half_close else "") + kind + (" stream" if stream else "")
+    path = {"chat": "/v1/chat/completions", "messages": "/v1/messages",
+            "completions": "/v1/completions"}[kind]
     try:
-        status, _, body = exchange(t, "POST", path, valid_body(rng, chat, stream), half_close)
-        why = check_answer(status, body, chat, stream)
+        if kind == "messages":
+            status, _, body = exchange(t, "POST", path, messages_body(rng, stream), half_close)
+            why = check_message(status, body, stream)
+        else:
+            chat = kind == "chat"
+            status, _, body = exchange(t, "POST", path, valid_body(rng, chat, stream), half_close)
+            why = check_answer(status, body, chat, stream)
     except Exception as e:  # a reset, a timeout, a cut answer: all failures of a valid request
         why = f"{type(e).__name__}: {e}"
     st.valid_result(name, why is None, why)
@@ -322,11 +363,21 @@ MALFORMED = [
     b'',
     b'\x00\x01\x02',
 ]
+# ... and bodies wrong for /v1/messages only (Anthropic's), besides those above.
+MALFORMED_MESSAGES = [
+    b'{"messages": [{"role": "user", "content": "x"}]}',  # no max_tokens
+    b'{"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}',
+    b'{"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{}]}',
+    b'{"max_tokens": 4, "messages": [{"role": "assistant", "content": "x"}]}',
+    b'{"max_tokens": 4, "system": 5, "messages": [{"role": "user", "content": "x"}]}',
+    b'{"max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}',
+    b'{"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "temperature": 1.5}',
+]
 
 
 def do_malformed(t, st, rng):
-    body = rng.choice(MALFORMED)
-    path = rng.choice(["/v1/chat/completions", "/v1/completions"])
+    path = rng.choice(["/v1/chat/completions", "/v1/completions", "/v1/messages"])
+    body = rng.choice(MALFORMED + (MALFORMED_MESSAGES if path == "/v1/messages" else []))
     s = t.connect()
     try:
         s.sendall(t.head("POST", path, len(body)) + body)
