@@ -179,11 +179,8 @@ static int parse(srv *s, json_t *req, int count, srv_job *j, srv_request_opts *o
 
 int srv_parse_messages(srv *s, const char *body, size_t len, int count, srv_job *j,
                        srv_request_opts *o, json_t **error) {
-    json_error_t je;
-    json_t *req = json_loadb(body, len, 0, &je);
-    if (!req)
-        return srv_bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)",
-                       je.text, je.line, je.column);
+    json_t *req = srv_load_body(body, len, error);
+    if (!req) return 400;
     int rc = parse(s, req, count, j, o, error);
     json_decref(req);
     return rc;

@@ -175,6 +175,8 @@ int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_j
  * param (the Anthropic route rewrites it into its own shape, see srv_anthropic_error). */
 int srv_bad(json_t **error, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The request body as JSON, or NULL with *error a 400's (srv_bad) naming where it broke. */
+json_t *srv_load_body(const char *body, size_t len, json_t **error);
 /* Optional fields: absent or null leaves *out. 0, or 400 with *error set. */
 int srv_get_number(json_t *req, const char *key, double lo, double hi, double *out, json_t **error);
 int srv_get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out, json_t **error);

@@ -306,13 +306,19 @@ int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, jso
     return 0;
 }
 
-int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_job *j,
-                      srv_request_opts *o, json_t **error) {
+json_t *srv_load_body(const char *body, size_t len, json_t **error) {
     json_error_t je;
     json_t *req = json_loadb(body, len, 0, &je);
     if (!req)
-        return srv_bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)",
-                       je.text, je.line, je.column);
+        srv_bad(error, NULL, "invalid JSON in the request body: %s (line %d, column %d)", je.text,
+                je.line, je.column);
+    return req;
+}
+
+int srv_parse_request(srv *s, srv_kind kind, const char *body, size_t len, srv_job *j,
+                      srv_request_opts *o, json_t **error) {
+    json_t *req = srv_load_body(body, len, error);
+    if (!req) return 400;
     int rc = parse(s, kind, req, j, o, error);
     json_decref(req);
     return rc;

@@ -1556,15 +1556,22 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
     att_tc_load<D, BK, QS>(sk0, hd, a.kc, key_rows(kbase, 0));
     cu_cp_commit();
     float M[2] = {-INFINITY, -INFINITY};
-    for (int tile = 0; tile < n_tiles; tile++) {
+    /* tile's buffers ready: the next tile's K (and V) loads issued into the others, tile's own
+     * waited for, by the whole block */
+    auto advance = [&](int tile, bool with_v) {
         if (tile + 1 < n_tiles) {
             att_tc_load<D, BK, QS>(tile & 1 ? sk0 : sk1, hd, a.kc, key_rows(kbase, tile + 1));
+            if (with_v)
+                att_tc_load<D, BK, VS>(tile & 1 ? sv0 : sv1, hd, a.vc, key_rows(vbase, tile + 1));
             cu_cp_commit();
             cu_cp_wait<1>();
         } else {
             cu_cp_wait<0>();
         }
         __syncthreads();
+    };
+    for (int tile = 0; tile < n_tiles; tile++) {
+        advance(tile, false);
         float s[NT][4];
         att_tc_scores<D, false>(s, wq, tile & 1 ? sk1 : sk0, g, t);
         const int j0 = kf + tile * BK + 2 * t;
@@ -1598,15 +1605,7 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
     for (int n = 0; n < DN; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     for (int tile = 0; tile < n_tiles; tile++) {
-        if (tile + 1 < n_tiles) {
-            att_tc_load<D, BK, QS>(tile & 1 ? sk0 : sk1, hd, a.kc, key_rows(kbase, tile + 1));
-            att_tc_load<D, BK, VS>(tile & 1 ? sv0 : sv1, hd, a.vc, key_rows(vbase, tile + 1));
-            cu_cp_commit();
-            cu_cp_wait<1>();
-        } else {
-            cu_cp_wait<0>();
-        }
-        __syncthreads();
+        advance(tile, true);
         float s[NT][4];
         att_tc_scores<D, true>(s, wq, tile & 1 ? sk1 : sk0, g, t);
         const int j0 = kf + tile * BK + 2 * t;
