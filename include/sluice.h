@@ -102,8 +102,9 @@ typedef struct sl_model_params {
      * the file (0 = 30000 ms; < 0 = wait forever). A read stuck in the kernel is abandoned,
      * never waited for, even by sl_model_free. */
     int32_t io_timeout_ms;
-    /* int4 products on float activations on every backend (CPU: SL_QPATH_FLOAT; CUDA: as
-     * cuda.int4_float_act), the exact product of the dequantised weights: for parity tests */
+    /* int4 products on float activations on every backend (CPU: SL_QPATH_FLOAT, for int8 packs
+     * too; CUDA: as cuda.int4_float_act), the exact product of the dequantised weights: for
+     * parity tests */
     int32_t int4_float_act;
 } sl_model_params;
 

@@ -100,8 +100,9 @@ enum {
     "  --cuda-no-tensor-cores cuda: prompt products in float32 on the CUDA cores instead of\n"     \
     "                         the tensor cores (the same products summed in another order;\n"      \
     "                         much slower)\n"                                                      \
-    "  --int4-float-act       int4 products on float activations on any backend: the exact\n"      \
-    "                         product of the dequantised weights (slower; for parity checks)\n"    \
+    "  --int4-float-act       int4 products on float activations on any backend (and int8\n"       \
+    "                         ones on the CPU): the exact product of the dequantised weights\n"    \
+    "                         (slower; for parity checks)\n"                                       \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

@@ -37,10 +37,10 @@
  * data lives in fixed stack buffers (nothing is allocated); a batch too big
  * for them goes through in slices of tokens.
  *
- * Q4 on CPUs with AVX-512 VNNI takes another route by default: x quantised
- * to int8 per group once per call, integer dot products with the codes, one
- * float step per group (see "AVX-512 VNNI" below and quant.h). Q8 and the
- * other ISAs keep x in float.
+ * Q8 and Q4 on CPUs with AVX-512 VNNI take another route by default: x
+ * quantised to int8 per group once per call, integer dot products with the
+ * codes, one float step per group (see "AVX-512 VNNI" below and quant.h).
+ * The other ISAs keep x in float.
  */
 #include <float.h>
 #include <immintrin.h>
@@ -185,7 +185,7 @@ typedef struct qmm {
     const float *xsum;  /* SIMD: [T, Gp] sums of x per group (zero past G), see xsums */
     int64_t Gp;         /* G rounded up to whole chunks */
     const float *xperm; /* AVX-512 Q4, small batches: [T, G * 64] x in the codes' order, or NULL */
-    /* Int8 path (Q4, VNNI), per token and chunk of 16 groups (see q_vnni_prep):
+    /* Int8 path (VNNI), per token and chunk of 16 groups (see q_vnni_prep):
      * xq 16 vectors of quantised x; xd, xr [T, Gp] scales of xq and 8 * (X - d * sum xq),
      * with xsum, in the lane order of the chunk. */
     const uint8_t *xq;
@@ -644,7 +644,7 @@ AVX512_INL void q_avx512_tile(const qmm *a, int q4, int64_t n, int32_t t0, const
             a->y[(size_t)(t0 + t) * (size_t)a->N + (size_t)(n + r)] = sl_hsum512(acc[r][t]);
 }
 
-/* ------------------------------------------- AVX-512 VNNI, int8 x (Q4) */
+/* -------------------------------------- AVX-512 VNNI, int8 x (Q8, Q4) */
 
 /*
  * The Q4 int8 path (see quant.h for the arithmetic). Codes stay bytes: the
@@ -671,6 +671,15 @@ AVX512_INL void q_avx512_tile(const qmm *a, int q4, int64_t n, int32_t t0, const
  * per lane in chunk order, so results depend only on K, never on the tile,
  * T or the thread. Scales and biases are permuted to sigma order per chunk;
  * everything per token is stored in that order by the preparation.
+ *
+ * Q8 the same way, with codes centred on 128: a chunk is 16 groups of 64
+ * bytes (1024, 16 vectors of one group), half transposed (lanes are quarters
+ * of groups, q_vnni_transpose16), 16 vpdpbusd into four accumulators per
+ * token, whose lanes q_vnni_q8_sum adds up so that lane l holds group l (the
+ * identity order: no permutes of the scales). 2 shuffles per 64 code bytes
+ * and row, plus 6 per chunk and token; the integer sums are the exact ones of
+ * a whole transpose (64 shuffles, measured 36 against 38 GB/s per core for
+ * float x in decode).
  */
 #define VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #define VNNI_INL  VNNI_ATTR QINLINE
@@ -716,26 +725,64 @@ VNNI_INL void q_vnni_transpose(const uint8_t *p, __m512i out[8]) {
     }
 }
 
+/* Q8: a chunk is 16 groups of 64 code bytes, one vector each. Half of the 16 x 16 transpose of
+ * their 32-bit words (two shuffle stages of four): out[4i + k], lane 4c + p, holds word 4c + k
+ * of group 4i + p. So dpbusd over out[4i .. 4i+3] leaves in lane 4c + p the sum of words
+ * 4c .. 4c+3 of group 4i + p, and q_vnni_q8_sum adds the four lanes of each group per token:
+ * 32 shuffles a row and chunk plus 6 a token, against 64 for the whole transpose. */
+VNNI_INL void q_vnni_transpose16(const uint8_t *p, __m512i out[16]) {
+    __m512i a[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m512i r0 = _mm512_loadu_si512((const void *)(p + 128 * i));
+        const __m512i r1 = _mm512_loadu_si512((const void *)(p + 128 * i + 64));
+        a[2 * i] = _mm512_unpacklo_epi32(r0, r1);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r0, r1);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        out[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        out[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        out[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        out[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+}
+
+/* Per-group sums of the four accumulators A[i] (lane 4c + p: a quarter of group 4i + p): lane l
+ * of the result is group l's whole integer sum (exact). */
+VNNI_INL __m512i q_vnni_q8_sum(const __m512i A[4]) {
+    const __m512i p0 = _mm512_add_epi32(_mm512_shuffle_i32x4(A[0], A[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(A[0], A[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i p1 = _mm512_add_epi32(_mm512_shuffle_i32x4(A[2], A[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(A[2], A[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(p0, p1, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(p0, p1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 /*
- * One token's x for the int8 path: per chunk c, xq[c * 1024 ..] holds 16
- * vectors, 2j the transposed even elements of word j, 2j + 1 the odd ones;
- * xd, xs, xr (Gp floats) d, X and 8 (X - d sum xq) of each group at its
- * lane in the chunk. Groups past the row are zero.
+ * One token's x for the int8 path: per chunk c, xq[c * 1024 ..] holds 16 vectors, for Q4 2j the
+ * transposed even elements of word j, 2j + 1 the odd ones; for Q8 vector j word j of every
+ * group (q_vnni_transpose16). xd, xs, xr (Gp floats): d, X and z (X - d sum xq) of each group at
+ * its lane in the chunk (z = 8 for Q4, 128 for Q8: the codes' centre). Groups past the row are
+ * zero.
  */
-VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t *xq, float *xd,
-                                  float *xs, float *xr) {
+VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, int q4, uint8_t *xq,
+                                  float *xd, float *xs, float *xr) {
     const __m512i even =
         _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    uint8_t E[QCB] __attribute__((aligned(64))), O[QCB] __attribute__((aligned(64)));
+    /* Q4: E, O the even and odd elements, 32 bytes a group; Q8: E the elements, 64 a group */
+    uint8_t E[2 * QCB] __attribute__((aligned(64))), O[QCB] __attribute__((aligned(64)));
+    const float z = q4 ? 8.0f : 128.0f;
     float pad[QG];
     for (int64_t c = 0; c < Gp / QCH; c++, xq += 2 * QCB) {
         for (int gi = 0; gi < QCH; gi++) {
             const int64_t k0 = (c * QCH + gi) * QG;
-            const size_t l = (size_t)(c * QCH + qsigma(gi));
+            const size_t l = (size_t)(c * QCH + (q4 ? qsigma(gi) : gi));
+            uint8_t *e = q4 ? E + 32 * gi : E + 64 * gi, *o = q4 ? O + 32 * gi : E + 64 * gi + 32;
             if (k0 >= K) {
-                memset(E + 32 * gi, 0, 32);
-                memset(O + 32 * gi, 0, 32);
+                memset(e, 0, 32);
+                memset(o, 0, 32);
                 xd[l] = xs[l] = xr[l] = 0;
                 continue;
             }
@@ -749,8 +796,8 @@ VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t
                  * would be the int32 "indefinite" INT_MIN, whose sum below overflows: zero
                  * codes and d = NaN instead make every output of the token NaN, defined and
                  * still non-finite for the check on the logits (sl_session_forward). */
-                memset(E + 32 * gi, 0, 32);
-                memset(O + 32 * gi, 0, 32);
+                memset(e, 0, 32);
+                memset(o, 0, 32);
                 xd[l] = xr[l] = NAN;
                 xs[l] = X;
                 continue;
@@ -760,31 +807,72 @@ VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t
                               _mm512_max_ps(_mm512_abs_ps(v2), _mm512_abs_ps(v3))));
             const float d = m / 127.0f;
             const __m512 id = _mm512_set1_ps(fminf(127.0f / m, FLT_MAX)); /* m = 0: x is 0 */
-            const __m512i qe0 =
-                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v0, even, v1), id));
-            const __m512i qo0 =
-                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v0, odd, v1), id));
-            const __m512i qe1 =
-                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v2, even, v3), id));
-            const __m512i qo1 =
-                _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutex2var_ps(v2, odd, v3), id));
-            _mm_store_si128((__m128i *)(E + 32 * gi), _mm512_cvtsepi32_epi8(qe0));
-            _mm_store_si128((__m128i *)(E + 32 * gi + 16), _mm512_cvtsepi32_epi8(qe1));
-            _mm_store_si128((__m128i *)(O + 32 * gi), _mm512_cvtsepi32_epi8(qo0));
-            _mm_store_si128((__m128i *)(O + 32 * gi + 16), _mm512_cvtsepi32_epi8(qo1));
+            /* Q4: the evens of the group's halves to e, the odds to o; Q8: the four quarters */
+            const __m512 u0 = q4 ? _mm512_permutex2var_ps(v0, even, v1) : v0;
+            const __m512 u1 = q4 ? _mm512_permutex2var_ps(v2, even, v3) : v1;
+            const __m512 u2 = q4 ? _mm512_permutex2var_ps(v0, odd, v1) : v2;
+            const __m512 u3 = q4 ? _mm512_permutex2var_ps(v2, odd, v3) : v3;
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(u0, id));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(u1, id));
+            const __m512i q2 = _mm512_cvtps_epi32(_mm512_mul_ps(u2, id));
+            const __m512i q3 = _mm512_cvtps_epi32(_mm512_mul_ps(u3, id));
+            _mm_storeu_si128((__m128i *)e, _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(e + 16), _mm512_cvtsepi32_epi8(q1));
+            _mm_storeu_si128((__m128i *)o, _mm512_cvtsepi32_epi8(q2));
+            _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtsepi32_epi8(q3));
             const int sq = _mm512_reduce_add_epi32(
-                _mm512_add_epi32(_mm512_add_epi32(qe0, qe1), _mm512_add_epi32(qo0, qo1)));
+                _mm512_add_epi32(_mm512_add_epi32(q0, q1), _mm512_add_epi32(q2, q3)));
             xd[l] = d;
             xs[l] = X;
-            xr[l] = 8.0f * fmaf(-d, (float)sq, X);
+            xr[l] = z * fmaf(-d, (float)sq, X);
         }
-        __m512i te[8], to[8];
-        q_vnni_transpose(E, te);
-        q_vnni_transpose(O, to);
-        for (int j = 0; j < 8; j++) {
-            _mm512_store_si512((void *)(xq + 128 * j), te[j]);
-            _mm512_store_si512((void *)(xq + 128 * j + 64), to[j]);
+        if (q4) {
+            __m512i te[8], to[8];
+            q_vnni_transpose(E, te);
+            q_vnni_transpose(O, to);
+            for (int j = 0; j < 8; j++) {
+                _mm512_store_si512((void *)(xq + 128 * j), te[j]);
+                _mm512_store_si512((void *)(xq + 128 * j + 64), to[j]);
+            }
+        } else {
+            __m512i t[16];
+            q_vnni_transpose16(E, t);
+            for (int j = 0; j < 16; j++)
+                _mm512_store_si512((void *)(xq + 64 * j), t[j]);
         }
+    }
+}
+
+/* Scales and biases of chunk c of row n as float (zero past G; masked lanes are not read), in
+ * lane order: sigma for Q4, the identity for Q8. */
+VNNI_INL void q_vnni_params(const qmm *a, int64_t n, int64_t g0, int q4, __m512 *sv, __m512 *bv) {
+    const __m512i sigma = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    const uint16_t *scr = a->sc + (size_t)(n * a->Gs), *bir = a->bi + (size_t)(n * a->Gs);
+    const __mmask32 m = (__mmask32)((1u << SL_MIN(QCH, a->G - g0)) - 1u);
+    float swide[QCH] __attribute__((aligned(64))), bwide[QCH] __attribute__((aligned(64)));
+    if (a->plain) {
+        *sv = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, scr + g0))),
+            16));
+        *bv = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, bir + g0))),
+            16));
+    } else if (q_wide_vec(a)) { /* other layouts, vector loads */
+        const int ng = (int)SL_MIN(QCH, a->G - g0);
+        *sv = q_avx512_wide(a, a->scv, n, g0, ng);
+        *bv = q_avx512_wide(a, a->biv, n, g0, ng);
+    } else { /* groups of 256 or more: widened one by one */
+        for (int i = 0; i < QCH; i++) {
+            const size_t j = (size_t)(n * a->Gs + (g0 + i) * QG / a->grp);
+            swide[i] = g0 + i < a->G ? sl_qparam(a->scv, a->sdt, j) : 0.0f;
+            bwide[i] = g0 + i < a->G ? sl_qparam(a->biv, a->sdt, j) : 0.0f;
+        }
+        *sv = _mm512_load_ps(swide);
+        *bv = _mm512_load_ps(bwide);
+    }
+    if (q4) {
+        *sv = _mm512_permutexvar_ps(sigma, *sv);
+        *bv = _mm512_permutexvar_ps(sigma, *bv);
     }
 }
 
@@ -792,10 +880,10 @@ VNNI_ATTR static void q_vnni_prep(const float *x, int64_t K, int64_t Gp, uint8_t
  * Rows share nothing but the cache, so a row's 16 code vectors of a chunk
  * and its NT accumulators all stay in registers. */
 #define QNT 8
-VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int pf) {
-    const __m512i sigma = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int pf, const int q4) {
     const __m512i m_lo = _mm512_set1_epi8(0x0f), m_hi = _mm512_set1_epi8((char)0xf0);
     const int64_t nch = a->Gp / QCH;
+    const size_t cb = q4 ? QCB : 2 * QCB; /* code bytes of a chunk */
     const uint8_t *row = a->w + (size_t)n * a->ws;
     const uint16_t *scr = a->sc + (size_t)(n * a->Gs), *bir = a->bi + (size_t)(n * a->Gs);
     /* Decode streams the codes (rows are too short a stream for the hardware
@@ -803,77 +891,76 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
      * batch's later token tiles find them cached. */
     const size_t pf_ahead = (size_t)(QPF * 4) * a->ws;
     const size_t pf_ahead_s = (size_t)(QPF * 4 * a->Gs) * sizeof(uint16_t);
-    float swide[QCH] __attribute__((aligned(64))), bwide[QCH] __attribute__((aligned(64)));
     /* A short last chunk is read in place (the bytes past the row belong to
      * the next rows and meet zero xq) unless that runs past the matrix. */
     const size_t end = (size_t)a->N * a->ws;
-    uint8_t qpad[QCB] __attribute__((aligned(64)));
+    uint8_t qpad[2 * QCB] __attribute__((aligned(64)));
     __m512 acc[QNT];
 #pragma GCC unroll 16
     for (int t = 0; t < NT; t++)
         acc[t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < nch; c++) {
         const int64_t g0 = c * QCH;
-        const size_t off = (size_t)c * QCB;
+        const size_t off = (size_t)c * cb;
         const uint8_t *qp = row + off;
         if (pf) {
-#pragma GCC unroll 8
-            for (int i = 0; i < QCB / 64; i++)
+#pragma GCC unroll 16
+            for (size_t i = 0; i < cb / 64; i++)
                 qprefetch(qp + 64 * i, pf_ahead);
             qprefetch(scr + g0, pf_ahead_s);
             qprefetch(bir + g0, pf_ahead_s);
         }
-        /* Scales and biases of the chunk (zero past G; masked lanes are not
-         * read) as float, in sigma order. */
-        const __mmask32 m = (__mmask32)((1u << SL_MIN(QCH, a->G - g0)) - 1u);
         __m512 sv, bv;
-        if (a->plain) {
-            sv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
-                                                           _mm512_maskz_loadu_epi16(m, scr + g0))),
-                                                       16));
-            bv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(
-                                                           _mm512_maskz_loadu_epi16(m, bir + g0))),
-                                                       16));
-        } else if (q_wide_vec(a)) { /* other layouts, vector loads */
-            const int ng = (int)SL_MIN(QCH, a->G - g0);
-            sv = q_avx512_wide(a, a->scv, n, g0, ng);
-            bv = q_avx512_wide(a, a->biv, n, g0, ng);
-        } else { /* groups of 256 or more: widened one by one */
-            for (int i = 0; i < QCH; i++) {
-                const size_t j = (size_t)(n * a->Gs + (g0 + i) * QG / a->grp);
-                swide[i] = g0 + i < a->G ? sl_qparam(a->scv, a->sdt, j) : 0.0f;
-                bwide[i] = g0 + i < a->G ? sl_qparam(a->biv, a->sdt, j) : 0.0f;
-            }
-            sv = _mm512_load_ps(swide);
-            bv = _mm512_load_ps(bwide);
-        }
-        sv = _mm512_permutexvar_ps(sigma, sv);
-        bv = _mm512_permutexvar_ps(sigma, bv);
-        if (off + QCB > a->ws && (size_t)n * a->ws + off + QCB > end) {
+        q_vnni_params(a, n, g0, q4, &sv, &bv);
+        if (off + cb > a->ws && (size_t)n * a->ws + off + cb > end) {
             const size_t rem = a->ws - off; /* a zero-padded copy */
             memcpy(qpad, qp, rem);
-            memset(qpad + rem, 0, QCB - rem);
+            memset(qpad + rem, 0, cb - rem);
             qp = qpad;
         }
+        /* Q4: lo, hi the low and high nibbles (16 x the odd codes) of words 0..7; Q8: lo vectors
+         * 0..7 of the half transpose, hi 8..15 */
         __m512i lo[8], hi[8];
-        q_vnni_transpose(qp, lo);
+        if (q4) {
+            q_vnni_transpose(qp, lo);
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            hi[j] = _mm512_and_si512(lo[j], m_hi);
-            lo[j] = _mm512_and_si512(lo[j], m_lo);
+            for (int j = 0; j < 8; j++) {
+                hi[j] = _mm512_and_si512(lo[j], m_hi);
+                lo[j] = _mm512_and_si512(lo[j], m_lo);
+            }
+        } else {
+            __m512i w[16];
+            q_vnni_transpose16(qp, w);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                lo[j] = w[j], hi[j] = w[8 + j];
         }
 #pragma GCC unroll 16
         for (int t = 0; t < NT; t++) {
             const __m512i *xv =
                 (const __m512i *)(a->xq + ((size_t)(t0 + t) * (size_t)nch + (size_t)c) * 2 * QCB);
-            __m512i A = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], xv[0]);
-            __m512i B = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], xv[1]);
+            __m512i I;
+            if (q4) { /* x's even elements of word j at 2j, odd at 2j + 1 */
+                __m512i A = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], xv[0]);
+                __m512i B = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], xv[1]);
 #pragma GCC unroll 8
-            for (int j = 1; j < 8; j++) {
-                A = _mm512_dpbusd_epi32(A, lo[j], xv[2 * j]);
-                B = _mm512_dpbusd_epi32(B, hi[j], xv[2 * j + 1]);
+                for (int j = 1; j < 8; j++) {
+                    A = _mm512_dpbusd_epi32(A, lo[j], xv[2 * j]);
+                    B = _mm512_dpbusd_epi32(B, hi[j], xv[2 * j + 1]);
+                }
+                I = _mm512_add_epi32(A, _mm512_srai_epi32(B, 4));
+            } else { /* x as the codes: vector 4i + k at 4i + k */
+                __m512i A[4];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const __m512i *w = i < 2 ? lo + 4 * i : hi + 4 * (i - 2);
+                    A[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], xv[4 * i]);
+#pragma GCC unroll 4
+                    for (int k = 1; k < 4; k++)
+                        A[i] = _mm512_dpbusd_epi32(A[i], w[k], xv[4 * i + k]);
+                }
+                I = q_vnni_q8_sum(A);
             }
-            const __m512i I = _mm512_add_epi32(A, _mm512_srai_epi32(B, 4));
             const size_t o = (size_t)(t0 + t) * (size_t)a->Gp + (size_t)g0;
             const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_load_ps(a->xd + o),
                                              _mm512_load_ps(a->xr + o));
@@ -888,27 +975,31 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
 
 /* Rows [n0, n1) for all tokens: per group of 4 rows, tiles of QNT tokens (the
  * tokens' xq stay cached across the 4 rows, the rows' codes across the tiles). */
-VNNI_ATTR static void qrows_vnni_q4(const qmm *a, int64_t n0, int64_t n1) {
-    const int32_t T = a->T;
-    for (int64_t n = n0; n < n1; n += 4) {
-        const int64_t nr = SL_MIN(4, n1 - n);
-        int32_t t = 0;
-        for (; t + QNT <= T; t += QNT)
-            for (int64_t r = 0; r < nr; r++)
-                q_vnni_tile(a, n + r, t, QNT, t == 0);
-        for (int64_t r = 0; r < nr; r++)
-            switch (T - t) {
-            case 7: q_vnni_tile(a, n + r, t, 7, t == 0); break;
-            case 6: q_vnni_tile(a, n + r, t, 6, t == 0); break;
-            case 5: q_vnni_tile(a, n + r, t, 5, t == 0); break;
-            case 4: q_vnni_tile(a, n + r, t, 4, t == 0); break;
-            case 3: q_vnni_tile(a, n + r, t, 3, t == 0); break;
-            case 2: q_vnni_tile(a, n + r, t, 2, t == 0); break;
-            case 1: q_vnni_tile(a, n + r, t, 1, t == 0); break;
-            default: break;
-            }
+#define DEFINE_QROWS_VNNI(Q4NAME, Q4)                                                              \
+    VNNI_ATTR static void qrows_vnni_##Q4NAME(const qmm *a, int64_t n0, int64_t n1) {              \
+        const int32_t T = a->T;                                                                    \
+        for (int64_t n = n0; n < n1; n += 4) {                                                     \
+            const int64_t nr = SL_MIN(4, n1 - n);                                                  \
+            int32_t t = 0;                                                                         \
+            for (; t + QNT <= T; t += QNT)                                                         \
+                for (int64_t r = 0; r < nr; r++)                                                   \
+                    q_vnni_tile(a, n + r, t, QNT, t == 0, Q4);                                     \
+            for (int64_t r = 0; r < nr; r++)                                                       \
+                switch (T - t) {                                                                   \
+                case 7: q_vnni_tile(a, n + r, t, 7, t == 0, Q4); break;                            \
+                case 6: q_vnni_tile(a, n + r, t, 6, t == 0, Q4); break;                            \
+                case 5: q_vnni_tile(a, n + r, t, 5, t == 0, Q4); break;                            \
+                case 4: q_vnni_tile(a, n + r, t, 4, t == 0, Q4); break;                            \
+                case 3: q_vnni_tile(a, n + r, t, 3, t == 0, Q4); break;                            \
+                case 2: q_vnni_tile(a, n + r, t, 2, t == 0, Q4); break;                            \
+                case 1: q_vnni_tile(a, n + r, t, 1, t == 0, Q4); break;                            \
+                default: break;                                                                    \
+                }                                                                                  \
+        }                                                                                          \
     }
-}
+
+DEFINE_QROWS_VNNI(q4, 1)
+DEFINE_QROWS_VNNI(q8, 0)
 
 /* ---------------------------------------------------------- driver */
 
@@ -975,8 +1066,10 @@ static void qmm_run_many(const sl_backend *be, const qmm *a, const int64_t *firs
         const int64_t n0 = (b - first[i]) * block, n1 = SL_MIN(a[i].N, n0 + block);
         switch (isa) {
         case SL_ISA_AVX512:
-            if (vnni)
+            if (vnni && q4)
                 qrows_vnni_q4(&a[i], n0, n1);
+            else if (vnni)
+                qrows_vnni_q8(&a[i], n0, n1);
             else if (q4)
                 qrows_avx512_q4(&a[i], n0, n1);
             else
@@ -1023,9 +1116,10 @@ static qmm qmm_slice(const sl_tensor *w, const float *x, float *y, int32_t ts, i
                  .Gp = Gp};
 }
 
-/* The Q4 int8 path; its own stack frame (the float path's buffers are not needed). */
-__attribute__((noinline)) static void matmul_q4_int8(const sl_backend *be, float *y, const float *x,
-                                                     const sl_tensor *w, int32_t T) {
+/* The int8 path; its own stack frame (the float path's buffers are not needed). */
+__attribute__((noinline)) static void matmul_int8(const sl_backend *be, float *y, const float *x,
+                                                  const sl_tensor *w, int32_t T) {
+    const int q4 = is_q4(w->dtype);
     const int64_t K = w->shape[1], G = sl_qgroups(K);
     const int64_t Gp = (G + QCH - 1) / QCH * QCH;
     const int32_t slice = (int32_t)(QIS_MAX / Gp);
@@ -1041,9 +1135,10 @@ __attribute__((noinline)) static void matmul_q4_int8(const sl_backend *be, float
         a.xr = xr;
         for (int32_t t = 0; t < Ts; t++) {
             const size_t o = (size_t)t * (size_t)Gp;
-            q_vnni_prep(a.x + (size_t)t * (size_t)K, K, Gp, xq + o * QG, xd + o, xs + o, xr + o);
+            q_vnni_prep(a.x + (size_t)t * (size_t)K, K, Gp, q4, xq + o * QG, xd + o, xs + o,
+                        xr + o);
         }
-        qmm_run(be, &a, SL_ISA_AVX512, 1, 1);
+        qmm_run(be, &a, SL_ISA_AVX512, q4, 1);
     }
 }
 
@@ -1055,8 +1150,8 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
     const int q4 = is_q4(w->dtype);
     /* The SIMD paths walk groups of QG columns: a tensor's groups must be whole numbers of them. */
     const int wide = sl_tensor_group(w) % QG == 0;
-    if (q4 && wide && path != SL_QPATH_FLOAT && Gp <= QIS_MAX && sl_quant_int8_available(be)) {
-        matmul_q4_int8(be, y, x, w, T);
+    if (wide && path != SL_QPATH_FLOAT && Gp <= QIS_MAX && sl_quant_int8_available(be)) {
+        matmul_int8(be, y, x, w, T);
         return;
     }
     /* Rows longer than 8192 groups (K > 524288) take the scalar path. */
@@ -1089,9 +1184,10 @@ void sl_matmul_quant_cpu_path(const sl_backend *be, float *y, const float *x, co
 int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const float *const *x,
                                const sl_tensor *const *w, int32_t n) {
     if (n <= 1 || be->int4_float_act) return 0;
-    /* the two paths whose prepared x is small: Q4 on int8 activations (VNNI) and Q8 on AVX-512 */
-    const int vnni = w[0]->dtype == SL_DTYPE_Q4 && sl_quant_int8_available(be);
-    if (!vnni && !(w[0]->dtype == SL_DTYPE_Q8 && be->isa == SL_ISA_AVX512)) return 0;
+    /* the paths whose prepared x is small: int8 activations (VNNI), Q8 on float ones (AVX-512) */
+    const int q4 = w[0]->dtype == SL_DTYPE_Q4;
+    const int vnni = sl_quant_int8_available(be);
+    if (!vnni && !(!q4 && be->isa == SL_ISA_AVX512)) return 0;
     for (int32_t i = 0; i < n; i++) {
         const int64_t G = sl_qgroups(w[i]->shape[1]);
         if (w[i]->ndim != 2 || w[i]->dtype != w[0]->dtype || !w[i]->scales || !w[i]->biases ||
@@ -1123,7 +1219,7 @@ int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const floa
                 q->xq = stack + used + 3 * (size_t)Gp * sizeof(float);
                 q->xd = xs + Gp;
                 q->xr = xs + 2 * Gp;
-                q_vnni_prep(q->x, K, Gp, (uint8_t *)q->xq, (float *)q->xd, xs, (float *)q->xr);
+                q_vnni_prep(q->x, K, Gp, q4, (uint8_t *)q->xq, (float *)q->xd, xs, (float *)q->xr);
             } else {
                 for (int64_t g0 = 0; g0 < G; g0 += QCH)
                     q_avx512_xsums(q->x, K, g0, xs + g0);
@@ -1132,7 +1228,7 @@ int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const floa
             first[m] = blocks;
             blocks += (t->shape[0] + 15) / 16;
         }
-        qmm_run_many(be, a, first, m, blocks, SL_ISA_AVX512, vnni, vnni); /* q4 iff vnni */
+        qmm_run_many(be, a, first, m, blocks, SL_ISA_AVX512, q4, vnni);
         i0 += m;
     }
     return 1;

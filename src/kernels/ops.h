@@ -398,7 +398,7 @@ struct sl_backend {
     int32_t n_threads;
     sl_isa isa;
     int32_t device;         /* backend memory is not host memory (CUDA) */
-    int32_t int4_float_act; /* CPU: int4 matmuls on float activations (quant.h, SL_QPATH_FLOAT) */
+    int32_t int4_float_act; /* CPU: int4 and int8 matmuls on float activations (quant.h FLOAT) */
     void *ctx;              /* backend state (CUDA: streams, handles, scratch) */
 };
 

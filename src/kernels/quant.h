@@ -39,8 +39,8 @@ void sl_dequantize_row(const sl_tensor *w, int64_t n, float *out);
  * Allocates nothing.
  */
 /* Products of one token each (decode's batches: a layer's q/k/v, its experts' gate and up,
- * their downs), all Q4 with int8 activations or all Q8 on AVX-512, in one parallel region
- * instead of one a product, each row computed as sl_matmul_quant_cpu computes it (the same
+ * their downs), all Q4 or all Q8 with int8 activations, or all Q8 on AVX-512, in one parallel
+ * region instead of one a product, each row computed as sl_matmul_quant_cpu computes it (the same
  * bits); 0 when the products do not all qualify (nothing done). */
 int sl_matmul_quant_batch1_cpu(const sl_backend *be, float *const *y, const float *const *x,
                                const sl_tensor *const *w, int32_t n);
@@ -48,22 +48,25 @@ void sl_matmul_quant_cpu(const sl_backend *be, float *y, const float *x, const s
                          int32_t T);
 
 /*
- * How a Q4 matmul treats the activations. FLOAT keeps x in float32 (the
+ * How a Q8/Q4 matmul treats the activations. FLOAT keeps x in float32 (the
  * order described in cpu_quant.c). INT8 quantises each token's x once per
  * call, symmetric per group of 64 columns:
  *   m = max |x_k|,  d = m / 127,  xq_k = rint(x_k * min(127 / m, FLT_MAX))
  * (float32 arithmetic, round to nearest even; zero-padded past K), and sums
  * integer products of codes and xq (AVX-512 VNNI):
- *   y = sum_g scale_g * (d_g * sum_k (q_k - 8) xq_k) + (bias_g + 8 scale_g) * X_g
- * with X_g the float sum of x over the group. Only the rounding of x to xq
- * is new error: |y - exact| <= sum_g scale_g * e_g * sum_k |q_k - 8| plus
+ *   y = sum_g scale_g * (d_g * sum_k (q_k - z) xq_k) + (bias_g + z scale_g) * X_g
+ * with X_g the float sum of x over the group and z the codes' centre (8 for Q4, 128 for Q8).
+ * Only the rounding of x to xq
+ * is new error: |y - exact| <= sum_g scale_g * e_g * sum_k |q_k - z| plus
  * float rounding, where e_g = d_g / 2 (to 1e-4 relative), or m itself for a
  * group so small (m < 127 / FLT_MAX, ~4e-37) that its xq are all zero. A group whose X is not
  * finite (an Inf or NaN in x, or finite values whose sum overflows) gets xq = 0 and d = NaN, so
  * every output of that token is NaN: never undefined behaviour, never a finite value made up
  * from non-finite input. Per-token bits still depend only on K (never on T, the tile or the
- * thread). Q8 always takes FLOAT (its error budget is tight); INT8 where unavailable also takes
- * FLOAT. AUTO (what sl_matmul_quant_cpu does) is INT8 whenever it is available.
+ * thread). INT8 where unavailable takes FLOAT. AUTO (what sl_matmul_quant_cpu does) is INT8
+ * whenever it is available, for Q8 too: its x rounding is about as large as its weights' (the
+ * logits of int8 packs move 1.4x further from the float model's, tests/unit/test_store.c), and
+ * prompts run 2-4x faster than on float x (docs/BENCHMARKS.md 5.1).
  */
 typedef enum sl_qpath {
     SL_QPATH_AUTO = 0,

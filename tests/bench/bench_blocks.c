@@ -96,6 +96,8 @@ static double time_calls(const sl_backend *be, float *y, const float *x, mat *m,
             const double t0 = sl_now();
             if (path < 0)
                 sl_matmul_cpu(be, y, x, &m[i].t, NULL, T);
+            else if (sl_dtype_is_quant(m[i].t.dtype))
+                sl_matmul_quant_cpu_path(be, y, x, &m[i].t, T, (sl_qpath)path);
             else
                 sl_matmul_blocks_cpu_path(be, y, x, &m[i].t, T, (sl_qpath)path);
             const double dt = sl_now() - t0;
@@ -147,10 +149,13 @@ int main(int argc, char **argv) {
         for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
             sl_backend be;
             sl_backend_cpu_init(&be, nth, (sl_isa)isa);
-            /* block types: the float path, then the int8 one where it runs */
-            const int blk = sl_dtype_is_block(types[i]);
+            /* block types and Q8/Q4: the float path, then the int8 one where it runs */
+            const int blk = sl_dtype_is_block(types[i]) || sl_dtype_is_quant(types[i]);
             for (int path = blk ? SL_QPATH_FLOAT : -1; path <= (blk ? SL_QPATH_INT8 : -1); path++) {
-                if (path == SL_QPATH_INT8 && !sl_blocks_int8_available(&be, &one.t)) continue;
+                if (path == SL_QPATH_INT8 &&
+                    !(sl_dtype_is_quant(types[i]) ? sl_quant_int8_available(&be)
+                                                  : sl_blocks_int8_available(&be, &one.t)))
+                    continue;
                 const int nc = isa == SL_ISA_SCALAR ? SL_MIN(n, 4) : n;
                 const double cold = time_calls(&be, y, x, m, nc, T, path);
                 const double hot = time_calls(&be, y, x, m, 1, T, path);

@@ -164,15 +164,15 @@ static void check_fixture(const char *dir, const char *name) {
 
 /* A pack of the checkpoint src at int8 or int4: a GPU expert cache of `slots` (the fewest a
  * token's picks allow) against all experts on the GPU, bit for bit, and the GPU against the CPU. At
- * int8 both compute alike (1e-3). At int4 the CPU quantises x to int8 where it has AVX-512 VNNI
- * (quant.h), else not, and the GPU where K is a multiple of 64 (else not: the fixtures' hidden size
- * is 48), so the bound there only catches a wrong kernel (a misread nibble or scale is an error of
- * order 1); the op tests hold the GPU's int4 GEMVs to each formula. With k64 (every K a multiple of
- * 64) also: one token a step (the decode fusions) and one pass of all 12 (prefill's products on
- * int8 tensor cores, cuda_imma.cu) against four, and int8 x against float x
- * (sl_cuda_params.int4_float_act), all on the GPU. The same x quantised the same way, only float
- * rounding differs, but a rounding of x that crosses an xq step moves a product by a step of
- * the grid: hence 1e-2, not the 1e-5 of float prefill. */
+ * int8 both compute alike on float x (1e-3; the CPU's int8 x turned off). At int4 the CPU quantises
+ * x to int8 where it has AVX-512 VNNI (quant.h), else not, and the GPU where K is a multiple of 64
+ * (else not: the fixtures' hidden size is 48), so the bound there only catches a wrong kernel (a
+ * misread nibble or scale is an error of order 1); the op tests hold the GPU's int4 GEMVs to each
+ * formula. With k64 (every K a multiple of 64) also: one token a step (the decode fusions) and one
+ * pass of all 12 (prefill's products on int8 tensor cores, cuda_imma.cu) against four, and int8 x
+ * against float x (sl_cuda_params.int4_float_act), all on the GPU. The same x quantised the same
+ * way, only float rounding differs, but a rounding of x that crosses an xq step moves a product by
+ * a step of the grid: hence 1e-2, not the 1e-5 of float prefill. */
 static void check_pack(const char *src, const char *name, int int4, int k64, int slots) {
     char dst[1100];
     const char *q = int4 ? "int4 pack" : "int8 pack";
@@ -188,7 +188,8 @@ static void check_pack(const char *src, const char *name, int int4, int k64, int
     static const int32_t ids[] = {3, 17, 29, 101, 5, 64, 77, 12, 9, 40, 33, 21};
     const int32_t n = (int32_t)(sizeof ids / sizeof ids[0]);
     int32_t V = 0;
-    sl_model_params cpu = {.backend = SL_BACKEND_CPU, .n_threads = 4};
+    /* int8: the CPU on float x as the GPU (with VNNI it would round x to int8, quant.h) */
+    sl_model_params cpu = {.backend = SL_BACKEND_CPU, .n_threads = 4, .int4_float_act = !int4};
     sl_model_params all = {.backend = SL_BACKEND_CUDA, .experts = SL_EXPERTS_RESIDENT};
     sl_model_params few = {.backend = SL_BACKEND_CUDA,
                            .experts = SL_EXPERTS_STREAM,

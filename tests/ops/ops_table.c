@@ -147,7 +147,8 @@ static int ot_check(ot_run *r, const char *what, const float *dev, const double 
 static double prod_tol(const ot_run *r, sl_dtype dt, double tol) {
     /* int8 activations: each group's rounding is d/2 of a 127-step grid (quant.h), a relative
      * error of some 1e-2 of the output's rms at these sizes; 6e-2 bounds its tail. */
-    if (dt == SL_DTYPE_Q4 && r->p->q4_int8) return fmax(tol, 6e-2);
+    if ((dt == SL_DTYPE_Q4 && r->p->q4_int8) || (dt == SL_DTYPE_Q8 && r->p->q8_int8))
+        return fmax(tol, 6e-2);
     /* int8 activations per 32 columns (cpu_blocks_int8.c): typically 0.4% of the output's rms,
      * up to 3% in the tail of these small products (and of the experts' two in a row) */
     return sl_dtype_is_block(dt) && r->p->block_int8 && sl_blocks_int8_type(dt) ? fmax(tol, 6e-2)

@@ -22,6 +22,8 @@ typedef struct ops_table_params {
     /* The backend's Q4 matmuls round the activations to int8 (quant.h's INT8 path; CUDA's
      * SLUICE_CUDA_Q4X): Q4 products are checked within that rounding, not float's. */
     int q4_int8;
+    /* The backend's Q8 matmuls round the activations to int8 (the CPU's INT8 path, VNNI). */
+    int q8_int8;
     /* The backend runs ggml's block types (Q8_0 .. MXFP4, issue 26): their rows run; else they
      * are skipped. */
     int block_types;

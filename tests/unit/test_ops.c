@@ -13,6 +13,7 @@ TEST(test_ops_table_cpu) {
         sl_backend be;
         sl_backend_cpu_init(&be, 2, (sl_isa)isa);
         const ops_table_params p = {.q4_int8 = sl_quant_int8_available(&be),
+                                    .q8_int8 = sl_quant_int8_available(&be),
                                     .block_types = 1,
                                     .block_int8 = sl_blocks_int8_on(&be)};
         const int failed = ops_table_run(&be, &p);

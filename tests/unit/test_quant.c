@@ -190,16 +190,18 @@ static void matmul_ref(const qmat *m, const float *x, int64_t T, double *ref) {
 
 /*
  * The int8 path in double: x quantised per group as quant.h specifies (the
- * same float operations, so the same xq), then per output
- *   refq  = sum_g s d sum (q - 8) xq + (b + 8 s) X      X exact
- *   bound = sum_g s e sum |q - 8|      e: the largest |x - d xq| allowed
- *   var   = sum_g s^2 d^2 / 12 sum (q - 8)^2   (rounding errors as uniform noise)
+ * same float operations, so the same xq), then per output, z the codes' centre
+ * (8 for Q4, 128 for Q8),
+ *   refq  = sum_g s d sum (q - z) xq + (b + z s) X      X exact
+ *   bound = sum_g s e sum |q - z|      e: the largest |x - d xq| allowed
+ *   var   = sum_g s^2 d^2 / 12 sum (q - z)^2   (rounding errors as uniform noise)
  * so that |y - refq| is float rounding and |refq - exact| <= bound.
  */
 static void int8_ref(const qmat *m, const float *x, int64_t T, double *refq, double *bound,
                      double *var) {
     const int64_t N = m->t.shape[0], K = m->t.shape[1], G = sl_qgroups(K);
     const size_t rb = sl_row_bytes(m->t.dtype, K);
+    const int q4 = m->t.dtype == SL_DTYPE_Q4, z = q4 ? 8 : 128;
     int *xq = malloc(sizeof(int) * (size_t)(K + 1));
     double *dg = malloc(sizeof(double) * (size_t)G), *eg = malloc(sizeof(double) * (size_t)G),
            *Xg = malloc(sizeof(double) * (size_t)G);
@@ -227,12 +229,12 @@ static void int8_ref(const qmat *m, const float *x, int64_t T, double *refq, dou
                 const double bi = sl_bf16_to_f32(m->bi[n * G + g]);
                 long dot = 0, sabs = 0, ssq = 0;
                 for (int64_t k = g * SL_QGROUP; k < SL_MIN(K, (g + 1) * SL_QGROUP); k++) {
-                    const int c = ((row[k >> 1] >> ((k & 1) * 4)) & 15) - 8;
+                    const int c = (q4 ? (row[k >> 1] >> ((k & 1) * 4)) & 15 : row[k]) - z;
                     dot += (long)c * xq[k];
                     sabs += labs((long)c);
                     ssq += (long)c * c;
                 }
-                r += sc * dg[g] * (double)dot + (bi + 8 * sc) * Xg[g];
+                r += sc * dg[g] * (double)dot + (bi + z * sc) * Xg[g];
                 bd += sc * eg[g] * (double)sabs;
                 v += sc * sc * dg[g] * dg[g] / 12 * (double)ssq;
             }
@@ -359,7 +361,7 @@ TEST(test_quant_matmul_all_isas) {
 
                         /* The int8 path where it runs; elsewhere a request for it is the
                          * float path. The default is int8 where it runs. */
-                        const int int8 = dts[d] == SL_DTYPE_Q4 && sl_quant_int8_available(&be);
+                        const int int8 = sl_quant_int8_available(&be);
                         for (int64_t i = 0; i < T * N; i++)
                             yi[i] = POISON;
                         sl_matmul_quant_cpu_path(&be, yi, x, &m.t, (int32_t)T, SL_QPATH_INT8);
@@ -429,23 +431,26 @@ TEST(test_quant_int8_activations) {
             }
             x[t * K + k] = frand() * mag;
         }
-    err_stats st = {0};
-    const sl_dtype dt = SL_DTYPE_Q4;
-    qmat m;
-    qmat_init(&m, dt, N, K);
-    qmat_quantize(&m, w);
-    matmul_ref(&m, x, T, ref);
-    for (int i = 0; i < T * N; i++)
-        y[i] = POISON;
-    sl_matmul_quant_cpu_path(&be, y, x, &m.t, T, SL_QPATH_INT8);
-    check_int8(&m, x, T, y, ref, &st, "int8 activations");
-    for (int n = 0; n < N; n++)
-        CHECKF(y[n] == 0.0f, "zero x: y[%d] = %g", n, y[n]);
-    for (int t = 0; t < T; t++) {
-        sl_matmul_quant_cpu_path(&be, y1, x + t * K, &m.t, 1, SL_QPATH_INT8);
-        CHECKF(memcmp(y1, y + t * N, sizeof y1) == 0, "token %d alone differs", t);
+    for (int d = 0; d < 2; d++) {
+        err_stats st = {0};
+        const sl_dtype dt = d ? SL_DTYPE_Q4 : SL_DTYPE_Q8;
+        qmat m;
+        qmat_init(&m, dt, N, K);
+        qmat_quantize(&m, w);
+        matmul_ref(&m, x, T, ref);
+        for (int i = 0; i < T * N; i++)
+            y[i] = POISON;
+        sl_matmul_quant_cpu_path(&be, y, x, &m.t, T, SL_QPATH_INT8);
+        check_int8(&m, x, T, y, ref, &st, d ? "Q4 int8 activations" : "Q8 int8 activations");
+        for (int n = 0; n < N; n++)
+            CHECKF(y[n] == 0.0f, "%s zero x: y[%d] = %g", sl_dtype_name(dt), n, y[n]);
+        for (int t = 0; t < T; t++) {
+            sl_matmul_quant_cpu_path(&be, y1, x + t * K, &m.t, 1, SL_QPATH_INT8);
+            CHECKF(memcmp(y1, y + t * N, sizeof y1) == 0, "%s token %d alone differs",
+                   sl_dtype_name(dt), t);
+        }
+        qmat_free(&m);
     }
-    qmat_free(&m);
     free(w), free(x), free(y), free(ref);
 }
 
@@ -482,7 +487,7 @@ TEST(test_quant_matmul_dispatch) {
         for (int isa = SL_ISA_SCALAR; isa <= (int)sl_cpu_best_isa(); isa++) {
             sl_backend be;
             sl_backend_cpu_init(&be, 2, (sl_isa)isa);
-            const int int8 = dts[d] == SL_DTYPE_Q4 && sl_quant_int8_available(&be);
+            const int int8 = sl_quant_int8_available(&be);
             float y[T * N], y2[T * N];
             for (int i = 0; i < T * N; i++)
                 y[i] = POISON;
@@ -546,8 +551,7 @@ TEST(test_quant_matmul_long_rows) {
                 for (int64_t j = 0; j < T * N; j++)
                     y[j] = POISON;
                 sl_matmul_quant_cpu_path(&be, y, x, &m.t, (int32_t)T, (sl_qpath)p);
-                const int int8 = p == SL_QPATH_INT8 && dts[d] == SL_DTYPE_Q4 &&
-                                 sl_quant_int8_available(&be) &&
+                const int int8 = p == SL_QPATH_INT8 && sl_quant_int8_available(&be) &&
                                  sl_qgroups(K) <= SL_QINT8_MAX_GROUPS;
                 if (int8) {
                     err_stats st = {0};
@@ -618,9 +622,7 @@ TEST(test_quant_nonfinite_activations) {
                     sl_backend be;
                     sl_backend_cpu_init(&be, 2, (sl_isa)isa);
                     const char *what =
-                        p == SL_QPATH_INT8 && dts[d] == SL_DTYPE_Q4 && sl_quant_int8_available(&be)
-                            ? "int8"
-                            : "float";
+                        p == SL_QPATH_INT8 && sl_quant_int8_available(&be) ? "int8" : "float";
                     for (int64_t i = 0; i < T * N; i++)
                         y[i] = POISON;
                     sl_matmul_quant_cpu_path(&be, y, x, &m.t, T, (sl_qpath)p);
