@@ -78,8 +78,9 @@ typedef struct sl_cuda_params {
     /* int4 GEMVs on float activations, the scalar CPU's formula, instead of activations
      * quantised to int8 (quant.h's formula, the CPU's with AVX-512 VNNI: 373 against 314 tok/s) */
     int32_t int4_float_act;
-    /* prefill products (more than 4 tokens) on the CUDA cores in float32 instead of the tensor
-     * cores (BF16 with x split in three parts: float32 products, summed in another order) */
+    /* prefill products (more than 4 tokens) and prompt attention on the CUDA cores in float32
+     * instead of the tensor cores (BF16 with x split in three parts, TF32 in three MMAs:
+     * float32 products, summed in another order) */
     int32_t no_tensor_cores;
 } sl_cuda_params;
 

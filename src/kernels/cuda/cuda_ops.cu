@@ -1754,10 +1754,12 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     a.sinks_dt = args->sinks ? (int)args->sinks->dtype : 0;
     if (att_tiled_use(c, args)) {
         if (args->prep) cu_qkv_prep(be, args->prep);
-        /* tensor cores from 512 keys a row on; under that the float32 kernel is faster (0.77x
-         * at 64-256 tokens from 0, 1.04x at 512, 1.3x at 4,096: BENCHMARKS 15.1) */
-        const bool tc = c->att_path == SL_CUDA_ATT_TC ||
-                        (c->att_path == SL_CUDA_ATT_AUTO && args->pos0 + args->T >= 512);
+        /* tensor cores from 512 keys a row on, unless the backend keeps off them
+         * (sl_cuda_params.no_tensor_cores); under that the float32 kernel is faster (0.88x at
+         * 64-256 tokens from 0, 1.16x at 512, 1.46x at 4,096: BENCHMARKS 15.1) */
+        const bool tc =
+            c->att_path == SL_CUDA_ATT_TC ||
+            (c->att_path == SL_CUDA_ATT_AUTO && c->tensor_cores && args->pos0 + args->T >= 512);
         att_tiled(c, a, tc);
         CUDA_LAUNCHED(c);
         return;
