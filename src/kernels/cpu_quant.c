@@ -975,31 +975,35 @@ VNNI_INL void q_vnni_tile(const qmm *a, int64_t n, int32_t t0, const int NT, int
 
 /* Rows [n0, n1) for all tokens: per group of 4 rows, tiles of QNT tokens (the
  * tokens' xq stay cached across the 4 rows, the rows' codes across the tiles). */
-#define DEFINE_QROWS_VNNI(Q4NAME, Q4)                                                              \
-    VNNI_ATTR static void qrows_vnni_##Q4NAME(const qmm *a, int64_t n0, int64_t n1) {              \
-        const int32_t T = a->T;                                                                    \
-        for (int64_t n = n0; n < n1; n += 4) {                                                     \
-            const int64_t nr = SL_MIN(4, n1 - n);                                                  \
-            int32_t t = 0;                                                                         \
-            for (; t + QNT <= T; t += QNT)                                                         \
-                for (int64_t r = 0; r < nr; r++)                                                   \
-                    q_vnni_tile(a, n + r, t, QNT, t == 0, Q4);                                     \
-            for (int64_t r = 0; r < nr; r++)                                                       \
-                switch (T - t) {                                                                   \
-                case 7: q_vnni_tile(a, n + r, t, 7, t == 0, Q4); break;                            \
-                case 6: q_vnni_tile(a, n + r, t, 6, t == 0, Q4); break;                            \
-                case 5: q_vnni_tile(a, n + r, t, 5, t == 0, Q4); break;                            \
-                case 4: q_vnni_tile(a, n + r, t, 4, t == 0, Q4); break;                            \
-                case 3: q_vnni_tile(a, n + r, t, 3, t == 0, Q4); break;                            \
-                case 2: q_vnni_tile(a, n + r, t, 2, t == 0, Q4); break;                            \
-                case 1: q_vnni_tile(a, n + r, t, 1, t == 0, Q4); break;                            \
-                default: break;                                                                    \
-                }                                                                                  \
-        }                                                                                          \
+VNNI_INL void qrows_vnni(const qmm *a, int64_t n0, int64_t n1, const int q4) {
+    const int32_t T = a->T;
+    for (int64_t n = n0; n < n1; n += 4) {
+        const int64_t nr = SL_MIN(4, n1 - n);
+        int32_t t = 0;
+        for (; t + QNT <= T; t += QNT)
+            for (int64_t r = 0; r < nr; r++)
+                q_vnni_tile(a, n + r, t, QNT, t == 0, q4);
+        for (int64_t r = 0; r < nr; r++)
+            switch (T - t) {
+            case 7: q_vnni_tile(a, n + r, t, 7, t == 0, q4); break;
+            case 6: q_vnni_tile(a, n + r, t, 6, t == 0, q4); break;
+            case 5: q_vnni_tile(a, n + r, t, 5, t == 0, q4); break;
+            case 4: q_vnni_tile(a, n + r, t, 4, t == 0, q4); break;
+            case 3: q_vnni_tile(a, n + r, t, 3, t == 0, q4); break;
+            case 2: q_vnni_tile(a, n + r, t, 2, t == 0, q4); break;
+            case 1: q_vnni_tile(a, n + r, t, 1, t == 0, q4); break;
+            default: break;
+            }
     }
+}
 
-DEFINE_QROWS_VNNI(q4, 1)
-DEFINE_QROWS_VNNI(q8, 0)
+/* One copy of the loops per format, q4 constant in each. */
+VNNI_ATTR static void qrows_vnni_q4(const qmm *a, int64_t n0, int64_t n1) {
+    qrows_vnni(a, n0, n1, 1);
+}
+VNNI_ATTR static void qrows_vnni_q8(const qmm *a, int64_t n0, int64_t n1) {
+    qrows_vnni(a, n0, n1, 0);
+}
 
 /* ---------------------------------------------------------- driver */
 

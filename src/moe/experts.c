@@ -57,13 +57,15 @@ sl_status sl_experts_open_views(sl_expert_store *s, int32_t n_layers, int32_t n_
 /* Reads that return no new byte this many times in a row give up rather than spin. */
 #define SL_READ_MAX_STUCK 8
 
-/* Expert memory (resident experts, stream slots) on huge pages where the kernel grants them on
- * request (THP "madvise", a common default): the products stream gigabytes of it, and on 4 KiB
- * pages every page costs a TLB miss, a nested page walk on a VM. Measured on an EPYC VM: int8
- * prefill 4.5x faster, load 2.4x (docs/BENCHMARKS.md 5.1). A hint: refused (or p NULL), nothing
- * changes. */
-static void advise_huge(void *p, size_t len) {
+/* Expert memory (resident experts, stream slots), page-aligned and on huge pages where the
+ * kernel grants them on request (THP "madvise", a common default): the products stream
+ * gigabytes of it, and on 4 KiB pages every page costs a TLB miss, a nested page walk on a VM.
+ * Measured on an EPYC VM: int8 prefill 4.5x faster, load 2.4x (docs/BENCHMARKS.md 5.1). The
+ * advice is a hint: refused, nothing changes. NULL when out of memory. */
+static uint8_t *expert_alloc(size_t len) {
+    uint8_t *p = aligned_alloc(SL_PACK_PAGE, len);
     if (p && len) (void)madvise(p, len, MADV_HUGEPAGE);
+    return p;
 }
 
 static uint64_t align_up(uint64_t x, uint64_t a) {
@@ -520,8 +522,7 @@ static sl_status make_slots(sl_expert_layer *L, uint64_t blob, const sl_store_pa
                        one);
     }
     const int32_t n_slots = (int32_t)SL_MIN(n, E);
-    L->slot_mem = aligned_alloc(SL_PACK_PAGE, (size_t)n_slots * blob);
-    advise_huge(L->slot_mem, (size_t)n_slots * blob);
+    L->slot_mem = expert_alloc((size_t)n_slots * blob);
     L->slot_views = sl_calloc((size_t)n_slots, sizeof(sl_expert), err);
     if (sl_slot_cache_init(&L->slots, n_slots, E, p->policy, err) || !L->slot_mem || !L->slot_views)
         return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", n_slots);
@@ -560,10 +561,9 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         if (L->crc && !(L->verified = sl_calloc((size_t)E, 1, err))) return SL_ERR_NOMEM;
         return SL_OK; /* the descriptor stays open: fetch checks the size with fstat */
     } else if (p->mode == SL_EXPERTS_RESIDENT) {
-        L->resident = aligned_alloc(SL_PACK_PAGE, (size_t)E * h->blob_bytes);
+        L->resident = expert_alloc((size_t)E * h->blob_bytes);
         if (!L->resident)
             return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", path);
-        advise_huge(L->resident, (size_t)E * h->blob_bytes);
         for (int32_t e = 0; e < E; e++) {
             uint8_t *blob = L->resident + (uint64_t)e * h->blob_bytes;
             int r = read_full(L->fd, blob, h->blob_bytes,
@@ -698,9 +698,8 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
     L->n_parts = (int32_t)SL_MIN(SL_MAX((big + want - 1) / want, (uint64_t)1), SL_READ_MAX_PARTS);
     if (rl && (st = stage_reserve(s, L->raw_bytes, p, err))) return st;
     if (p->mode == SL_EXPERTS_STREAM) return make_slots(L, blob, p, n_moe, err);
-    if (!(L->resident = aligned_alloc(SL_PACK_PAGE, (size_t)E * blob)))
+    if (!(L->resident = expert_alloc((size_t)E * blob)))
         return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", L->path);
-    advise_huge(L->resident, (size_t)E * blob);
     for (int32_t e = 0; e < E; e++) {
         uint8_t *b = L->resident + (uint64_t)e * blob;
         blob_views(L, &L->views[e], b);

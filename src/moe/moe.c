@@ -68,6 +68,12 @@ void sl_moe_swiglu_mlp(const sl_backend *be, float *out, const float *x, const s
     be->ops->matmul(be, out, hg, d, NULL, T);
 }
 
+/* Where a run of experts leaves its output rows: the step's own buffer when its runs outgrow the
+ * caller's (max_rows > max_batch). */
+static float *run_rows(const sl_moe_scratch *ms, const sl_moe_io *io) {
+    return ms->run_out ? ms->run_out : io->rows;
+}
+
 /*
  * The fetched experts list[0..n) (their views), whose rows total at most max_batch,
  * in one pass each: gather every row they read into xg (expert by expert), the gate and up
@@ -77,12 +83,6 @@ void sl_moe_swiglu_mlp(const sl_backend *be, float *out, const float *x, const s
  * where each (token, rank) row's is; it returns 1 then. Per row it computes exactly what one
  * expert at a time does.
  */
-/* Where a run of experts leaves its output rows: the step's own buffer when its runs outgrow the
- * caller's (max_rows > max_batch). */
-static float *run_rows(const sl_moe_scratch *ms, const sl_moe_io *io) {
-    return ms->run_out ? ms->run_out : io->rows;
-}
-
 static int experts_batched(sl_moe_scratch *ms, const sl_moe_io *io, const int32_t *list,
                            const sl_expert *const *views, int32_t n, int32_t rows,
                            int32_t chunk_rows) {

@@ -75,13 +75,8 @@ static int messages_prompt(srv *s, json_t *req, srv_job *j, int32_t think, json_
     }
     for (size_t i = 0; k < n && !rc; i++, k++) {
         json_t *msg = json_array_get(msgs, i);
-        json_t *role = json_object_get(msg, "role");
-        if (!json_is_object(msg) || !json_is_string(role)) {
-            rc = srv_bad(error, "messages", "messages[%zu] must be an object with a string 'role'",
-                         i);
-            break;
-        }
-        const char *r = json_string_value(role);
+        const char *r;
+        if ((rc = srv_msg_role(msg, i, &r, error))) break;
         if (!strcmp(r, "system")) {
             rc = srv_bad(error, "messages",
                          "messages[%zu].role 'system' is not supported: the system prompt goes "
@@ -113,12 +108,7 @@ static int messages_prompt(srv *s, json_t *req, srv_job *j, int32_t think, json_
         rc = blocks_text(content, "messages", where, &owned[k], error);
         m[k] = (sl_chat_msg){r, owned[k]};
     }
-    if (!rc) rc = srv_encode_chat(s, m, (int32_t)n, think, j, error);
-    for (size_t i = 0; owned && i < n; i++)
-        free(owned[i]);
-    free(owned);
-    free(m);
-    return rc;
+    return srv_encode_chat_free(s, m, owned, n, think, j, rc, error);
 }
 
 /* thinking: {"type": "enabled", "budget_tokens": N} or {"type": "disabled"}: the template's

@@ -177,6 +177,12 @@ int srv_bad(json_t **error, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The request body as JSON, or NULL with *error a 400's (srv_bad) naming where it broke. */
 json_t *srv_load_body(const char *body, size_t len, json_t **error);
+/* The prompt of messages m[0..n) (srv_encode_chat) unless rc already holds an error; then frees
+ * owned[0..n) (their texts), owned and m. Returns rc or the encoding's status. */
+int srv_encode_chat_free(srv *s, sl_chat_msg *m, char **owned, size_t n, int32_t think, srv_job *j,
+                         int rc, json_t **error);
+/* messages[i]'s role (msg must be an object with a string "role"): 0, or 400 with *error set. */
+int srv_msg_role(json_t *msg, size_t i, const char **role, json_t **error);
 /* Optional fields: absent or null leaves *out. 0, or 400 with *error set. */
 int srv_get_number(json_t *req, const char *key, double lo, double hi, double *out, json_t **error);
 int srv_get_int(json_t *req, const char *key, int64_t lo, int64_t hi, int64_t *out, json_t **error);

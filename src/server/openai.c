@@ -140,13 +140,8 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
     int rc = m && owned ? 0 : 500;
     for (size_t i = 0; i < n && !rc; i++) {
         json_t *msg = json_array_get(msgs, i);
-        json_t *role = json_object_get(msg, "role");
-        if (!json_is_object(msg) || !json_is_string(role)) {
-            rc = srv_bad(error, "messages", "messages[%zu] must be an object with a string 'role'",
-                         i);
-            break;
-        }
-        const char *r = json_string_value(role);
+        const char *r;
+        if ((rc = srv_msg_role(msg, i, &r, error))) break;
         if (!strcmp(r, "developer")) r = "system";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
             rc = srv_bad(error, "messages",
@@ -163,12 +158,7 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
         rc = message_text(content, i, &owned[i], error);
         m[i] = (sl_chat_msg){r, owned[i]};
     }
-    if (!rc) rc = srv_encode_chat(s, m, (int32_t)n, think, j, error);
-    for (size_t i = 0; owned && i < n; i++)
-        free(owned[i]);
-    free(owned);
-    free(m);
-    return rc;
+    return srv_encode_chat_free(s, m, owned, n, think, j, rc, error);
 }
 
 /* prompt: a string or an array of token ids, or a list holding one of them. The OpenAI API
@@ -303,6 +293,25 @@ int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, jso
     }
     const int64_t room = s->max_ctx - (int64_t)j->prompt.n;
     j->max_tokens = (int32_t)(max_tokens < 0 ? room : SL_MIN(max_tokens, room));
+    return 0;
+}
+
+int srv_encode_chat_free(srv *s, sl_chat_msg *m, char **owned, size_t n, int32_t think, srv_job *j,
+                         int rc, json_t **error) {
+    if (!rc) rc = srv_encode_chat(s, m, (int32_t)n, think, j, error);
+    for (size_t i = 0; owned && i < n; i++)
+        free(owned[i]);
+    free(owned);
+    free(m);
+    return rc;
+}
+
+int srv_msg_role(json_t *msg, size_t i, const char **role, json_t **error) {
+    json_t *r = json_object_get(msg, "role");
+    if (!json_is_object(msg) || !json_is_string(r))
+        return srv_bad(error, "messages", "messages[%zu] must be an object with a string 'role'",
+                       i);
+    *role = json_string_value(r);
     return 0;
 }
 

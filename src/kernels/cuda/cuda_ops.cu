@@ -1093,20 +1093,70 @@ __global__ void attn_combine(att_params a) {
 #define ATT_TILE_THREADS 256
 #define ATT_TILE_MIN_T   64
 
-/* Rows 0 .. R-1 of a tile of D floats each into s (swizzled), row i's first hd floats from
- * row(i) (NULL: zeros), zeros beyond; `any` is a valid address for the zero copies. Every thread
- * of the block takes part. */
-template <int D, int R, typename Row>
-__device__ __forceinline__ void att_tile_load(float *s, int hd, const float *any, Row row) {
+/* A tiled prompt-attention block's share (attn_tiled_kernel, attn_tc_kernel): BR rows of KV head
+ * blockIdx.y in the order r = t G + g (token t, query head g of the group), the latest rows
+ * first, and the keys kf .. kl that those rows' ranges span, in tiles of BK cache rows. */
+template <int BR, int BK> struct att_block {
+    const att_params &a;
+    int G, kvh, rows, r0, kf, kl, n_tiles;
+    size_t q_stride, kv_stride;
+    __device__ __forceinline__ explicit att_block(const att_params &p) : a(p) {
+        G = a.n_heads / a.n_kv, kvh = (int)blockIdx.y, rows = a.T * G;
+        r0 = (int)(gridDim.x - 1 - blockIdx.x) * BR;
+        kf = att_first(a, r0 / G), kl = a.pos0 + (min(r0 + BR, rows) - 1) / G;
+        n_tiles = (kl - kf) / BK + 1;
+        q_stride = (size_t)a.n_heads * a.hd, kv_stride = (size_t)a.n_kv * a.hd;
+    }
+    /* row r's keys lo .. hi (an empty range past the last row) */
+    __device__ __forceinline__ void range(int r, int &lo, int &hi) const {
+        lo = r < rows ? att_first(a, r / G) : 1;
+        hi = r < rows ? a.pos0 + r / G : 0;
+    }
+    /* where row r is in q and out */
+    __device__ __forceinline__ size_t at(int r) const {
+        return (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * a.hd;
+    }
+    /* the sink logit of row r's head; -inf without sinks or for an empty range */
+    __device__ __forceinline__ float sink(int r, bool live) const {
+        return a.sinks && live ? cu_load_f(a.sinks, a.sinks_dt, (size_t)(kvh * G + r % G))
+                               : -INFINITY;
+    }
+    /* the tile loaders' row functions: the block's Q row i (NULL past the last row), and
+     * cache row i of key tile `tile` in the KV head's columns (NULL past kl) */
+    __device__ __forceinline__ auto q_rows() const {
+        return
+            [this](int i) -> const float * { return r0 + i < rows ? a.q + at(r0 + i) : nullptr; };
+    }
+    __device__ __forceinline__ auto keys(const float *cache, int tile) const {
+        const float *base = cache + (size_t)kvh * a.hd;
+        return [this, base, tile](int i) -> const float * {
+            const int j = kf + tile * BK + i;
+            return j <= kl ? base + (size_t)j * kv_stride : nullptr;
+        };
+    }
+};
+
+/* Rows 0 .. R-1 of a tile of D floats each into s, 16-byte chunk c of row i at float at(i, c),
+ * row i's first hd floats from row(i) (NULL: zeros), zeros beyond; `any` is a valid address for
+ * the zero copies. Every one of the block's THREADS threads takes part. */
+template <int D, int R, int THREADS, typename Row, typename At>
+__device__ __forceinline__ void att_load(float *s, int hd, const float *any, Row row, At at) {
     constexpr int C = D / 4;
-    static_assert(R * C % ATT_TILE_THREADS == 0, "whole rounds of the block");
+    static_assert(R * C % THREADS == 0, "whole rounds of the block");
 #pragma unroll
-    for (int m = 0; m < R * C / ATT_TILE_THREADS; m++) {
-        const int e = (int)threadIdx.x + m * ATT_TILE_THREADS, i = e / C, c = e % C;
+    for (int m = 0; m < R * C / THREADS; m++) {
+        const int e = (int)threadIdx.x + m * THREADS, i = e / C, c = e % C;
         const float *src = row(i);
         const bool ok = src && 4 * c < hd;
-        cu_cp16_or_zero(cu_saddr(s + 4 * (i * C + (c ^ (i & 7)))), ok ? src + 4 * c : any, ok);
+        cu_cp16_or_zero(cu_saddr(s + at(i, c)), ok ? src + 4 * c : any, ok);
     }
+}
+
+/* attn_tiled_kernel's tiles: chunks swizzled (see there) */
+template <int D, int R, typename Row>
+__device__ __forceinline__ void att_tile_load(float *s, int hd, const float *any, Row row) {
+    att_load<D, R, ATT_TILE_THREADS>(
+        s, hd, any, row, [](int i, int c) { return 4 * (i * (D / 4) + (c ^ (i & 7))); });
 }
 
 /* The scaled scores of the thread's rows sr + 16 i and keys kk + 16 j of a tile (sq: Q, sk: the
@@ -1185,42 +1235,20 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
                   "tile layout");
     extern __shared__ __align__(16) float smem[];
     float *sq = smem, *sp = sq + BR * D, *sl = sp + BR * BK, *sb0 = sl + BR, *sb1 = sb0 + BK * D;
-    const int G = a.n_heads / a.n_kv, kvh = blockIdx.y, rows = a.T * G, hd = a.hd;
-    const int r0 = (int)(gridDim.x - 1 - blockIdx.x) * BR;
-    const int t_lo = r0 / G, t_hi = (min(r0 + BR, rows) - 1) / G;
-    const int kf = att_first(a, t_lo), kl = a.pos0 + t_hi, n_tiles = (kl - kf) / BK + 1;
+    const att_block<BR, BK> b(a);
+    const int hd = a.hd, kf = b.kf, kl = b.kl, n_tiles = b.n_tiles;
     const int tid = threadIdx.x, sr = tid / 16, kk = tid % 16;
-    const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
-    const float *kbase = a.kc + (size_t)kvh * hd, *vbase = a.vc + (size_t)kvh * hd;
-    /* the key range of each of the thread's rows (empty past the last row) */
+    /* the key range of each of the thread's rows */
     int lo[TR], hi[TR];
 #pragma unroll
-    for (int i = 0; i < TR; i++) {
-        const int r = r0 + sr + 16 * i;
-        lo[i] = r < rows ? att_first(a, r / G) : 1;
-        hi[i] = r < rows ? a.pos0 + r / G : 0;
-    }
-    auto sink_of = [&](int i) {
-        return a.sinks && lo[i] <= hi[i]
-                   ? cu_load_f(a.sinks, a.sinks_dt, (size_t)(kvh * G + (r0 + sr + 16 * i) % G))
-                   : -INFINITY;
-    };
-    auto q_row = [&](int i) -> const float * {
-        const int r = r0 + i;
-        return r < rows ? a.q + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd
-                        : nullptr;
-    };
-    auto key_rows = [&](const float *base, int tile) {
-        return [=](int i) -> const float * {
-            const int j = kf + tile * BK + i;
-            return j <= kl ? base + (size_t)j * kv_stride : nullptr;
-        };
-    };
+    for (int i = 0; i < TR; i++)
+        b.range(b.r0 + sr + 16 * i, lo[i], hi[i]);
+    auto sink_of = [&](int i) { return b.sink(b.r0 + sr + 16 * i, lo[i] <= hi[i]); };
     cu_pdl_wait();
 
     /* pass 1: the tiles from the last, so that the first (pass 2's first) is resident after */
-    att_tile_load<D, BR>(sq, hd, a.q, q_row);
-    att_tile_load<D, BK>(sb0, hd, a.kc, key_rows(kbase, n_tiles - 1));
+    att_tile_load<D, BR>(sq, hd, a.q, b.q_rows());
+    att_tile_load<D, BK>(sb0, hd, a.kc, b.keys(a.kc, n_tiles - 1));
     cu_cp_commit();
     float M[TR];
 #pragma unroll
@@ -1229,7 +1257,7 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
     for (int it = 0; it < n_tiles; it++) {
         const int tile = n_tiles - 1 - it;
         if (it + 1 < n_tiles) {
-            att_tile_load<D, BK>(it & 1 ? sb0 : sb1, hd, a.kc, key_rows(kbase, tile - 1));
+            att_tile_load<D, BK>(it & 1 ? sb0 : sb1, hd, a.kc, b.keys(a.kc, tile - 1));
             cu_cp_commit();
             cu_cp_wait<1>();
         } else {
@@ -1271,14 +1299,14 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
             cu_cp_wait<0>();
             __syncthreads();
         }
-        att_tile_load<D, BK>(vb, hd, a.vc, key_rows(vbase, tile));
+        att_tile_load<D, BK>(vb, hd, a.vc, b.keys(a.vc, tile));
         cu_cp_commit();
         float s[TR][TK];
         att_tile_scores<D, TR, TK>(s, sq, kb, sr, kk, a.scale);
         __syncthreads(); /* kb is free */
         const bool more = tile + 1 < n_tiles;
         if (more) {
-            att_tile_load<D, BK>(kb, hd, a.kc, key_rows(kbase, tile + 1));
+            att_tile_load<D, BK>(kb, hd, a.kc, b.keys(a.kc, tile + 1));
             cu_cp_commit();
         }
         const int j0 = kf + tile * BK + kk;
@@ -1355,10 +1383,10 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < TRO; i++) {
-        const int row = orr * TRO + i, r = r0 + row;
-        if (r >= rows) continue;
+        const int row = orr * TRO + i, r = b.r0 + row;
+        if (r >= b.rows) continue;
         const float inv = 1.0f / sl[row];
-        float *out = a.out + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd;
+        float *out = a.out + b.at(r);
 #pragma unroll
         for (int m = 0; m < CO; m++) {
             const int c = oc + NOC * m;
@@ -1370,21 +1398,28 @@ __global__ void __launch_bounds__(ATT_TILE_THREADS) attn_tiled_kernel(att_params
     }
 }
 
-/* One tiled launch: a block per BR rows of a KV head; the kernel's shared memory limit raised
- * past the default 48 KiB once per context (bit: its bit in c->att_smem). */
-template <int D, int BR, int BK>
-static void att_tiled_launch(cu_ctx *c, const att_params &a, unsigned bit) {
-    const size_t smem = (size_t)(BR * D + BR * BK + BR + 2 * BK * D) * sizeof(float);
+/* One tiled launch of kernel (attn_tiled_kernel or attn_tc_kernel): a block of `threads` per BR
+ * rows of a KV head (att_block); the kernel's shared memory limit raised past the default 48
+ * KiB once per context (bit: its bit in c->att_smem). */
+template <typename K>
+static void att_tiled_launch(cu_ctx *c, K kernel, const att_params &a, int BR, int threads,
+                             size_t smem, unsigned bit) {
     if (!(c->att_smem & bit)) {
-        const cudaError_t e = cudaFuncSetAttribute(
-            attn_tiled_kernel<D, BR, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        const cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         CUDA_CHECK(c, e);
         if (e != cudaSuccess) return;
         c->att_smem |= bit;
     }
     const int64_t rows = (int64_t)a.T * (a.n_heads / a.n_kv);
     const dim3 grid((unsigned)((rows + BR - 1) / BR), (unsigned)a.n_kv);
-    cu_launch(attn_tiled_kernel<D, BR, BK>, grid, ATT_TILE_THREADS, smem, c, a);
+    cu_launch(kernel, grid, threads, smem, c, a);
+}
+
+template <int D, int BR, int BK>
+static void att_f32_launch(cu_ctx *c, const att_params &a, unsigned bit) {
+    const size_t smem = (size_t)(BR * D + BR * BK + BR + 2 * BK * D) * sizeof(float);
+    att_tiled_launch(c, attn_tiled_kernel<D, BR, BK>, a, BR, ATT_TILE_THREADS, smem, bit);
 }
 
 /* ------------------------------------- prompt attention on tensor cores */
@@ -1453,19 +1488,10 @@ __device__ __forceinline__ void att_mma3(float (&d)[4], const uint32_t (&ah)[4],
     att_mma(d, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
 }
 
-/* Rows 0 .. R-1 of a tile into s (rows S floats apart), row i's first hd floats from row(i)
- * (NULL: zeros), zeros to D; `any` is a valid address for the zero copies. */
+/* attn_tc_kernel's tiles: rows S floats apart */
 template <int D, int R, int S, typename Row>
 __device__ __forceinline__ void att_tc_load(float *s, int hd, const float *any, Row row) {
-    constexpr int C = D / 4;
-    static_assert(R * C % ATT_TC_THREADS == 0, "whole rounds of the block");
-#pragma unroll
-    for (int m = 0; m < R * C / ATT_TC_THREADS; m++) {
-        const int e = (int)threadIdx.x + m * ATT_TC_THREADS, i = e / C, c = e % C;
-        const float *src = row(i);
-        const bool ok = src && 4 * c < hd;
-        cu_cp16_or_zero(cu_saddr(s + i * S + 4 * c), ok ? src + 4 * c : any, ok);
-    }
+    att_load<D, R, ATT_TC_THREADS>(s, hd, any, row, [](int i, int c) { return i * S + 4 * c; });
 }
 
 /* The warp's scores S (16 rows x BK keys, C fragments, unscaled) of the K tile sk against its
@@ -1521,48 +1547,31 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
     extern __shared__ __align__(16) float smem[];
     float *sq = smem, *sk0 = sq + BR * QS, *sk1 = sk0 + BK * QS, *sv0 = sk1 + BK * QS,
           *sv1 = sv0 + BK * VS;
-    const int G = a.n_heads / a.n_kv, kvh = blockIdx.y, rows = a.T * G, hd = a.hd;
-    const int r0 = (int)(gridDim.x - 1 - blockIdx.x) * BR;
-    const int t_lo = r0 / G, t_hi = (min(r0 + BR, rows) - 1) / G;
-    const int kf = att_first(a, t_lo), kl = a.pos0 + t_hi, n_tiles = (kl - kf) / BK + 1;
+    const att_block<BR, BK> b(a);
+    const int hd = a.hd, kf = b.kf, n_tiles = b.n_tiles;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
-    const float *kbase = a.kc + (size_t)kvh * hd, *vbase = a.vc + (size_t)kvh * hd;
-    /* the thread's two rows, g and g + 8 of the warp's 16, and their key ranges (empty past the
-     * last row) */
-    int lo[2], hi[2];
+    /* the thread's two rows, g and g + 8 of the warp's 16, and their key ranges */
+    int row[2], lo[2], hi[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int r = r0 + 16 * warp + g + 8 * i;
-        lo[i] = r < rows ? att_first(a, r / G) : 1;
-        hi[i] = r < rows ? a.pos0 + r / G : 0;
+        row[i] = b.r0 + 16 * warp + g + 8 * i;
+        b.range(row[i], lo[i], hi[i]);
     }
-    auto q_row = [&](int i) -> const float * {
-        const int r = r0 + i;
-        return r < rows ? a.q + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd
-                        : nullptr;
-    };
-    auto key_rows = [&](const float *base, int tile) {
-        return [=](int i) -> const float * {
-            const int j = kf + tile * BK + i;
-            return j <= kl ? base + (size_t)j * kv_stride : nullptr;
-        };
-    };
     cu_pdl_wait();
     const float *wq = sq + 16 * warp * QS; /* the warp's Q rows */
 
     /* pass 1 */
-    att_tc_load<D, BR, QS>(sq, hd, a.q, q_row);
-    att_tc_load<D, BK, QS>(sk0, hd, a.kc, key_rows(kbase, 0));
+    att_tc_load<D, BR, QS>(sq, hd, a.q, b.q_rows());
+    att_tc_load<D, BK, QS>(sk0, hd, a.kc, b.keys(a.kc, 0));
     cu_cp_commit();
     float M[2] = {-INFINITY, -INFINITY};
     /* tile's buffers ready: the next tile's K (and V) loads issued into the others, tile's own
      * waited for, by the whole block */
     auto advance = [&](int tile, bool with_v) {
         if (tile + 1 < n_tiles) {
-            att_tc_load<D, BK, QS>(tile & 1 ? sk0 : sk1, hd, a.kc, key_rows(kbase, tile + 1));
+            att_tc_load<D, BK, QS>(tile & 1 ? sk0 : sk1, hd, a.kc, b.keys(a.kc, tile + 1));
             if (with_v)
-                att_tc_load<D, BK, VS>(tile & 1 ? sv0 : sv1, hd, a.vc, key_rows(vbase, tile + 1));
+                att_tc_load<D, BK, VS>(tile & 1 ? sv0 : sv1, hd, a.vc, b.keys(a.vc, tile + 1));
             cu_cp_commit();
             cu_cp_wait<1>();
         } else {
@@ -1570,18 +1579,25 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
         }
         __syncthreads();
     };
-    for (int tile = 0; tile < n_tiles; tile++) {
-        advance(tile, false);
-        float s[NT][4];
-        att_tc_scores<D, false>(s, wq, tile & 1 ? sk1 : sk0, g, t);
+    /* f(score, its row (0: g, 1: g + 8), whether its key is in the row's range) for each of the
+     * thread's scores of a tile, C fragment n's element e: key 8 n + 2 t + (e & 1) */
+    auto each_score = [&](float(&s)[NT][4], int tile, auto f) {
         const int j0 = kf + tile * BK + 2 * t;
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = e >> 1, key = j0 + 8 * n + (e & 1);
-                if (key >= lo[i] && key <= hi[i]) M[i] = fmaxf(M[i], s[n][e] * a.scale);
+                f(s[n][e], i, key >= lo[i] && key <= hi[i]);
             }
+    };
+    for (int tile = 0; tile < n_tiles; tile++) {
+        advance(tile, false);
+        float s[NT][4];
+        att_tc_scores<D, false>(s, wq, tile & 1 ? sk1 : sk0, g, t);
+        each_score(s, tile, [&](float &v, int i, bool in) {
+            if (in) M[i] = fmaxf(M[i], v * a.scale);
+        });
         __syncthreads(); /* the buffer is the next load's */
     }
     float sink[2];
@@ -1589,16 +1605,13 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
     for (int i = 0; i < 2; i++) {
         M[i] = fmaxf(M[i], __shfl_xor_sync(0xffffffffu, M[i], 1)); /* the row's quad */
         M[i] = fmaxf(M[i], __shfl_xor_sync(0xffffffffu, M[i], 2));
-        const int r = r0 + 16 * warp + g + 8 * i;
-        sink[i] = a.sinks && lo[i] <= hi[i]
-                      ? cu_load_f(a.sinks, a.sinks_dt, (size_t)(kvh * G + r % G))
-                      : -INFINITY;
+        sink[i] = b.sink(row[i], lo[i] <= hi[i]);
         M[i] = fmaxf(M[i], sink[i]);
     }
 
     /* pass 2 */
-    att_tc_load<D, BK, QS>(sk0, hd, a.kc, key_rows(kbase, 0));
-    att_tc_load<D, BK, VS>(sv0, hd, a.vc, key_rows(vbase, 0));
+    att_tc_load<D, BK, QS>(sk0, hd, a.kc, b.keys(a.kc, 0));
+    att_tc_load<D, BK, VS>(sv0, hd, a.vc, b.keys(a.vc, 0));
     cu_cp_commit();
     float l[2] = {0.0f, 0.0f}, o[DN][4];
 #pragma unroll
@@ -1608,15 +1621,10 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
         advance(tile, true);
         float s[NT][4];
         att_tc_scores<D, true>(s, wq, tile & 1 ? sk1 : sk0, g, t);
-        const int j0 = kf + tile * BK + 2 * t;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = e >> 1, key = j0 + 8 * n + (e & 1);
-                s[n][e] = key >= lo[i] && key <= hi[i] ? expf(s[n][e] * a.scale - M[i]) : 0.0f;
-                l[i] += s[n][e];
-            }
+        each_score(s, tile, [&](float &v, int i, bool in) {
+            v = in ? expf(v * a.scale - M[i]) : 0.0f;
+            l[i] += v;
+        });
         /* O += P V: a k-step per 8 keys of the tile, its P the scores' C fragment kn; the
          * tile's sums in fresh accumulators, DH dim fragments at a time (registers) */
         const float *sv = tile & 1 ? sv1 : sv0;
@@ -1655,10 +1663,9 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
         if (a.sinks && lo[i] <= hi[i]) l[i] += expf(sink[i] - M[i]);
-        const int r = r0 + 16 * warp + g + 8 * i;
-        if (r >= rows) continue;
+        if (row[i] >= b.rows) continue;
         const float inv = 1.0f / l[i];
-        float *out = a.out + (size_t)(r / G) * q_stride + (size_t)(kvh * G + r % G) * hd;
+        float *out = a.out + b.at(row[i]);
 #pragma unroll
         for (int n = 0; n < DN; n++) {
             const int d = 8 * n + 2 * t;
@@ -1668,21 +1675,11 @@ template <int D> __global__ void __launch_bounds__(ATT_TC_THREADS, 2) attn_tc_ke
     }
 }
 
-/* One tensor-core launch: a block per 64 rows of a KV head, two blocks an SM (34-108 KiB of
- * shared memory each). */
+/* Two blocks an SM: 34-108 KiB of shared memory each. */
 template <int D> static void att_tc_launch(cu_ctx *c, const att_params &a, unsigned bit) {
     constexpr int BR = ATT_TC_BR, BK = ATT_TC_BK;
     const size_t smem = (size_t)(BR * (D + 16) + 2 * BK * (D + 16) + 2 * BK * (D + 4)) * 4;
-    if (!(c->att_smem & bit)) {
-        const cudaError_t e = cudaFuncSetAttribute(
-            attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        CUDA_CHECK(c, e);
-        if (e != cudaSuccess) return;
-        c->att_smem |= bit;
-    }
-    const int64_t rows = (int64_t)a.T * (a.n_heads / a.n_kv);
-    const dim3 grid((unsigned)((rows + BR - 1) / BR), (unsigned)a.n_kv);
-    cu_launch(attn_tc_kernel<D>, grid, ATT_TC_THREADS, smem, c, a);
+    att_tiled_launch(c, attn_tc_kernel<D>, a, BR, ATT_TC_THREADS, smem, bit);
 }
 
 /* Whether the tiled kernel takes args: a prompt of ATT_TILE_MIN_T tokens or more (any size when
@@ -1710,13 +1707,13 @@ static void att_tiled(cu_ctx *c, const att_params &a, bool tc) {
     else if (tc && a.hd <= 128)
         att_tc_launch<128>(c, a, 1u << 7);
     else if (a.hd <= 32)
-        att_tiled_launch<32, 64, 64>(c, a, 1u);
+        att_f32_launch<32, 64, 64>(c, a, 1u);
     else if (a.hd <= 64)
-        att_tiled_launch<64, 64, 64>(c, a, 2u);
+        att_f32_launch<64, 64, 64>(c, a, 2u);
     else if (a.hd <= 128)
-        att_tiled_launch<128, 64, 64>(c, a, 4u);
+        att_f32_launch<128, 64, 64>(c, a, 4u);
     else
-        att_tiled_launch<256, 32, 32>(c, a, 8u);
+        att_f32_launch<256, 32, 32>(c, a, 8u);
 }
 
 /* Whether the attention kernel can do prep's qkv_prep itself (attn_kernel<W, true>): one decode
