@@ -129,9 +129,10 @@ typedef struct sl_stats {
     /* Decode through a GPU cache smaller than the experts: MoE layer steps whose fused experts
      * ran ahead of the host and stood (every pick cached), and those that ran again */
     int64_t gpu_steps_ahead, gpu_steps_rerun;
-    /* CUDA graphs: decode steps run as one graph, and recordings dropped (the step then ran
-     * kernel by kernel) */
-    int64_t graph_steps, graph_fallbacks;
+    /* CUDA graphs: decode steps run as one graph, those of them replayed as recorded (nothing
+     * recorded or updated: the step asked for the same launches as the last recording), and
+     * steps dropped (the step then ran kernel by kernel) */
+    int64_t graph_steps, graph_replays, graph_fallbacks;
 } sl_stats;
 
 typedef struct sl_session_params {

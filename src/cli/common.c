@@ -237,8 +237,10 @@ void cli_print_stats(const sl_model *m, FILE *f) {
         fprintf(f, "  ahead of the host  %lld MoE layer steps stood, %lld ran again after a miss\n",
                 (long long)s.gpu_steps_ahead, (long long)s.gpu_steps_rerun);
     if (s.graph_steps || s.graph_fallbacks)
-        fprintf(f, "CUDA graphs          %lld decode steps, %lld recordings dropped\n",
-                (long long)s.graph_steps, (long long)s.graph_fallbacks);
+        fprintf(f,
+                "CUDA graphs          %lld decode steps (%lld replayed as recorded), %lld "
+                "dropped\n",
+                (long long)s.graph_steps, (long long)s.graph_replays, (long long)s.graph_fallbacks);
     if (s.ple_rows)
         fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
                 (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,

@@ -256,13 +256,14 @@ typedef struct sl_ops {
      * (CUDA: its device scratch); called at session creation, never in a forward pass. The
      * backend keeps the largest it was asked for; an op asking for more fails (status). */
     sl_status (*reserve)(const sl_backend *be, const sl_reserve_args *r, sl_error *err);
-    /* Optional: records the ops queued between graph_begin and graph_end (one decode step) and
-     * launches them as one graph (CUDA graphs: a launch per step instead of per kernel; a new
-     * recording updates the previous graph in place when only arguments changed). The ops in
-     * between must not wait for the device (to_host, sync), nor copy from pageable memory.
-     * graph_end(launch = 0) drops the recording. It returns 0 when the step's work is queued,
-     * -1 when nothing ran (the recording broke one of those rules, or was dropped): the caller
-     * then runs the step again without a graph. */
+    /* Optional: runs the ops queued between graph_begin and graph_end (one decode step) as one
+     * graph (CUDA graphs: a launch per step instead of per kernel). A step that asks for the
+     * same launches as the last recording replays it as it is; one that differs is recorded,
+     * updating the graph in place when only arguments changed. The ops in between must not
+     * wait for the device (to_host, sync), nor copy from pageable memory. graph_end(launch = 0)
+     * drops the step. It returns 2 when the step's work is queued as a replay, 1 as a new
+     * recording, 0 op by op (the backend keeps off graphs), -1 when nothing ran (the step broke
+     * one of those rules, or was dropped): the caller then runs the step again without one. */
     void (*graph_begin)(const sl_backend *be);
     int (*graph_end)(const sl_backend *be, int launch);
     /* Optional: the first failure of any op since the last call (ops return nothing), or

@@ -758,23 +758,24 @@ int sl_session_rewind(sl_session *s, int32_t pos) {
     return 0;
 }
 
-/* One decode step recorded as a backend graph and launched as one: the host work per kernel is
- * a recording, not a launch. A recording that broke the graph rules ran nothing; the step then
- * runs again as usual (the forward pass leaves no host state behind but the MoE bookkeeping
- * flags, cleared here). */
+/* One decode step as a backend graph, launched as one: the host work per kernel is a comparison
+ * with the last recording (or a recording), not a launch. A step that broke the graph rules ran
+ * nothing; it then runs again as usual (the forward pass leaves no host state behind but the MoE
+ * bookkeeping flags, cleared here). */
 static sl_status graph_step(sl_session *s, const int32_t *id, float *logits, sl_error *err) {
     const sl_backend *be = &s->model->be;
     be->ops->graph_begin(be);
     s->defer_logits = 1;
     sl_status st = s->model->family->forward(s, id, 1, logits, 0, err);
     s->defer_logits = 0;
-    const int ran = be->ops->graph_end(be, !st) == 0;
+    const int ran = be->ops->graph_end(be, !st);
     if (st) return st;
-    if (ran) {
+    if (ran >= 0) {
         if (logits)
             be->ops->to_host(be, logits, s->b.logits,
                              (size_t)s->model->cfg.vocab_size * sizeof(float));
-        s->model->stats.graph_steps++;
+        s->model->stats.graph_steps += ran > 0;
+        s->model->stats.graph_replays += ran == 2;
         return SL_OK;
     }
     sl_moe_drop_pending(&s->moe);

@@ -61,15 +61,16 @@ int main(int argc, char **argv) {
     printf("%s %s gpu_slots=%d: prefill %d tok %.1f tok/s | decode %d tok %.2f tok/s "
            "(%.3f ms/tok) | experts hit %.1f%% read %.1f MB, repeats %.1f%% | GPU cache %lld/%lld "
            "hits, "
-           "%.1f MB copied in %.3f s (layer steps ahead %lld, again %lld) | graphs %lld steps, "
-           "%lld dropped\n",
+           "%.1f MB copied in %.3f s (layer steps ahead %lld, again %lld) | graphs %lld steps "
+           "(%lld replayed), %lld dropped\n",
            argv[3], argv[4], info.gpu_expert_slots, P, P / st.prefill_time, N, N / st.decode_time,
            1e3 * st.decode_time / N,
            st.expert_requests ? 100.0 * st.expert_hits / st.expert_requests : 100.0,
            st.bytes_read / 1e6, st.decode_picks ? 100.0 * st.decode_repeats / st.decode_picks : 0.0,
            (long long)st.gpu_expert_hits, (long long)st.gpu_expert_requests,
            st.gpu_bytes_copied / 1e6, st.gpu_copy_time, (long long)st.gpu_steps_ahead,
-           (long long)st.gpu_steps_rerun, (long long)st.graph_steps, (long long)st.graph_fallbacks);
+           (long long)st.gpu_steps_rerun, (long long)st.graph_steps, (long long)st.graph_replays,
+           (long long)st.graph_fallbacks);
     free(ids), free(lg);
     sl_session_free(s);
     sl_model_free(m);

@@ -145,9 +145,9 @@ static void check_fixture(const char *dir, const char *name) {
         const double e_tok = rel_l2(lt, lg, n);
         const int same_ng = ln && memcmp(lt, ln, n * sizeof(float)) == 0;
         printf("  %-24s gpu vs cpu %.2e, vs transformers %.2e, token-by-token %.2e; %lld graph "
-               "steps (%lld dropped), %s without\n",
-               name, e_cpu, e_ref, e_tok, (long long)sg.graph_steps, (long long)sg.graph_fallbacks,
-               same_ng ? "bitwise" : "DIFFERENT");
+               "steps (%lld replayed, %lld dropped), %s without\n",
+               name, e_cpu, e_ref, e_tok, (long long)sg.graph_steps, (long long)sg.graph_replays,
+               (long long)sg.graph_fallbacks, same_ng ? "bitwise" : "DIFFERENT");
         CHECKF(same_ng, "%s: CUDA graphs change the logits", name);
         CHECKF(sg.graph_fallbacks == 0, "%s: graph recordings dropped", name);
 

@@ -1337,6 +1337,115 @@ static void same_bits(op_report *r, const char *what, const float *a, const floa
     free(ha), free(hb);
 }
 
+/*
+ * Decode steps as graphs (cuda_backend.cu): attention with its q/k prep and a RoPE at successive
+ * positions, their new rows staged from the host each step, run once op by op and once as a
+ * graph step. A step that asks for the launches of the last recording replays it (the position
+ * read from device memory, the staged rows from the same pinned addresses); one that differs
+ * records (the attention's splits grow every 32 keys, its q/k prep leaves it past 4 splits).
+ * Every step's outputs and the caches at the end: bitwise those of the ops one by one; and
+ * most steps replayed. With and without a sliding window.
+ */
+static void test_graph_steps(void) {
+    op_report r;
+    op_begin(&r, "graph steps");
+    const int nh = 32, nkv = 4, hd = 128, half = hd / 2, P0 = 20, P1 = 300;
+    const size_t nq = (size_t)nh * hd, nk = (size_t)nkv * hd, ncache = (size_t)P1 * nk;
+    float *ct = malloc((size_t)P1 * half * sizeof(float)),
+          *st = malloc((size_t)P1 * half * sizeof(float));
+    for (int i = 0; i < P1 * half; i++) {
+        const float a = frand() * 3.14159f;
+        ct[i] = cosf(a), st[i] = sinf(a);
+    }
+    float *dct = UPF(ct, (size_t)P1 * half), *dst = UPF(st, (size_t)P1 * half);
+    wpair qn, kn;
+    wpair_make(&qn, SL_DTYPE_BF16, 0, hd, 1.0f, 0);
+    wpair_make(&kn, SL_DTYPE_F32, 0, hd, 1.0f, 0);
+    for (int window = 0; window <= 100; window += 100) {
+        float *kc = rand_vec(ncache, 1), *vc = rand_vec(ncache, 1);
+        float *dq[2], *dk[2], *dv[2], *dkc[2], *dvc[2], *dout[2], *dx[2];
+        for (int g = 0; g < 2; g++) {
+            dq[g] = UPF(kc, nq), dk[g] = UPF(kc, nk), dv[g] = UPF(kc, nk), dx[g] = UPF(kc, nq);
+            dkc[g] = UPF(kc, ncache), dvc[g] = UPF(vc, ncache), dout[g] = UPF(kc, nq);
+        }
+        int replayed = 0, recorded = 0, dropped = 0;
+        for (int pos = P0; pos < P1; pos++) {
+            float *q = rand_vec(nq, 2), *k = rand_vec(nk, 2), *v = rand_vec(nk, 1),
+                  *x = rand_vec(nq, 1);
+            for (int g = 0; g < 2; g++) {
+                const sl_qkv_args pa = {.q = dq[g],
+                                        .k = dk[g],
+                                        .v = dv[g],
+                                        .kc = dkc[g],
+                                        .vc = dvc[g],
+                                        .q_norm = &qn.d,
+                                        .k_norm = &kn.d,
+                                        .T = 1,
+                                        .pos0 = pos,
+                                        .n_heads = nh,
+                                        .n_kv_heads = nkv,
+                                        .head_dim = hd,
+                                        .rot_dim = hd,
+                                        .eps = 1e-6f,
+                                        .cos_tab = dct,
+                                        .sin_tab = dst};
+                const sl_attn_args a = {.out = dout[g],
+                                        .q = dq[g],
+                                        .kcache = dkc[g],
+                                        .vcache = dvc[g],
+                                        .T = 1,
+                                        .pos0 = pos,
+                                        .n_heads = nh,
+                                        .n_kv_heads = nkv,
+                                        .head_dim = hd,
+                                        .scale = 1.0f / sqrtf((float)hd),
+                                        .prep = &pa,
+                                        .window = window};
+                for (int again = 0; again < 2; again++) {
+                    if (g && !again) gpu.ops->graph_begin(&gpu);
+                    gpu.ops->to_dev(&gpu, dq[g], q, nq * sizeof(float));
+                    gpu.ops->to_dev(&gpu, dk[g], k, nk * sizeof(float));
+                    gpu.ops->to_dev(&gpu, dv[g], v, nk * sizeof(float));
+                    gpu.ops->to_dev(&gpu, dx[g], x, nq * sizeof(float));
+                    gpu.ops->attention(&gpu, &a);
+                    gpu.ops->rope(&gpu, dx[g], 1, nh, hd, hd, pos, dct, dst);
+                    if (!g) break;
+                    if (!again) {
+                        const int rc = gpu.ops->graph_end(&gpu, 1);
+                        replayed += rc == 2, recorded += rc == 1;
+                        if (rc >= 0) break;
+                        dropped++; /* nothing ran: the step again, op by op */
+                    }
+                }
+            }
+            char what[64];
+            snprintf(what, sizeof what, "window %d, position %d: out", window, pos);
+            same_bits(&r, what, dout[1], dout[0], nq);
+            snprintf(what, sizeof what, "window %d, position %d: rope", window, pos);
+            same_bits(&r, what, dx[1], dx[0], nq);
+            free(q), free(k), free(v), free(x);
+        }
+        same_bits(&r, "k cache", dkc[1], dkc[0], ncache);
+        same_bits(&r, "v cache", dvc[1], dvc[0], ncache);
+        printf("  window %d: %d steps, %d replayed, %d recorded, %d dropped\n", window, P1 - P0,
+               replayed, recorded, dropped);
+        r.cases++;
+        if (dropped || replayed < (P1 - P0) * 3 / 4) {
+            if (!r.bad++)
+                snprintf(r.first_bad, sizeof r.first_bad,
+                         "window %d: %d of %d steps replayed, %d dropped", window, replayed,
+                         P1 - P0, dropped);
+        }
+        for (int g = 0; g < 2; g++)
+            dfree(dq[g]), dfree(dk[g]), dfree(dv[g]), dfree(dx[g]), dfree(dkc[g]), dfree(dvc[g]),
+                dfree(dout[g]);
+        free(kc), free(vc);
+    }
+    dfree(dct), dfree(dst), wpair_free(&qn), wpair_free(&kn);
+    free(ct), free(st);
+    op_end(&r);
+}
+
 /* The device buffer got against want (host, n values): NaN where want is NaN, POISON untouched
  * where want is POISON, else within tol of max(|want|, rms(want)). */
 static void near(op_report *r, const char *what, const float *got, const double *want, size_t n,
@@ -1642,6 +1751,7 @@ int main(int argc, char **argv) {
     test_matmul_batch();
     test_moe();
     test_q4x();
+    test_graph_steps();
     printf("%d passed, %d failed\n", ops_passed, ops_failed);
     sl_backend_cuda_free(&gpu);
     return ops_failed || table_failed ? 1 : 0;

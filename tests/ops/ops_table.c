@@ -434,7 +434,7 @@ static void run_copies(ot_run *r, const ot_case *c) {
         o->fill(r->be, d, 0, n);
         o->graph_begin(r->be);
         o->axpy(r->be, d, 2.0f, src, n);
-        if (o->graph_end(r->be, 1) != 0) o->axpy(r->be, d, 2.0f, src, n);
+        if (o->graph_end(r->be, 1) < 0) o->axpy(r->be, d, 2.0f, src, n);
         o->sync(r->be);
         dfree(r, src);
     } else {

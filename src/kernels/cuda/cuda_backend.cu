@@ -141,6 +141,7 @@ static void cu_sync(const sl_backend *be) {
     CUDA_CHECK(c, cudaStreamSynchronize(c->stream));
     c->stage_off = 0; /* every staged copy has landed, every queued kernel has run */
     c->items_off = 0;
+    c->graph_queued = 0;
 }
 
 /* Through the pinned staging ring when it fits, past the staged copies still queued (they read
@@ -215,9 +216,9 @@ static void cu_to_dev(const sl_backend *be, void *dst, const void *host, size_t 
             cu_sync(be);
         }
         memcpy(c->stage + c->stage_off, host, bytes);
-        /* from the pinned ring: allowed in a graph recording */
-        CUDA_CHECK(c, cudaMemcpyAsync(dst, c->stage + c->stage_off, bytes, cudaMemcpyHostToDevice,
-                                      c->stream));
+        /* from the pinned ring: allowed in a graph step (a replayed one copies what the host
+         * has just written there) */
+        cu_copy(c, dst, c->stage + c->stage_off, bytes, cudaMemcpyHostToDevice);
         c->stage_off = (c->stage_off + bytes + 255) & ~(size_t)255;
         return;
     }
@@ -242,31 +243,244 @@ void *cu_items(const sl_backend *be, const void *host, size_t bytes) {
 
 /* ------------------------------------------------------------- graphs */
 
-/* Thread-local mode: nothing a step queues allocates or waits for the device (the scratch is
- * reserved with the session; to_host and sync refuse while recording), and a call that would
- * invalidates the recording, which graph_end then drops (the step runs again without a graph). */
-static void cu_graph_begin(const sl_backend *be) {
-    cu_ctx *c = cu_of(be);
-    cu_copy_join(be); /* before recording: the wait on the copy stream stays outside the graph */
-    c->broken = 0;
-    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not recording: the ops run one by one */
+/*
+ * Decode steps as CUDA graphs. A step's first recording is instantiated; every later step is
+ * queued by the model as usual, but each launch and copy it asks for is compared with the
+ * record of the last recording instead of queued: when all of them match, the graph runs as it
+ * is, with no recording and no update, the host's work a step being the model's walk and one
+ * graph launch. What changes from token to token is read by the kernels from device memory:
+ * the position (cu_dyn), the token's id and the staged parameters (the same addresses of the
+ * pinned staging ring, rewritten by the host before the launch). Where an entry differs (the
+ * attention's splits grow with the keys), the step records from there: the entries before it
+ * are queued again from the record into the new recording, which updates the graph.
+ */
+#define CU_REC_MAX   8192
+#define CU_REC_ARGS  ((size_t)1 << 20)
+#define CU_REC_NARGS 40
+
+struct cu_rec {
+    const void *fn; /* the kernel; NULL: a copy */
+    dim3 grid, block;
+    size_t smem;
+    int pdl, nargs;
+    size_t off, end;             /* its arguments from rec_args + off, the next entry's at end */
+    uint32_t at[CU_REC_NARGS];   /* argument i at off + at[i] ... */
+    uint32_t size[CU_REC_NARGS]; /* ... of size[i] bytes */
+    void *dst;                   /* a copy */
+    const void *src;
+    size_t bytes;
+    cudaMemcpyKind kind;
+};
+
+/* Where a launch differs from entry r: "" when it does not. */
+static const char *rec_diff(const cu_ctx *c, const cu_rec *r, const void *fn, dim3 grid, dim3 block,
+                            size_t smem, int pdl, void **args, const size_t *size, int n) {
+    if (r->fn != fn) return "kernel";
+    if (r->smem != smem || r->pdl != pdl || r->grid.x != grid.x || r->grid.y != grid.y ||
+        r->grid.z != grid.z || r->block.x != block.x || r->block.y != block.y ||
+        r->block.z != block.z)
+        return "launch shape";
+    if (r->nargs != n) return "arguments";
+    for (int i = 0; i < n; i++) {
+        if (r->size[i] != size[i]) return "arguments";
+        const uint8_t *was = c->rec_args + r->off + r->at[i], *now = (const uint8_t *)args[i];
+        if (!memcmp(was, now, size[i])) continue;
+        static char at[64]; /* for the trace alone */
+        size_t b = 0;
+        while (was[b] == now[b])
+            b++;
+        snprintf(at, sizeof at, "argument %d at byte %zu", i, b);
+        return at;
+    }
+    return "";
+}
+
+/* The next entry, or NULL when the record is full or an argument list does not fit: the
+ * recording then stands for this step only. */
+static cu_rec *rec_next(cu_ctx *c) {
+    if (!c->rec_ok || c->rec_n == CU_REC_MAX) {
+        c->rec_ok = 0;
+        return NULL;
+    }
+    return &c->rec[c->rec_n];
+}
+
+static void rec_kernel(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t smem, int pdl,
+                       void **args, const size_t *size, int n) {
+    cu_rec *r = rec_next(c);
+    if (!r) return;
+    size_t o = c->rec_args_off, need = 0;
+    for (int i = 0; i < n; i++)
+        need += (size[i] + 15) & ~(size_t)15;
+    if (n > CU_REC_NARGS || o + need > CU_REC_ARGS) {
+        c->rec_ok = 0;
         return;
     }
+    r->fn = fn, r->grid = grid, r->block = block, r->smem = smem, r->pdl = pdl, r->nargs = n;
+    r->off = o;
+    for (int i = 0, at = 0; i < n; i++) {
+        r->at[i] = (uint32_t)at, r->size[i] = (uint32_t)size[i];
+        memcpy(c->rec_args + o + at, args[i], size[i]);
+        at += (int)((size[i] + 15) & ~(size_t)15);
+    }
+    c->rec_args_off = r->end = o + need;
+    c->rec_n++;
+}
+
+static void launch_now(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t smem, int pdl,
+                       void **args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUDA_CHECK(c, cudaLaunchKernelExC(&cfg, fn, args));
+}
+
+/* Queues entry r of the record again (a recording that starts past the entries a step
+ * matched). */
+static void rec_issue(cu_ctx *c, const cu_rec *r) {
+    if (!r->fn) {
+        CUDA_CHECK(c, cudaMemcpyAsync(r->dst, r->src, r->bytes, r->kind, c->stream));
+        return;
+    }
+    void *args[CU_REC_NARGS];
+    for (int i = 0; i < r->nargs; i++)
+        args[i] = c->rec_args + r->off + r->at[i];
+    launch_now(c, r->fn, r->grid, r->block, r->smem, r->pdl, args);
+}
+
+/* A replayed step asked for something other than the record's entry rec_i: from here it is
+ * recorded, the rec_i entries it matched queued first (op by op when no recording starts). */
+static void rec_diverge(cu_ctx *c) {
+    c->replaying = 0;
+    c->rec_valid = 0;
+    c->rec_n = c->rec_i;
+    c->rec_args_off = c->rec_n ? c->rec[c->rec_n - 1].end : 0;
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->capturing = 0;
+    }
+    for (int i = 0; i < c->rec_n; i++)
+        rec_issue(c, &c->rec[i]);
+}
+
+void cu_launch_raw(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t smem, void **args,
+                   const size_t *size, int n) {
+    const int pdl = c->pdl; /* in a graph: programmatic edges */
+    if (c->replaying) {
+        const char *d = c->rec_i < c->rec_n ? rec_diff(c, &c->rec[c->rec_i], fn, grid, block, smem,
+                                                       pdl, args, size, n)
+                                            : "length";
+        if (!*d) {
+            c->rec_i++;
+            return;
+        }
+        if (c->graph_trace) {
+            const char *name = "?";
+            if (cudaFuncGetName(&name, fn) != cudaSuccess) (void)cudaGetLastError();
+            fprintf(stderr, "sluice: graph step records from launch %d of %d (%s, its %s)\n",
+                    c->rec_i, c->rec_n, name, d);
+        }
+        rec_diverge(c);
+    }
+    launch_now(c, fn, grid, block, smem, pdl, args);
+    if (c->capturing) rec_kernel(c, fn, grid, block, smem, pdl, args, size, n);
+}
+
+void cu_copy(cu_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (c->replaying) {
+        const cu_rec *r = c->rec_i < c->rec_n ? &c->rec[c->rec_i] : NULL;
+        if (r && !r->fn && r->dst == dst && r->src == src && r->bytes == bytes && r->kind == kind) {
+            c->rec_i++;
+            return;
+        }
+        if (c->graph_trace)
+            fprintf(stderr,
+                    "sluice: graph step records from entry %d of %d (a copy of %zu bytes)\n",
+                    c->rec_i, c->rec_n, bytes);
+        rec_diverge(c);
+    }
+    CUDA_CHECK(c, cudaMemcpyAsync(dst, src, bytes, kind, c->stream));
+    if (!c->capturing) return;
+    cu_rec *r = rec_next(c);
+    if (!r) return;
+    *r = cu_rec{};
+    r->dst = dst, r->src = src, r->bytes = bytes, r->kind = kind;
+    r->off = r->end = c->rec_args_off;
+    c->rec_n++;
+}
+
+/* Thread-local mode: nothing a step queues allocates or waits for the device (the scratch is
+ * reserved with the session; to_host and sync refuse in a step), and a call that would breaks
+ * the step, which graph_end then drops (the step runs again without a graph). */
+static void cu_graph_begin(const sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    cu_copy_join(be); /* before the step: the wait on the copy stream stays outside the graph */
+    /* the staging rings from their start, so that a step's copies come from the same addresses
+     * as the last one's, which has finished reading them (and dyn_host) */
+    if (c->stage_off || c->items_off || c->graph_queued) cu_sync(be);
+    c->broken = 0;
+    c->dyn_n = 0;
+    if (c->graphs_off) return;
     c->capturing = 1;
+    if (c->rec_valid && c->exec) { /* entry 0 is the copy of dyn_host, below */
+        c->replaying = 1;
+        c->rec_i = 1;
+        return;
+    }
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not recording: the ops run one by one */
+        c->capturing = 0;
+        return;
+    }
+    c->rec_n = 0, c->rec_args_off = 0, c->rec_ok = 1;
+    cu_copy(c, c->dyn, c->dyn_host, CU_DYN_N * sizeof(int32_t), cudaMemcpyHostToDevice);
+}
+
+/* Graphs stop paying when most steps record (a family whose steps differ in more than cu_dyn
+ * covers): after 16 steps of 32 that recorded, steps run op by op. */
+static void graph_note(cu_ctx *c, int recorded) {
+    c->graph_diverged += recorded;
+    if (++c->graph_steps_seen < 32) return;
+    if (c->graph_diverged >= 16) c->graphs_off = 1;
+    c->graph_steps_seen = c->graph_diverged = 0;
 }
 
 static int cu_graph_end(const sl_backend *be, int launch) {
     cu_ctx *c = cu_of(be);
     if (!c->capturing) return launch ? 0 : -1; /* graph_begin failed: the ops already ran */
+    if (c->replaying) {
+        if (c->broken || !launch) { /* nothing was queued */
+            c->replaying = c->capturing = 0;
+            return -1;
+        }
+        if (c->rec_i == c->rec_n) {
+            c->replaying = c->capturing = 0;
+            CUDA_CHECK(c, cudaGraphLaunch(c->exec, c->stream));
+            c->graph_queued = 1;
+            graph_note(c, 0);
+            return 2;
+        }
+        if (c->graph_trace)
+            fprintf(stderr, "sluice: graph step records: %d entries of %d\n", c->rec_i, c->rec_n);
+        rec_diverge(c); /* fewer entries than recorded */
+        if (!c->capturing) return 0;
+    }
     c->capturing = 0;
+    c->rec_valid = 0;
     cudaGraph_t g = NULL;
     if (cudaStreamEndCapture(c->stream, &g) != cudaSuccess || !g || c->broken || !launch) {
         (void)cudaGetLastError();
         if (g) cudaGraphDestroy(g);
         return -1;
     }
-    /* Same kernels in the same order as the last step: only their arguments are updated
+    /* Same kernels in the same order as the last recording: only their arguments are updated
      * (about 0.3 us a node on an H200, against 2.6 ms for a new instantiation). */
     if (c->exec) {
         cudaGraphExecUpdateResultInfo info;
@@ -283,7 +497,10 @@ static int cu_graph_end(const sl_backend *be, int launch) {
     cudaGraphDestroy(g);
     if (!c->exec) return -1;
     CUDA_CHECK(c, cudaGraphLaunch(c->exec, c->stream));
-    return 0;
+    c->graph_queued = 1;
+    c->rec_valid = c->rec_ok;
+    graph_note(c, 1);
+    return 1;
 }
 
 /* ------------------------------------------------------------- table */
@@ -364,6 +581,10 @@ static void cu_ctx_destroy(cu_ctx *c) {
     if (c->peek) cudaFreeHost(c->peek);
     if (c->items) cudaFree(c->items);
     if (c->exec) cudaGraphExecDestroy(c->exec);
+    if (c->dyn) cudaFree(c->dyn);
+    if (c->dyn_host) cudaFreeHost(c->dyn_host);
+    free(c->rec);
+    free(c->rec_args);
     if (c->done) cudaFree(c->done);
     if (c->ev_compute) cudaEventDestroy(c->ev_compute);
     if (c->ev_copy) cudaEventDestroy(c->ev_copy);
@@ -413,6 +634,7 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
     c->pdl = !(p && p->no_pdl);
     c->q4x = !(p && p->int4_float_act);
     c->tensor_cores = prop.major >= 8 && !(p && p->no_tensor_cores);
+    c->graph_trace = getenv("SL_CUDA_GRAPH_TRACE") != NULL;
     snprintf(c->name, sizeof c->name, "%.200s (%d SMs, %.0f GiB)", prop.name, c->n_sm,
              (double)prop.totalGlobalMem / (1 << 30));
     const char *what = "streams";
@@ -438,6 +660,14 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
     c->stage_bytes = (size_t)16 << 20;
     if ((e = cudaMallocHost((void **)&c->stage, c->stage_bytes)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&c->peek, SL_PEEK_BYTES)) != cudaSuccess)
+        goto fail;
+    what = "graph steps";
+    c->rec = (cu_rec *)malloc(CU_REC_MAX * sizeof *c->rec);
+    c->rec_args = (uint8_t *)malloc(CU_REC_ARGS);
+    if (!c->rec || !c->rec_args) e = cudaErrorMemoryAllocation;
+    if (e != cudaSuccess ||
+        (e = cudaMalloc((void **)&c->dyn, CU_DYN_N * sizeof(int32_t))) != cudaSuccess ||
+        (e = cudaMallocHost((void **)&c->dyn_host, CU_DYN_N * sizeof(int32_t))) != cudaSuccess)
         goto fail;
     what = "tensor-core kernels"; /* their shared memory (also for the paths' tests) */
     if (prop.major >= 8 && (e = cu_imma_init()) != cudaSuccess) goto fail;

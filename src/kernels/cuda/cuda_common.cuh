@@ -8,6 +8,9 @@
 #include <float.h>
 #include <math.h>
 
+#include <tuple>
+#include <utility>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -42,6 +45,7 @@ typedef struct cu_prenorm {
     int wdt, n;
     float eps, w_offset;
 } cu_prenorm;
+static_assert(sizeof(cu_prenorm) == 5 * 8 + 4 * 4, "cu_prenorm without padding");
 
 struct cu_ctx {
     int gpu;
@@ -78,10 +82,30 @@ struct cu_ctx {
      * the host block they are built in (items_bytes each). */
     uint8_t *items, *items_host;
     size_t items_bytes, items_off;
-    /* Decode-step graphs (graph_begin/end): recording now, a rule broken while recording
-     * (the recording is then dropped), and the executable graph updated from each one. */
+    /* Decode-step graphs (graph_begin/end): in a step (recording it, or replaying the last
+     * one), a rule broken in it (the step is then dropped), and the executable graph updated
+     * from each recording (dependent launch recorded as programmatic edges). */
     int capturing, broken;
     cudaGraphExec_t exec;
+    /* What the last recording queued, in order (cu_rec, cu_replay.cu): while replaying, each
+     * launch or copy a step asks for is compared with the next entry (rec_i) and queued only
+     * once one differs; a step that matches all of them launches exec as it is. rec_ok: the
+     * record holds the whole recording (it fits); rec_valid: it describes exec. */
+    int replaying, rec_ok, rec_valid, rec_i, rec_n;
+    struct cu_rec *rec;
+    uint8_t *rec_args; /* the entries' kernel arguments, CU_REC_ARGS bytes */
+    size_t rec_args_off;
+    /* Per-step scalars (the position) that kernels read from device memory in a graph step
+     * (cu_dyn), so that a step's launches stay the same from token to token: set by the host
+     * in dyn_host while the step is queued, copied to dyn by the graph's first node. */
+    int32_t *dyn, *dyn_host;
+    int dyn_n;
+    /* recent steps, those of them that had to record (graphs stop paying when most do:
+     * graphs_off, steps then run op by op), and a graph queued since the last wait */
+    int graph_diverged, graph_steps_seen, graphs_off, graph_queued;
+    /* SL_CUDA_GRAPH_TRACE set: says on stderr where each replayed step stopped matching (a
+     * diagnostic for a family whose steps keep recording) */
+    int graph_trace;
     unsigned *done;       /* device counter of the router kernel's finished blocks (zero between) */
     unsigned *att_counts; /* [CU_ATT_COUNTS] attention splits finished per item (zero between) */
     int att_path;         /* sl_cuda_att_path (cuda_backend.h): prompt attention's kernel */
@@ -98,8 +122,8 @@ static inline cu_ctx *cu_of(const sl_backend *be) {
     return (cu_ctx *)be->ctx;
 }
 
-/* While recording a graph, an operation that would wait for the device (or copy from pageable
- * memory) marks the recording broken and is skipped: returns 1 then. */
+/* In a graph step, an operation that would wait for the device (or copy from pageable memory)
+ * marks the step broken and is skipped: returns 1 then. */
 static inline int cu_refuse_in_graph(cu_ctx *c) {
     if (c->capturing) c->broken = 1;
     return c->capturing;
@@ -126,7 +150,11 @@ typedef struct cu_w {
     int dt;
     int sdt;    /* Q8/Q4: dtype of the scales and biases */
     int gshift; /* Q8/Q4: log2 of the group size (32, 64 or 128: a chunk never spans two) */
+    int spare;  /* 0 */
 } cu_w;
+/* Kernel parameters hold no padding: a graph step compares a launch's arguments with the
+ * recording's byte for byte (cu_launch_raw), and padding would hold whatever the stack did. */
+static_assert(sizeof(cu_w) == 6 * 8 + 4 * 4, "cu_w without padding");
 
 static inline cu_w cu_w_of(const sl_tensor *t) {
     cu_w w;
@@ -141,6 +169,7 @@ static inline cu_w cu_w_of(const sl_tensor *t) {
     w.gshift = 0;
     while ((1 << w.gshift) < sl_tensor_group(t))
         w.gshift++;
+    w.spare = 0;
     return w;
 }
 
@@ -493,22 +522,46 @@ __device__ __forceinline__ void cu_pdl_wait() {
 #endif
 }
 
-/* Launches kernel on c's compute stream, with the dependent-launch attribute when c->pdl and no
- * graph records (the graphs keep plain stream order). */
+/* Queues kernel fn with its n arguments (args[i]: size[i] bytes) on c's compute stream, with the
+ * dependent-launch attribute when c->pdl; in a graph step also recorded (cu_rec), or while
+ * replaying compared with the recording instead (cuda_backend.cu). */
+void cu_launch_raw(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t smem, void **args,
+                   const size_t *size, int n);
+/* cudaMemcpyAsync on c's compute stream, recorded (or compared) in a graph step as a launch is. */
+void cu_copy(cu_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+
+template <typename... KArgs, size_t... I>
+static void cu_launch_held(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu_ctx *c,
+                           std::tuple<KArgs...> &held, std::index_sequence<I...>) {
+    void *args[] = {(void *)&std::get<I>(held)..., nullptr};
+    const size_t size[] = {sizeof(KArgs)..., 0};
+    cu_launch_raw(c, (const void *)kernel, grid, block, smem, args, size, (int)sizeof...(KArgs));
+}
+
+/* Launches kernel on c's compute stream (cu_launch_raw), its arguments converted to the kernel's
+ * parameter types first, as the typed cudaLaunchKernelEx does. */
 template <typename... KArgs, typename... Args>
 static void cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu_ctx *c,
                       Args &&...args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = c->stream;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = c->pdl && !c->capturing ? 1 : 0;
-    CUDA_CHECK(c, cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
+    static_assert(sizeof...(KArgs) == sizeof...(Args), "one argument a kernel parameter");
+    std::tuple<KArgs...> held(static_cast<Args &&>(args)...);
+    cu_launch_held(kernel, grid, block, smem, c, held, std::index_sequence_for<KArgs...>{});
+}
+
+/* The device address of a per-step scalar v (a decode step's position) for a kernel to read
+ * instead of v in a graph step, so that its arguments stay the same from step to step; NULL
+ * outside one (the kernel then takes v itself). Equal values share a slot. */
+#define CU_DYN_N 32
+static inline const int32_t *cu_dyn(cu_ctx *c, int32_t v) {
+    if (!c->capturing) return NULL;
+    for (int i = 0; i < c->dyn_n; i++)
+        if (c->dyn_host[i] == v) return c->dyn + i;
+    if (c->dyn_n == CU_DYN_N) { /* more than a step has ever needed: run it op by op */
+        c->broken = 1;
+        return NULL;
+    }
+    c->dyn_host[c->dyn_n] = v;
+    return c->dyn + c->dyn_n++;
 }
 
 static inline unsigned cu_blocks(size_t n, unsigned threads) {

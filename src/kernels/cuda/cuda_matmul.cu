@@ -299,7 +299,7 @@ __device__ __forceinline__ xsrc stage_x_prenorm(const cu_prenorm &p, int K, bool
  * Qwen3-30B-A3B shapes P steps cover a whole row (K = 2048 is two int4 chunks a lane), so
  * what is left after the wait is one read of x from L2 and the arithmetic.
  */
-template <int DT, int R, int P> struct wpre {
+template <int DT, int R, int P, bool GS = false> struct wpre {
     uint4 v[P][R];
     float s[P][R], b[P][R]; /* Q8/Q4: the chunk's group scale, and bias + z scale */
     int n;                  /* steps loaded (0 .. P: those of chunks below C) */
@@ -308,16 +308,29 @@ template <int DT, int R, int P> struct wpre {
 /* Steps each lane preloads: enough for rows of 2048 int4 at R <= 2, within ~48 registers. */
 template <int R> struct pre_steps { static constexpr int P = R >= 8 ? 1 : R >= 4 ? 2 : 4; };
 
-/* Chunk c of row n: its 16 bytes, and for Q8/Q4 its group's scale s and b = bias + z s. */
-template <int DT>
+/*
+ * Chunk c of row n: its 16 bytes, and for Q8/Q4 its group's scale s and b = bias + z s. GS: the
+ * scales and biases in any of their dtypes (cu_qparam; F16 or F32 ones come from MLX
+ * checkpoints), else BF16 (sluice's packs, GGUF-less checkpoints). A template parameter, not a
+ * test in the loop: the dtype choice in the GEMVs' preloaded steps took moe_down_sum from 102 to
+ * 128 registers and a decode step from 437 to 350 tok/s on an H200 (BENCHMARKS 11).
+ */
+template <int DT> struct quant_dt {
+    static constexpr bool v = DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4 || DT == SL_Q4X;
+};
+static bool generic_scales(const cu_w &w) {
+    return w.sdt != SL_DTYPE_BF16;
+}
+template <int DT, bool GS>
 __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4 &v, float &s,
                                           float &b) {
     constexpr float Z = DT == SL_DTYPE_Q8 ? 128.0f : 8.0f;
     v = ld_stream((const uint4 *)(w.data + (size_t)n * w.ws) + c);
-    if (DT == SL_DTYPE_Q8 || DT == SL_DTYPE_Q4 || DT == SL_Q4X) {
+    if (quant_dt<DT>::v) {
         const int64_t gi = n * w.G + (((int64_t)c * chunk_elems<DT>::E) >> w.gshift);
-        s = cu_qparam(w.scales, w.sdt, (size_t)gi);
-        b = __fmaf_rn(Z, s, cu_qparam(w.biases, w.sdt, (size_t)gi));
+        s = GS ? cu_qparam(w.scales, w.sdt, (size_t)gi) : cu_bf16(__ldg(w.scales + gi));
+        b = __fmaf_rn(Z, s,
+                      GS ? cu_qparam(w.biases, w.sdt, (size_t)gi) : cu_bf16(__ldg(w.biases + gi)));
     } else {
         s = b = 0.0f;
     }
@@ -325,8 +338,8 @@ __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4
 
 /* The chunk loop's weights of rows row0 .. row0+R-1 (rows past N read row N-1), as gemv_rows
  * reads them (lane chunks ks * 32 + lane + 32 nks j). */
-template <int DT, int R, int P>
-__device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
+template <int DT, int R, int P, bool GS>
+__device__ __forceinline__ void gemv_preload(wpre<DT, R, P, GS> &pre, const cu_w &w, int N, int K,
                                              int64_t row0, int ks = 0, int nks = 1) {
     const int C = K / chunk_elems<DT>::E, c0 = ks * 32 + (threadIdx.x & 31);
     pre.n = 0;
@@ -337,8 +350,8 @@ __device__ __forceinline__ void gemv_preload(wpre<DT, R, P> &pre, const cu_w &w,
         pre.n = p + 1;
 #pragma unroll
         for (int r = 0; r < R; r++)
-            gemv_load<DT>(w, min(row0 + r, (int64_t)N - 1), c, pre.v[p][r], pre.s[p][r],
-                          pre.b[p][r]);
+            gemv_load<DT, GS>(w, min(row0 + r, (int64_t)N - 1), c, pre.v[p][r], pre.s[p][r],
+                              pre.b[p][r]);
     }
 }
 
@@ -468,10 +481,10 @@ __device__ __forceinline__ void gemv_step(float (&acc)[R][NT], const uint4 (&wv)
  * with the same rows, ks and nks). The arithmetic of gemv_fast, shared with the batched
  * and fused expert kernels so they give the same bits (wherever x is read from, whatever R,
  * U and preloading). */
-template <int DT, int R, int NT, int U, int P>
+template <int DT, int R, int NT, int U, int P, bool GS>
 __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, const cu_w &w, int N,
                                           int K, int64_t row0, int ks, int nks,
-                                          const wpre<DT, R, P> &pre) {
+                                          const wpre<DT, R, P, GS> &pre) {
     const int C = K / chunk_elems<DT>::E;
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -492,7 +505,7 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
         float s[R], b[R];
 #pragma unroll
         for (int r = 0; r < R; r++) /* rows past N read the last row; their sums are dropped */
-            gemv_load<DT>(w, min(row0 + r, (int64_t)N - 1), c, wv[r], s[r], b[r]);
+            gemv_load<DT, GS>(w, min(row0 + r, (int64_t)N - 1), c, wv[r], s[r], b[r]);
         gemv_step<DT, R, NT>(acc, wv, s, b, x, c);
     }
 #pragma unroll
@@ -504,8 +517,8 @@ __device__ __forceinline__ void gemv_rows(float (&acc)[R][NT], const xsrc &x, co
 
 /* Before a GEMV's wait: the first steps of rows row0 .. row0+R-1 into registers (gemv_preload),
  * and, with l2, the rest of the rows (when longer) asked of L2. */
-template <int DT, int R, int P>
-__device__ __forceinline__ void gemv_ahead(wpre<DT, R, P> &pre, const cu_w &w, int N, int K,
+template <int DT, int R, int P, bool GS>
+__device__ __forceinline__ void gemv_ahead(wpre<DT, R, P, GS> &pre, const cu_w &w, int N, int K,
                                            int64_t row0, bool l2, int ks = 0, int nks = 1) {
     pre.n = 0;
     if (row0 >= N) return;
@@ -515,10 +528,10 @@ __device__ __forceinline__ void gemv_ahead(wpre<DT, R, P> &pre, const cu_w &w, i
 
 /* The body of gemv_fast for block bx (also run by gemv_fast_batch, one matrix per blockIdx.y),
  * its rows' first steps in pre (gemv_ahead). */
-template <int DT, int R, int NT, int P>
+template <int DT, int R, int NT, int P, bool GS>
 __device__ __forceinline__ void
 gemv_fast_body(float *__restrict__ y, const float *x, const cu_w &w, const void *__restrict__ bias,
-               int bias_dt, int N, int K, int64_t bx, bool staged, const wpre<DT, R, P> &pre,
+               int bias_dt, int N, int K, int64_t bx, bool staged, const wpre<DT, R, P, GS> &pre,
                const cu_prenorm &pn, const npre &np, bool writer) {
     if (bx * GEMV_WARPS * R >= N) return; /* no rows in this block (the writer always has) */
     const xsrc xs =
@@ -539,12 +552,12 @@ gemv_fast_body(float *__restrict__ y, const float *x, const cu_w &w, const void 
     }
 }
 
-template <int DT, int R, int NT>
+template <int DT, int R, int NT, bool GS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_fast(float *__restrict__ y, const float *__restrict__ x, cu_w w,
               const void *__restrict__ bias, int bias_dt, int N, int K, bool staged,
               cu_prenorm pn) {
-    wpre<DT, R, pre_steps<R>::P> pre;
+    wpre<DT, R, pre_steps<R>::P, GS> pre;
     gemv_ahead(pre, w, N, K, gemv_row0<R>(blockIdx.x), true);
     npre np;
     if (NT == 1) norm_preload(np, pn, K);
@@ -559,7 +572,9 @@ typedef struct gemv_item {
     const float *x;
     cu_w w;
     int N; /* rows of this item's matrix; the grid covers the largest */
+    int spare;
 } gemv_item;
+static_assert(sizeof(gemv_item) == 2 * 8 + sizeof(cu_w) + 2 * 4, "gemv_item without padding");
 
 /* Up to SMALL_BATCH items (q, k, v) travel as a kernel parameter: no upload, so no copy
  * node in a decode step's graph. Their row blocks are numbered one after another (item j's from
@@ -569,15 +584,17 @@ typedef struct gemv_item {
 #define SMALL_BATCH 4
 typedef struct gemv_items {
     gemv_item it[SMALL_BATCH];
-    int b0[SMALL_BATCH + 1];
+    int b0[SMALL_BATCH + 2]; /* SMALL_BATCH + 1 used: the last one pads */
 } gemv_items;
+static_assert(sizeof(gemv_items) == SMALL_BATCH * sizeof(gemv_item) + (SMALL_BATCH + 2) * 4,
+              "gemv_items without padding");
 
 /* One decode token at one row a warp (q/k/v): 5 blocks a SM, so that q/k/v's 640 blocks at
  * Qwen3-30B-A3B shapes fit one wave of 660 slots (64 registers unbounded: 4 a SM, 528). Within
  * the 51 registers that leaves, two steps are preloaded (a whole row of 2048 int4). */
 template <int R, int NT> struct batch_one_wave { static constexpr bool on = R == 1 && NT == 1; };
 
-template <int DT, int R, int NT>
+template <int DT, int R, int NT, bool GS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, batch_one_wave<R, NT>::on ? 5 : 0)
     gemv_fast_batch(const gemv_item *__restrict__ items, gemv_items small, int K, bool staged,
                     cu_prenorm pn) {
@@ -590,7 +607,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, batch_one_wave<R, NT>::on ? 5
         bx -= small.b0[j];
     }
     const int64_t row0 = gemv_row0<R>(bx);
-    wpre<DT, R, batch_one_wave<R, NT>::on ? 2 : pre_steps<R>::P> pre;
+    wpre<DT, R, batch_one_wave<R, NT>::on ? 2 : pre_steps<R>::P, GS> pre;
     npre np;
     if (!items) { /* items in device memory come from a copy: read them after the wait */
         gemv_ahead(pre, small.it[j].w, small.it[j].N, K, row0, true);
@@ -727,26 +744,26 @@ __global__ void __launch_bounds__(256) gemm_tiled_batch(const cu_gemm_item *__re
 
 /* ------------------------------------------------------------ dispatch */
 
-template <int DT, int R>
+template <int DT, int R, bool GS>
 static void launch_fast_r(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
                           int bdt, int N, int K, int T, const cu_prenorm &pn) {
     const unsigned blocks = cu_blocks((size_t)N, GEMV_WARPS * R);
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1:
-        cu_launch(gemv_fast<DT, R, 1>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+        cu_launch(gemv_fast<DT, R, 1, GS>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
                   sm > 0, pn);
         break;
     case 2:
-        cu_launch(gemv_fast<DT, R, 2>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+        cu_launch(gemv_fast<DT, R, 2, GS>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
                   sm > 0, pn);
         break;
     case 3:
-        cu_launch(gemv_fast<DT, R, 3>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+        cu_launch(gemv_fast<DT, R, 3, GS>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
                   sm > 0, pn);
         break;
     default:
-        cu_launch(gemv_fast<DT, R, 4>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
+        cu_launch(gemv_fast<DT, R, 4, GS>, blocks, GEMV_WARPS * 32, sm, c, y, x, w, b, bdt, N, K,
                   sm > 0, pn);
         break;
     }
@@ -765,14 +782,22 @@ static bool q4x_ok(const cu_ctx *c, int64_t K, int nt) {
     return c->q4x && K % 64 == 0 && stage_bytes_of<SL_Q4X>(K, nt) > 0;
 }
 
+template <int DT, bool GS>
+static void launch_fast_gs(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b,
+                           int bdt, int N, int K, int T, const cu_prenorm &pn) {
+    switch (rows_per_warp(c, N)) {
+    case 4: launch_fast_r<DT, 4, GS>(c, y, x, w, b, bdt, N, K, T, pn); break;
+    case 2: launch_fast_r<DT, 2, GS>(c, y, x, w, b, bdt, N, K, T, pn); break;
+    default: launch_fast_r<DT, 1, GS>(c, y, x, w, b, bdt, N, K, T, pn); break;
+    }
+}
+
 template <int DT>
 static void launch_fast(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b, int bdt,
                         int N, int K, int T, const cu_prenorm &pn) {
-    switch (rows_per_warp(c, N)) {
-    case 4: launch_fast_r<DT, 4>(c, y, x, w, b, bdt, N, K, T, pn); break;
-    case 2: launch_fast_r<DT, 2>(c, y, x, w, b, bdt, N, K, T, pn); break;
-    default: launch_fast_r<DT, 1>(c, y, x, w, b, bdt, N, K, T, pn); break;
-    }
+    if constexpr (quant_dt<DT>::v)
+        if (generic_scales(w)) return launch_fast_gs<DT, true>(c, y, x, w, b, bdt, N, K, T, pn);
+    launch_fast_gs<DT, false>(c, y, x, w, b, bdt, N, K, T, pn);
 }
 
 static int chunk_of(int dt) {
@@ -903,7 +928,7 @@ static unsigned number_blocks(gemv_items &small, int n, unsigned rb) {
     return b;
 }
 
-template <int DT, int R>
+template <int DT, int R, bool GS>
 static void launch_batch_r(cu_ctx *c, const gemv_item *items, gemv_items small, int n, int N, int K,
                            int T, const cu_prenorm &pn) {
     const dim3 grid = items ? dim3(cu_blocks((size_t)N, GEMV_WARPS * R), (unsigned)n)
@@ -911,34 +936,43 @@ static void launch_batch_r(cu_ctx *c, const gemv_item *items, gemv_items small, 
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1:
-        cu_launch(gemv_fast_batch<DT, R, 1>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
-                  pn);
+        cu_launch(gemv_fast_batch<DT, R, 1, GS>, grid, GEMV_WARPS * 32, sm, c, items, small, K,
+                  sm > 0, pn);
         break;
     case 2:
-        cu_launch(gemv_fast_batch<DT, R, 2>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
-                  pn);
+        cu_launch(gemv_fast_batch<DT, R, 2, GS>, grid, GEMV_WARPS * 32, sm, c, items, small, K,
+                  sm > 0, pn);
         break;
     case 3:
-        cu_launch(gemv_fast_batch<DT, R, 3>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
-                  pn);
+        cu_launch(gemv_fast_batch<DT, R, 3, GS>, grid, GEMV_WARPS * 32, sm, c, items, small, K,
+                  sm > 0, pn);
         break;
     default:
-        cu_launch(gemv_fast_batch<DT, R, 4>, grid, GEMV_WARPS * 32, sm, c, items, small, K, sm > 0,
-                  pn);
+        cu_launch(gemv_fast_batch<DT, R, 4, GS>, grid, GEMV_WARPS * 32, sm, c, items, small, K,
+                  sm > 0, pn);
         break;
     }
 }
 
 /* items in device memory, or NULL and the n <= SMALL_BATCH of small; N: the largest item's
  * rows; rows: all items' together. */
+template <int DT, bool GS>
+static void launch_batch_gs(cu_ctx *c, const gemv_item *items, const gemv_items &small, int n,
+                            int N, int64_t rows, int K, int T, const cu_prenorm &pn) {
+    switch (rows_per_warp(c, rows)) {
+    case 4: launch_batch_r<DT, 4, GS>(c, items, small, n, N, K, T, pn); break;
+    case 2: launch_batch_r<DT, 2, GS>(c, items, small, n, N, K, T, pn); break;
+    default: launch_batch_r<DT, 1, GS>(c, items, small, n, N, K, T, pn); break;
+    }
+}
+
+/* gs: some item's scales are not BF16 (generic_scales): the whole launch reads them so. */
 template <int DT>
 static void launch_batch(cu_ctx *c, const gemv_item *items, const gemv_items &small, int n, int N,
-                         int64_t rows, int K, int T, const cu_prenorm &pn) {
-    switch (rows_per_warp(c, rows)) {
-    case 4: launch_batch_r<DT, 4>(c, items, small, n, N, K, T, pn); break;
-    case 2: launch_batch_r<DT, 2>(c, items, small, n, N, K, T, pn); break;
-    default: launch_batch_r<DT, 1>(c, items, small, n, N, K, T, pn); break;
-    }
+                         int64_t rows, int K, int T, const cu_prenorm &pn, bool gs) {
+    if constexpr (quant_dt<DT>::v)
+        if (gs) return launch_batch_gs<DT, true>(c, items, small, n, N, rows, K, T, pn);
+    launch_batch_gs<DT, false>(c, items, small, n, N, rows, K, T, pn);
 }
 
 /* Whether product i can be one item of a GEMV batch of dtype dt (chunk E) and K. */
@@ -956,26 +990,34 @@ static void gemv_batch(const sl_backend *be, float *const *y, const float *const
     gemv_item *items = n <= SMALL_BATCH ? small.it : (gemv_item *)c->items_host;
     SL_ASSERT((size_t)n * sizeof *items <= c->items_bytes / 2); /* cu_matmul_batch checked */
     int64_t N = 0, rows = 0;
+    bool gs = false;
     for (int32_t j = 0; j < n; j++) {
         const int32_t i = sel[j];
-        items[j] = gemv_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0]};
+        items[j] = gemv_item{y[i], x[i], cu_w_of(w[i]), (int)w[i]->shape[0], 0};
         N = SL_MAX(N, w[i]->shape[0]);
         rows += w[i]->shape[0];
+        gs = gs || generic_scales(items[j].w);
     }
     const gemv_item *dev =
         n <= SMALL_BATCH ? NULL : (const gemv_item *)cu_items(be, items, (size_t)n * sizeof *items);
     switch (dt) {
-    case SL_DTYPE_F32: launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, K, T, pn); break;
-    case SL_DTYPE_F16: launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T, pn); break;
-    case SL_DTYPE_BF16:
-        launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T, pn);
+    case SL_DTYPE_F32:
+        launch_batch<SL_DTYPE_F32>(c, dev, small, n, (int)N, rows, K, T, pn, gs);
         break;
-    case SL_DTYPE_Q8: launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T, pn); break;
+    case SL_DTYPE_F16:
+        launch_batch<SL_DTYPE_F16>(c, dev, small, n, (int)N, rows, K, T, pn, gs);
+        break;
+    case SL_DTYPE_BF16:
+        launch_batch<SL_DTYPE_BF16>(c, dev, small, n, (int)N, rows, K, T, pn, gs);
+        break;
+    case SL_DTYPE_Q8:
+        launch_batch<SL_DTYPE_Q8>(c, dev, small, n, (int)N, rows, K, T, pn, gs);
+        break;
     default:
         if (q4x_ok(c, K, T))
-            launch_batch<SL_Q4X>(c, dev, small, n, (int)N, rows, K, T, pn);
+            launch_batch<SL_Q4X>(c, dev, small, n, (int)N, rows, K, T, pn, gs);
         else
-            launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T, pn);
+            launch_batch<SL_DTYPE_Q4>(c, dev, small, n, (int)N, rows, K, T, pn, gs);
         break;
     }
     CUDA_LAUNCHED(c);
@@ -1130,7 +1172,7 @@ __device__ __forceinline__ cu_w expert_w(cu_w w, const sl_expert_ptrs &p, int j)
 /* act[i] = silu(gate_e x[i / k]) * up_e x[i / k] for row i = blockIdx.y, e = ids[i]: the
  * gate and up GEMVs of gemv_fast_batch (same arithmetic, + 0.0f as the bias-less store
  * adds) and the swiglu op's formula, in one launch. */
-template <int DT, int R>
+template <int DT, int R, bool GS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
     moe_gate_up(float *__restrict__ act, const float *__restrict__ x,
                 const int32_t *__restrict__ ids, const sl_expert_ptrs *__restrict__ table, cu_w pg,
@@ -1143,7 +1185,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
      * is staged */
     const bool run = row0 < I && p.p[0];
     const cu_w wg = expert_w(pg, p, 0), wu = expert_w(pu, p, 1);
-    wpre<DT, R, 2> prg, pru;
+    wpre<DT, R, 2, GS> prg, pru;
     prg.n = pru.n = 0;
     if (run) gemv_preload(prg, wg, I, H, row0), gemv_preload(pru, wu, I, H, row0);
     const xsrc xt = stage_x<DT>(x + (size_t)(i / k) * H, H, 1, staged);
@@ -1165,7 +1207,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, R <= 2 ? GU_MINB : 0)
 /* y[t] rows row0 .. row0+R-1, t = blockIdx.y, row0 = blockIdx.x R: warp r computes them for
  * rank r (down_e act[t k + r], e = ids[t k + r], plus the 0.0f of the bias-less store) into
  * shared memory, then R threads sum the ranks in order, as the weighted_sum kernel does. */
-template <int DT, int R>
+template <int DT, int R, bool GS>
 __global__ void __launch_bounds__(32 * MOE_MAX_K)
     moe_down_sum(float *__restrict__ y, const float *__restrict__ act,
                  const int32_t *__restrict__ ids, const float *__restrict__ w,
@@ -1184,7 +1226,7 @@ __global__ void __launch_bounds__(32 * MOE_MAX_K)
      * once its misses are in (ops.h). */
     const sl_expert_ptrs p = table[__ldcg(ids + i)];
     const cu_w wd = expert_w(pd, p, 2);
-    wpre<DT, R, 1> pre;
+    wpre<DT, R, 1, GS> pre;
     pre.n = 0;
     if (p.p[0]) gemv_preload(pre, wd, H, I, row0);
     const bool run = __syncthreads_and(p.p[0] != nullptr);
@@ -1216,10 +1258,10 @@ static int gate_up_rows(const cu_ctx *c, int64_t rows) {
     return rows_per_warp(c, rows);
 }
 
-template <int DT>
-static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
-                       const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
-                       int T, int k) {
+template <int DT, bool GS>
+static void launch_moe_gs(cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
+                          const float *w, const sl_expert_ptrs *table,
+                          const sl_tensor *const proto[3], int T, int k) {
     const int I = (int)proto[0]->shape[0], H = (int)proto[0]->shape[1], n = T * k;
     const cu_w pg = cu_w_of(proto[0]), pu = cu_w_of(proto[1]), pd = cu_w_of(proto[2]);
     const int rg = gate_up_rows(c, (int64_t)I * n);
@@ -1236,29 +1278,47 @@ static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const in
     const size_t sg = stage_bytes_of<DT>(H, 1), sd = stage_bytes_of<DT>(I, k);
     switch (rg) {
     case 4:
-        cu_launch(moe_gate_up<DT, 4>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0);
+        cu_launch(moe_gate_up<DT, 4, GS>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H,
+                  sg > 0);
         break;
     case 2:
-        cu_launch(moe_gate_up<DT, 2>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0);
+        cu_launch(moe_gate_up<DT, 2, GS>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H,
+                  sg > 0);
         break;
     default:
-        cu_launch(moe_gate_up<DT, 1>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H, sg > 0);
+        cu_launch(moe_gate_up<DT, 1, GS>, gg, th, sg, c, act, x, ids, table, pg, pu, k, I, H,
+                  sg > 0);
         break;
     }
     switch (rd) {
     case 8:
-        cu_launch(moe_down_sum<DT, 8>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        cu_launch(moe_down_sum<DT, 8, GS>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k,
+                  sd > 0);
         break;
     case 4:
-        cu_launch(moe_down_sum<DT, 4>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        cu_launch(moe_down_sum<DT, 4, GS>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k,
+                  sd > 0);
         break;
     case 2:
-        cu_launch(moe_down_sum<DT, 2>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        cu_launch(moe_down_sum<DT, 2, GS>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k,
+                  sd > 0);
         break;
     default:
-        cu_launch(moe_down_sum<DT, 1>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k, sd > 0);
+        cu_launch(moe_down_sum<DT, 1, GS>, gd, td, sd, c, y, act, ids, w, table, pd, I, H, k,
+                  sd > 0);
         break;
     }
+}
+
+template <int DT>
+static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
+                       const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
+                       int T, int k) {
+    if constexpr (quant_dt<DT>::v)
+        if (generic_scales(cu_w_of(proto[0])) || generic_scales(cu_w_of(proto[1])) ||
+            generic_scales(cu_w_of(proto[2])))
+            return launch_moe_gs<DT, true>(c, y, act, x, ids, w, table, proto, T, k);
+    launch_moe_gs<DT, false>(c, y, act, x, ids, w, table, proto, T, k);
 }
 
 /* The fused path takes exactly the shapes for which matmul_batch's one-launch path runs
@@ -1353,13 +1413,13 @@ __device__ void cu_route_block(int32_t *ids, float *w, float *p, int E, int k, i
  * GEMV_WARPS-th of the row's chunks (router rows are few, so one warp per row would leave most SMs
  * idle and take several DRAM round trips), and the parts are added in order. Then the block that
  * finishes last routes each token (cu_route_block, else a warp per token). */
-template <int DT, int NT>
+template <int DT, int NT, bool GS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     router_gemv(float *__restrict__ logits, const float *__restrict__ x, cu_w w, int E, int K,
                 int32_t *__restrict__ ids, float *__restrict__ wts, int k, int renorm,
                 unsigned *done, bool staged, cu_prenorm pn) {
     const int warp = threadIdx.x / 32;
-    wpre<DT, 1, pre_steps<1>::P> pre;
+    wpre<DT, 1, pre_steps<1>::P, GS> pre;
     gemv_ahead(pre, w, E, K, blockIdx.x, true, warp, GEMV_WARPS);
     npre np;
     if (NT == 1) norm_preload(np, pn, K);
@@ -1433,30 +1493,40 @@ __global__ void route_kernel(int32_t *__restrict__ ids, float *__restrict__ w,
     cu_route(ids + t * k, w + t * k, logits + t * E, E, k, renorm);
 }
 
-template <int DT>
-static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
-                          const cu_w &wv, int E, int K, int T, int k, int renorm,
-                          const cu_prenorm &pn) {
+template <int DT, bool GS>
+static void launch_router_gs(cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
+                             const cu_w &wv, int E, int K, int T, int k, int renorm,
+                             const cu_prenorm &pn) {
     const unsigned blocks = (unsigned)E, th = GEMV_WARPS * 32;
     const size_t sm = stage_bytes_of<DT>(K, T);
     switch (T) {
     case 1:
-        cu_launch(router_gemv<DT, 1>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+        cu_launch(router_gemv<DT, 1, GS>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
                   c->done, sm > 0, pn);
         break;
     case 2:
-        cu_launch(router_gemv<DT, 2>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+        cu_launch(router_gemv<DT, 2, GS>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
                   c->done, sm > 0, pn);
         break;
     case 3:
-        cu_launch(router_gemv<DT, 3>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+        cu_launch(router_gemv<DT, 3, GS>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
                   c->done, sm > 0, pn);
         break;
     default:
-        cu_launch(router_gemv<DT, 4>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
+        cu_launch(router_gemv<DT, 4, GS>, blocks, th, sm, c, logits, x, wv, E, K, ids, w, k, renorm,
                   c->done, sm > 0, pn);
         break;
     }
+}
+
+template <int DT>
+static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
+                          const cu_w &wv, int E, int K, int T, int k, int renorm,
+                          const cu_prenorm &pn) {
+    if constexpr (quant_dt<DT>::v)
+        if (generic_scales(wv))
+            return launch_router_gs<DT, true>(c, ids, w, logits, x, wv, E, K, T, k, renorm, pn);
+    launch_router_gs<DT, false>(c, ids, w, logits, x, wv, E, K, T, k, renorm, pn);
 }
 
 /*
@@ -1468,11 +1538,13 @@ static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, cons
  * in rank order, as sl_route_topk does.
  */
 struct cu_route_rule {
-    int score, renorm, n_group, topk_group;
-    float scale;
     const void *sb, *es; /* select_bias and expert_scale data, or NULL */
+    int score, renorm, n_group, topk_group;
     int sb_dt, es_dt;
+    float scale;
+    int spare;
 };
+static_assert(sizeof(cu_route_rule) == 2 * 8 + 8 * 4, "cu_route_rule without padding");
 
 __device__ __forceinline__ float rule_key(const float *l, const cu_route_rule &r, int e) {
     return r.sb ? __ldcg(l + e) + cu_load_f(r.sb, r.sb_dt, (size_t)e) : __ldcg(l + e);
@@ -1507,8 +1579,8 @@ __global__ void route_rule_kernel(int32_t *__restrict__ ids_all, float *__restri
     }
     __syncwarp();
     const int sig = r.score == SL_ROUTE_SIGMOID;
-    const cu_route_rule rk = {
-        r.score, r.renorm, r.n_group, r.topk_group, r.scale, sig ? r.sb : NULL, NULL, r.sb_dt, 0};
+    const cu_route_rule rk = {sig ? r.sb : NULL, NULL,    r.score, r.renorm, r.n_group,
+                              r.topk_group,      r.sb_dt, 0,       r.scale,  0};
     const int grouped = sig && r.n_group > 1, ng = grouped ? E / r.n_group : E;
     if (grouped) {
         for (int g = lane; g < r.n_group; g += 32) {
@@ -1629,15 +1701,16 @@ void cu_moe_route(const sl_backend *be, const sl_route_args *a) {
         /* float32 tiles, not the tensor cores: the picks are a discontinuous function of the
          * scores, and a 1e-5 change in a near tie would take another expert than the CPU's */
         matmul(be, a->logits, a->x, router, a->bias, T, false);
-        const cu_route_rule r = {(int)rc->score,
+        const cu_route_rule r = {a->select_bias ? a->select_bias->data : NULL,
+                                 a->expert_scale ? a->expert_scale->data : NULL,
+                                 (int)rc->score,
                                  rc->renormalize,
                                  rc->n_group,
                                  rc->topk_group,
-                                 rc->scale,
-                                 a->select_bias ? a->select_bias->data : NULL,
-                                 a->expert_scale ? a->expert_scale->data : NULL,
                                  a->select_bias ? (int)a->select_bias->dtype : 0,
-                                 a->expert_scale ? (int)a->expert_scale->dtype : 0};
+                                 a->expert_scale ? (int)a->expert_scale->dtype : 0,
+                                 rc->scale,
+                                 0};
         cu_launch(route_rule_kernel, (unsigned)T, 32, 0, c, a->ids, a->w, a->logits, (int)E, k, r);
         CUDA_LAUNCHED(c);
         return;

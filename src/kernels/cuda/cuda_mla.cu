@@ -20,12 +20,15 @@
 typedef struct mla_params {
     float *out, *q, *cache;
     const float *kv;
-    const void *nw; /* the latent norm's weight */
+    const void *nw;  /* the latent norm's weight */
+    const int *dpos; /* pos0 in device memory in a graph step (cu_dyn), else NULL */
+    const float *cos_tab, *sin_tab;
     int nwdt;
     int T, pos0, nh, kvd, rd, inter;
     float eps, w_offset, scale;
-    const float *cos_tab, *sin_tab;
 } mla_params;
+/* no padding: a graph step compares kernel arguments byte for byte */
+static_assert(sizeof(mla_params) == 8 * 8 + 10 * 4, "mla_params without padding");
 
 /* The rotation of pair i of v (pairs (i, i + half), or (2i, 2i + 1) when interleaved). */
 __device__ __forceinline__ void mla_rope_pair(float *dst, const float *src, int i, int half,
@@ -37,14 +40,15 @@ __device__ __forceinline__ void mla_rope_pair(float *dst, const float *src, int 
 }
 
 __global__ void mla_prep_kernel(mla_params a) {
+    const int pos0 = a.dpos ? *a.dpos : a.pos0; /* set before the step's first kernel */
     cu_pdl_wait();
     __shared__ float sh[32];
     const int t = blockIdx.x, half = a.rd / 2;
     const size_t row = (size_t)a.kvd + (size_t)a.rd;
     const float *in = a.kv + (size_t)t * row;
-    float *out = a.cache + (size_t)(a.pos0 + t) * row;
-    const float *c = a.cos_tab + (size_t)(a.pos0 + t) * (size_t)half;
-    const float *s = a.sin_tab + (size_t)(a.pos0 + t) * (size_t)half;
+    float *out = a.cache + (size_t)(pos0 + t) * row;
+    const float *c = a.cos_tab + (size_t)(pos0 + t) * (size_t)half;
+    const float *s = a.sin_tab + (size_t)(pos0 + t) * (size_t)half;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < a.kvd; i += blockDim.x)
         ss += in[i] * in[i];
@@ -61,6 +65,7 @@ __global__ void mla_prep_kernel(mla_params a) {
 }
 
 __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params a) {
+    const int pos0 = a.dpos ? *a.dpos : a.pos0;
     cu_pdl_wait();
     extern __shared__ float smem[];
     const int row = a.kvd + a.rd;
@@ -70,7 +75,7 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params a) {
     float *sh = sc + MLA_CHUNK; /* [32] reductions */
     const int t = blockIdx.x / a.nh, h = blockIdx.x % a.nh, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
-    const int n_keys = a.pos0 + t + 1;
+    const int n_keys = pos0 + t + 1;
     const float *q = a.q + ((size_t)t * (size_t)a.nh + (size_t)h) * (size_t)row;
     for (int d = tid; d < row; d += blockDim.x)
         sq[d] = q[d];
@@ -120,10 +125,12 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(mla_params a) {
 void cu_latent_attention(const sl_backend *be, const sl_latent_attn_args *args) {
     if (args->T <= 0 || args->n_heads <= 0) return;
     cu_ctx *c = cu_of(be);
-    mla_params a = {};
+    mla_params a;
+    memset(&a, 0, sizeof a); /* padding too: a graph step compares the bytes */
     a.out = args->out, a.q = args->q, a.cache = args->cache, a.kv = args->kv;
     a.nw = args->kv_norm->data, a.nwdt = (int)args->kv_norm->dtype;
-    a.T = args->T, a.pos0 = args->pos0, a.nh = args->n_heads, a.kvd = args->kv_dim;
+    a.dpos = cu_dyn(c, args->pos0); /* then pos0 0: the same arguments every step */
+    a.T = args->T, a.pos0 = a.dpos ? 0 : args->pos0, a.nh = args->n_heads, a.kvd = args->kv_dim;
     a.rd = args->rope_dim, a.inter = args->interleaved;
     a.eps = args->eps, a.w_offset = args->w_offset, a.scale = args->scale;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;

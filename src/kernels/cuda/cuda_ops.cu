@@ -496,8 +496,7 @@ void cu_add_rmsnorm_next(const sl_backend *be, float *y, float *x_out, const flo
     } else if (n <= 1024 * ADD_NORM_V) {
         add_rmsnorm_to(be, y, x_out, x, d, w->data, (int)w->dtype, rows, n, eps, w_offset);
     } else { /* wider rows: add_rmsnorm in place on a copy of x */
-        CUDA_CHECK(c, cudaMemcpyAsync(x_out, x, (size_t)rows * n * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, c->stream));
+        cu_copy(c, x_out, x, (size_t)rows * n * sizeof(float), cudaMemcpyDeviceToDevice);
         cu_add_rmsnorm(be, y, x_out, d, w, rows, n, eps, w_offset);
     }
 }
@@ -552,7 +551,9 @@ void cu_l2norm(const sl_backend *be, float *x, int32_t rows, int32_t n, float ep
 /* -------------------------------------------------------------- rope */
 
 __global__ void rope_kernel(float *x, int32_t T, int32_t n_heads, int32_t head_dim, int32_t half,
-                            int32_t pos0, const float *cos_tab, const float *sin_tab) {
+                            int32_t pos0, const int32_t *dpos, const float *cos_tab,
+                            const float *sin_tab) {
+    if (dpos) pos0 = *dpos; /* a graph step's (cu_dyn): set before the step's first kernel */
     cu_pdl_wait();
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -573,8 +574,9 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
     const int32_t half = rot_dim / 2;
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     if (!total) return;
-    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c, x, T, n_heads, head_dim, half, pos0,
-              cos_tab, sin_tab);
+    const int32_t *dpos = cu_dyn(c, pos0); /* then pos0 0: the same arguments every step */
+    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c, x, T, n_heads, head_dim, half,
+              dpos ? 0 : pos0, dpos, cos_tab, sin_tab);
     CUDA_LAUNCHED(c);
 }
 
@@ -588,13 +590,15 @@ typedef struct qkv_params {
     const float *v;
     float *kc, *vc;
     const void *qn, *kn;
+    const int32_t *dpos; /* pos0 in device memory in a graph step (cu_dyn), else NULL */
+    const float *cos_tab, *sin_tab;
     int qn_dt, kn_dt;
     int32_t pos0, n_heads, n_kv, hd, half;
+    int inter; /* RoPE on interleaved pairs (2i, 2i + 1) */
     float eps, w_offset;
-    const float *cos_tab, *sin_tab;
-    int inter;            /* RoPE on interleaved pairs (2i, 2i + 1) */
     float tfloor, tscale; /* q's temperature (tfloor 0: none) */
 } qkv_params;
+static_assert(sizeof(qkv_params) == 10 * 8 + 12 * 4, "qkv_params without padding");
 
 /* The temperature factor of a query at position p (sl_qkv_args), 1 without one. */
 __device__ __forceinline__ float cu_attn_temp(const qkv_params &a, int32_t p) {
@@ -707,6 +711,7 @@ __device__ void cu_qk_prep_pair(float *oq, float *rq, const float *q, float wq, 
 }
 
 __global__ void qkv_prep_kernel(qkv_params a) {
+    const int32_t pos0 = a.dpos ? *a.dpos : a.pos0; /* set before the step's first kernel */
     cu_pdl_wait();
     extern __shared__ float row[]; /* [hd] */
     __shared__ float sh[32];
@@ -715,34 +720,38 @@ __global__ void qkv_prep_kernel(qkv_params a) {
     if (j >= a.n_heads + a.n_kv) { /* a value row: only stored */
         const int h = j - a.n_heads - a.n_kv;
         const float *src = a.v + t * kv_row + (size_t)h * hd;
-        float *dst = a.vc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
+        float *dst = a.vc + (size_t)(pos0 + t) * kv_row + (size_t)h * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x)
             dst[i] = src[i];
         return;
     }
-    const float *c = a.cos_tab + (size_t)(a.pos0 + t) * a.half;
-    const float *s = a.sin_tab + (size_t)(a.pos0 + t) * a.half;
+    const float *c = a.cos_tab + (size_t)(pos0 + t) * a.half;
+    const float *s = a.sin_tab + (size_t)(pos0 + t) * a.half;
     if (j < a.n_heads) {
         float *x = a.q + (t * a.n_heads + j) * hd;
         cu_qk_prep(x, row, NULL, x, a.qn, a.qn_dt, hd, blockDim.x, a.half, a.inter,
-                   cu_attn_temp(a, a.pos0 + (int32_t)t), a.eps, a.w_offset, c, s, sh);
+                   cu_attn_temp(a, pos0 + (int32_t)t), a.eps, a.w_offset, c, s, sh);
     } else {
         const int h = j - a.n_heads;
         float *x = a.k + t * kv_row + (size_t)h * hd;
-        float *cache = a.kc + (size_t)(a.pos0 + t) * kv_row + (size_t)h * hd;
+        float *cache = a.kc + (size_t)(pos0 + t) * kv_row + (size_t)h * hd;
         cu_qk_prep(x, row, cache, x, a.kn, a.kn_dt, hd, blockDim.x, a.half, a.inter, 1.0f, a.eps,
                    a.w_offset, c, s, sh);
     }
 }
 
-static qkv_params qkv_params_of(const sl_qkv_args *args) {
+/* dpos: pos0 in device memory (the field then 0: a graph step's launches stay the same), or
+ * NULL. */
+static qkv_params qkv_params_of(const sl_qkv_args *args, const int32_t *dpos) {
     qkv_params a;
+    memset(&a, 0, sizeof a);
+    a.dpos = dpos;
     a.q = args->q, a.k = args->k, a.v = args->v, a.kc = args->kc, a.vc = args->vc;
     a.qn = args->q_norm ? args->q_norm->data : NULL;
     a.kn = args->k_norm ? args->k_norm->data : NULL;
     a.qn_dt = args->q_norm ? (int)args->q_norm->dtype : 0;
     a.kn_dt = args->k_norm ? (int)args->k_norm->dtype : 0;
-    a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
+    a.pos0 = dpos ? 0 : args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
     a.hd = args->head_dim, a.half = args->rot_dim / 2;
     a.eps = args->eps, a.w_offset = args->w_offset;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;
@@ -755,7 +764,7 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
     cu_ctx *c = cu_of(be);
     const int32_t per_t = args->n_heads + 2 * args->n_kv_heads;
     if (args->T <= 0 || per_t <= 0) return;
-    const qkv_params a = qkv_params_of(args);
+    const qkv_params a = qkv_params_of(args, cu_dyn(c, args->pos0));
     cu_launch(qkv_prep_kernel, (unsigned)(args->T * per_t), row_threads(args->head_dim),
               (size_t)args->head_dim * sizeof(float), c, a);
     CUDA_LAUNCHED(c);
@@ -784,23 +793,37 @@ typedef struct att_params {
     float *out;
     const float *q, *kc, *vc;
     const int32_t *sel, *n_sel;
-    int32_t T, pos0, n_heads, n_kv, hd, sel_stride, L, splits;
-    int32_t window;    /* sliding window (0: none): query t's keys start at att_first */
-    int32_t chunk;     /* chunked local attention (0: none): likewise */
-    const void *sinks; /* [n_heads] a sink logit per head (sl_attn_args.sinks), or NULL */
-    int sinks_dt;
-    float scale;
+    const int32_t *dpos; /* decode: pos0 in device memory in a graph step (cu_dyn), else NULL */
+    const void *sinks;   /* [n_heads] a sink logit per head (sl_attn_args.sinks), or NULL */
     float *part;
     unsigned *counts; /* [items] zero between launches, or NULL: attn_combine merges */
-    qkv_params prep;  /* attn_kernel<W, true>: the qkv_prep it does first (T = 1) */
+    int32_t T, pos0, n_heads, n_kv, hd, sel_stride, splits;
+    int32_t window; /* sliding window (0: none): query t's keys start at att_first */
+    int32_t chunk;  /* chunked local attention (0: none): likewise */
+    int sinks_dt;
+    float scale;
+    int spare;
+    qkv_params prep; /* attn_kernel<W, true>: the qkv_prep it does first (T = 1) */
 } att_params;
+static_assert(sizeof(att_params) == 10 * 8 + 12 * 4 + sizeof(qkv_params),
+              "att_params without padding");
+
+/* Keys a split of a decode-kernel launch (attn_kernel) takes: the most keys a query of it has
+ * (pos0 + T, at most a window or a chunk), over its splits. */
+__host__ __device__ __forceinline__ int32_t att_split_len(int32_t pos0, int32_t T, int32_t window,
+                                                          int32_t chunk, int32_t splits) {
+    int32_t m = pos0 + T;
+    if (window > 0 && window < m) m = window;
+    if (chunk > 0 && chunk < m) m = chunk;
+    return (m + splits - 1) / splits;
+}
 
 /* The first cache row query t, at p = pos0 + t, sees (not with a selection): p + 1 - window
  * with a sliding window, its chunk's first, p - p % chunk, with chunked attention, else 0. Its
  * keys are rows att_first .. p. */
-__device__ __forceinline__ int att_first(const att_params &a, int t) {
+__device__ __forceinline__ int att_first(const att_params &a, int pos0, int t) {
     if (a.sel) return 0;
-    const int p = a.pos0 + t;
+    const int p = pos0 + t;
     int f = a.window > 0 ? max(0, p + 1 - a.window) : 0;
     if (a.chunk > 0) f = max(f, p - p % a.chunk);
     return f;
@@ -874,9 +897,10 @@ __device__ __forceinline__ float att_comp(float4 v, int i) {
  * those the previous kernel writes are prefetched for nothing, never read stale: L2 is where
  * the writes land), asked of L2 so that the scores' and the output's reads after the wait are L2
  * hits, not two DRAM round trips (the rows of other layers' weights evict them between tokens). */
-__device__ __forceinline__ void att_l2_prefetch(const att_params &a, int t, int kvh, int j0) {
-    j0 += att_first(a, t); /* a list index: the rows start at the window's first */
-    const int j1 = min(j0 + a.L, a.pos0 + t + 1), lines = (a.hd * 4 + 127) / 128;
+__device__ __forceinline__ void att_l2_prefetch(const att_params &a, int pos0, int L, int t,
+                                                int kvh, int j0) {
+    j0 += att_first(a, pos0, t); /* a list index: the rows start at the window's first */
+    const int j1 = min(j0 + L, pos0 + t + 1), lines = (a.hd * 4 + 127) / 128;
     const size_t kv_stride = (size_t)a.n_kv * a.hd;
     for (int q = threadIdx.x; q < 2 * lines * (j1 - j0); q += blockDim.x) {
         const int j = j0 + q / (2 * lines), m = q % (2 * lines);
@@ -897,28 +921,31 @@ template <int W, bool PREP>
 __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     typedef typename att_vec<W>::T V;
     const int item = blockIdx.x, split = blockIdx.y, group = a.n_heads / a.n_kv;
-    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * a.L;
+    /* a graph step's position (cu_dyn) is set before the step's first kernel */
+    const int pos0 = a.dpos ? *a.dpos : a.pos0;
+    const int L = att_split_len(pos0, a.T, a.window, a.chunk, a.splits);
+    const int t = item / a.n_heads, h = item % a.n_heads, kvh = h / group, j0 = split * L;
     /* PREP: the thread's norm weights and rope factors do not depend on the previous kernel (nor
      * does whether the block's split holds the new key, with no selection): loaded first */
     float wq = 0.0f, wk = 0.0f, rc = 0.0f, rs = 0.0f;
     bool has_key = false;
-    const int first = att_first(a, t); /* keys are rows first + list index */
+    const int first = att_first(a, pos0, t); /* keys are rows first + list index */
     if (PREP) {
         const qkv_params &p = a.prep;
         const int i = threadIdx.x;
-        has_key = j0 <= a.pos0 - first && a.pos0 - first < j0 + a.L;
+        has_key = j0 <= pos0 - first && pos0 - first < j0 + L;
         if (i < a.hd) {
             if (p.qn) wq = cu_load_f(p.qn, p.qn_dt, (size_t)i);
             if (p.kn && has_key) wk = cu_load_f(p.kn, p.kn_dt, (size_t)i);
             if (i < 2 * p.half) {
-                const size_t d = (size_t)a.pos0 * p.half + cu_rope_pair(i, p.half, p.inter);
+                const size_t d = (size_t)pos0 * p.half + cu_rope_pair(i, p.half, p.inter);
                 rc = p.cos_tab[d], rs = p.sin_tab[d];
             }
         }
     }
     /* a selection may come from the previous kernel: read after the wait; a group's first head
      * only (its others read the same rows) */
-    if (!a.sel && h % group == 0) att_l2_prefetch(a, t, kvh, j0);
+    if (!a.sel && h % group == 0) att_l2_prefetch(a, pos0, L, t, kvh, j0);
     cu_pdl_wait();
     extern __shared__ __align__(16) float smem[];
     V *so = (V *)smem;                     /* [ATT_THREADS] partial outputs */
@@ -926,26 +953,26 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_params a) {
     float *sk = sq + a.hd;                 /* PREP: [hd] the new key, [2 hd] two rows */
     float *sh = PREP ? sk + 3 * a.hd : sk; /* [32] reductions (PREP: [2][32]) */
     float *sc = sh + (PREP ? 64 : 32);     /* [L] scores, then probabilities */
-    int32_t *rows = (int32_t *)(sc + a.L); /* [L] cache rows */
+    int32_t *rows = (int32_t *)(sc + L);   /* [L] cache rows */
     const int hd = a.hd, hv = hd / W, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t q_stride = (size_t)a.n_heads * hd, kv_stride = (size_t)a.n_kv * hd;
     const int32_t *sel = a.sel ? a.sel + (size_t)t * a.sel_stride : NULL;
-    const int n_keys = sel ? a.n_sel[t] : a.pos0 + t + 1 - first;
-    const int j1 = min(j0 + a.L, n_keys), nj = max(j1 - j0, 0);
+    const int n_keys = sel ? a.n_sel[t] : pos0 + t + 1 - first;
+    const int j1 = min(j0 + L, n_keys), nj = max(j1 - j0, 0);
     const float *q = a.q + (size_t)t * q_stride + (size_t)h * hd;
-    const int newj = PREP ? a.pos0 : -1; /* the cache row read from sk / the raw v instead */
+    const int newj = PREP ? pos0 : -1; /* the cache row read from sk / the raw v instead */
     const float *vnew = PREP ? a.prep.v + (size_t)kvh * hd : nullptr;
     if (PREP) { /* has_key is block-uniform, and j0 <= newj < j1 (newj < n_keys) */
         const qkv_params &p = a.prep;
         const bool store = has_key && h % group == 0;
-        float *kc = p.kc + (size_t)a.pos0 * kv_stride + (size_t)kvh * hd;
+        float *kc = p.kc + (size_t)pos0 * kv_stride + (size_t)kvh * hd;
         cu_qk_prep_pair(sq, sk + hd, q, wq, sk, sk + 2 * hd, store ? kc : NULL,
                         has_key ? p.k + (size_t)kvh * hd : NULL, wk, p.qn != NULL, p.kn != NULL, hd,
-                        p.half, p.inter, cu_attn_temp(p, a.pos0), p.eps, p.w_offset, rc, rs,
+                        p.half, p.inter, cu_attn_temp(p, pos0), p.eps, p.w_offset, rc, rs,
                         (float(*)[32])sh);
         if (store)
             for (int d = tid; d < hd; d += ATT_THREADS)
-                p.vc[(size_t)a.pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
+                p.vc[(size_t)pos0 * kv_stride + (size_t)kvh * hd + d] = vnew[d];
     } else {
         for (int d = tid; d < hd; d += ATT_THREADS)
             sq[d] = q[d];
@@ -1103,13 +1130,13 @@ template <int BR, int BK> struct att_block {
     __device__ __forceinline__ explicit att_block(const att_params &p) : a(p) {
         G = a.n_heads / a.n_kv, kvh = (int)blockIdx.y, rows = a.T * G;
         r0 = (int)(gridDim.x - 1 - blockIdx.x) * BR;
-        kf = att_first(a, r0 / G), kl = a.pos0 + (min(r0 + BR, rows) - 1) / G;
+        kf = att_first(a, a.pos0, r0 / G), kl = a.pos0 + (min(r0 + BR, rows) - 1) / G;
         n_tiles = (kl - kf) / BK + 1;
         q_stride = (size_t)a.n_heads * a.hd, kv_stride = (size_t)a.n_kv * a.hd;
     }
     /* row r's keys lo .. hi (an empty range past the last row) */
     __device__ __forceinline__ void range(int r, int &lo, int &hi) const {
-        lo = r < rows ? att_first(a, r / G) : 1;
+        lo = r < rows ? att_first(a, a.pos0, r / G) : 1;
         hi = r < rows ? a.pos0 + r / G : 0;
     }
     /* where row r is in q and out */
@@ -1740,7 +1767,8 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     const int32_t n_items = args->T * args->n_heads;
     if (n_items <= 0) return;
     cu_ctx *c = cu_of(be);
-    att_params a = {};
+    att_params a;
+    memset(&a, 0, sizeof a); /* padding too: a graph step compares the bytes */
     a.out = args->out, a.q = args->q, a.kc = args->kcache, a.vc = args->vcache;
     a.sel = args->sel, a.n_sel = args->n_sel, a.sel_stride = args->sel_stride;
     a.T = args->T, a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
@@ -1768,7 +1796,13 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     if (a.chunk > 0) max_keys = SL_MIN(max_keys, a.chunk);
     const int32_t splits = cu_att_splits(c, n_items, max_keys);
     a.splits = splits;
-    a.L = (max_keys + splits - 1) / splits;
+    /* In a graph step the kernel reads the position from device memory and works out its
+     * splits' length itself, so that its arguments and its shared memory (sized for lengths
+     * in steps of 32 keys) stay the same from token to token. */
+    a.dpos = cu_dyn(c, args->pos0);
+    if (a.dpos) a.pos0 = 0;
+    const int32_t L = att_split_len(args->pos0, args->T, a.window, a.chunk, splits);
+    const int32_t Lmem = a.dpos ? (L + 31) / 32 * 32 : L;
     a.part = NULL;
     a.counts = n_items <= CU_ATT_COUNTS ? c->att_counts : NULL;
     if (splits > 1) {
@@ -1778,15 +1812,16 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     }
     const int vec = a.hd % 4 == 0 && !(((uintptr_t)a.q | (uintptr_t)a.kc | (uintptr_t)a.vc) & 15);
     const sl_qkv_args *pr = args->prep;
-    /* the raw value row is read as the cache rows are: aligned as they are */
-    /* fused up to 4 splits: each split's block preps its head's q again, which past that costs
-     * more than the launch it saves (H200, 32/4 heads x 128: 9.9 against 10.3 us at 128 keys, 4
-     * splits; 14.2 against 11.4 at 512, 16) */
-    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && splits <= 4 && prep_fusable(args, pr);
+    /* the raw value row is read as the cache rows are: aligned as they are. Fused at any
+     * number of splits: alone the fused kernel is slower past 4 (each split's block preps its
+     * head's q again: 14.2 against 11.4 us at 512 keys), but in a decode step's chain of
+     * dependent kernels the two launches added 14.25 us a layer against 9.2 fused (H200,
+     * 32/4 heads x 128, 128-256 keys; BENCHMARKS 11) */
+    const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(args, pr);
     if (pr && !fuse) cu_qkv_prep(be, pr);
-    if (fuse) a.prep = qkv_params_of(pr);
+    if (fuse) a.prep = qkv_params_of(pr, a.dpos); /* the kernel takes the attention's position */
     const size_t smem =
-        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * a.L) *
+        (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * Lmem) *
         sizeof(float);
     const dim3 grid((unsigned)n_items, (unsigned)splits);
     if (fuse)
@@ -1855,6 +1890,7 @@ typedef struct dr_params {
     int32_t T, nk, nv, dk, dv;
     float q_scale;
 } dr_params;
+static_assert(sizeof(dr_params) == 9 * 8 + 10 * 4, "dr_params without padding");
 
 __global__ void delta_rule_kernel(dr_params p) {
     cu_pdl_wait();
