@@ -91,8 +91,9 @@ enum {
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
-    "  --cuda-graphs          cuda: run each decode step as one CUDA graph (off by default:\n"     \
-    "                         measured slower on an H200, docs/BENCHMARKS.md section 11.2)\n"      \
+    "  --cuda-graphs          cuda: run each decode step as one CUDA graph, replayed while the\n"  \
+    "                         steps ask for the same launches (the same results; off by\n"         \
+    "                         default: as fast as launches on an H200, BENCHMARKS section 11)\n"   \
     "  --cuda-no-pdl          cuda: launch kernels without programmatic dependent launch (the\n"   \
     "                         same results; decode ~20% slower on an H200)\n"                      \
     "  --cuda-int4-float-act  cuda: int4 products on float activations (the scalar CPU's\n"        \
