@@ -272,27 +272,24 @@ struct cu_rec {
     cudaMemcpyKind kind;
 };
 
-/* Where a launch differs from entry r: "" when it does not. */
-static const char *rec_diff(const cu_ctx *c, const cu_rec *r, const void *fn, dim3 grid, dim3 block,
-                            size_t smem, int pdl, void **args, const size_t *size, int n) {
-    if (r->fn != fn) return "kernel";
+/* Whether a launch differs from entry r (then where, in why, for the trace). */
+static int rec_diff(const cu_ctx *c, const cu_rec *r, const void *fn, dim3 grid, dim3 block,
+                    size_t smem, int pdl, void **args, const size_t *size, int n, char (&why)[64]) {
+    if (r->fn != fn) return snprintf(why, sizeof why, "kernel"), 1;
     if (r->smem != smem || r->pdl != pdl || r->grid.x != grid.x || r->grid.y != grid.y ||
         r->grid.z != grid.z || r->block.x != block.x || r->block.y != block.y ||
         r->block.z != block.z)
-        return "launch shape";
-    if (r->nargs != n) return "arguments";
+        return snprintf(why, sizeof why, "launch shape"), 1;
+    if (r->nargs != n) return snprintf(why, sizeof why, "arguments"), 1;
     for (int i = 0; i < n; i++) {
-        if (r->size[i] != size[i]) return "arguments";
         const uint8_t *was = c->rec_args + r->off + r->at[i], *now = (const uint8_t *)args[i];
-        if (!memcmp(was, now, size[i])) continue;
-        static char at[64]; /* for the trace alone */
+        if (r->size[i] == size[i] && !memcmp(was, now, size[i])) continue;
         size_t b = 0;
-        while (was[b] == now[b])
+        while (b < size[i] && b < r->size[i] && was[b] == now[b])
             b++;
-        snprintf(at, sizeof at, "argument %d at byte %zu", i, b);
-        return at;
+        return snprintf(why, sizeof why, "argument %d at byte %zu", i, b), 1;
     }
-    return "";
+    return 0;
 }
 
 /* The next entry, or NULL when the record is full or an argument list does not fit: the
@@ -374,10 +371,9 @@ void cu_launch_raw(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t smem
                    const size_t *size, int n) {
     const int pdl = c->pdl; /* in a graph: programmatic edges */
     if (c->replaying) {
-        const char *d = c->rec_i < c->rec_n ? rec_diff(c, &c->rec[c->rec_i], fn, grid, block, smem,
-                                                       pdl, args, size, n)
-                                            : "length";
-        if (!*d) {
+        char d[64] = "length";
+        if (c->rec_i < c->rec_n &&
+            !rec_diff(c, &c->rec[c->rec_i], fn, grid, block, smem, pdl, args, size, n, d)) {
             c->rec_i++;
             return;
         }
