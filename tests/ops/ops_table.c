@@ -544,9 +544,10 @@ static void run_matmul(ot_run *r, const ot_case *c) {
     weight_free(r, &w), weight_free(r, &b);
 }
 
-/* p: items, K, mixed dtypes (0: dt for all; 1: float and Q8/Q4; 2: block types), T0. Item i:
- * N = 5 + 7 i rows, T = 1 + i % 3 (T0 = 0: the decode products), 1 (T0 < 0: one token each, as
- * a decode step's experts) or T0 + 13 i (a prompt's). */
+/* p: items, K, mixed dtypes (0: dt for all; 1: float and Q8/Q4; 2: block types), T0, an MLX
+ * layout for the quantised items but the first (weight_relayout; 0: none). Item i: N = 5 + 7 i
+ * rows, T = 1 + i % 3 (T0 = 0: the decode products), 1 (T0 < 0: one token each, as a decode
+ * step's experts) or T0 + 13 i (a prompt's). */
 static void run_matmul_batch(ot_run *r, const ot_case *c) {
     enum { MAXN = 8 };
     static const sl_dtype mix[] = {SL_DTYPE_F32, SL_DTYPE_Q4, SL_DTYPE_BF16, SL_DTYPE_Q8,
@@ -565,6 +566,8 @@ static void run_matmul_batch(ot_run *r, const ot_case *c) {
         Ts[i] = c->p[3] > 0 ? c->p[3] + 13 * i : c->p[3] < 0 ? 1 : 1 + i % 3;
         const sl_dtype dt = c->p[2] == 1 ? mix[i % 5] : c->p[2] == 2 ? mix_blocks[i % 5] : c->dt;
         weight_make(r, &w[i], dt, N, K, 0.5f, 0);
+        /* p[4]: an MLX layout for the quantised items past the first (a batch of mixed scales) */
+        if (c->p[4] && i > 0 && sl_dtype_is_quant(dt)) weight_relayout(r, &w[i], c->p[4]);
         x[i] = rand_vec(r, (size_t)Ts[i] * K, 1);
         cdx[i] = dx[i] = UPF(r, x[i], (size_t)Ts[i] * K);
         dy[i] = poisoned(r, (size_t)Ts[i] * N + 3);
@@ -1531,7 +1534,8 @@ static void run_scale_rows(ot_run *r, const ot_case *c) {
     free(x), free(sv), free(ref), dfree(r, dx), dfree(r, ds), dfree(r, dy);
 }
 
-/* p: T, H, I, a missing expert (its table row zero: the tokens that pick it are skipped).
+/* p: T, H, I, a missing expert (its table row zero: the tokens that pick it are skipped), an MLX
+ * layout for every weight (weight_relayout; 0: none).
  * Six experts, two picks a token (they differ). */
 static void run_moe_experts(ot_run *r, const ot_case *c) {
     enum { NE = 6, K = 2, MT = 8 };
@@ -1542,6 +1546,8 @@ static void run_moe_experts(ot_run *r, const ot_case *c) {
         weight_make(r, &w[e][0], c->dt, I, H, 0.5f, 0);
         weight_make(r, &w[e][1], c->dt, I, H, 0.5f, 0);
         weight_make(r, &w[e][2], c->dt, H, I, 0.5f, 0);
+        for (int j = 0; j < 3 && c->p[4]; j++) /* p[4]: an MLX layout (weight_relayout) */
+            weight_relayout(r, &w[e][j], c->p[4]);
     }
     const sl_tensor *proto[3] = {&w[0][0].d, &w[0][1].d, &w[0][2].d};
     if (!o->moe_experts ||
@@ -1721,6 +1727,8 @@ static const ot_case table[] = {
     {"matmul_batch", run_matmul_batch, Q4, {8, 256, 0, -1}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q8, {5, 192, 0, -1}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q4, {3, 64, 0, -1}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q4, {3, 256, 0, -1, 2}, 2e-5},
+    {"matmul_batch", run_matmul_batch, Q8, {4, 256, 0, -1, 3}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q4, {5, 256, 0, 5}, 2e-5},
     {"matmul_batch", run_matmul_batch, Q8, {4, 160, 0, 40}, 2e-5},
     {"matmul_batch", run_matmul_batch, BF16, {3, 96, 0, 70}, 2e-5},
@@ -1902,6 +1910,9 @@ static const ot_case table[] = {
     {"scale_rows", run_scale_rows, F32, {5, 1, 2049}, 0},
     {"moe_experts", run_moe_experts, Q4, {3, 256, 128, 0}, 1e-4},
     {"moe_experts", run_moe_experts, Q8, {1, 192, 64, 0}, 1e-4},
+    {"moe_experts", run_moe_experts, Q4, {1, 256, 128, 0, 2}, 1e-4},
+    {"moe_experts", run_moe_experts, Q4, {2, 256, 128, 1, 3}, 1e-4},
+    {"moe_experts", run_moe_experts, Q8, {1, 192, 64, 0, 3}, 1e-4},
     {"moe_experts", run_moe_experts, BF16, {5, 128, 320, 1}, 1e-4},
     {"moe_experts", run_moe_experts, F32, {2, 65, 31, 1}, 1e-4},
     {"moe_experts", run_moe_experts, Q4_K, {3, 256, 512, 0}, 1e-4},
