@@ -145,6 +145,15 @@ sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_pa
             break;
         }
         res->completion_tokens++;
+        if (p->token) {
+            sl_token_logprob top[SL_GEN_MAX_TOP_LOGPROBS];
+            const int32_t n_top = SL_MAX(
+                0, SL_MIN(SL_MIN(p->top_logprobs, SL_GEN_MAX_TOP_LOGPROBS), g->info.vocab_size));
+            const float lp =
+                sl_sampler_logprobs(g->logits, g->info.vocab_size,
+                                    sl_sampler_get_params(g->smp)->temperature, id, top, n_top);
+            p->token(p->user, id, lp, top, n_top);
+        }
         const char *piece;
         size_t len;
         if ((st = sl_detok_push(&d, id, &piece, &len, err)) ||

@@ -60,6 +60,9 @@ typedef enum sl_gen_finish {
     SL_GEN_CANCELLED = 2, /* cancelled() or emit() asked to stop */
 } sl_gen_finish;
 
+/* The most alternatives sl_gen_params.top_logprobs may ask for (OpenAI's limit). */
+#define SL_GEN_MAX_TOP_LOGPROBS 20
+
 typedef struct sl_gen_params {
     int32_t max_tokens;
     const char *const *stops; /* end the reply just before any of these texts */
@@ -74,6 +77,13 @@ typedef struct sl_gen_params {
     /* Text ready to show (whole UTF-8 characters, never part of a stop string);
      * nonzero return cancels. May be NULL. */
     int (*emit)(void *user, const char *text, size_t len);
+    /* Called with each id sampled into the reply (not an end-of-turn id), before its text
+     * is emitted, with its log-probability and the top_logprobs (at most
+     * SL_GEN_MAX_TOP_LOGPROBS) most likely ids of the distribution it was drawn from
+     * (sl_sampler_logprobs at g->smp's temperature). May be NULL: nothing is computed. */
+    void (*token)(void *user, int32_t id, float logprob, const sl_token_logprob *top,
+                  int32_t n_top);
+    int32_t top_logprobs;
     /* Polled once per token; nonzero cancels. May be NULL. */
     int (*cancelled)(void *user);
     void *user;

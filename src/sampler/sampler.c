@@ -10,9 +10,10 @@ struct sl_sampler {
     uint64_t rng;
     int32_t *history; /* ring of the last penalty_last_n ids */
     int32_t n_history, head;
-    int32_t *count; /* [vocab] occurrences in the history */
-    int32_t *cand;  /* [vocab] candidate ids */
-    float *prob;    /* [vocab] candidate probabilities */
+    int32_t *count;      /* [vocab] occurrences in the history */
+    int32_t *cand;       /* [vocab] candidate ids */
+    float *prob;         /* [vocab] candidate probabilities */
+    sl_logit_bias *bias; /* [p.n_logit_bias] the caller's, copied */
 };
 
 sl_sampler_params sl_sampler_defaults(void) {
@@ -37,10 +38,27 @@ sl_status sl_sampler_create(const sl_sampler_params *p, int32_t vocab, sl_sample
         return sl_fail(err, SL_ERR_ARG,
                        "sampler: invalid parameters (temperature >= 0, "
                        "top-k >= 0, 0 < top-p <= 1, 0 <= min-p <= 1, repetition penalty > 0)");
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return sl_fail(err, SL_ERR_ARG, "sampler: %d logit biases", p->n_logit_bias);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id < 0 || p->logit_bias[i].id >= vocab ||
+            !isfinite(p->logit_bias[i].bias))
+            return sl_fail(err, SL_ERR_ARG,
+                           "sampler: logit bias %g for id %d (ids in [0, %d), finite biases)",
+                           p->logit_bias[i].bias, p->logit_bias[i].id, vocab);
     sl_sampler *s = sl_calloc(1, sizeof *s, err);
     if (!s) return SL_ERR_NOMEM;
     s->p = *p;
     s->vocab = vocab;
+    if (p->n_logit_bias > 0) {
+        s->bias = sl_calloc((size_t)p->n_logit_bias, sizeof *s->bias, err);
+        if (!s->bias) {
+            free(s);
+            return SL_ERR_NOMEM;
+        }
+        memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
     s->history = sl_calloc((size_t)SL_MAX(s->p.penalty_last_n, 1), sizeof(int32_t), err);
     s->count = sl_calloc((size_t)vocab, sizeof(int32_t), err);
     s->cand = sl_calloc((size_t)vocab, sizeof(int32_t), err);
@@ -56,8 +74,12 @@ sl_status sl_sampler_create(const sl_sampler_params *p, int32_t vocab, sl_sample
 
 void sl_sampler_free(sl_sampler *s) {
     if (!s) return;
-    free(s->history), free(s->count), free(s->cand), free(s->prob);
+    free(s->history), free(s->count), free(s->cand), free(s->prob), free(s->bias);
     free(s);
+}
+
+const sl_sampler_params *sl_sampler_get_params(const sl_sampler *s) {
+    return &s->p;
 }
 
 void sl_sampler_reset(sl_sampler *s) {
@@ -198,6 +220,8 @@ static void top_candidates(sl_sampler *s, const float *logits, int32_t n) {
 int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     const sl_sampler_params *p = &s->p;
     apply_penalties(s, logits);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        logits[s->bias[i].id] += s->bias[i].bias;
     if (p->temperature == 0) return sl_argmax(logits, s->vocab);
     /* Candidates in descending order: the top k, or (no top-k) the best few hundred first,
      * which is where nearly all of the probability is; the whole vocabulary is sorted only
@@ -230,4 +254,37 @@ int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     for (int32_t i = 0; i < n; i++)
         s->prob[i] = (float)(s->prob[i] / sum);
     return pick(s, n, 0);
+}
+
+float sl_sampler_logprobs(const float *logits, int32_t vocab, float temperature, int32_t id,
+                          sl_token_logprob *top, int32_t n_top) {
+    SL_ASSERT(n_top >= 0 && n_top <= vocab && id >= 0 && id < vocab);
+    const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    if (mx == -INFINITY) { /* nothing possible: every figure is -inf */
+        for (int32_t k = 0; k < n_top; k++)
+            top[k] = (sl_token_logprob){k, -INFINITY};
+        return -INFINITY;
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < vocab; i++)
+        sum += exp(((double)logits[i] - mx) * inv_t);
+    const double lse = log(sum);
+    /* The n_top best by insertion (n_top is small, at most OpenAI's 20): an id enters only
+     * above the last one held. */
+    int32_t held = 0;
+    for (int32_t i = 0; i < vocab && n_top > 0; i++) {
+        if (held == n_top && !(logits[i] > logits[top[held - 1].id])) continue;
+        int32_t k = held < n_top ? held++ : n_top - 1;
+        while (k > 0 && logits[i] > logits[top[k - 1].id]) {
+            top[k] = top[k - 1];
+            k--;
+        }
+        top[k].id = i;
+    }
+    for (int32_t k = 0; k < n_top; k++)
+        top[k].logprob = (float)(((double)logits[top[k].id] - mx) * inv_t - lse);
+    return (float)(((double)logits[id] - mx) * inv_t - lse);
 }

@@ -41,8 +41,11 @@ typedef enum route {
     ROUTE_METRICS,
     ROUTE_MODELS,
     ROUTE_MODEL, /* /v1/models/{id} */
+    /* POST, from here on */
     ROUTE_CHAT,
     ROUTE_COMPLETIONS,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
     /* Anthropic's, from here on: their errors are in Anthropic's shape */
     ROUTE_MESSAGES,
     ROUTE_COUNT_TOKENS, /* /v1/messages/count_tokens */
@@ -83,6 +86,7 @@ typedef struct srv_req {
     size_t sent, seen;     /* bytes of job->text sent; job->text_len (+ reasoning_len) at the last
                               look */
     size_t sent_reasoning; /* bytes of job->reasoning sent */
+    size_t sent_toks;      /* entries of job->toks sent (logprobs) */
     int started, ended;
     /* Anthropic's stream: the content block open (0 none, 1 text, 2 thinking), its index,
      * whether a text block was opened */
@@ -145,13 +149,8 @@ static enum MHD_Result answer_error(srv_req *r, int status, const char *type, co
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *body = srv_error_json(msg, type, param, code);
-    if (!body) { /* the message quotes the request (a Host, a URL) in bytes that are not UTF-8 */
-        for (char *p = msg; *p; p++)
-            if ((unsigned char)*p >= 0x80) *p = '?';
-        body = srv_error_json(msg, type, param, code);
-    }
-    return answer_json(r, status, body, status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
+    return answer_json(r, status, srv_error_json(msg, type, param, code),
+                       status == 503 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, "1");
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -277,7 +276,7 @@ static int sse_fill(srv_req *r) {
         r->started = 1;
         if (r->o.kind == SRV_MESSAGES) return out_event(r, srv_message_start_json(s, j, r->id));
         return r->o.kind == SRV_CHAT ? out_event(r, srv_chunk_json(s, &r->o, r->id, r->created,
-                                                                   NULL, 0, NULL, 0, NULL, 1))
+                                                                   NULL, 0, NULL, 0, NULL, 1, NULL))
                                      : 0;
     }
     pthread_mutex_lock(&j->mu);
@@ -307,15 +306,21 @@ static int sse_fill(srv_req *r) {
      * to r->out (a block may open or close), the OpenAI chunk is one. */
     json_t *chunk = NULL;
     int rc = 0;
+    /* The log-probabilities of the tokens sampled since the last chunk (a token's may come a
+     * chunk before its text, which a possible stop string holds back) */
+    const size_t tend = !r->o.logprobs ? 0 : done ? srv_toks_end(j) : j->n_toks;
+    json_t *lp =
+        tend > r->sent_toks ? srv_logprobs_json(s, r->o.kind, j, r->sent_toks, tend) : NULL;
+    r->sent_toks = SL_MAX(r->sent_toks, tend);
     if (r->o.kind == SRV_MESSAGES)
         rc = (rend > r->sent_reasoning &&
               msg_delta(r, 2, j->reasoning + r->sent_reasoning, rend - r->sent_reasoning)) ||
              (end > r->sent && msg_delta(r, 1, j->text + r->sent, end - r->sent));
-    else if (end > r->sent || rend > r->sent_reasoning)
+    else if (end > r->sent || rend > r->sent_reasoning || lp)
         chunk = srv_chunk_json(s, &r->o, r->id, r->created,
                                end > r->sent ? j->text + r->sent : NULL, end - r->sent,
                                rend > r->sent_reasoning ? j->reasoning + r->sent_reasoning : NULL,
-                               rend - r->sent_reasoning, NULL, 0);
+                               rend - r->sent_reasoning, NULL, 0, lp);
     r->sent = end;
     r->sent_reasoning = rend;
     pthread_mutex_unlock(&j->mu);
@@ -330,10 +335,10 @@ static int sse_fill(srv_req *r) {
         r->ended = 1;
         return msg_end(r);
     }
-    rc = out_event(
-        r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, srv_finish_reason(j), 0));
+    rc = out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0,
+                                     srv_finish_reason(j), 0, NULL));
     if (!rc && r->o.include_usage) {
-        json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, NULL, 0);
+        json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, NULL, 0, NULL);
         json_object_set_new(u, "choices", json_array());
         json_object_set_new(u, "usage", srv_usage_json(j));
         rc = out_event(r, u);
@@ -360,9 +365,14 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 /* ---------------------------------------------------------------- routes */
 
+/* The model, with the context it is served with: max_model_len as vLLM gives it, meta as
+ * llama.cpp's server does (n_ctx_train: the positions the model was made for). */
 static enum MHD_Result answer_models(srv_req *r, int one) {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", r->s->cfg.model_id, "object", "model",
-                          "created", (json_int_t)r->s->started_wall, "owned_by", "sluice");
+    const srv *s = r->s;
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i, s:{s:i, s:i, s:i}}", "id", s->cfg.model_id,
+                          "object", "model", "created", (json_int_t)s->started_wall, "owned_by",
+                          "sluice", "max_model_len", s->max_ctx, "meta", "n_ctx", s->max_ctx,
+                          "n_ctx_train", s->n_ctx_train, "n_vocab", s->vocab);
     if (one) return answer_json(r, 200, m, NULL, NULL);
     return answer_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m), NULL, NULL);
 }
@@ -384,13 +394,21 @@ static void make_id(srv *s, srv_kind kind, char *out, size_t size) {
              (unsigned long long)rnd, (unsigned long long)srv_next_number(s));
 }
 
+/* /tokenize and /detokenize, on this thread. */
+static enum MHD_Result answer_tokens(srv_req *r) {
+    json_t *out = NULL;
+    const int status =
+        srv_tokenize(r->s, r->route == ROUTE_DETOKENIZE, r->body ? r->body : "", r->body_len, &out);
+    if (status == 500) {
+        json_decref(out);
+        return answer_error(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return answer_json(r, status, out, NULL, NULL);
+}
+
 /* The last call: the whole body is here. */
 static enum MHD_Result answer_generation(srv_req *r) {
     srv *s = r->s;
-    if (r->too_big)
-        return answer_error(r, 413, "invalid_request_error", NULL, NULL,
-                            "the request body is larger than %lld bytes (--max-body)",
-                            (long long)s->cfg.max_body);
     srv_job *j = r->job = srv_job_new();
     if (!j) return answer_error(r, 500, "server_error", NULL, NULL, "out of memory");
     json_t *error = NULL;
@@ -479,6 +497,8 @@ static route find_route(const char *url) {
     if (!strncmp(url, "/v1/models/", 11) && url[11]) return ROUTE_MODEL;
     if (!strcmp(url, "/v1/chat/completions")) return ROUTE_CHAT;
     if (!strcmp(url, "/v1/completions")) return ROUTE_COMPLETIONS;
+    if (!strcmp(url, "/tokenize")) return ROUTE_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return ROUTE_DETOKENIZE;
     if (!strcmp(url, "/v1/messages")) return ROUTE_MESSAGES;
     if (!strcmp(url, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
     return ROUTE_NONE;
@@ -604,8 +624,7 @@ static enum MHD_Result first_call(srv_req *r, const char *url, const char *metho
                                 "this origin may not call the server (see --cors)");
         return answer_preflight(r);
     }
-    const int wants_post =
-        r->route == ROUTE_CHAT || r->route == ROUTE_COMPLETIONS || r->route >= ROUTE_MESSAGES;
+    const int wants_post = r->route >= ROUTE_CHAT;
     if (wants_post ? !post : !get)
         return answer_error(r, 405, "invalid_request_error", NULL, "method_not_allowed",
                             "%s %s: method not allowed (use %s)", method, url,
@@ -711,6 +730,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     conn_deadline(s, r->conn, 0);  /* the request has arrived whole */
     if (r->status) return MHD_YES; /* answered early */
+    if (r->too_big)
+        return answer_error(r, 413, "invalid_request_error", NULL, NULL,
+                            "the request body is larger than %lld bytes (--max-body)",
+                            (long long)s->cfg.max_body);
+    if (r->route == ROUTE_TOKENIZE || r->route == ROUTE_DETOKENIZE) return answer_tokens(r);
     return answer_generation(r);
 }
 
@@ -947,6 +971,7 @@ sl_status srv_start(srv **out, sl_gen *g, const srv_params *cfg, sl_error *err) 
     s->tpl = g->tpl;
     s->max_ctx = sl_session_max_ctx(g->s);
     s->vocab = g->info.vocab_size;
+    s->n_ctx_train = g->info.max_position;
     s->started = sl_now();
     s->started_wall = (int64_t)time(NULL);
     s->listen_fd = -1;

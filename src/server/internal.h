@@ -18,6 +18,17 @@ typedef enum srv_job_state {
     SRV_JOB_DONE = 2,
 } srv_job_state;
 
+/* A sampled token's log-probabilities (logprobs requests): every token sampled into the
+ * reply, those of a harmony reply's reasoning and channel markers too. */
+typedef struct srv_tok {
+    int32_t id;
+    float logprob;
+    int32_t offset; /* where its bytes start in the reply (special tokens dropped from the
+                       text add none) */
+    int32_t n_top;
+    sl_token_logprob top[SL_GEN_MAX_TOP_LOGPROBS];
+} srv_tok;
+
 /*
  * One generation request. Shared by its HTTP thread and the model worker, each
  * holding a reference (refs); the last release frees it. The request part is
@@ -31,7 +42,10 @@ typedef struct srv_job {
     int32_t ignore_eos;
     char *stops[SRV_MAX_STOPS];
     int32_t n_stops;
-    double deadline; /* sl_now() seconds: the request's timeout */
+    double deadline;     /* sl_now() seconds: the request's timeout */
+    sl_logit_bias *bias; /* [sp.n_logit_bias], owned; sp.logit_bias points here */
+    int32_t logprobs;    /* 1: record toks */
+    int32_t top_logprobs;
     /* progress */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -44,7 +58,11 @@ typedef struct srv_job {
     sl_reply_parser parser;
     char *reasoning;
     size_t reasoning_len, reasoning_cap;
-    int32_t oom; /* the worker's: a part could not be stored */
+    int32_t oom;             /* the worker's: a part could not be stored */
+    const sl_tokenizer *tok; /* the worker's: the server's, for job_token */
+    srv_tok *toks;           /* logprobs: one per sampled token */
+    size_t n_toks, toks_cap;
+    int32_t toks_bytes; /* the reply's bytes so far, as srv_tok.offset counts them */
     sl_gen_result res;
     int32_t timed_out;
     int32_t failed; /* the HTTP status to answer (500, 503); error holds the message */
@@ -97,6 +115,7 @@ struct srv {
     const sl_tokenizer *tok; /* read-only: HTTP threads tokenize */
     sl_chat_template tpl;
     int32_t max_ctx, vocab;
+    int32_t n_ctx_train; /* the model's positions (config) */
     int32_t port;
     double started;       /* sl_now() at start */
     int64_t started_wall; /* time() at start */
@@ -165,6 +184,7 @@ typedef enum srv_kind {
 typedef struct srv_request_opts {
     srv_kind kind;
     int32_t stream, include_usage;
+    int32_t logprobs; /* answer with j->toks */
 } srv_request_opts;
 
 /* Parses and validates a request body into j (prompt tokenized, sampling, stops,
@@ -198,7 +218,8 @@ int srv_encode_chat(srv *s, const sl_chat_msg *m, int32_t n, int32_t think, srv_
 /* Checks that j->prompt (what: the field it came from) leaves room to reply; sets
  * j->max_tokens to max_tokens (negative: to the context's end) within that room. */
 int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, json_t **error);
-/* {"error": {...}} with the given message, type, param (may be NULL), code (may be NULL). */
+/* {"error": {...}} with the given message (bytes of it that are not UTF-8 read '?'), type,
+ * param (may be NULL), code (may be NULL). */
 json_t *srv_error_json(const char *message, const char *type, const char *param, const char *code);
 /* The finish_reason string of a finished job. */
 const char *srv_finish_reason(const srv_job *j);
@@ -206,15 +227,26 @@ const char *srv_finish_reason(const srv_job *j);
 json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id,
                           int64_t created);
 /* One streamed chunk: text (len bytes, may be NULL), reasoning (rlen bytes, NULL: none; a
- * chat delta's reasoning_content), finish (NULL while going on), role (the first chat chunk). */
+ * chat delta's reasoning_content), finish (NULL while going on), role (the first chat chunk),
+ * logprobs (taken; NULL: null). */
 json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
                        const char *text, size_t len, const char *reasoning, size_t rlen,
-                       const char *finish, int role);
+                       const char *finish, int role, json_t *logprobs);
+/* How many of j->toks belong to the reply: all, but those past a stop string that cut it. */
+size_t srv_toks_end(const srv_job *j);
+/* The logprobs object of j->toks[from, to) in the kind's shape: chat {"content": [...]},
+ * completions {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. */
+json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t from, size_t to);
 /* A JSON string of text that should be valid UTF-8 (the detokenizer's output, cut at
  * character boundaries); "" if it is not, rather than invalid JSON. */
 json_t *srv_text_json(const char *text, size_t len);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);
+
+/* ---- tokens.c ---- */
+/* POST /tokenize (detok 0) and /detokenize (1): 200 with *out the answer, or 400 with *out an
+ * OpenAI error object; 500 when out of memory (*out NULL). */
+int srv_tokenize(srv *s, int detok, const char *body, size_t len, json_t **out);
 
 /* ---- anthropic.c ---- */
 /* Parses and validates a /v1/messages body into j, as srv_parse_request does; count: one of

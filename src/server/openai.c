@@ -5,12 +5,22 @@
  * the server down. The field readers, sampling, templating and context checks
  * (srv_get_*, srv_sampling, srv_encode_chat, srv_fit_prompt) serve anthropic.c too.
  */
+#include <math.h>
 #include <stdarg.h>
 
 #include "server/internal.h"
 
 json_t *srv_error_json(const char *message, const char *type, const char *param, const char *code) {
-    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", message, "type", type, "param",
+    json_t *m = json_string(message);
+    if (!m) { /* it quotes bytes that are not UTF-8 (a Host, a URL), or a length limit cut a
+                 character it quotes: those bytes become '?' */
+        char *t = strdup(message);
+        for (char *p = t; p && *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+        m = t ? json_string(t) : NULL;
+        free(t);
+    }
+    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", type, "param",
                      param ? json_string(param) : json_null(), "code",
                      code ? json_string(code) : json_null());
 }
@@ -198,15 +208,43 @@ static int completion_prompt(srv *s, json_t *req, srv_job *j, char **text, json_
     return 0;
 }
 
+/* logit_bias: {"<token id>": bias in [-100, 100], ...} into j->bias and j->sp. */
+static int get_logit_bias(srv *s, json_t *req, srv_job *j, json_t **error) {
+    json_t *v = json_object_get(req, "logit_bias");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v))
+        return srv_bad(error, "logit_bias",
+                       "'logit_bias' must be an object mapping token ids to biases");
+    if (json_object_size(v) == 0) return 0;
+    if (!(j->bias = calloc(json_object_size(v), sizeof *j->bias))) return 500;
+    const char *key;
+    json_t *b;
+    int32_t n = 0;
+    json_object_foreach(v, key, b) {
+        const size_t digits = strspn(key, "0123456789");
+        const long long id = digits && digits <= 10 && !key[digits] ? atoll(key) : -1;
+        if (id < 0 || id >= s->vocab)
+            return srv_bad(error, "logit_bias", "logit_bias: '%.40s' is not a token id in [0, %d)",
+                           key, s->vocab);
+        if (!json_is_number(b) || !(json_number_value(b) >= -100 && json_number_value(b) <= 100))
+            return srv_bad(error, "logit_bias",
+                           "logit_bias['%s'] must be a number between -100 and 100", key);
+        j->bias[n++] = (sl_logit_bias){(int32_t)id, (float)json_number_value(b)};
+    }
+    j->sp.logit_bias = j->bias;
+    j->sp.n_logit_bias = n;
+    return 0;
+}
+
 static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opts *o,
                  json_t **error) {
     if (!json_is_object(req)) return srv_bad(error, NULL, "the request body must be a JSON object");
     o->kind = kind;
     json_t *model = json_object_get(req, "model");
     if (model && !json_is_string(model)) return srv_bad(error, "model", "'model' must be a string");
-    int64_t n = 1, max_tokens = -1, seed = -1, top_k = -1;
+    int64_t n = 1, max_tokens = -1, seed = -1, top_k = -1, top_logprobs = -1;
     double temp = -1, top_p = -1, min_p = -1, rep = -1, pres = 0, freq = 0;
-    int32_t logprobs = 0, echo = 0;
+    int32_t echo = 0;
     int rc;
     if ((rc = srv_get_int(req, "n", 1, 128, &n, error)) ||
         (rc = srv_get_bool(req, "stream", &o->stream, error)) ||
@@ -220,13 +258,26 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
         (rc = srv_get_number(req, "presence_penalty", -2, 2, &pres, error)) ||
         (rc = srv_get_number(req, "frequency_penalty", -2, 2, &freq, error)) ||
         (rc = srv_get_int(req, "seed", INT64_MIN, INT64_MAX, &seed, error)) ||
-        (rc = srv_get_bool(req, "logprobs", &logprobs, error)) ||
         (rc = srv_get_bool(req, "echo", &echo, error)) ||
         (rc = srv_get_bool(req, "ignore_eos", &j->ignore_eos, error)) ||
         (rc = srv_get_stops(req, "stop", j, error)))
         return rc;
     if (n != 1) return srv_bad(error, "n", "only n=1 is supported");
-    if (logprobs) return srv_bad(error, "logprobs", "logprobs are not supported");
+    /* chat: "logprobs": true and "top_logprobs": N; completions: "logprobs": N */
+    if (kind == SRV_CHAT) {
+        if ((rc = srv_get_bool(req, "logprobs", &o->logprobs, error)) ||
+            (rc = srv_get_int(req, "top_logprobs", 0, SL_GEN_MAX_TOP_LOGPROBS, &top_logprobs,
+                              error)))
+            return rc;
+        if (top_logprobs >= 0 && !o->logprobs)
+            return srv_bad(error, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    } else {
+        if ((rc = srv_get_int(req, "logprobs", 0, SL_GEN_MAX_TOP_LOGPROBS, &top_logprobs, error)))
+            return rc;
+        o->logprobs = top_logprobs >= 0;
+    }
+    j->logprobs = o->logprobs;
+    j->top_logprobs = (int32_t)SL_MAX(top_logprobs, 0);
     if (echo) return srv_bad(error, "echo", "echo is not supported");
     json_t *tools = json_object_get(req, "tools");
     if (json_array_size(tools) > 0) return srv_bad(error, "tools", "tools are not supported");
@@ -243,6 +294,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     j->sp.presence_penalty = (float)pres;
     j->sp.frequency_penalty = (float)freq;
     if (json_is_integer(json_object_get(req, "seed"))) j->sp.seed = (uint64_t)seed;
+    if ((rc = get_logit_bias(s, req, j, error))) return rc;
 
     /* The prompt's ids. */
     char *text = NULL;
@@ -358,12 +410,96 @@ static json_t *envelope(const srv *s, const char *id, int64_t created, const cha
                      "sluice-" SL_VERSION);
 }
 
+/* ---------------------------------------------------------------- logprobs */
+
+size_t srv_toks_end(const srv_job *j) {
+    size_t n = j->n_toks;
+    if (j->res.stop_hit && !j->parts) /* the tokens whose text the stop string cut off */
+        while (n > 0 && (size_t)j->toks[n - 1].offset >= j->text_len)
+            n--;
+    return n;
+}
+
+/* A log-probability as JSON: -inf (an id ruled out) as OpenAI's floor, -9999. */
+static json_t *logprob_json(float lp) {
+    return json_real(isfinite(lp) ? lp : -9999.0);
+}
+
+/* The token's text (its bytes when they are UTF-8 on their own, else as decoded, with
+ * U+FFFD) and, when bytes is not NULL, *bytes its bytes as an array of numbers. */
+static json_t *token_json(const srv *s, int32_t id, json_t **bytes) {
+    char buf[256], *p = buf;
+    int32_t n = sl_tokenizer_token_bytes(s->tok, id, buf, (int32_t)sizeof buf);
+    if (n > (int32_t)sizeof buf && (p = malloc((size_t)n)))
+        sl_tokenizer_token_bytes(s->tok, id, p, n);
+    n = p ? SL_MAX(n, 0) : 0;
+    json_t *text = json_stringn(p ? p : "", (size_t)n);
+    if (bytes) {
+        *bytes = json_array();
+        for (int32_t i = 0; *bytes && i < n; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+    }
+    if (p != buf) free(p);
+    if (!text) { /* part of a character */
+        char *t = NULL;
+        size_t len = 0;
+        sl_error err = {0};
+        sl_tokenizer_decode(s->tok, &id, 1, 0, &t, &len, &err);
+        text = srv_text_json(t, len);
+        free(t);
+    }
+    return text;
+}
+
+/* Chat's {"token", "logprob", "bytes"} of one id. */
+static json_t *chat_logprob(const srv *s, int32_t id, float lp) {
+    json_t *bytes = NULL, *tok = token_json(s, id, &bytes);
+    return json_pack("{s:o, s:o, s:o}", "token", tok, "logprob", logprob_json(lp), "bytes",
+                     bytes ? bytes : json_null());
+}
+
+json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t from, size_t to) {
+    if (kind == SRV_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = from; content && i < to; i++) {
+            const srv_tok *t = &j->toks[i];
+            json_t *e = chat_logprob(s, t->id, t->logprob), *top = json_array();
+            for (int32_t k = 0; top && k < t->n_top; k++)
+                json_array_append_new(top, chat_logprob(s, t->top[k].id, t->top[k].logprob));
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(content, e);
+        }
+        return json_pack("{s:o, s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (size_t i = from; i < to; i++) {
+        const srv_tok *t = &j->toks[i];
+        json_array_append_new(tokens, token_json(s, t->id, NULL));
+        json_array_append_new(lps, logprob_json(t->logprob));
+        json_t *top = json_object();
+        for (int32_t k = 0; k < t->n_top; k++) {
+            json_t *name = token_json(s, t->top[k].id, NULL);
+            if (name)
+                json_object_set_new(top, json_string_value(name), logprob_json(t->top[k].logprob));
+            json_decref(name);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer(t->offset));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
+/* ---------------------------------------------------------------- responses, chunks */
+
 json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id,
                           int64_t created) {
     const int chat = o->kind == SRV_CHAT;
     json_t *r = envelope(s, id, created, chat ? "chat.completion" : "text_completion");
     json_t *choice =
-        json_pack("{s:i, s:n, s:s}", "index", 0, "logprobs", "finish_reason", srv_finish_reason(j));
+        json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs",
+                  o->logprobs ? srv_logprobs_json(s, o->kind, j, 0, srv_toks_end(j)) : json_null(),
+                  "finish_reason", srv_finish_reason(j));
     json_t *text = srv_text_json(j->text, j->text_len);
     if (chat) {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
@@ -381,11 +517,12 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
 
 json_t *srv_chunk_json(const srv *s, const srv_request_opts *o, const char *id, int64_t created,
                        const char *text, size_t len, const char *reasoning, size_t rlen,
-                       const char *finish, int role) {
+                       const char *finish, int role, json_t *logprobs) {
     const int chat = o->kind == SRV_CHAT;
     json_t *r = envelope(s, id, created, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i, s:n, s:o}", "index", 0, "logprobs", "finish_reason",
-                               finish ? json_string(finish) : json_null());
+    json_t *choice =
+        json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs", logprobs ? logprobs : json_null(),
+                  "finish_reason", finish ? json_string(finish) : json_null());
     if (chat) {
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));

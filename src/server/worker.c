@@ -48,6 +48,8 @@ void srv_job_release(srv_job *j) {
         free(j->stops[i]);
     free(j->text);
     free(j->reasoning);
+    free(j->bias);
+    free(j->toks);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -176,6 +178,34 @@ static void job_part(void *user, sl_reply_part part, const char *text, size_t le
         j->oom |= buf_append(&j->text, &j->text_len, &j->text_cap, text, len);
 }
 
+/* A sampled token's log-probabilities (logprobs requests), before its text is emitted. */
+static void job_token(void *user, int32_t id, float logprob, const sl_token_logprob *top,
+                      int32_t n_top) {
+    srv_job *j = user;
+    /* special tokens' text stays out of the reply unless it is read by parts */
+    const int32_t len = j->parts || !sl_tokenizer_is_special(j->tok, id)
+                            ? sl_tokenizer_token_bytes(j->tok, id, NULL, 0)
+                            : 0;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_toks == j->toks_cap) {
+        const size_t cap = j->toks_cap ? 2 * j->toks_cap : 64;
+        srv_tok *t = realloc(j->toks, cap * sizeof *t);
+        if (t) {
+            j->toks = t;
+            j->toks_cap = cap;
+        }
+    }
+    if (j->n_toks < j->toks_cap) {
+        srv_tok *t = &j->toks[j->n_toks++];
+        *t = (srv_tok){.id = id, .logprob = logprob, .offset = j->toks_bytes, .n_top = n_top};
+        memcpy(t->top, top, (size_t)n_top * sizeof *top);
+        j->toks_bytes += SL_MAX(len, 0);
+    } else {
+        j->oom = 1; /* job_emit cancels */
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
 static int job_emit(void *user, const char *text, size_t len) {
     srv_job *j = user;
     pthread_mutex_lock(&j->mu);
@@ -243,6 +273,7 @@ static void run_job(srv *s, srv_job *j) {
         return;
     }
     sl_error err = {0};
+    j->tok = s->tok;
     sl_sampler_free(g->smp);
     g->smp = NULL;
     if (sl_sampler_create(&j->sp, g->info.vocab_size, &g->smp, &err)) {
@@ -256,6 +287,8 @@ static void run_job(srv *s, srv_job *j) {
                        .ignore_eos = j->ignore_eos,
                        .keep_special = j->parts,
                        .emit = job_emit,
+                       .token = j->logprobs ? job_token : NULL,
+                       .top_logprobs = j->top_logprobs,
                        .cancelled = job_cancelled,
                        .user = j};
     sl_status st = sl_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);

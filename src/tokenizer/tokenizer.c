@@ -1553,6 +1553,20 @@ static sl_status id_bytes(const sl_tokenizer *t, int32_t id, int32_t skip_specia
     return SL_OK;
 }
 
+int32_t sl_tokenizer_token_bytes(const sl_tokenizer *t, int32_t id, char *out, int32_t cap) {
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    if (id_bytes(t, id, 0, &p, &n, NULL)) return -1;
+    uint8_t b;
+    if (t->sp && t->byte_val[id] >= 0) {
+        b = (uint8_t)t->byte_val[id];
+        p = &b;
+        n = 1;
+    }
+    if (cap > 0) memcpy(out, p, SL_MIN(n, (size_t)cap));
+    return (int32_t)n;
+}
+
 /* A run of <0xXX> tokens, as ByteFallback: its bytes if they are valid UTF-8,
  * else one U+FFFD per byte. */
 static int fallback_run(tk_buf *out, const uint8_t *p, size_t n) {

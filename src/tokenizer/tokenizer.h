@@ -146,6 +146,12 @@ sl_status sl_tokenizer_encode_spans(const sl_tokenizer *tok, const char *text, s
 sl_status sl_tokenizer_decode(const sl_tokenizer *tok, const int32_t *ids, size_t n,
                               int32_t skip_special, char **out, size_t *out_len, sl_error *err);
 
+/* The bytes id stands for in decoded text (a <0xXX> byte-fallback token: its byte; an added
+ * token: its content; SentencePiece's U+2581 as a space, before any Strip), as OpenAI's
+ * logprobs "bytes" give them: copied into out up to cap bytes. Returns their number (more
+ * than cap: cut short, as snprintf), or -1 for an id not in the vocabulary. */
+int32_t sl_tokenizer_token_bytes(const sl_tokenizer *tok, int32_t id, char *out, int32_t cap);
+
 /* Id of a token (an added token's content, or a vocabulary entry as written in
  * the file: byte-level alphabet "Ġthe", or metaspace "▁the"); -1 if none. */
 int32_t sl_tokenizer_token_to_id(const sl_tokenizer *tok, const char *token);

@@ -42,7 +42,7 @@ async function collect(stream) {
 
 async function api() {
   const models = await client.models.list();
-  check("models.list", models.data.length === 1 && models.data[0].object === "model", JSON.stringify(models.data));
+  check("models.list", models.data.length === 1 && models.data[0].object === "model" && models.data[0].max_model_len > 0, JSON.stringify(models.data));
   const model = models.data[0].id;
 
   const req = { model, messages, max_tokens: 8, temperature: 0 };
@@ -98,6 +98,33 @@ async function api() {
   check("completions", p.object === "text_completion" && p.choices[0].text.length > 0 && p.usage.completion_tokens <= 6, JSON.stringify(p));
   const ps = await collect(await client.completions.create({ model, prompt: "The river", max_tokens: 6, temperature: 0, stream: true }));
   check("completions stream", ps.text === p.choices[0].text && ps.finish === p.choices[0].finish_reason, JSON.stringify(ps));
+
+  // Issue 29 through the client: logprobs (chat and completions, streamed and not), logit_bias.
+  const lq = await client.chat.completions.create({ ...req, logprobs: true, top_logprobs: 3 });
+  const lc = lq.choices[0].logprobs?.content ?? [];
+  check("chat logprobs: one entry per token, top_logprobs of 3, the greedy token first",
+    lc.length === lq.usage.completion_tokens &&
+      lc.every((e) => e.top_logprobs.length === 3 && e.top_logprobs[0].token === e.token &&
+        e.logprob <= 0 && Array.isArray(e.bytes)),
+    JSON.stringify(lq.choices[0]));
+  let ls = [];
+  for await (const c of await client.chat.completions.create({ ...req, logprobs: true, top_logprobs: 3, stream: true }))
+    ls = ls.concat(c.choices[0]?.logprobs?.content ?? []);
+  check("chat logprobs streamed", JSON.stringify(ls) === JSON.stringify(lc), `${ls.length} vs ${lc.length}`);
+  const lp = await client.completions.create({ model, prompt: "The river", max_tokens: 4, temperature: 0, logprobs: 2 });
+  const lpp = lp.choices[0].logprobs;
+  check("completions logprobs: tokens, token_logprobs, top_logprobs, text_offset",
+    lpp && lpp.tokens.length === lp.usage.completion_tokens && lpp.token_logprobs.length === lpp.tokens.length &&
+      lpp.top_logprobs.every((t) => Object.keys(t).length >= 1) && lpp.text_offset[0] === 0,
+    JSON.stringify(lp.choices[0]));
+  const forced = await client.completions.create({ model, prompt: "The river", max_tokens: 3, temperature: 0, logit_bias: { "14796": 100 } });
+  check("logit_bias +100 forces the token", forced.choices[0].text === " river river river", JSON.stringify(forced.choices[0]));
+  try {
+    await client.chat.completions.create({ model, messages, logit_bias: { "abc": 1 } });
+    bad("logit_bias with a key that is not an id is refused", "no error");
+  } catch (e) {
+    check("logit_bias with a key that is not an id is refused (BadRequestError)", e.status === 400 && e.param === "logit_bias", String(e));
+  }
 
   // Errors arrive as the client's typed errors.
   try {

@@ -261,3 +261,89 @@ TEST(test_sampler_top_k_set) {
         sl_sampler_free(s);
     }
 }
+
+/* logit_bias: +100 forces an id under greedy and sampling, -100 bans the favourite, the caller's
+ * array may go once the sampler is made, and ids outside the vocabulary or non-finite biases
+ * are refused. */
+TEST(test_sampler_logit_bias) {
+    sl_logit_bias b[2] = {{6, 100}, {0, -100}};
+    sl_sampler_params p = sl_sampler_defaults();
+    p.logit_bias = b, p.n_logit_bias = 1;
+    sl_sampler *g = make(p);
+    b[0].id = 3; /* the sampler holds its own copy */
+    float l[V];
+    memcpy(l, base, sizeof l);
+    CHECK(sl_sampler_sample(g, l) == 6);
+    CHECK(l[6] == -30.0f + 100.0f); /* left in the logits for sl_sampler_logprobs */
+    sl_sampler_free(g);
+    b[0].id = 6;
+    p.logit_bias = b + 1; /* ban the most likely: greedy takes the next */
+    g = make(p);
+    memcpy(l, base, sizeof l);
+    CHECK(sl_sampler_sample(g, l) == 1);
+    sl_sampler_free(g);
+    p.temperature = 1, p.top_p = 0.9f, p.seed = 5, p.logit_bias = b, p.n_logit_bias = 2;
+    g = make(p);
+    int c[V];
+    draw(g, base, 200, c);
+    CHECK(c[6] == 200);
+    sl_sampler_free(g);
+    sl_sampler *s = NULL;
+    sl_error err = {0};
+    const sl_logit_bias bad[3] = {{V, 1}, {-1, 1}, {2, NAN}};
+    for (int i = 0; i < 3; i++) {
+        p.logit_bias = bad + i, p.n_logit_bias = 1;
+        CHECK(sl_sampler_create(&p, V, &s, &err) == SL_ERR_ARG && !s);
+    }
+    p.logit_bias = NULL;
+    CHECK(sl_sampler_create(&p, V, &s, &err) == SL_ERR_ARG && !s);
+}
+
+/* sl_sampler_logprobs against a long-double log-softmax: the sampled id's figure, the top list
+ * (descending, ties to the lower id, as many as asked), the temperature (0 counts as 1), ids
+ * ruled out (-inf), and logits whose sum would overflow without the shift. */
+TEST(test_sampler_logprobs) {
+    enum { N = 300 };
+    static float x[N];
+    uint32_t r = 99;
+    for (int trial = 0; trial < 40; trial++) {
+        const float t = trial % 4 == 0 ? 0.0f : 0.25f * (float)(trial % 4) + 0.1f;
+        const float shift = trial % 5 == 0 ? 3000.0f : 0.0f;
+        for (int32_t i = 0; i < N; i++) {
+            r = r * 1664525u + 1013904223u;
+            x[i] = shift + (float)((r >> 16) % 2000) / 100.0f - 10.0f;
+        }
+        x[7] = -INFINITY;
+        x[11] = x[12]; /* a tie */
+        const long double it = t > 0 ? 1.0L / t : 1.0L;
+        long double mx = -INFINITY, sum = 0;
+        for (int32_t i = 0; i < N; i++)
+            if (x[i] > mx) mx = x[i];
+        for (int32_t i = 0; i < N; i++)
+            sum += expl(((long double)x[i] - mx) * it);
+        sl_token_logprob top[20];
+        for (int32_t k = 0; k < 20; k++)
+            top[k] = (sl_token_logprob){-5, 1.0f}; /* poison */
+        const int32_t n_top = 1 + trial % 20, id = (int32_t)(r % N) == 7 ? 8 : (int32_t)(r % N);
+        const float lp = sl_sampler_logprobs(x, N, t, id, top, n_top);
+        const long double want = ((long double)x[id] - mx) * it - logl(sum);
+        CHECKF(fabsl(lp - want) < 1e-4L, "trial %d: %g, want %Lg", trial, lp, want);
+        CHECK(sl_sampler_logprobs(x, N, t, 7, top, n_top) == -INFINITY);
+        double mass = 0;
+        for (int32_t k = 0; k < n_top; k++) {
+            CHECK(top[k].id >= 0 && top[k].id < N && top[k].logprob <= 0);
+            if (k > 0)
+                CHECK(x[top[k].id] < x[top[k - 1].id] ||
+                      (x[top[k].id] == x[top[k - 1].id] && top[k].id > top[k - 1].id));
+            const long double w = ((long double)x[top[k].id] - mx) * it - logl(sum);
+            CHECK(fabsl(top[k].logprob - w) < 1e-4L);
+            mass += exp(top[k].logprob);
+        }
+        CHECK(mass <= 1.0 + 1e-6);
+        int32_t better = 0; /* ids strictly above the last one held: all held */
+        for (int32_t i = 0; i < N; i++)
+            better += x[i] > x[top[n_top - 1].id];
+        CHECK(better <= n_top - 1);
+        CHECK(n_top == 20 || top[n_top].id == -5); /* nothing written past n_top */
+    }
+}

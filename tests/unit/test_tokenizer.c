@@ -922,3 +922,28 @@ TEST(tokenizer_sp_metaspace_reference_ids) {
         sl_tokenizer_free(tok);
     }
 }
+
+/* sl_tokenizer_token_bytes: a token's bytes as they stand in decoded text (OpenAI's logprobs
+ * "bytes"): byte-level tokens their bytes, part of a character included; SentencePiece's "▁" a
+ * space (no Strip) and a <0xXX> token its byte; added tokens their content; the length even
+ * when out is too short; -1 for ids outside the vocabulary. */
+TEST(tokenizer_token_bytes) {
+    sl_tokenizer *q = qwen3(), *sp = sptok();
+    CHECK(q && sp);
+    if (!q || !sp) return;
+    char b[16];
+    const int32_t river = sl_tokenizer_token_to_id(q, "\xc4\xa0river"); /* "Ġriver" */
+    CHECK(river >= 0 && sl_tokenizer_token_bytes(q, river, b, sizeof b) == 6 &&
+          !memcmp(b, " river", 6));
+    CHECK(sl_tokenizer_token_bytes(q, river, b, 2) == 6 && !memcmp(b, " r", 2));
+    CHECK(sl_tokenizer_token_bytes(q, river, NULL, 0) == 6);
+    const int32_t im_end = sl_tokenizer_token_to_id(q, "<|im_end|>");
+    CHECK(sl_tokenizer_token_bytes(q, im_end, b, sizeof b) == 10 && !memcmp(b, "<|im_end|>", 10));
+    const int32_t e4 = sl_tokenizer_token_to_id(q, "\xc3\xa4"); /* "ä": the byte 0xE4 alone */
+    CHECK(e4 >= 0 && sl_tokenizer_token_bytes(q, e4, b, sizeof b) == 1 && (uint8_t)b[0] == 0xe4);
+    CHECK(sl_tokenizer_token_bytes(q, -1, b, sizeof b) == -1);
+    CHECK(sl_tokenizer_token_bytes(q, sl_tokenizer_vocab_size(q), b, sizeof b) == -1);
+    CHECK(sl_tokenizer_token_bytes(sp, 22557, b, sizeof b) == 6 && !memcmp(b, " Hello", 6));
+    const int32_t xe4 = sl_tokenizer_token_to_id(sp, "<0xE4>");
+    CHECK(xe4 >= 0 && sl_tokenizer_token_bytes(sp, xe4, b, sizeof b) == 1 && (uint8_t)b[0] == 0xe4);
+}
