@@ -281,6 +281,18 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     if (echo) return srv_bad(error, "echo", "echo is not supported");
     json_t *tools = json_object_get(req, "tools");
     if (json_array_size(tools) > 0) return srv_bad(error, "tools", "tools are not supported");
+    /* JSON output needs constrained decoding, which sluice does not have yet: refused rather
+     * than ignored, so that a client never takes free text for what it asked to be JSON */
+    json_t *rf = json_object_get(req, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !type)
+            return srv_bad(error, "response_format",
+                           "'response_format' must be an object with a string 'type'");
+        if (strcmp(type, "text"))
+            return srv_bad(error, "response_format",
+                           "response_format type '%.40s' is not supported (only 'text')", type);
+    }
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))

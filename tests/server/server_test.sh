@@ -222,6 +222,12 @@ expect "a long non-ASCII role: 400" 400 '"param":"messages"' "${J[@]}" \
     -d "{\"messages\":[{\"role\":\"$(printf '中%.0s' $(seq 300))\",\"content\":\"x\"}]}" "$URL/v1/chat/completions"
 expect "logit_bias on chat: 400 too" 400 '"param":"logit_bias"' "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"x"}],"logit_bias":{"5":200}}' "$URL/v1/chat/completions"
+for f in '{"type":"json_object"}' '{"type":"json_schema","json_schema":{"name":"x","schema":{}}}' '"json"' '{}'; do
+    expect "response_format $f: 400" 400 '"param":"response_format"' "${J[@]}" \
+        -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":$f}" "$URL/v1/chat/completions"
+done
+expect "response_format text: 200" 200 '"choices"' "${J[@]}" \
+    -d '{"prompt":"x","max_tokens":2,"response_format":{"type":"text"}}' "$URL/v1/completions"
 expect "top_logprobs 21: 400" 400 "'top_logprobs' must be between 0 and 20" "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}' "$URL/v1/chat/completions"
 expect "top_logprobs without logprobs: 400" 400 '"param":"top_logprobs"' "${J[@]}" \
