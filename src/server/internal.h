@@ -29,6 +29,15 @@ typedef struct srv_tok {
     sl_token_logprob top[SL_GEN_MAX_TOP_LOGPROBS];
 } srv_tok;
 
+/* A latency histogram for /metrics (Prometheus): counts of the observations at or under each
+ * bound (cumulated when written), their sum and number. */
+#define SRV_LAT_BOUNDS 10
+typedef struct srv_lat {
+    int64_t le[SRV_LAT_BOUNDS];
+    double sum;
+    int64_t n;
+} srv_lat;
+
 /*
  * One generation request. Shared by its HTTP thread and the model worker, each
  * holding a reference (refs); the last release frees it. The request part is
@@ -67,6 +76,10 @@ typedef struct srv_job {
     int32_t timed_out;
     int32_t failed; /* the HTTP status to answer (500, 503); error holds the message */
     char error[256];
+    /* the worker's: when the request arrived (srv_job_new) and its last token was sampled
+     * (0: none yet), and its latencies until job_finish adds them to the metrics */
+    double t_arrived, t_token;
+    srv_lat ttft, itl;
     atomic_int cancel; /* set by the HTTP side: the client went away */
     int32_t refs;      /* under mu */
     struct srv_job *next;
@@ -84,7 +97,8 @@ typedef struct srv_metrics {
     int64_t queue_timeouts; /* 503s after waiting --queue-timeout for a place */
     int64_t errors;         /* generations that failed (the library returned an error) */
     int64_t prompt_tokens, cached_tokens, completion_tokens;
-    sl_stats stats; /* the model's counters after the last job */
+    srv_lat ttft, itl; /* time to first token (from the request's arrival), between tokens */
+    sl_stats stats;    /* the model's counters after the last job */
 } srv_metrics;
 
 /* A request waiting for one of the `parallel` places (on its HTTP thread's stack). */
@@ -270,6 +284,8 @@ json_t *srv_block_json(const char *type, int32_t index, int thinking, const char
 json_t *srv_message_delta_json(const srv_job *j);
 
 /* ---- metrics.c ---- */
+/* The bounds of the latency histograms, seconds (SRV_LAT_BOUNDS each). */
+extern const double srv_ttft_bounds[SRV_LAT_BOUNDS], srv_itl_bounds[SRV_LAT_BOUNDS];
 /* The Prometheus text exposition of s's counters (malloc'ed). */
 char *srv_metrics_text(srv *s);
 /* Counts a response of the given status. */

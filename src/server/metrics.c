@@ -43,6 +43,19 @@ static void put(buf *b, const char *fmt, ...) {
     }
 }
 
+const double srv_ttft_bounds[SRV_LAT_BOUNDS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const double srv_itl_bounds[SRV_LAT_BOUNDS] = {0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5};
+
+/* A histogram: its buckets (cumulative, then +Inf), sum and count. */
+static void histogram(buf *b, const char *name, const char *help, const srv_lat *h,
+                      const double *bounds) {
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < SRV_LAT_BOUNDS; i++)
+        put(b, "%s_bucket{le=\"%g\"} %lld\n", name, bounds[i], (long long)h->le[i]);
+    put(b, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.17g\n%s_count %lld\n", name, (long long)h->n,
+        name, h->sum, name, (long long)h->n);
+}
+
 /* One metric: HELP and TYPE lines, then the sample. */
 static void metric(buf *b, const char *name, const char *type, const char *help, double v) {
     put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
@@ -106,6 +119,11 @@ char *srv_metrics_text(srv *s) {
            st->expert_requests ? (double)st->expert_hits / (double)st->expert_requests : 1.0);
     metric(&b, "sluice_expert_bytes_read_total", "counter", "Expert bytes read from disk.",
            (double)st->bytes_read);
+    histogram(&b, "sluice_time_to_first_token_seconds",
+              "From a request's arrival (queueing included) to its first token.", &m.ttft,
+              srv_ttft_bounds);
+    histogram(&b, "sluice_inter_token_latency_seconds", "Between consecutive tokens of a reply.",
+              &m.itl, srv_itl_bounds);
     metric(&b, "sluice_queue_length", "gauge", "Requests admitted and waiting for the model.",
            queued);
     metric(&b, "sluice_queue_waiting", "gauge",

@@ -34,6 +34,7 @@ srv_job *srv_job_new(void) {
     srv_cond_init(&j->cv);
     atomic_init(&j->cancel, 0);
     j->refs = 1;
+    j->t_arrived = sl_now();
     return j;
 }
 
@@ -219,8 +220,31 @@ static int job_emit(void *user, const char *text, size_t len) {
     return oom ? 1 : atomic_load(&j->cancel); /* out of memory cancels; reported below */
 }
 
+/* Adds one observation of v seconds to h, whose bounds are b. */
+static void lat_add(srv_lat *h, const double *b, double v) {
+    for (int i = 0; i < SRV_LAT_BOUNDS; i++)
+        h->le[i] += v <= b[i];
+    h->sum += v;
+    h->n++;
+}
+
+static void lat_merge(srv_lat *to, const srv_lat *from) {
+    for (int i = 0; i < SRV_LAT_BOUNDS; i++)
+        to->le[i] += from->le[i];
+    to->sum += from->sum;
+    to->n += from->n;
+}
+
+/* Polled by the generation loop once per token, just before it is sampled: the clock of the
+ * job's time to first token and of the gaps between its tokens. */
 static int job_cancelled(void *user) {
     srv_job *j = user;
+    const double now = sl_now();
+    if (j->t_token > 0)
+        lat_add(&j->itl, srv_itl_bounds, now - j->t_token);
+    else
+        lat_add(&j->ttft, srv_ttft_bounds, now - j->t_arrived);
+    j->t_token = now;
     if (atomic_load(&j->cancel)) return 1;
     if (sl_now() > j->deadline) {
         j->timed_out = 1; /* the worker's field until the job is done */
@@ -242,6 +266,8 @@ static void job_finish(srv *s, srv_job *j, const sl_gen_result *res, int status,
     m->prompt_tokens += res->prompt_tokens;
     m->cached_tokens += res->cached_tokens;
     m->completion_tokens += res->completion_tokens;
+    lat_merge(&m->ttft, &j->ttft);
+    lat_merge(&m->itl, &j->itl);
     sl_model_get_stats(s->g->m, &m->stats);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);

@@ -255,6 +255,16 @@ if curl -s "$URL/metrics" | grep -q '^sluice_http_requests_total{code="400"} [1-
 else
     bad "metrics: $(curl -s "$URL/metrics" | head -c 400)"
 fi
+# Latency histograms: a first token per reply, the gaps between the others; +Inf holds them all.
+T1=$(metric sluice_time_to_first_token_seconds_count)
+TI=$(metric sluice_inter_token_latency_seconds_count)
+TIN=$(metric 'sluice_inter_token_latency_seconds_bucket{le="+Inf"}')
+if [ "${T1:-0}" -ge 1 ] && [ "${TI:-0}" -ge "${T1:-0}" ] && [ "$TIN" = "$TI" ] &&
+    awk -v s="$(metric sluice_time_to_first_token_seconds_sum)" 'BEGIN {exit !(s > 0)}'; then
+    ok "metrics: time to first token ($T1) and inter-token latency ($TI) histograms"
+else
+    bad "latency histograms: ttft count '$T1', itl count '$TI', +Inf '$TIN'"
+fi
 # A list of prompts: one is a prompt, more are refused naming the field (n=1 per request).
 expect "prompt: a list of one string" 200 '"object":"text_completion"' "${J[@]}" \
     -d '{"prompt":["The river"],"max_tokens":2}' "$URL/v1/completions"
