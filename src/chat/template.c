@@ -28,6 +28,15 @@ const char *sl_chat_template_kind_name(sl_template_kind kind) {
     }
 }
 
+int sl_chat_supports_tools(const sl_chat_template *t) {
+    return t->kind == SL_TEMPLATE_CHATML;
+}
+
+char *sl_chat_tojson(const json_t *v) {
+    /* jansson's default layout is json.dumps's: ", " and ": ", keys in insertion order */
+    return json_dumps(v, JSON_ENCODE_ANY);
+}
+
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
     if (jinja && strstr(jinja, DS_USER) && strstr(jinja, DS_ASSISTANT)) {
@@ -589,8 +598,73 @@ static void render_tulu(const sl_chat_template *t, const sl_chat_msg *msgs, int3
     if (add_generation_prompt && n > 0) put_tpl(k, "<|assistant|>\n");
 }
 
+/* ChatML (see sl_chat_supports_tools for its tool layout). */
+static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                          const sl_chat_tools *tools, int add_generation_prompt,
+                          int enable_thinking, chat_sink *k) {
+    const int sys = n > 0 && !strcmp(msgs[0].role, "system");
+    if (tools) {
+        put_tpl(k, "<|im_start|>system\n");
+        if (sys || t->default_system[0]) {
+            if (sys)
+                k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+            else
+                put_tpl(k, t->default_system);
+            put_tpl(k, "\n\n");
+        }
+        put_tpl(k, "# Tools\n\nYou may call one or more functions to assist with the user "
+                   "query.\n\nYou are provided with function signatures within <tools></tools> "
+                   "XML tags:\n<tools>");
+        for (int32_t i = 0; i < tools->n; i++) {
+            put_tpl(k, "\n");
+            k->put(k, tools->defs[i], strlen(tools->defs[i]), 1);
+        }
+        put_tpl(k, "\n</tools>\n\nFor each function call, return a json object with function "
+                   "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                   "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+                   "</tool_call><|im_end|>\n");
+    } else if (t->default_system[0] && !sys) {
+        put_tpl(k, "<|im_start|>system\n");
+        put_tpl(k, t->default_system); /* the template's text, not a message */
+        put_tpl(k, "<|im_end|>\n");
+    }
+    for (int32_t i = tools && sys; i < n; i++) {
+        const sl_chat_msg *m = &msgs[i];
+        const char *text = m->content;
+        if (!strcmp(m->role, "tool")) { /* a run of results is one user turn */
+            if (i == 0 || strcmp(msgs[i - 1].role, "tool")) put_tpl(k, "<|im_start|>user");
+            put_tpl(k, "\n<tool_response>\n");
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, "\n</tool_response>");
+            if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) put_tpl(k, "<|im_end|>\n");
+            continue;
+        }
+        if (t->thinking_switch && !strcmp(m->role, "assistant")) text = strip_think(text);
+        put_tpl(k, "<|im_start|>");
+        put_tpl(k, m->role);
+        put_tpl(k, "\n");
+        k->put(k, text, strlen(text), 1);
+        for (int32_t c = 0; c < m->n_tool_calls; c++) {
+            if (c > 0 || text[0]) put_tpl(k, "\n");
+            put_tpl(k, "<tool_call>\n{\"name\": \"");
+            k->put(k, m->tool_calls[c].name, strlen(m->tool_calls[c].name), 1);
+            put_tpl(k, "\", \"arguments\": ");
+            k->put(k, m->tool_calls[c].arguments, strlen(m->tool_calls[c].arguments), 1);
+            put_tpl(k, "}\n</tool_call>");
+        }
+        put_tpl(k, "<|im_end|>\n");
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|im_start|>assistant\n");
+        if (t->thinking_switch && !enable_thinking) put_tpl(k, "<think>\n\n</think>\n\n");
+    }
+}
+
+/* tools: NULL when none are offered (only ChatML renders them). */
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
-                   int add_generation_prompt, int enable_thinking, chat_sink *k) {
+                   const sl_chat_tools *tools, int add_generation_prompt, int enable_thinking,
+                   chat_sink *k) {
+    if (tools && tools->n <= 0) tools = NULL;
     if (t->kind == SL_TEMPLATE_DEEPSEEK) {
         render_deepseek(t, msgs, n, add_generation_prompt, k);
         return;
@@ -628,24 +702,7 @@ static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n
             k->put(k, msgs[i].content, strlen(msgs[i].content), 1);
         return;
     }
-    if (t->default_system[0] && (n == 0 || strcmp(msgs[0].role, "system") != 0)) {
-        put_tpl(k, "<|im_start|>system\n");
-        put_tpl(k, t->default_system); /* the template's text, not a message */
-        put_tpl(k, "<|im_end|>\n");
-    }
-    for (int32_t i = 0; i < n; i++) {
-        const char *text = msgs[i].content;
-        if (t->thinking_switch && !strcmp(msgs[i].role, "assistant")) text = strip_think(text);
-        put_tpl(k, "<|im_start|>");
-        put_tpl(k, msgs[i].role);
-        put_tpl(k, "\n");
-        k->put(k, text, strlen(text), 1);
-        put_tpl(k, "<|im_end|>\n");
-    }
-    if (add_generation_prompt) {
-        put_tpl(k, "<|im_start|>assistant\n");
-        if (t->thinking_switch && !enable_thinking) put_tpl(k, "<think>\n\n</think>\n\n");
-    }
+    render_chatml(t, msgs, n, tools, add_generation_prompt, enable_thinking, k);
 }
 
 /* sl_chat_render's sink: appends as snprintf would, tracking the full length. */
@@ -663,12 +720,18 @@ static void text_put(chat_sink *k, const char *s, size_t n, int content) {
     t->len += n;
 }
 
-size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
-                      int add_generation_prompt, int enable_thinking, char *out, size_t cap) {
+size_t sl_chat_render_tools(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                            const sl_chat_tools *tools, int add_generation_prompt,
+                            int enable_thinking, char *out, size_t cap) {
     text_sink k = {{text_put}, out, cap, 0};
-    render(t, msgs, n, add_generation_prompt, enable_thinking, &k.k);
+    render(t, msgs, n, tools, add_generation_prompt, enable_thinking, &k.k);
     if (cap) out[SL_MIN(k.len, cap - 1)] = '\0';
     return k.len;
+}
+
+size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                      int add_generation_prompt, int enable_thinking, char *out, size_t cap) {
+    return sl_chat_render_tools(t, msgs, n, NULL, add_generation_prompt, enable_thinking, out, cap);
 }
 
 /* sl_chat_encode's sink: the text in a growing buffer, and one span per piece (the
@@ -715,9 +778,17 @@ static void span_put(chat_sink *k, const char *s, size_t n, int content) {
 sl_status sl_chat_encode(const sl_chat_template *t, const sl_tokenizer *tok,
                          const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
                          int enable_thinking, sl_token_ids *out, sl_error *err) {
+    return sl_chat_encode_tools(t, tok, msgs, n, NULL, add_generation_prompt, enable_thinking, out,
+                                err);
+}
+
+sl_status sl_chat_encode_tools(const sl_chat_template *t, const sl_tokenizer *tok,
+                               const sl_chat_msg *msgs, int32_t n, const sl_chat_tools *tools,
+                               int add_generation_prompt, int enable_thinking, sl_token_ids *out,
+                               sl_error *err) {
     span_sink k = {.k = {span_put}};
     out->n = 0;
-    render(t, msgs, n, add_generation_prompt, enable_thinking, &k.k);
+    render(t, msgs, n, tools, add_generation_prompt, enable_thinking, &k.k);
     sl_status st =
         k.oom ? sl_fail(err, SL_ERR_NOMEM, "out of memory rendering the conversation")
               : sl_tokenizer_encode_spans(tok, k.text, k.len, k.spans, k.n_spans, out, err);

@@ -166,7 +166,7 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
             break;
         }
         rc = message_text(content, i, &owned[i], error);
-        m[i] = (sl_chat_msg){r, owned[i]};
+        m[i] = (sl_chat_msg){.role = r, .content = owned[i]};
     }
     return srv_encode_chat_free(s, m, owned, n, think, j, rc, error);
 }
