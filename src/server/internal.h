@@ -46,6 +46,7 @@ typedef struct srv_job {
     sl_logit_bias *bias; /* [sp.n_logit_bias], owned; sp.logit_bias points here */
     int32_t logprobs;    /* 1: record toks */
     int32_t top_logprobs;
+    int32_t tool_calls; /* chat with tools offered: the reply's <tool_call> blocks are calls */
     /* progress */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -215,6 +216,9 @@ void srv_sampling(srv *s, srv_job *j, double temp, double top_p, int64_t top_k);
 /* m[n] through the chat template (with the generation prompt) into j->prompt; 0, 400 or 500. */
 int srv_encode_chat(srv *s, const sl_chat_msg *m, int32_t n, int32_t think, srv_job *j,
                     json_t **error);
+/* The same with tools offered (NULL: none). */
+int srv_encode_chat_tools(srv *s, const sl_chat_msg *m, int32_t n, const sl_chat_tools *tools,
+                          int32_t think, srv_job *j, json_t **error);
 /* Checks that j->prompt (what: the field it came from) leaves room to reply; sets
  * j->max_tokens to max_tokens (negative: to the context's end) within that room. */
 int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, json_t **error);
