@@ -244,6 +244,14 @@ json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t 
 /* A JSON string of text that should be valid UTF-8 (the detokenizer's output, cut at
  * character boundaries); "" if it is not, rather than invalid JSON. */
 json_t *srv_text_json(const char *text, size_t len);
+/* Tool calls (requests with tools offered, j->tool_calls): the calls in text[0..len) as
+ * OpenAI's tool_calls ([{"id": "call_...", "type": "function", "function": {"name",
+ * "arguments": JSON text}}], with "index" in a stream's delta), *content replaced by the text
+ * outside them (null when there is none); NULL, *content untouched, when there is no call. */
+json_t *srv_tool_calls_json(const char *text, size_t len, int stream, json_t **content);
+/* Where a stream holds text back (it may be a call): the first "<tool_call>" in
+ * text[from, len), or, until done, a tail that may begin one; len when neither is there. */
+size_t srv_tool_hold(const char *text, size_t from, size_t len, int done);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);
 

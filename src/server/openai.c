@@ -153,8 +153,8 @@ static int valid_name(json_t *v) {
 /* tools, [{"type": "function", "function": {"name", "description", "parameters"}}], into
  * defs[*n_defs] (malloc'ed, each as the template's tojson writes it), and tool_choice ("auto" or
  * "none"; "none" offers the tools but reads no calls back, as vLLM does by default). */
-static int get_tools(srv *s, json_t *req, const srv_request_opts *o, srv_job *j, char ***defs,
-                     int32_t *n_defs, json_t **error) {
+static int get_tools(srv *s, json_t *req, srv_job *j, char ***defs, int32_t *n_defs,
+                     json_t **error) {
     json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice");
     const char *c = json_string_value(choice);
     if (choice && !json_is_null(choice) && (!c || (strcmp(c, "auto") && strcmp(c, "none"))))
@@ -169,10 +169,6 @@ static int get_tools(srv *s, json_t *req, const srv_request_opts *o, srv_job *j,
         return srv_bad(error, "tools", "tools are not supported with the %s chat template",
                        sl_chat_template_kind_name(s->tpl.kind));
     const int read_calls = !(c && !strcmp(c, "none"));
-    if (o->stream && read_calls)
-        return srv_bad(error, "stream",
-                       "streaming with tools is not supported yet: send \"stream\": false (or "
-                       "\"tool_choice\": \"none\")");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
@@ -244,7 +240,7 @@ static int get_calls(srv *s, json_t *msg, size_t i, sl_chat_msg *m, json_t **err
 }
 
 /* messages (and tools) -> the prompt's ids in j->prompt, through the chat template. */
-static int chat_prompt(srv *s, json_t *req, const srv_request_opts *o, srv_job *j, json_t **error) {
+static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
     json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return srv_bad(error, "messages", "'messages' must be a non-empty array");
@@ -262,7 +258,7 @@ static int chat_prompt(srv *s, json_t *req, const srv_request_opts *o, srv_job *
     int32_t n_defs = 0;
     sl_chat_msg *m = calloc(n, sizeof *m);
     char **owned = calloc(n, sizeof *owned);
-    int rc = m && owned ? get_tools(s, req, o, j, &defs, &n_defs, error) : 500;
+    int rc = m && owned ? get_tools(s, req, j, &defs, &n_defs, error) : 500;
     const int tools_ok = sl_chat_supports_tools(&s->tpl);
     for (size_t i = 0; i < n && !rc; i++) {
         json_t *msg = json_array_get(msgs, i);
@@ -454,7 +450,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
         j->parts = 1;
         sl_reply_init(&j->parser, &s->tpl);
     }
-    rc = kind == SRV_CHAT ? chat_prompt(s, req, o, j, error)
+    rc = kind == SRV_CHAT ? chat_prompt(s, req, j, error)
                           : completion_prompt(s, req, j, &text, error);
     if (rc == 500) *error = srv_error_json("out of memory", "server_error", NULL, NULL);
     if (rc) {
@@ -644,13 +640,21 @@ json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t 
 
 /* ---------------------------------------------------------------- responses, chunks */
 
-/* The calls in a reply with tools offered, as OpenAI's message.tool_calls ([{"id": "call_...",
- * "type": "function", "function": {"name", "arguments": JSON text}}]), and *content replaced by
- * the text outside them (null when there is none); NULL when the reply made no call. */
-static json_t *tool_calls_json(const srv_job *j, json_t **content) {
+size_t srv_tool_hold(const char *text, size_t from, size_t len, int done) {
+    static const char open[] = "<tool_call>";
+    const size_t n = sizeof open - 1;
+    for (size_t i = from; i < len; i++) {
+        if (text[i] != '<') continue;
+        const size_t m = SL_MIN(n, len - i);
+        if (!memcmp(text + i, open, m) && (m == n || !done)) return i;
+    }
+    return len;
+}
+
+json_t *srv_tool_calls_json(const char *text, size_t len, int stream, json_t **content) {
     sl_tool_calls tc;
     sl_error err = {0};
-    if (sl_tool_calls_parse(j->text ? j->text : "", j->text ? j->text_len : 0, &tc, &err))
+    if (sl_tool_calls_parse(text ? text : "", text ? len : 0, &tc, &err))
         return NULL; /* out of memory: the reply as text */
     json_t *calls = tc.n > 0 ? json_array() : NULL;
     for (int32_t i = 0; calls && i < tc.n; i++) {
@@ -660,9 +664,10 @@ static json_t *tool_calls_json(const srv_job *j, json_t **content) {
         char id[48];
         snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)rnd[0],
                  (unsigned long long)(rnd[1] & 0xffffffffu));
-        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type",
-                                               "function", "function", "name", tc.calls[i].name,
-                                               "arguments", tc.calls[i].arguments));
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                              "name", tc.calls[i].name, "arguments", tc.calls[i].arguments);
+        if (stream && c) json_object_set_new(c, "index", json_integer(i));
+        json_array_append_new(calls, c);
     }
     if (calls) {
         json_decref(*content);
@@ -681,7 +686,7 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
                   o->logprobs ? srv_logprobs_json(s, o->kind, j, 0, srv_toks_end(j)) : json_null(),
                   "finish_reason", srv_finish_reason(j));
     json_t *text = srv_text_json(j->text, j->text_len), *calls = NULL;
-    if (chat && j->tool_calls) calls = tool_calls_json(j, &text);
+    if (chat && j->tool_calls) calls = srv_tool_calls_json(j->text, j->text_len, 0, &text);
     if (calls) json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
     if (chat) {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);

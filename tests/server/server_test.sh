@@ -258,8 +258,20 @@ for b in '"required"' '{"type":"function","function":{"name":"get_weather"}}' 3;
     expect "tool_choice $b: 400" 400 '"param":"tool_choice"' "${J[@]}" -d "{$TU,\"tools\":[$TF],\"tool_choice\":$b}" \
         "$URL/v1/chat/completions"
 done
-expect "tools with stream: 400" 400 'streaming with tools is not supported' "${J[@]}" \
+expect "tools, stream: 200" 200 '"finish_reason":"length"' "${J[@]}" \
     -d "{$TU,\"tools\":[$TF],\"stream\":true}" "$URL/v1/chat/completions"
+# A reply that opens calls and never closes them ("<tool_call>" forced by logit_bias): the
+# stream holds it back from the first "<tool_call>" and, at the end, sends it as the text it
+# is, the same content as the answer not streamed.
+TB="$TU,\"temperature\":0,\"max_tokens\":3,\"logit_bias\":{\"151657\":100},\"tools\":[$TF]"
+whole=$(curl -s "${J[@]}" -d "{$TB}" "$URL/v1/chat/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])' 2>&1)
+streamed=$(curl -sN "${J[@]}" -d "{$TB,\"stream\":true}" "$URL/v1/chat/completions" | $PY -c '
+import json, sys
+ev = [json.loads(l[6:]) for l in sys.stdin if l.startswith("data: {")]
+print("".join(e["choices"][0]["delta"].get("content") or "" for e in ev), ev[-1]["choices"][0]["finish_reason"])' 2>&1)
+[ "$whole" = "<tool_call><tool_call><tool_call>" ] && [ "$streamed" = "$whole length" ] &&
+    ok "tools, stream: unfinished calls come back as text" || bad "tools, stream: '$streamed' vs '$whole'"
 expect "tools, tool_choice none, stream: 200" 200 '\[DONE\]' "${J[@]}" \
     -d "{$TU,\"tools\":[$TF],\"tool_choice\":\"none\",\"stream\":true}" "$URL/v1/chat/completions"
 expect "tools, tool_choice auto: 200" 200 '"finish_reason":"length"' "${J[@]}" \
