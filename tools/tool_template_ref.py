@@ -119,6 +119,21 @@ CASES = [
                   {"role": "assistant", "content": "Calling.",
                    "tool_calls": [call("f", "{}")]},
                   {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]},
+    {"name": "multi_step_keeps_recent_reasoning", "tools": [WEATHER], "enable_thinking": True,
+     "messages": [{"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "<think>\nold\n</think>\n\nHello."},
+                  {"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "<think>\nI should call it.\n</think>\n\n",
+                   "tool_calls": [call("get_weather", "{\"city\": \"Paris\"}")]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+                  {"role": "assistant", "content": "No reasoning here.",
+                   "tool_calls": [call("get_weather", "{\"city\": \"Lyon\"}")]},
+                  {"role": "tool", "tool_call_id": "call_2", "content": "20 C"},
+                  {"role": "user", "content": "<tool_response>\nlate\n</tool_response>"},
+                  {"role": "assistant", "content": "<think>a</think><think>\n\nb\n</think>\n\n\nIt is 18 C.</think>x"}]},
+    {"name": "last_assistant_gets_block", "tools": [], "enable_thinking": True,
+     "messages": [{"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "\nHello."}]},
 ]
 
 

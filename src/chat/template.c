@@ -94,6 +94,7 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
     t->kind = SL_TEMPLATE_CHATML;
     t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
+    t->recent_think = strstr(jinja, "last_query_index") != NULL;
     static const char *const defaults[] = {
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
         "You are a helpful assistant.",
@@ -141,7 +142,7 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
     t->kind = SL_TEMPLATE_CHATML;
     if (!strcmp(name, "chatml")) return SL_OK;
     if (!strcmp(name, "chatml-think")) {
-        t->thinking_switch = 1;
+        t->thinking_switch = t->recent_think = 1;
         return SL_OK;
     }
     if (!strcmp(name, "glm")) {
@@ -598,6 +599,47 @@ static void render_tulu(const sl_chat_template *t, const sl_chat_msg *msgs, int3
     if (add_generation_prompt && n > 0) put_tpl(k, "<|assistant|>\n");
 }
 
+/* Qwen3's last_query_index: the last user message that is a query, not tool results a client
+ * sent back as a user message ("<tool_response>...</tool_response>"); n - 1 when none is. */
+static int32_t last_query(const sl_chat_msg *msgs, int32_t n) {
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    for (int32_t i = n - 1; i >= 0; i--) {
+        const char *c = msgs[i].content;
+        const size_t len = strlen(c);
+        if (strcmp(msgs[i].role, "user")) continue;
+        if (!strncmp(c, open, sizeof open - 1) && len >= sizeof close - 1 &&
+            !strcmp(c + len - (sizeof close - 1), close))
+            continue;
+        return i;
+    }
+    return n - 1;
+}
+
+/* An assistant message's text as Qwen3's template splits it when it holds "</think>": the
+ * reasoning [*rb, *re) (before the first "</think>", after the last "<think>" there, newlines
+ * off both ends) and the answer (after the last "</think>", leading newlines off), returned.
+ * Without "</think>": no reasoning, the text whole. */
+static const char *split_think(const char *s, const char **rb, const char **re) {
+    const char *first = strstr(s, "</think>");
+    *rb = *re = s;
+    if (!first) return s;
+    const char *e = first, *b = s;
+    while (e > s && e[-1] == '\n')
+        e--;
+    for (const char *p = s; (p = strstr(p, "<think>")) && p + 7 <= e; p += 7)
+        b = p + 7;
+    while (b < e && *b == '\n')
+        b++;
+    *rb = b, *re = e;
+    const char *last = first;
+    for (const char *p; (p = strstr(last + 8, "</think>"));)
+        last = p;
+    last += 8;
+    while (*last == '\n')
+        last++;
+    return last;
+}
+
 /* ChatML (see sl_chat_supports_tools for its tool layout). */
 static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                           const sl_chat_tools *tools, int add_generation_prompt,
@@ -628,6 +670,7 @@ static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, in
         put_tpl(k, t->default_system); /* the template's text, not a message */
         put_tpl(k, "<|im_end|>\n");
     }
+    const int32_t query = t->recent_think ? last_query(msgs, n) : 0;
     for (int32_t i = tools && sys; i < n; i++) {
         const sl_chat_msg *m = &msgs[i];
         const char *text = m->content;
@@ -639,10 +682,23 @@ static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, in
             if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) put_tpl(k, "<|im_end|>\n");
             continue;
         }
-        if (t->thinking_switch && !strcmp(m->role, "assistant")) text = strip_think(text);
+        const char *rb = NULL, *re = NULL;
+        if (t->recent_think && !strcmp(m->role, "assistant")) {
+            text = split_think(text, &rb, &re);
+            if (i <= query || (i < n - 1 && rb == re)) rb = NULL; /* the reasoning is dropped */
+        } else if (t->thinking_switch && !strcmp(m->role, "assistant")) {
+            text = strip_think(text);
+        }
         put_tpl(k, "<|im_start|>");
         put_tpl(k, m->role);
         put_tpl(k, "\n");
+        if (rb) {
+            put_tpl(k, "<think>\n");
+            k->put(k, rb, (size_t)(re - rb), 1);
+            put_tpl(k, "\n</think>\n\n");
+            while (*text == '\n')
+                text++;
+        }
         k->put(k, text, strlen(text), 1);
         for (int32_t c = 0; c < m->n_tool_calls; c++) {
             if (c > 0 || text[0]) put_tpl(k, "\n");

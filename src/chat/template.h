@@ -10,7 +10,8 @@
  *     <|im_start|>assistant\n                         (generation prompt)
  *   with, for templates that have the thinking switch (enable_thinking), an
  *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
- *   is off, and earlier assistant turns stripped of their <think> block.
+ *   is off, and earlier assistant turns stripped of their <think> block (those after
+ *   the last user query keep it where the template says so: recent_think).
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
  *
  *   Harmony (gpt-oss), as its chat_template renders a conversation without tools:
@@ -96,7 +97,11 @@ const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
-    int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
+    int32_t thinking_switch; /* the template knows enable_thinking (Qwen3 and later) */
+    /* ChatML (Qwen3's last_query_index): assistant turns after the last user query keep their
+     * reasoning as "<think>\n{reasoning}\n</think>\n\n" (a last one always has the block);
+     * earlier ones lose it. Without it, every assistant turn loses its reasoning. */
+    int32_t recent_think;
     char default_system[128]; /* inserted when the conversation has no system message */
     /* Harmony: the system message's date ("YYYY-MM-DD"; empty: today's, as the template's
      * strftime_now) and reasoning effort (empty: "medium", the template's default) */
