@@ -134,6 +134,10 @@ CASES = [
     {"name": "last_assistant_gets_block", "tools": [], "enable_thinking": True,
      "messages": [{"role": "user", "content": "Hi"},
                   {"role": "assistant", "content": "\nHello."}]},
+    {"name": "last_assistant_newlines_and_call", "tools": [WEATHER], "enable_thinking": False,
+     "messages": [{"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "\n\n",
+                   "tool_calls": [call("get_weather", "{\"city\": \"Oslo\"}")]}]},
 ]
 
 

@@ -692,6 +692,7 @@ static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, in
         put_tpl(k, "<|im_start|>");
         put_tpl(k, m->role);
         put_tpl(k, "\n");
+        const int has_text = text[0] != '\0'; /* before the newlines the think block drops */
         if (rb) {
             put_tpl(k, "<think>\n");
             k->put(k, rb, (size_t)(re - rb), 1);
@@ -701,7 +702,7 @@ static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, in
         }
         k->put(k, text, strlen(text), 1);
         for (int32_t c = 0; c < m->n_tool_calls; c++) {
-            if (c > 0 || text[0]) put_tpl(k, "\n");
+            if (c > 0 || has_text) put_tpl(k, "\n");
             put_tpl(k, "<tool_call>\n{\"name\": \"");
             k->put(k, m->tool_calls[c].name, strlen(m->tool_calls[c].name), 1);
             put_tpl(k, "\", \"arguments\": ");
