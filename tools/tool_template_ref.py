@@ -88,6 +88,14 @@ SEARCH = {"type": "function", "function": {
         "exact": {"type": "boolean", "default": False}, "tags": {"type": ["array", "null"],
         "items": {"type": "string"}}}, "required": ["query"], "additionalProperties": False}}}
 
+# Reals and control characters, where jansson's own writer differs from json.dumps
+NUMBERS = {"type": "function", "function": {
+    "name": "scale", "description": "Escapes \x1b\x01\x7f and \u2028 / \"q\"",
+    "parameters": {"type": "object", "properties": {"x": {"type": "number", "minimum": 0.1,
+        "maximum": 1e16, "multipleOf": 1e-05, "default": 2.0, "examples": [
+            -0.0, 0.0, 123456789.123, 1.5e300, 5e-324, 0.0001, 1e15, 1.7976931348623157e308,
+            -2.5e-7, 100.5, 1e22, 3]}}}}}
+
 
 def call(name, args):
     return {"id": "call_1", "type": "function", "function": {"name": name, "arguments": args}}
@@ -134,6 +142,8 @@ CASES = [
     {"name": "last_assistant_gets_block", "tools": [], "enable_thinking": True,
      "messages": [{"role": "user", "content": "Hi"},
                   {"role": "assistant", "content": "\nHello."}]},
+    {"name": "numbers_and_escapes", "tools": [NUMBERS], "enable_thinking": False,
+     "messages": [{"role": "user", "content": "Scale it."}]},
     {"name": "last_assistant_newlines_and_call", "tools": [WEATHER], "enable_thinking": False,
      "messages": [{"role": "user", "content": "Hi"},
                   {"role": "assistant", "content": "\n\n",

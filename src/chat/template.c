@@ -32,9 +32,146 @@ int sl_chat_supports_tools(const sl_chat_template *t) {
     return t->kind == SL_TEMPLATE_CHATML;
 }
 
+/*
+ * tojson as transformers defines it for chat templates: Python's json.dumps(v,
+ * ensure_ascii=False). jansson's json_dumps has the same separators and key order but writes
+ * control characters as \u001B (Python: \u001b) and reals with 17 digits (Python: the
+ * shortest text that reads back the same, 0.1 and 1e-05), hence this writer.
+ */
+typedef struct json_buf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} json_buf;
+
+static void jb_put(json_buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p, b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void jb_str(json_buf *b, const char *s, size_t n) {
+    jb_put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        const char *e = c == '"'    ? "\\\""
+                        : c == '\\' ? "\\\\"
+                        : c == '\n' ? "\\n"
+                        : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t"
+                        : c == '\b' ? "\\b"
+                        : c == '\f' ? "\\f"
+                                    : NULL;
+        if (!e && c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), e = esc;
+        if (e)
+            jb_put(b, e, strlen(e));
+        else
+            jb_put(b, s + i, 1);
+    }
+    jb_put(b, "\"", 1);
+}
+
+/* Python's repr of a finite double: the fewest significant digits that read back as x, in
+ * fixed notation for decimal exponents -4 to 15 (always with a fraction, "2.0"), else as
+ * "1.5e-05" / "1e+16" (a sign and at least two exponent digits). */
+static void jb_real(json_buf *b, double x) {
+    char sci[40], digits[24], out[48];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p - 1, x);
+        if (strtod(sci, NULL) == x) break;
+    }
+    snprintf(sci, sizeof sci, "%.*e", p - 1, x); /* [-]d[.ddd]e[+-]xx */
+    const char *q = sci;
+    size_t o = 0, n = 0;
+    if (*q == '-') out[o++] = '-', q++;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[n++] = *q;
+    while (n > 1 && digits[n - 1] == '0')
+        n--;
+    const int exp = atoi(q + 1);
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "0.");
+            for (int i = 0; i < -exp - 1; i++)
+                out[o++] = '0';
+            memcpy(out + o, digits, n), o += n;
+        } else {
+            for (int i = 0; i <= exp; i++)
+                out[o++] = (size_t)i < n ? digits[i] : '0';
+            out[o++] = '.';
+            if ((size_t)exp + 1 < n)
+                memcpy(out + o, digits + exp + 1, n - (size_t)exp - 1), o += n - (size_t)exp - 1;
+            else
+                out[o++] = '0';
+        }
+    } else {
+        out[o++] = digits[0];
+        if (n > 1) out[o++] = '.', memcpy(out + o, digits + 1, n - 1), o += n - 1;
+        o += (size_t)snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+',
+                              exp < 0 ? -exp : exp);
+    }
+    jb_put(b, out, o);
+}
+
+static void jb_value(json_buf *b, const json_t *v) {
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        int first = 1;
+        jb_put(b, "{", 1);
+        json_object_foreach((json_t *)v, key, x) {
+            if (!first) jb_put(b, ", ", 2);
+            first = 0;
+            jb_str(b, key, strlen(key));
+            jb_put(b, ": ", 2);
+            jb_value(b, x);
+        }
+        jb_put(b, "}", 1);
+        break;
+    }
+    case JSON_ARRAY:
+        jb_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) jb_put(b, ", ", 2);
+            jb_value(b, json_array_get(v, i));
+        }
+        jb_put(b, "]", 1);
+        break;
+    case JSON_STRING: jb_str(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_INTEGER:
+        jb_put(b, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)));
+        break;
+    case JSON_REAL: jb_real(b, json_real_value(v)); break;
+    case JSON_TRUE: jb_put(b, "true", 4); break;
+    case JSON_FALSE: jb_put(b, "false", 5); break;
+    default: jb_put(b, "null", 4); break;
+    }
+}
+
 char *sl_chat_tojson(const json_t *v) {
-    /* jansson's default layout is json.dumps's: ", " and ": ", keys in insertion order */
-    return json_dumps(v, JSON_ENCODE_ANY);
+    json_buf b = {0};
+    jb_value(&b, v);
+    if (b.oom || !b.s) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
 }
 
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {

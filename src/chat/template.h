@@ -170,9 +170,8 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl
 int sl_chat_supports_tools(const sl_chat_template *t);
 
 /* v as JSON text the way the templates' tojson writes it (Python's json.dumps under
- * transformers: keys in their order, ", " and ": " between items, non-ASCII as it is);
- * malloc'ed, NULL when out of memory. Reals are written with 17 significant digits, where
- * Python writes the shortest text that reads back the same (0.1 differs). */
+ * transformers: keys in their order, ", " and ": " between items, non-ASCII as it is, reals
+ * as Python's repr: 0.1, 2.0, 1e-05, 1e+16); malloc'ed, NULL when out of memory. */
 struct json_t;
 char *sl_chat_tojson(const struct json_t *v);
 
