@@ -28,6 +28,152 @@ const char *sl_chat_template_kind_name(sl_template_kind kind) {
     }
 }
 
+int sl_chat_supports_tools(const sl_chat_template *t) {
+    return t->kind == SL_TEMPLATE_CHATML;
+}
+
+/*
+ * tojson as transformers defines it for chat templates: Python's json.dumps(v,
+ * ensure_ascii=False). jansson's json_dumps has the same separators and key order but writes
+ * control characters as \u001B (Python: \u001b) and reals with 17 digits (Python: the
+ * shortest text that reads back the same, 0.1 and 1e-05), hence this writer.
+ */
+typedef struct json_buf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} json_buf;
+
+static void jb_put(json_buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p, b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void jb_str(json_buf *b, const char *s, size_t n) {
+    jb_put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        const char *e = c == '"'    ? "\\\""
+                        : c == '\\' ? "\\\\"
+                        : c == '\n' ? "\\n"
+                        : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t"
+                        : c == '\b' ? "\\b"
+                        : c == '\f' ? "\\f"
+                                    : NULL;
+        if (!e && c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), e = esc;
+        if (e)
+            jb_put(b, e, strlen(e));
+        else
+            jb_put(b, s + i, 1);
+    }
+    jb_put(b, "\"", 1);
+}
+
+/* Python's repr of a finite double: the fewest significant digits that read back as x, in
+ * fixed notation for decimal exponents -4 to 15 (always with a fraction, "2.0"), else as
+ * "1.5e-05" / "1e+16" (a sign and at least two exponent digits). */
+static void jb_real(json_buf *b, double x) {
+    char sci[40], digits[24], out[48];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p - 1, x);
+        if (strtod(sci, NULL) == x) break;
+    }
+    snprintf(sci, sizeof sci, "%.*e", p - 1, x); /* [-]d[.ddd]e[+-]xx */
+    const char *q = sci;
+    size_t o = 0, n = 0;
+    if (*q == '-') out[o++] = '-', q++;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[n++] = *q;
+    while (n > 1 && digits[n - 1] == '0')
+        n--;
+    const int exp = atoi(q + 1);
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "0.");
+            for (int i = 0; i < -exp - 1; i++)
+                out[o++] = '0';
+            memcpy(out + o, digits, n), o += n;
+        } else {
+            for (int i = 0; i <= exp; i++)
+                out[o++] = (size_t)i < n ? digits[i] : '0';
+            out[o++] = '.';
+            if ((size_t)exp + 1 < n)
+                memcpy(out + o, digits + exp + 1, n - (size_t)exp - 1), o += n - (size_t)exp - 1;
+            else
+                out[o++] = '0';
+        }
+    } else {
+        out[o++] = digits[0];
+        if (n > 1) out[o++] = '.', memcpy(out + o, digits + 1, n - 1), o += n - 1;
+        o += (size_t)snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+',
+                              exp < 0 ? -exp : exp);
+    }
+    jb_put(b, out, o);
+}
+
+static void jb_value(json_buf *b, const json_t *v) {
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        int first = 1;
+        jb_put(b, "{", 1);
+        json_object_foreach((json_t *)v, key, x) {
+            if (!first) jb_put(b, ", ", 2);
+            first = 0;
+            jb_str(b, key, strlen(key));
+            jb_put(b, ": ", 2);
+            jb_value(b, x);
+        }
+        jb_put(b, "}", 1);
+        break;
+    }
+    case JSON_ARRAY:
+        jb_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) jb_put(b, ", ", 2);
+            jb_value(b, json_array_get(v, i));
+        }
+        jb_put(b, "]", 1);
+        break;
+    case JSON_STRING: jb_str(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_INTEGER:
+        jb_put(b, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)));
+        break;
+    case JSON_REAL: jb_real(b, json_real_value(v)); break;
+    case JSON_TRUE: jb_put(b, "true", 4); break;
+    case JSON_FALSE: jb_put(b, "false", 5); break;
+    default: jb_put(b, "null", 4); break;
+    }
+}
+
+char *sl_chat_tojson(const json_t *v) {
+    json_buf b = {0};
+    jb_value(&b, v);
+    if (b.oom || !b.s) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     memset(t, 0, sizeof *t);
     if (jinja && strstr(jinja, DS_USER) && strstr(jinja, DS_ASSISTANT)) {
@@ -85,6 +231,7 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
     t->kind = SL_TEMPLATE_CHATML;
     t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
+    t->recent_think = strstr(jinja, "last_query_index") != NULL;
     static const char *const defaults[] = {
         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
         "You are a helpful assistant.",
@@ -132,7 +279,7 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
     t->kind = SL_TEMPLATE_CHATML;
     if (!strcmp(name, "chatml")) return SL_OK;
     if (!strcmp(name, "chatml-think")) {
-        t->thinking_switch = 1;
+        t->thinking_switch = t->recent_think = 1;
         return SL_OK;
     }
     if (!strcmp(name, "glm")) {
@@ -589,8 +736,129 @@ static void render_tulu(const sl_chat_template *t, const sl_chat_msg *msgs, int3
     if (add_generation_prompt && n > 0) put_tpl(k, "<|assistant|>\n");
 }
 
+/* Qwen3's last_query_index: the last user message that is a query, not tool results a client
+ * sent back as a user message ("<tool_response>...</tool_response>"); n - 1 when none is. */
+static int32_t last_query(const sl_chat_msg *msgs, int32_t n) {
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    for (int32_t i = n - 1; i >= 0; i--) {
+        const char *c = msgs[i].content;
+        const size_t len = strlen(c);
+        if (strcmp(msgs[i].role, "user")) continue;
+        if (!strncmp(c, open, sizeof open - 1) && len >= sizeof close - 1 &&
+            !strcmp(c + len - (sizeof close - 1), close))
+            continue;
+        return i;
+    }
+    return n - 1;
+}
+
+/* An assistant message's text as Qwen3's template splits it when it holds "</think>": the
+ * reasoning [*rb, *re) (before the first "</think>", after the last "<think>" there, newlines
+ * off both ends) and the answer (after the last "</think>", leading newlines off), returned.
+ * Without "</think>": no reasoning, the text whole. */
+static const char *split_think(const char *s, const char **rb, const char **re) {
+    const char *first = strstr(s, "</think>");
+    *rb = *re = s;
+    if (!first) return s;
+    const char *e = first, *b = s;
+    while (e > s && e[-1] == '\n')
+        e--;
+    for (const char *p = s; (p = strstr(p, "<think>")) && p + 7 <= e; p += 7)
+        b = p + 7;
+    while (b < e && *b == '\n')
+        b++;
+    *rb = b, *re = e;
+    const char *last = first;
+    for (const char *p; (p = strstr(last + 8, "</think>"));)
+        last = p;
+    last += 8;
+    while (*last == '\n')
+        last++;
+    return last;
+}
+
+/* ChatML (see sl_chat_supports_tools for its tool layout). */
+static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                          const sl_chat_tools *tools, int add_generation_prompt,
+                          int enable_thinking, chat_sink *k) {
+    const int sys = n > 0 && !strcmp(msgs[0].role, "system");
+    if (tools) {
+        put_tpl(k, "<|im_start|>system\n");
+        if (sys || t->default_system[0]) {
+            if (sys)
+                k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+            else
+                put_tpl(k, t->default_system);
+            put_tpl(k, "\n\n");
+        }
+        put_tpl(k, "# Tools\n\nYou may call one or more functions to assist with the user "
+                   "query.\n\nYou are provided with function signatures within <tools></tools> "
+                   "XML tags:\n<tools>");
+        for (int32_t i = 0; i < tools->n; i++) {
+            put_tpl(k, "\n");
+            k->put(k, tools->defs[i], strlen(tools->defs[i]), 1);
+        }
+        put_tpl(k, "\n</tools>\n\nFor each function call, return a json object with function "
+                   "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                   "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+                   "</tool_call><|im_end|>\n");
+    } else if (t->default_system[0] && !sys) {
+        put_tpl(k, "<|im_start|>system\n");
+        put_tpl(k, t->default_system); /* the template's text, not a message */
+        put_tpl(k, "<|im_end|>\n");
+    }
+    const int32_t query = t->recent_think ? last_query(msgs, n) : 0;
+    for (int32_t i = tools && sys; i < n; i++) {
+        const sl_chat_msg *m = &msgs[i];
+        const char *text = m->content;
+        if (!strcmp(m->role, "tool")) { /* a run of results is one user turn */
+            if (i == 0 || strcmp(msgs[i - 1].role, "tool")) put_tpl(k, "<|im_start|>user");
+            put_tpl(k, "\n<tool_response>\n");
+            k->put(k, text, strlen(text), 1);
+            put_tpl(k, "\n</tool_response>");
+            if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) put_tpl(k, "<|im_end|>\n");
+            continue;
+        }
+        const char *rb = NULL, *re = NULL;
+        if (t->recent_think && !strcmp(m->role, "assistant")) {
+            text = split_think(text, &rb, &re);
+            if (i <= query || (i < n - 1 && rb == re)) rb = NULL; /* the reasoning is dropped */
+        } else if (t->thinking_switch && !strcmp(m->role, "assistant")) {
+            text = strip_think(text);
+        }
+        put_tpl(k, "<|im_start|>");
+        put_tpl(k, m->role);
+        put_tpl(k, "\n");
+        const int has_text = text[0] != '\0'; /* before the newlines the think block drops */
+        if (rb) {
+            put_tpl(k, "<think>\n");
+            k->put(k, rb, (size_t)(re - rb), 1);
+            put_tpl(k, "\n</think>\n\n");
+            while (*text == '\n')
+                text++;
+        }
+        k->put(k, text, strlen(text), 1);
+        for (int32_t c = 0; c < m->n_tool_calls; c++) {
+            if (c > 0 || has_text) put_tpl(k, "\n");
+            put_tpl(k, "<tool_call>\n{\"name\": \"");
+            k->put(k, m->tool_calls[c].name, strlen(m->tool_calls[c].name), 1);
+            put_tpl(k, "\", \"arguments\": ");
+            k->put(k, m->tool_calls[c].arguments, strlen(m->tool_calls[c].arguments), 1);
+            put_tpl(k, "}\n</tool_call>");
+        }
+        put_tpl(k, "<|im_end|>\n");
+    }
+    if (add_generation_prompt) {
+        put_tpl(k, "<|im_start|>assistant\n");
+        if (t->thinking_switch && !enable_thinking) put_tpl(k, "<think>\n\n</think>\n\n");
+    }
+}
+
+/* tools: NULL when none are offered (only ChatML renders them). */
 static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
-                   int add_generation_prompt, int enable_thinking, chat_sink *k) {
+                   const sl_chat_tools *tools, int add_generation_prompt, int enable_thinking,
+                   chat_sink *k) {
+    if (tools && tools->n <= 0) tools = NULL;
     if (t->kind == SL_TEMPLATE_DEEPSEEK) {
         render_deepseek(t, msgs, n, add_generation_prompt, k);
         return;
@@ -628,24 +896,7 @@ static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n
             k->put(k, msgs[i].content, strlen(msgs[i].content), 1);
         return;
     }
-    if (t->default_system[0] && (n == 0 || strcmp(msgs[0].role, "system") != 0)) {
-        put_tpl(k, "<|im_start|>system\n");
-        put_tpl(k, t->default_system); /* the template's text, not a message */
-        put_tpl(k, "<|im_end|>\n");
-    }
-    for (int32_t i = 0; i < n; i++) {
-        const char *text = msgs[i].content;
-        if (t->thinking_switch && !strcmp(msgs[i].role, "assistant")) text = strip_think(text);
-        put_tpl(k, "<|im_start|>");
-        put_tpl(k, msgs[i].role);
-        put_tpl(k, "\n");
-        k->put(k, text, strlen(text), 1);
-        put_tpl(k, "<|im_end|>\n");
-    }
-    if (add_generation_prompt) {
-        put_tpl(k, "<|im_start|>assistant\n");
-        if (t->thinking_switch && !enable_thinking) put_tpl(k, "<think>\n\n</think>\n\n");
-    }
+    render_chatml(t, msgs, n, tools, add_generation_prompt, enable_thinking, k);
 }
 
 /* sl_chat_render's sink: appends as snprintf would, tracking the full length. */
@@ -663,12 +914,18 @@ static void text_put(chat_sink *k, const char *s, size_t n, int content) {
     t->len += n;
 }
 
-size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
-                      int add_generation_prompt, int enable_thinking, char *out, size_t cap) {
+size_t sl_chat_render_tools(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                            const sl_chat_tools *tools, int add_generation_prompt,
+                            int enable_thinking, char *out, size_t cap) {
     text_sink k = {{text_put}, out, cap, 0};
-    render(t, msgs, n, add_generation_prompt, enable_thinking, &k.k);
+    render(t, msgs, n, tools, add_generation_prompt, enable_thinking, &k.k);
     if (cap) out[SL_MIN(k.len, cap - 1)] = '\0';
     return k.len;
+}
+
+size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                      int add_generation_prompt, int enable_thinking, char *out, size_t cap) {
+    return sl_chat_render_tools(t, msgs, n, NULL, add_generation_prompt, enable_thinking, out, cap);
 }
 
 /* sl_chat_encode's sink: the text in a growing buffer, and one span per piece (the
@@ -715,9 +972,17 @@ static void span_put(chat_sink *k, const char *s, size_t n, int content) {
 sl_status sl_chat_encode(const sl_chat_template *t, const sl_tokenizer *tok,
                          const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
                          int enable_thinking, sl_token_ids *out, sl_error *err) {
+    return sl_chat_encode_tools(t, tok, msgs, n, NULL, add_generation_prompt, enable_thinking, out,
+                                err);
+}
+
+sl_status sl_chat_encode_tools(const sl_chat_template *t, const sl_tokenizer *tok,
+                               const sl_chat_msg *msgs, int32_t n, const sl_chat_tools *tools,
+                               int add_generation_prompt, int enable_thinking, sl_token_ids *out,
+                               sl_error *err) {
     span_sink k = {.k = {span_put}};
     out->n = 0;
-    render(t, msgs, n, add_generation_prompt, enable_thinking, &k.k);
+    render(t, msgs, n, tools, add_generation_prompt, enable_thinking, &k.k);
     sl_status st =
         k.oom ? sl_fail(err, SL_ERR_NOMEM, "out of memory rendering the conversation")
               : sl_tokenizer_encode_spans(tok, k.text, k.len, k.spans, k.n_spans, out, err);

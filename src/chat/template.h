@@ -10,7 +10,8 @@
  *     <|im_start|>assistant\n                         (generation prompt)
  *   with, for templates that have the thinking switch (enable_thinking), an
  *   empty "<think>\n\n</think>\n\n" after the generation prompt when thinking
- *   is off, and earlier assistant turns stripped of their <think> block.
+ *   is off, and earlier assistant turns stripped of their <think> block (those after
+ *   the last user query keep it where the template says so: recent_think).
  *   Templates that insert a default system message (Qwen2/2.5) get it too.
  *
  *   Harmony (gpt-oss), as its chat_template renders a conversation without tools:
@@ -96,7 +97,11 @@ const char *sl_chat_template_kind_name(sl_template_kind kind);
 
 typedef struct sl_chat_template {
     sl_template_kind kind;
-    int32_t thinking_switch;  /* the template knows enable_thinking (Qwen3 and later) */
+    int32_t thinking_switch; /* the template knows enable_thinking (Qwen3 and later) */
+    /* ChatML (Qwen3's last_query_index): assistant turns after the last user query keep their
+     * reasoning as "<think>\n{reasoning}\n</think>\n\n" (a last one always has the block);
+     * earlier ones lose it. Without it, every assistant turn loses its reasoning. */
+    int32_t recent_think;
     char default_system[128]; /* inserted when the conversation has no system message */
     /* Harmony: the system message's date ("YYYY-MM-DD"; empty: today's, as the template's
      * strftime_now) and reasoning effort (empty: "medium", the template's default) */
@@ -115,10 +120,27 @@ typedef struct sl_chat_template {
     char bos[32], eos[32];
 } sl_chat_template;
 
+/* A call an assistant message made: the function's name and its arguments as JSON text, written
+ * into the prompt as they are (the template writes a string's arguments unchanged). */
+typedef struct sl_chat_tool_call {
+    const char *name;
+    const char *arguments;
+} sl_chat_tool_call;
+
 typedef struct sl_chat_msg {
-    const char *role; /* "system", "user", "assistant" (any name renders as its header) */
+    const char *role; /* "system", "user", "assistant", "tool" (any name renders as its header) */
     const char *content;
+    /* assistant messages: the calls they made (ChatML renders them; others leave them out) */
+    const sl_chat_tool_call *tool_calls; /* [n_tool_calls] */
+    int32_t n_tool_calls;
 } sl_chat_msg;
+
+/* The tools offered to the model: each definition ({"type": "function", "function": {...}})
+ * as JSON text, as the template's `tool | tojson` writes it (sl_chat_tojson). ChatML only. */
+typedef struct sl_chat_tools {
+    const char *const *defs; /* [n] */
+    int32_t n;
+} sl_chat_tools;
 
 /* Finds the template of a model directory (tokenizer_config.json's chat_template, or
  * chat_template.jinja). No template found: RAW. */
@@ -136,12 +158,33 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
  * <|endoftext|>), "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
 
+/* 1 when the template renders tools, tool calls and tool results (ChatML, as Qwen2.5's and
+ * Qwen3's templates do):
+ *   <|im_start|>system\n[{system}\n\n]# Tools\n\n...<tools>\n{tool}\n{tool}\n</tools>\n\n
+ *     ...</tool_call><|im_end|>\n                   (the template's fixed instructions)
+ *   <|im_start|>assistant\n{text}[\n]<tool_call>\n{"name": "{name}", "arguments": {args}}\n
+ *     </tool_call><|im_end|>\n                     ("\n" between calls, and after a text)
+ *   <|im_start|>user\n<tool_response>\n{result}\n</tool_response>\n<tool_response>...
+ *     </tool_response><|im_end|>\n                 (a run of "tool" messages: one user turn)
+ * ({system}: the first system message, or a template's default one). */
+int sl_chat_supports_tools(const sl_chat_template *t);
+
+/* v as JSON text the way the templates' tojson writes it (Python's json.dumps under
+ * transformers: keys in their order, ", " and ": " between items, non-ASCII as it is, reals
+ * as Python's repr: 0.1, 2.0, 1e-05, 1e+16); malloc'ed, NULL when out of memory. */
+struct json_t;
+char *sl_chat_tojson(const struct json_t *v);
+
 /*
  * Renders msgs into out (cap bytes, always NUL-terminated when cap > 0); returns
  * the full length, so a result >= cap means "call again with more room".
  */
 size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                       int add_generation_prompt, int enable_thinking, char *out, size_t cap);
+/* The same with tools offered (tools NULL or empty: sl_chat_render). */
+size_t sl_chat_render_tools(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
+                            const sl_chat_tools *tools, int add_generation_prompt,
+                            int enable_thinking, char *out, size_t cap);
 
 /*
  * Renders msgs and tokenizes them into out (reset first): the prompt ids of a
@@ -158,5 +201,10 @@ size_t sl_chat_render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_
 sl_status sl_chat_encode(const sl_chat_template *t, const sl_tokenizer *tok,
                          const sl_chat_msg *msgs, int32_t n, int add_generation_prompt,
                          int enable_thinking, sl_token_ids *out, sl_error *err);
+/* The same with tools offered; tool definitions, names and arguments are contents. */
+sl_status sl_chat_encode_tools(const sl_chat_template *t, const sl_tokenizer *tok,
+                               const sl_chat_msg *msgs, int32_t n, const sl_chat_tools *tools,
+                               int add_generation_prompt, int enable_thinking, sl_token_ids *out,
+                               sl_error *err);
 
 #endif /* SL_TEMPLATE_H */

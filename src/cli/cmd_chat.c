@@ -27,7 +27,7 @@ static int log_add(chat_log *c, const char *role, const char *text) {
         c->cap = cap;
     }
     if (!(c->owned[c->n] = strdup(text))) return cli_error("out of memory");
-    c->msgs[c->n] = (sl_chat_msg){role, c->owned[c->n]};
+    c->msgs[c->n] = (sl_chat_msg){.role = role, .content = c->owned[c->n]};
     c->n++;
     return 0;
 }

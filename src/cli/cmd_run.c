@@ -34,8 +34,8 @@ int cli_run(int argc, char **argv) {
     if (!rc) {
         sl_chat_msg msgs[2];
         int32_t n = 0;
-        if (o.system) msgs[n++] = (sl_chat_msg){"system", o.system};
-        msgs[n++] = (sl_chat_msg){"user", o.prompt};
+        if (o.system) msgs[n++] = (sl_chat_msg){.role = "system", .content = o.system};
+        msgs[n++] = (sl_chat_msg){.role = "user", .content = o.prompt};
         rc = text_encode(&t, msgs, n);
         const int32_t ctx = sl_session_max_ctx(t.g.s);
         if (!rc && (int64_t)t.ids.n + 1 > ctx)

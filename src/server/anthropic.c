@@ -71,7 +71,7 @@ static int messages_prompt(srv *s, json_t *req, srv_job *j, int32_t think, json_
     size_t k = 0;
     if (!rc && sys && !json_is_null(sys)) {
         rc = blocks_text(sys, "system", "system", &owned[0], error);
-        m[k++] = (sl_chat_msg){"system", owned[0]};
+        m[k++] = (sl_chat_msg){.role = "system", .content = owned[0]};
     }
     for (size_t i = 0; k < n && !rc; i++, k++) {
         json_t *msg = json_array_get(msgs, i);
@@ -106,7 +106,7 @@ static int messages_prompt(srv *s, json_t *req, srv_job *j, int32_t think, json_
         char where[64];
         snprintf(where, sizeof where, "messages[%zu].content", i);
         rc = blocks_text(content, "messages", where, &owned[k], error);
-        m[k] = (sl_chat_msg){r, owned[k]};
+        m[k] = (sl_chat_msg){.role = r, .content = owned[k]};
     }
     return srv_encode_chat_free(s, m, owned, n, think, j, rc, error);
 }

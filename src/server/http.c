@@ -299,7 +299,10 @@ static int sse_fill(srv_req *r) {
     }
     const int done = j->state == SRV_JOB_DONE;
     r->seen = j->text_len + j->reasoning_len;
-    const size_t end = done ? j->text_len : utf8_cut(j->text, r->sent, j->text_len);
+    size_t end = done ? j->text_len : utf8_cut(j->text, r->sent, j->text_len);
+    /* tools: the text from a "<tool_call>" on waits for the end, where it is read as calls */
+    const int tools = r->o.kind == SRV_CHAT && j->tool_calls;
+    if (tools) end = SL_MIN(end, srv_tool_hold(j->text, r->sent, j->text_len, done));
     const size_t rend =
         done ? j->reasoning_len : utf8_cut(j->reasoning, r->sent_reasoning, j->reasoning_len);
     /* Formatted under the lock: the worker may move the text. Anthropic's events go straight
@@ -335,8 +338,34 @@ static int sse_fill(srv_req *r) {
         r->ended = 1;
         return msg_end(r);
     }
-    rc = out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0,
-                                     srv_finish_reason(j), 0, NULL));
+    const char *finish = srv_finish_reason(j);
+    if (tools && r->sent < j->text_len) { /* the held text: calls, and what is not one */
+        json_t *content = NULL,
+               *calls = srv_tool_calls_json(j->text + r->sent, j->text_len - r->sent, 1, &content);
+        const char *text = json_string_value(content);
+        if (!calls) text = j->text + r->sent;
+        const size_t len = !calls ? j->text_len - r->sent : text ? json_string_length(content) : 0;
+        if (len && out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, text, len, NULL, 0,
+                                               NULL, 0, NULL)))
+            rc = -1;
+        json_decref(content);
+        if (calls) {
+            json_t *chunk =
+                srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, NULL, 0, NULL);
+            json_t *delta =
+                json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta");
+            json_object_set_new(delta, "tool_calls", calls);
+            if (rc)
+                json_decref(chunk);
+            else if (out_event(r, chunk))
+                rc = -1;
+            finish = "tool_calls";
+        }
+        r->sent = j->text_len;
+        if (rc) return rc;
+    }
+    rc = out_event(r,
+                   srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, finish, 0, NULL));
     if (!rc && r->o.include_usage) {
         json_t *u = srv_chunk_json(s, &r->o, r->id, r->created, NULL, 0, NULL, 0, NULL, 0, NULL);
         json_object_set_new(u, "choices", json_array());

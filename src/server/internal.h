@@ -55,6 +55,7 @@ typedef struct srv_job {
     sl_logit_bias *bias; /* [sp.n_logit_bias], owned; sp.logit_bias points here */
     int32_t logprobs;    /* 1: record toks */
     int32_t top_logprobs;
+    int32_t tool_calls; /* chat with tools offered: the reply's <tool_call> blocks are calls */
     /* progress */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -229,6 +230,9 @@ void srv_sampling(srv *s, srv_job *j, double temp, double top_p, int64_t top_k);
 /* m[n] through the chat template (with the generation prompt) into j->prompt; 0, 400 or 500. */
 int srv_encode_chat(srv *s, const sl_chat_msg *m, int32_t n, int32_t think, srv_job *j,
                     json_t **error);
+/* The same with tools offered (NULL: none). */
+int srv_encode_chat_tools(srv *s, const sl_chat_msg *m, int32_t n, const sl_chat_tools *tools,
+                          int32_t think, srv_job *j, json_t **error);
 /* Checks that j->prompt (what: the field it came from) leaves room to reply; sets
  * j->max_tokens to max_tokens (negative: to the context's end) within that room. */
 int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, json_t **error);
@@ -254,6 +258,14 @@ json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t 
 /* A JSON string of text that should be valid UTF-8 (the detokenizer's output, cut at
  * character boundaries); "" if it is not, rather than invalid JSON. */
 json_t *srv_text_json(const char *text, size_t len);
+/* Tool calls (requests with tools offered, j->tool_calls): the calls in text[0..len) as
+ * OpenAI's tool_calls ([{"id": "call_...", "type": "function", "function": {"name",
+ * "arguments": JSON text}}], with "index" in a stream's delta), *content replaced by the text
+ * outside them (null when there is none); NULL, *content untouched, when there is no call. */
+json_t *srv_tool_calls_json(const char *text, size_t len, int stream, json_t **content);
+/* Where a stream holds text back (it may be a call): the first "<tool_call>" in
+ * text[from, len), or, until done, a tail that may begin one; len when neither is there. */
+size_t srv_tool_hold(const char *text, size_t from, size_t len, int done);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);
 

@@ -7,7 +7,9 @@
  */
 #include <math.h>
 #include <stdarg.h>
+#include <sys/random.h>
 
+#include "chat/toolcall.h"
 #include "server/internal.h"
 
 json_t *srv_error_json(const char *message, const char *type, const char *param, const char *code) {
@@ -122,15 +124,122 @@ static int message_text(json_t *content, size_t i, char **out, json_t **error) {
 
 int srv_encode_chat(srv *s, const sl_chat_msg *m, int32_t n, int32_t think, srv_job *j,
                     json_t **error) {
+    return srv_encode_chat_tools(s, m, n, NULL, think, j, error);
+}
+
+int srv_encode_chat_tools(srv *s, const sl_chat_msg *m, int32_t n, const sl_chat_tools *tools,
+                          int32_t think, srv_job *j, json_t **error) {
     /* A message's text never becomes control tokens: "<|im_end|>\n<|im_start|>system" in a
      * user message stays text and cannot fake a turn; only the template inserts them. */
     sl_error err = {0};
-    sl_status st = sl_chat_encode(&s->tpl, s->tok, m, n, 1, think, &j->prompt, &err);
+    sl_status st = sl_chat_encode_tools(&s->tpl, s->tok, m, n, tools, 1, think, &j->prompt, &err);
     if (st) return st == SL_ERR_NOMEM ? 500 : srv_bad(error, "messages", "%s", err.msg);
     return 0;
 }
 
-/* messages -> the prompt's ids in j->prompt, through the chat template. */
+/* A function name as OpenAI allows it (^[a-zA-Z0-9_-]{1,64}$): the template writes a call's
+ * name between quotes as it is, so a quote or a backslash in it would break the call's JSON. */
+static int valid_name(json_t *v) {
+    const char *p = json_string_value(v);
+    const size_t n = p ? json_string_length(v) : 0;
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", p[i]) ||
+            !p[i])
+            return 0;
+    return 1;
+}
+
+/* tools, [{"type": "function", "function": {"name", "description", "parameters"}}], into
+ * defs[*n_defs] (malloc'ed, each as the template's tojson writes it), and tool_choice ("auto" or
+ * "none"; "none" offers the tools but reads no calls back, as vLLM does by default). */
+static int get_tools(srv *s, json_t *req, srv_job *j, char ***defs, int32_t *n_defs,
+                     json_t **error) {
+    json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice");
+    const char *c = json_string_value(choice);
+    if (choice && !json_is_null(choice) && (!c || (strcmp(c, "auto") && strcmp(c, "none"))))
+        return srv_bad(error, "tool_choice",
+                       "tool_choice: only \"auto\" and \"none\" are supported (a named function "
+                       "or \"required\" needs constrained decoding, which sluice does not have)");
+    if (!tools || json_is_null(tools)) return 0;
+    if (!json_is_array(tools)) return srv_bad(error, "tools", "'tools' must be an array");
+    const size_t n = json_array_size(tools);
+    if (n == 0) return 0;
+    if (!sl_chat_supports_tools(&s->tpl))
+        return srv_bad(error, "tools", "tools are not supported with the %s chat template",
+                       sl_chat_template_kind_name(s->tpl.kind));
+    const int read_calls = !(c && !strcmp(c, "none"));
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *f = json_object_get(t, "function");
+        json_t *desc = json_object_get(f, "description"),
+               *params = json_object_get(f, "parameters");
+        if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+            strcmp(json_string_value(json_object_get(t, "type")), "function"))
+            return srv_bad(error, "tools",
+                           "tools[%zu] must be an object with \"type\": \"function\"", i);
+        if (!json_is_object(f))
+            return srv_bad(error, "tools", "tools[%zu].function must be an object", i);
+        if (!valid_name(json_object_get(f, "name")))
+            return srv_bad(error, "tools",
+                           "tools[%zu].function.name must be 1 to 64 letters, digits, '_' or '-'",
+                           i);
+        if (desc && !json_is_null(desc) && !json_is_string(desc))
+            return srv_bad(error, "tools", "tools[%zu].function.description must be a string", i);
+        if (params && !json_is_null(params) && !json_is_object(params))
+            return srv_bad(error, "tools", "tools[%zu].function.parameters must be an object", i);
+    }
+    if (!(*defs = calloc(n, sizeof **defs))) return 500;
+    for (i = 0; i < n; i++, ++*n_defs)
+        if (!((*defs)[i] = sl_chat_tojson(json_array_get(tools, i)))) return 500;
+    j->tool_calls = read_calls;
+    return 0;
+}
+
+/* An assistant message's tool_calls, [{"id", "type": "function", "function": {"name",
+ * "arguments"}}], into *calls (malloc'ed; each arguments text malloc'ed too: a string as it is,
+ * an object as tojson writes it). */
+static int get_calls(srv *s, json_t *msg, size_t i, sl_chat_msg *m, json_t **error) {
+    json_t *tc = json_object_get(msg, "tool_calls"), *call;
+    if (!tc || json_is_null(tc) || (json_is_array(tc) && json_array_size(tc) == 0)) return 0;
+    if (!json_is_array(tc))
+        return srv_bad(error, "messages", "messages[%zu].tool_calls must be an array", i);
+    if (!sl_chat_supports_tools(&s->tpl))
+        return srv_bad(error, "messages", "tool calls are not supported with the %s chat template",
+                       sl_chat_template_kind_name(s->tpl.kind));
+    sl_chat_tool_call *calls = calloc(json_array_size(tc), sizeof *calls);
+    if (!calls) return 500;
+    m->tool_calls = calls;
+    size_t k;
+    json_array_foreach(tc, k, call) {
+        json_t *f = json_object_get(call, "function"), *type = json_object_get(call, "type");
+        json_t *args = json_object_get(f, "arguments");
+        if (!json_is_object(call) || !json_is_object(f) ||
+            (type && (!json_is_string(type) || strcmp(json_string_value(type), "function"))))
+            return srv_bad(error, "messages",
+                           "messages[%zu].tool_calls[%zu] must be {\"type\": \"function\", "
+                           "\"function\": {\"name\", \"arguments\"}}",
+                           i, k);
+        if (!valid_name(json_object_get(f, "name")))
+            return srv_bad(error, "messages",
+                           "messages[%zu].tool_calls[%zu].function.name must be 1 to 64 letters, "
+                           "digits, '_' or '-'",
+                           i, k);
+        if (!json_is_string(args) && !json_is_object(args))
+            return srv_bad(error, "messages",
+                           "messages[%zu].tool_calls[%zu].function.arguments must be a JSON string",
+                           i, k);
+        calls[k].name = json_string_value(json_object_get(f, "name"));
+        char *a = json_is_string(args) ? strdup(json_string_value(args)) : sl_chat_tojson(args);
+        if (!a) return 500;
+        calls[k].arguments = a;
+        m->n_tool_calls = (int32_t)k + 1;
+    }
+    return 0;
+}
+
+/* messages (and tools) -> the prompt's ids in j->prompt, through the chat template. */
 static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
     json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
@@ -145,30 +254,57 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
         if (rc) return rc;
     }
     const size_t n = json_array_size(msgs);
+    char **defs = NULL;
+    int32_t n_defs = 0;
     sl_chat_msg *m = calloc(n, sizeof *m);
     char **owned = calloc(n, sizeof *owned);
-    int rc = m && owned ? 0 : 500;
+    int rc = m && owned ? get_tools(s, req, j, &defs, &n_defs, error) : 500;
+    const int tools_ok = sl_chat_supports_tools(&s->tpl);
     for (size_t i = 0; i < n && !rc; i++) {
         json_t *msg = json_array_get(msgs, i);
         const char *r;
         if ((rc = srv_msg_role(msg, i, &r, error))) break;
         if (!strcmp(r, "developer")) r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
+            (strcmp(r, "tool") || !tools_ok)) {
             rc = srv_bad(error, "messages",
-                         "messages[%zu].role '%s' is not supported (system, developer, user or "
-                         "assistant)",
-                         i, r);
+                         "messages[%zu].role '%s' is not supported (system, developer, user, "
+                         "assistant%s)",
+                         i, r, tools_ok ? " or tool" : " or, with a ChatML template, tool");
             break;
         }
-        json_t *content = json_object_get(msg, "content");
+        json_t *content = json_object_get(msg, "content"),
+               *id = json_object_get(msg, "tool_call_id");
         if ((!content || json_is_null(content)) && strcmp(r, "assistant") != 0) {
             rc = srv_bad(error, "messages", "messages[%zu].content is missing", i);
             break;
         }
-        rc = message_text(content, i, &owned[i], error);
-        m[i] = (sl_chat_msg){r, owned[i]};
+        if (!strcmp(r, "tool") && id && !json_is_null(id) && !json_is_string(id)) {
+            rc = srv_bad(error, "messages", "messages[%zu].tool_call_id must be a string", i);
+            break;
+        }
+        m[i].role = r;
+        if ((rc = message_text(content, i, &owned[i], error))) break;
+        m[i].content = owned[i];
+        if (!strcmp(r, "assistant")) rc = get_calls(s, msg, i, &m[i], error);
     }
-    return srv_encode_chat_free(s, m, owned, n, think, j, rc, error);
+    if (!rc) {
+        const sl_chat_tools tools = {(const char *const *)defs, n_defs};
+        rc = srv_encode_chat_tools(s, m, (int32_t)n, &tools, think, j, error);
+    }
+    for (size_t i = 0; m && i < n; i++) {
+        for (int32_t k = 0; k < m[i].n_tool_calls; k++)
+            free((char *)m[i].tool_calls[k].arguments);
+        free((void *)m[i].tool_calls);
+    }
+    for (size_t i = 0; owned && i < n; i++)
+        free(owned[i]);
+    for (int32_t i = 0; i < n_defs; i++)
+        free(defs[i]);
+    free(defs);
+    free(owned);
+    free(m);
+    return rc;
 }
 
 /* prompt: a string or an array of token ids, or a list holding one of them. The OpenAI API
@@ -279,8 +415,8 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     j->logprobs = o->logprobs;
     j->top_logprobs = (int32_t)SL_MAX(top_logprobs, 0);
     if (echo) return srv_bad(error, "echo", "echo is not supported");
-    json_t *tools = json_object_get(req, "tools");
-    if (json_array_size(tools) > 0) return srv_bad(error, "tools", "tools are not supported");
+    if (kind != SRV_CHAT && json_array_size(json_object_get(req, "tools")) > 0)
+        return srv_bad(error, "tools", "tools are only supported by /v1/chat/completions");
     /* JSON output needs constrained decoding, which sluice does not have yet: refused rather
      * than ignored, so that a client never takes free text for what it asked to be JSON */
     json_t *rf = json_object_get(req, "response_format");
@@ -504,6 +640,43 @@ json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t 
 
 /* ---------------------------------------------------------------- responses, chunks */
 
+size_t srv_tool_hold(const char *text, size_t from, size_t len, int done) {
+    static const char open[] = "<tool_call>";
+    const size_t n = sizeof open - 1;
+    for (size_t i = from; i < len; i++) {
+        if (text[i] != '<') continue;
+        const size_t m = SL_MIN(n, len - i);
+        if (!memcmp(text + i, open, m) && (m == n || !done)) return i;
+    }
+    return len;
+}
+
+json_t *srv_tool_calls_json(const char *text, size_t len, int stream, json_t **content) {
+    sl_tool_calls tc;
+    sl_error err = {0};
+    if (sl_tool_calls_parse(text ? text : "", text ? len : 0, &tc, &err))
+        return NULL; /* out of memory: the reply as text */
+    json_t *calls = tc.n > 0 ? json_array() : NULL;
+    for (int32_t i = 0; calls && i < tc.n; i++) {
+        uint64_t rnd[2] = {0, 0};
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+            rnd[0] = (uint64_t)(sl_now() * 1e9), rnd[1] = (uint64_t)i;
+        char id[48];
+        snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)rnd[0],
+                 (unsigned long long)(rnd[1] & 0xffffffffu));
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                              "name", tc.calls[i].name, "arguments", tc.calls[i].arguments);
+        if (stream && c) json_object_set_new(c, "index", json_integer(i));
+        json_array_append_new(calls, c);
+    }
+    if (calls) {
+        json_decref(*content);
+        *content = tc.content_len ? srv_text_json(tc.content, tc.content_len) : json_null();
+    }
+    sl_tool_calls_free(&tc);
+    return calls;
+}
+
 json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id,
                           int64_t created) {
     const int chat = o->kind == SRV_CHAT;
@@ -512,9 +685,12 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
         json_pack("{s:i, s:o, s:s}", "index", 0, "logprobs",
                   o->logprobs ? srv_logprobs_json(s, o->kind, j, 0, srv_toks_end(j)) : json_null(),
                   "finish_reason", srv_finish_reason(j));
-    json_t *text = srv_text_json(j->text, j->text_len);
+    json_t *text = srv_text_json(j->text, j->text_len), *calls = NULL;
+    if (chat && j->tool_calls) calls = srv_tool_calls_json(j->text, j->text_len, 0, &text);
+    if (calls) json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
     if (chat) {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);
+        if (calls) json_object_set_new(msg, "tool_calls", calls);
         /* as vLLM's reasoning parsers give it */
         if (j->parts)
             json_object_set_new(msg, "reasoning_content",

@@ -228,6 +228,63 @@ for f in '{"type":"json_object"}' '{"type":"json_schema","json_schema":{"name":"
 done
 expect "response_format text: 200" 200 '"choices"' "${J[@]}" \
     -d '{"prompt":"x","max_tokens":2,"response_format":{"type":"text"}}' "$URL/v1/completions"
+# Tools (ChatML). The tiny model cannot call tools: the request's prompt is what is checked
+# (as many ids as Qwen3's template rendering of the same conversation, from
+# tests/unit/data/qwen3_tools.json, which test_template.c compares byte for byte), and every
+# malformed field is a 400.
+$PY - "$HERE/../unit/data/qwen3_tools.json" "$TMP" <<'PYEOF'
+import json, sys
+c = [c for c in json.load(open(sys.argv[1])) if c["name"] == "calls_results_no_system"][0]
+with open(sys.argv[2] + "/tools_req.json", "w") as f:
+    json.dump({"messages": c["messages"], "tools": c["tools"], "max_tokens": 1}, f)
+with open(sys.argv[2] + "/tools_tok.json", "w") as f:
+    json.dump({"content": c["expected"], "parse_special": True}, f)
+PYEOF
+got=$(curl -s "${J[@]}" -d @"$TMP/tools_req.json" "$URL/v1/chat/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])' 2>&1)
+want=$(curl -s "${J[@]}" -d @"$TMP/tools_tok.json" "$URL/tokenize" |
+    $PY -c 'import json, sys; print(len(json.load(sys.stdin)["tokens"]))' 2>&1)
+[ -n "$got" ] && [ "$got" = "$want" ] && ok "tools: the prompt is Qwen3's rendering ($got tokens)" ||
+    bad "tools: prompt_tokens $got, the template's rendering $want"
+TU='"messages":[{"role":"user","content":"x"}],"max_tokens":2'
+TF='{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}'
+for b in '"tools":{}' '"tools":[{"type":"x"}]' '"tools":[{"type":"function"}]' \
+    '"tools":[{"type":"function","function":{"name":"a b"}}]' \
+    '"tools":[{"type":"function","function":{"name":"a","description":3}}]' \
+    '"tools":[{"type":"function","function":{"name":"a","parameters":[]}}]'; do
+    expect "tools $b: 400" 400 '"param":"tools"' "${J[@]}" -d "{$TU,$b}" "$URL/v1/chat/completions"
+done
+for b in '"required"' '{"type":"function","function":{"name":"get_weather"}}' 3; do
+    expect "tool_choice $b: 400" 400 '"param":"tool_choice"' "${J[@]}" -d "{$TU,\"tools\":[$TF],\"tool_choice\":$b}" \
+        "$URL/v1/chat/completions"
+done
+expect "tools, stream: 200" 200 '"finish_reason":"length"' "${J[@]}" \
+    -d "{$TU,\"tools\":[$TF],\"stream\":true}" "$URL/v1/chat/completions"
+# A reply that opens calls and never closes them ("<tool_call>" forced by logit_bias): the
+# stream holds it back from the first "<tool_call>" and, at the end, sends it as the text it
+# is, the same content as the answer not streamed.
+TB="$TU,\"temperature\":0,\"max_tokens\":3,\"logit_bias\":{\"151657\":100},\"tools\":[$TF]"
+whole=$(curl -s "${J[@]}" -d "{$TB}" "$URL/v1/chat/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])' 2>&1)
+streamed=$(curl -sN "${J[@]}" -d "{$TB,\"stream\":true}" "$URL/v1/chat/completions" | $PY -c '
+import json, sys
+ev = [json.loads(l[6:]) for l in sys.stdin if l.startswith("data: {")]
+print("".join(e["choices"][0]["delta"].get("content") or "" for e in ev), ev[-1]["choices"][0]["finish_reason"])' 2>&1)
+[ "$whole" = "<tool_call><tool_call><tool_call>" ] && [ "$streamed" = "$whole length" ] &&
+    ok "tools, stream: unfinished calls come back as text" || bad "tools, stream: '$streamed' vs '$whole'"
+expect "tools, tool_choice none, stream: 200" 200 '\[DONE\]' "${J[@]}" \
+    -d "{$TU,\"tools\":[$TF],\"tool_choice\":\"none\",\"stream\":true}" "$URL/v1/chat/completions"
+expect "tools, tool_choice auto: 200" 200 '"finish_reason":"length"' "${J[@]}" \
+    -d "{$TU,\"tools\":[$TF],\"tool_choice\":\"auto\"}" "$URL/v1/chat/completions"
+expect "tools on /v1/completions: 400" 400 '"param":"tools"' "${J[@]}" \
+    -d "{\"prompt\":\"x\",\"tools\":[$TF]}" "$URL/v1/completions"
+for m in '{"role":"tool","content":"r","tool_call_id":3}' '{"role":"tool"}' \
+    '{"role":"assistant","tool_calls":{}}' '{"role":"assistant","tool_calls":[{"type":"x","function":{"name":"a","arguments":"{}"}}]}' \
+    '{"role":"assistant","tool_calls":[{"function":{"name":"a\"","arguments":"{}"}}]}' \
+    '{"role":"assistant","tool_calls":[{"function":{"name":"a","arguments":5}}]}'; do
+    expect "message $m: 400" 400 '"param":"messages"' "${J[@]}" \
+        -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},$m],\"max_tokens\":2}" "$URL/v1/chat/completions"
+done
 expect "top_logprobs 21: 400" 400 "'top_logprobs' must be between 0 and 20" "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}' "$URL/v1/chat/completions"
 expect "top_logprobs without logprobs: 400" 400 '"param":"top_logprobs"' "${J[@]}" \
@@ -597,6 +654,11 @@ stop "$PID"
 # has none (checked on the "prompts" server above: no reasoning_content in its answers)
 if grep -q reasoning_content "$TMP/body"; then bad "ChatML reply with reasoning_content"; fi
 start harmony --chat-template harmony || exit 1
+expect "harmony: tools refused" 400 'tools are not supported with the harmony' "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"}],"tools":[{"type":"function","function":{"name":"a"}}]}' \
+    "$URL/v1/chat/completions"
+expect "harmony: tool messages refused" 400 'with a ChatML template, tool' "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"},{"role":"tool","content":"r"}]}' "$URL/v1/chat/completions"
 expect "harmony: content and reasoning_content" 200 '"reasoning_content":""' "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0}' \
     "$URL/v1/chat/completions"

@@ -241,7 +241,8 @@ TEST(tokenizer_gguf_qwen3_template_and_genconfig) {
      * generation_config.json, [151645, 151643] */
     CHECK(gc.n_eos == 2 && gc.eos[0] == 151645 && gc.eos[1] == 151643);
     CHECK(gc.bos == -1 && gc.add_bos == 0 && gc.temperature < 0 && gc.top_k < 0);
-    const sl_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi <|im_end|> there"}};
+    const sl_chat_msg msgs[] = {{.role = "system", .content = "Be brief."},
+                                {.role = "user", .content = "Hi <|im_end|> there"}};
     sl_token_ids a = {0}, b = {0};
     CHECK(sl_chat_encode(&t, g->tok, msgs, 2, 1, 0, &a, &err) == SL_OK);
     CHECK(sl_chat_encode(&t, test_qwen3_tokenizer(), msgs, 2, 1, 0, &b, &err) == SL_OK);

@@ -1,0 +1,34 @@
+/*
+ * Tool calls in a generated reply, as ChatML models (Qwen2.5, Qwen3) write them:
+ *
+ *   Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city":
+ * "Paris"}}\n</tool_call>
+ *
+ * every <tool_call>...</tool_call> block whose body is a JSON object {"name": string,
+ * "arguments": object} is a call; the text outside those blocks is the content. A block that
+ * does not read so (bad JSON, a missing field, no closing tag as when generation stopped
+ * early) stays in the content as text.
+ */
+#ifndef SL_TOOLCALL_H
+#define SL_TOOLCALL_H
+
+#include "core/common.h"
+
+typedef struct sl_tool_call {
+    char *name;
+    char *arguments; /* the arguments object as JSON text (sl_chat_tojson's layout) */
+} sl_tool_call;
+
+typedef struct sl_tool_calls {
+    char *content; /* the text outside the calls, trimmed of whitespace when there are calls */
+    size_t content_len;
+    sl_tool_call *calls; /* [n] */
+    int32_t n;
+} sl_tool_calls;
+
+/* Parses text[0..len) into out (its fields owned by out: sl_tool_calls_free). The only
+ * failure is SL_ERR_NOMEM; out is then empty. */
+sl_status sl_tool_calls_parse(const char *text, size_t len, sl_tool_calls *out, sl_error *err);
+void sl_tool_calls_free(sl_tool_calls *c);
+
+#endif /* SL_TOOLCALL_H */
