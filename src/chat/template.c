@@ -45,21 +45,7 @@ typedef struct json_buf {
 } json_buf;
 
 static void jb_put(json_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p, b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
+    if (!b->oom && sl_append(&b->s, &b->len, &b->cap, s, n)) b->oom = 1;
 }
 
 static void jb_str(json_buf *b, const char *s, size_t n) {

@@ -137,6 +137,20 @@ int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err) 
     return fd;
 }
 
+int sl_append(char **buf, size_t *len, size_t *cap, const void *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        const size_t c = (*len + n + 1) * 2;
+        char *t = realloc(*buf, c);
+        if (!t) return -1;
+        *buf = t;
+        *cap = c;
+    }
+    if (n) memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
 sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err) {
     uint64_t size = 0;
     int fd = sl_open_regular(path, O_RDONLY, &size, err);

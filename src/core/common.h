@@ -67,6 +67,10 @@ double sl_now(void);
  * through here (config.json, safetensors, core.bin, experts and n-gram files, manifests). */
 int sl_open_regular(const char *path, int flags, uint64_t *size, sl_error *err);
 
+/* Appends n bytes to the NUL-terminated heap buffer *buf (*len bytes used, *cap allocated; start
+ * all three zeroed), growing it as needed. 0, or -1 out of memory (the buffer as it was). */
+int sl_append(char **buf, size_t *len, size_t *cap, const void *s, size_t n);
+
 /* Reads a whole file (a regular one: sl_open_regular) into a NUL-terminated heap buffer. */
 sl_status sl_read_file(const char *path, char **out, size_t *len, sl_error *err);
 

@@ -155,28 +155,13 @@ uint64_t srv_next_number(srv *s) {
 
 /* ---- callbacks of the generation loop ---- */
 
-/* Appends n bytes to a NUL-terminated buffer. 0, or 1 out of memory. */
-static int buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = (*len + n + 1) * 2;
-        char *t = realloc(*buf, c);
-        if (!t) return 1;
-        *buf = t;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return 0;
-}
-
 /* A part of a reply read by its template's layout (under j->mu). */
 static void job_part(void *user, sl_reply_part part, const char *text, size_t len) {
     srv_job *j = user;
     if (part == SL_REPLY_REASONING)
-        j->oom |= buf_append(&j->reasoning, &j->reasoning_len, &j->reasoning_cap, text, len);
+        j->oom |= sl_append(&j->reasoning, &j->reasoning_len, &j->reasoning_cap, text, len) != 0;
     else
-        j->oom |= buf_append(&j->text, &j->text_len, &j->text_cap, text, len);
+        j->oom |= sl_append(&j->text, &j->text_len, &j->text_cap, text, len) != 0;
 }
 
 /* A sampled token's log-probabilities (logprobs requests), before its text is emitted. */
@@ -213,7 +198,7 @@ static int job_emit(void *user, const char *text, size_t len) {
     if (j->parts)
         sl_reply_feed(&j->parser, text, len, job_part, j);
     else
-        j->oom |= buf_append(&j->text, &j->text_len, &j->text_cap, text, len);
+        j->oom |= sl_append(&j->text, &j->text_len, &j->text_cap, text, len) != 0;
     const int oom = j->oom;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
