@@ -292,6 +292,11 @@ static int rec_diff(const cu_ctx *c, const cu_rec *r, const void *fn, dim3 grid,
     return 0;
 }
 
+/* Where the next entry's arguments go: past the last entry's. */
+static size_t rec_args_end(const cu_ctx *c) {
+    return c->rec_n ? c->rec[c->rec_n - 1].end : 0;
+}
+
 /* The next entry, or NULL when the record is full or an argument list does not fit: the
  * recording then stands for this step only. */
 static cu_rec *rec_next(cu_ctx *c) {
@@ -306,7 +311,7 @@ static void rec_kernel(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t 
                        void **args, const size_t *size, int n) {
     cu_rec *r = rec_next(c);
     if (!r) return;
-    size_t o = c->rec_args_off, need = 0;
+    size_t o = rec_args_end(c), need = 0;
     for (int i = 0; i < n; i++)
         need += (size[i] + 15) & ~(size_t)15;
     if (n > CU_REC_NARGS || o + need > CU_REC_ARGS) {
@@ -320,7 +325,7 @@ static void rec_kernel(cu_ctx *c, const void *fn, dim3 grid, dim3 block, size_t 
         memcpy(c->rec_args + o + at, args[i], size[i]);
         at += (int)((size[i] + 15) & ~(size_t)15);
     }
-    c->rec_args_off = r->end = o + need;
+    r->end = o + need;
     c->rec_n++;
 }
 
@@ -358,7 +363,6 @@ static void rec_diverge(cu_ctx *c) {
     c->replaying = 0;
     c->rec_valid = 0;
     c->rec_n = c->rec_i;
-    c->rec_args_off = c->rec_n ? c->rec[c->rec_n - 1].end : 0;
     if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError();
         c->capturing = 0;
@@ -408,7 +412,7 @@ void cu_copy(cu_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind
     if (!r) return;
     *r = cu_rec{};
     r->dst = dst, r->src = src, r->bytes = bytes, r->kind = kind;
-    r->off = r->end = c->rec_args_off;
+    r->off = r->end = rec_args_end(c);
     c->rec_n++;
 }
 
@@ -435,7 +439,7 @@ static void cu_graph_begin(const sl_backend *be) {
         c->capturing = 0;
         return;
     }
-    c->rec_n = 0, c->rec_args_off = 0, c->rec_ok = 1;
+    c->rec_n = 0, c->rec_ok = 1;
     cu_copy(c, c->dyn, c->dyn_host, CU_DYN_N * sizeof(int32_t), cudaMemcpyHostToDevice);
 }
 

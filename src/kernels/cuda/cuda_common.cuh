@@ -94,7 +94,6 @@ struct cu_ctx {
     int replaying, rec_ok, rec_valid, rec_i, rec_n;
     struct cu_rec *rec;
     uint8_t *rec_args; /* the entries' kernel arguments, CU_REC_ARGS bytes */
-    size_t rec_args_off;
     /* Per-step scalars (the position) that kernels read from device memory in a graph step
      * (cu_dyn), so that a step's launches stay the same from token to token: set by the host
      * in dyn_host while the step is queued, copied to dyn by the graph's first node. */
@@ -548,20 +547,23 @@ static void cu_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t sm
     cu_launch_held(kernel, grid, block, smem, c, held, std::index_sequence_for<KArgs...>{});
 }
 
-/* The device address of a per-step scalar v (a decode step's position) for a kernel to read
- * instead of v in a graph step, so that its arguments stay the same from step to step; NULL
- * outside one (the kernel then takes v itself). Equal values share a slot. */
+/* In a graph step, moves the per-step scalar *v (a decode step's position, a kernel argument)
+ * to device memory: returns its address there for the kernel to read instead, and sets *v to 0,
+ * so that the launch's arguments stay the same from step to step. Outside one: NULL, *v as it
+ * was (the kernel takes it). Equal values share a slot. */
 #define CU_DYN_N 32
-static inline const int32_t *cu_dyn(cu_ctx *c, int32_t v) {
+static inline const int32_t *cu_dyn(cu_ctx *c, int32_t *v) {
     if (!c->capturing) return NULL;
-    for (int i = 0; i < c->dyn_n; i++)
-        if (c->dyn_host[i] == v) return c->dyn + i;
-    if (c->dyn_n == CU_DYN_N) { /* more than a step has ever needed: run it op by op */
+    int i = 0;
+    while (i < c->dyn_n && c->dyn_host[i] != *v)
+        i++;
+    if (i == CU_DYN_N) { /* more than a step has ever needed: run it op by op */
         c->broken = 1;
         return NULL;
     }
-    c->dyn_host[c->dyn_n] = v;
-    return c->dyn + c->dyn_n++;
+    if (i == c->dyn_n) c->dyn_host[c->dyn_n++] = *v;
+    *v = 0;
+    return c->dyn + i;
 }
 
 static inline unsigned cu_blocks(size_t n, unsigned threads) {

@@ -31,6 +31,8 @@
  */
 #include <float.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_common.cuh"
 
 /* Warps of a GEMV block. Every block stages its own copy of x (and, taking a pending norm, adds
@@ -320,6 +322,13 @@ template <int DT> struct quant_dt {
 };
 static bool generic_scales(const cu_w &w) {
     return w.sdt != SL_DTYPE_BF16;
+}
+/* f(std::bool_constant<GS>): GS = gs for a quantised DT (the launch's instantiation), else
+ * false (the scales of a float dtype are never read). */
+template <int DT, typename F> static void by_scales(bool gs, F f) {
+    if constexpr (quant_dt<DT>::v)
+        if (gs) return f(std::true_type{});
+    f(std::false_type{});
 }
 template <int DT, bool GS>
 __device__ __forceinline__ void gemv_load(const cu_w &w, int64_t n, int c, uint4 &v, float &s,
@@ -795,9 +804,9 @@ static void launch_fast_gs(cu_ctx *c, float *y, const float *x, const cu_w &w, c
 template <int DT>
 static void launch_fast(cu_ctx *c, float *y, const float *x, const cu_w &w, const void *b, int bdt,
                         int N, int K, int T, const cu_prenorm &pn) {
-    if constexpr (quant_dt<DT>::v)
-        if (generic_scales(w)) return launch_fast_gs<DT, true>(c, y, x, w, b, bdt, N, K, T, pn);
-    launch_fast_gs<DT, false>(c, y, x, w, b, bdt, N, K, T, pn);
+    by_scales<DT>(generic_scales(w), [&](auto gs) {
+        launch_fast_gs<DT, decltype(gs)::value>(c, y, x, w, b, bdt, N, K, T, pn);
+    });
 }
 
 static int chunk_of(int dt) {
@@ -970,9 +979,9 @@ static void launch_batch_gs(cu_ctx *c, const gemv_item *items, const gemv_items 
 template <int DT>
 static void launch_batch(cu_ctx *c, const gemv_item *items, const gemv_items &small, int n, int N,
                          int64_t rows, int K, int T, const cu_prenorm &pn, bool gs) {
-    if constexpr (quant_dt<DT>::v)
-        if (gs) return launch_batch_gs<DT, true>(c, items, small, n, N, rows, K, T, pn);
-    launch_batch_gs<DT, false>(c, items, small, n, N, rows, K, T, pn);
+    by_scales<DT>(gs, [&](auto g) {
+        launch_batch_gs<DT, decltype(g)::value>(c, items, small, n, N, rows, K, T, pn);
+    });
 }
 
 /* Whether product i can be one item of a GEMV batch of dtype dt (chunk E) and K. */
@@ -1314,11 +1323,11 @@ template <int DT>
 static void launch_moe(cu_ctx *c, float *y, float *act, const float *x, const int32_t *ids,
                        const float *w, const sl_expert_ptrs *table, const sl_tensor *const proto[3],
                        int T, int k) {
-    if constexpr (quant_dt<DT>::v)
-        if (generic_scales(cu_w_of(proto[0])) || generic_scales(cu_w_of(proto[1])) ||
-            generic_scales(cu_w_of(proto[2])))
-            return launch_moe_gs<DT, true>(c, y, act, x, ids, w, table, proto, T, k);
-    launch_moe_gs<DT, false>(c, y, act, x, ids, w, table, proto, T, k);
+    const bool gs = generic_scales(cu_w_of(proto[0])) || generic_scales(cu_w_of(proto[1])) ||
+                    generic_scales(cu_w_of(proto[2]));
+    by_scales<DT>(gs, [&](auto g) {
+        launch_moe_gs<DT, decltype(g)::value>(c, y, act, x, ids, w, table, proto, T, k);
+    });
 }
 
 /* The fused path takes exactly the shapes for which matmul_batch's one-launch path runs
@@ -1523,10 +1532,9 @@ template <int DT>
 static void launch_router(cu_ctx *c, int32_t *ids, float *w, float *logits, const float *x,
                           const cu_w &wv, int E, int K, int T, int k, int renorm,
                           const cu_prenorm &pn) {
-    if constexpr (quant_dt<DT>::v)
-        if (generic_scales(wv))
-            return launch_router_gs<DT, true>(c, ids, w, logits, x, wv, E, K, T, k, renorm, pn);
-    launch_router_gs<DT, false>(c, ids, w, logits, x, wv, E, K, T, k, renorm, pn);
+    by_scales<DT>(generic_scales(wv), [&](auto gs) {
+        launch_router_gs<DT, decltype(gs)::value>(c, ids, w, logits, x, wv, E, K, T, k, renorm, pn);
+    });
 }
 
 /*

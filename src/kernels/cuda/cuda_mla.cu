@@ -129,8 +129,8 @@ void cu_latent_attention(const sl_backend *be, const sl_latent_attn_args *args) 
     memset(&a, 0, sizeof a); /* padding too: a graph step compares the bytes */
     a.out = args->out, a.q = args->q, a.cache = args->cache, a.kv = args->kv;
     a.nw = args->kv_norm->data, a.nwdt = (int)args->kv_norm->dtype;
-    a.dpos = cu_dyn(c, args->pos0); /* then pos0 0: the same arguments every step */
-    a.T = args->T, a.pos0 = a.dpos ? 0 : args->pos0, a.nh = args->n_heads, a.kvd = args->kv_dim;
+    a.T = args->T, a.pos0 = args->pos0, a.nh = args->n_heads, a.kvd = args->kv_dim;
+    a.dpos = cu_dyn(c, &a.pos0);
     a.rd = args->rope_dim, a.inter = args->interleaved;
     a.eps = args->eps, a.w_offset = args->w_offset, a.scale = args->scale;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;

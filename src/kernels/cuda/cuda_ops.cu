@@ -574,9 +574,9 @@ void cu_rope(const sl_backend *be, float *x, int32_t T, int32_t n_heads, int32_t
     const int32_t half = rot_dim / 2;
     const size_t total = (size_t)T * (size_t)n_heads * (size_t)half;
     if (!total) return;
-    const int32_t *dpos = cu_dyn(c, pos0); /* then pos0 0: the same arguments every step */
-    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c, x, T, n_heads, head_dim, half,
-              dpos ? 0 : pos0, dpos, cos_tab, sin_tab);
+    const int32_t *dpos = cu_dyn(c, &pos0);
+    cu_launch(rope_kernel, ew_blocks(total), EW_THREADS, 0, c, x, T, n_heads, head_dim, half, pos0,
+              dpos, cos_tab, sin_tab);
     CUDA_LAUNCHED(c);
 }
 
@@ -740,18 +740,17 @@ __global__ void qkv_prep_kernel(qkv_params a) {
     }
 }
 
-/* dpos: pos0 in device memory (the field then 0: a graph step's launches stay the same), or
- * NULL. */
-static qkv_params qkv_params_of(const sl_qkv_args *args, const int32_t *dpos) {
+/* The launch's position in device memory in a graph step (cu_dyn). */
+static qkv_params qkv_params_of(cu_ctx *c, const sl_qkv_args *args) {
     qkv_params a;
     memset(&a, 0, sizeof a);
-    a.dpos = dpos;
     a.q = args->q, a.k = args->k, a.v = args->v, a.kc = args->kc, a.vc = args->vc;
     a.qn = args->q_norm ? args->q_norm->data : NULL;
     a.kn = args->k_norm ? args->k_norm->data : NULL;
     a.qn_dt = args->q_norm ? (int)args->q_norm->dtype : 0;
     a.kn_dt = args->k_norm ? (int)args->k_norm->dtype : 0;
-    a.pos0 = dpos ? 0 : args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
+    a.pos0 = args->pos0, a.n_heads = args->n_heads, a.n_kv = args->n_kv_heads;
+    a.dpos = cu_dyn(c, &a.pos0);
     a.hd = args->head_dim, a.half = args->rot_dim / 2;
     a.eps = args->eps, a.w_offset = args->w_offset;
     a.cos_tab = args->cos_tab, a.sin_tab = args->sin_tab;
@@ -764,7 +763,7 @@ void cu_qkv_prep(const sl_backend *be, const sl_qkv_args *args) {
     cu_ctx *c = cu_of(be);
     const int32_t per_t = args->n_heads + 2 * args->n_kv_heads;
     if (args->T <= 0 || per_t <= 0) return;
-    const qkv_params a = qkv_params_of(args, cu_dyn(c, args->pos0));
+    const qkv_params a = qkv_params_of(c, args);
     cu_launch(qkv_prep_kernel, (unsigned)(args->T * per_t), row_threads(args->head_dim),
               (size_t)args->head_dim * sizeof(float), c, a);
     CUDA_LAUNCHED(c);
@@ -1799,8 +1798,7 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
     /* In a graph step the kernel reads the position from device memory and works out its
      * splits' length itself, so that its arguments and its shared memory (sized for lengths
      * in steps of 32 keys) stay the same from token to token. */
-    a.dpos = cu_dyn(c, args->pos0);
-    if (a.dpos) a.pos0 = 0;
+    a.dpos = cu_dyn(c, &a.pos0);
     const int32_t L = att_split_len(args->pos0, args->T, a.window, a.chunk, splits);
     const int32_t Lmem = a.dpos ? (L + 31) / 32 * 32 : L;
     a.part = NULL;
@@ -1819,7 +1817,7 @@ void cu_attention(const sl_backend *be, const sl_attn_args *args) {
      * 32/4 heads x 128, 128-256 keys; BENCHMARKS 11) */
     const int fuse = pr && vec && !((uintptr_t)pr->v & 15) && prep_fusable(args, pr);
     if (pr && !fuse) cu_qkv_prep(be, pr);
-    if (fuse) a.prep = qkv_params_of(pr, a.dpos); /* the kernel takes the attention's position */
+    if (fuse) a.prep = qkv_params_of(c, pr); /* its position is the attention's: one slot */
     const size_t smem =
         (size_t)((vec ? 4 : 1) * ATT_THREADS + (fuse ? 4 * a.hd + 64 : a.hd + 32) + 2 * Lmem) *
         sizeof(float);
