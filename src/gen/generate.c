@@ -139,7 +139,9 @@ sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_pa
         for (int32_t i = 0; p->ignore_eos && i < g->gen.n_eos; i++)
             if (g->gen.eos[i] >= 0 && g->gen.eos[i] < g->info.vocab_size)
                 g->logits[g->gen.eos[i]] = -INFINITY;
+        if (p->mask) p->mask(p->constraint, g->logits, g->info.vocab_size);
         const int32_t id = sl_sampler_sample(g->smp, g->logits);
+        if (p->accept) p->accept(p->constraint, id);
         if (sl_gen_config_is_eos(&g->gen, id)) {
             res->finish = SL_GEN_STOP;
             break;

@@ -87,6 +87,13 @@ typedef struct sl_gen_params {
     /* Polled once per token; nonzero cancels. May be NULL. */
     int (*cancelled)(void *user);
     void *user;
+    /* Constrained decoding (sampler/json_constraint.h): mask sets -INFINITY on the logits of
+     * the ids that may not come next, right before each draw (after the padding and
+     * ignore_eos masks; n: the logits' length); accept is told each id drawn, the EOS /
+     * end-of-turn one included. Both get constraint, and may be NULL. */
+    void (*mask)(void *constraint, float *logits, int32_t n);
+    void (*accept)(void *constraint, int32_t id);
+    void *constraint;
 } sl_gen_params;
 
 typedef struct sl_gen_result {

@@ -1001,6 +1001,8 @@ sl_status srv_start(srv **out, sl_gen *g, const srv_params *cfg, sl_error *err) 
     s->max_ctx = sl_session_max_ctx(g->s);
     s->vocab = g->info.vocab_size;
     s->n_ctx_train = g->info.max_position;
+    s->gen = g->gen;
+    pthread_mutex_init(&s->json_mu, NULL);
     s->started = sl_now();
     s->started_wall = (int64_t)time(NULL);
     s->listen_fd = -1;
@@ -1129,5 +1131,7 @@ void srv_free(srv *s) {
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->conn_mu);
     pthread_cond_destroy(&s->conn_cv);
+    pthread_mutex_destroy(&s->json_mu);
+    sl_json_vocab_free(s->json_vocab);
     free(s);
 }

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "chat/reply.h"
+#include "sampler/json_constraint.h"
 #include "server/server.h"
 
 #define SRV_MAX_STOPS 8
@@ -56,6 +57,8 @@ typedef struct srv_job {
     int32_t logprobs;    /* 1: record toks */
     int32_t top_logprobs;
     int32_t tool_calls; /* chat with tools offered: the reply's <tool_call> blocks are calls */
+    sl_json_constraint *json; /* response_format json_object / json_schema: owned, the worker's
+                                 once queued; NULL: free text */
     /* progress */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -131,6 +134,9 @@ struct srv {
     sl_chat_template tpl;
     int32_t max_ctx, vocab;
     int32_t n_ctx_train; /* the model's positions (config) */
+    sl_gen_config gen;   /* a copy of g's (read-only): the eos ids a JSON constraint ends on */
+    pthread_mutex_t json_mu;
+    sl_json_vocab *json_vocab; /* under json_mu: built at the first response_format request */
     int32_t port;
     double started;       /* sl_now() at start */
     int64_t started_wall; /* time() at start */

@@ -344,6 +344,82 @@ static int completion_prompt(srv *s, json_t *req, srv_job *j, char **text, json_
     return 0;
 }
 
+/* The vocabulary's trie of JSON constraints, built once, by the first request that needs it
+ * (it takes a fraction of a second over a large vocabulary); NULL when out of memory. */
+static const sl_json_vocab *json_vocab(srv *s) {
+    pthread_mutex_lock(&s->json_mu);
+    if (!s->json_vocab) {
+        sl_error err = {0};
+        if (sl_json_vocab_create(s->tok, &s->json_vocab, &err) && s->cfg.log)
+            fprintf(stderr, "sluice serve: %s\n", err.msg);
+    }
+    const sl_json_vocab *v = s->json_vocab;
+    pthread_mutex_unlock(&s->json_mu);
+    return v;
+}
+
+/* response_format: "text" (free text), "json_object" (any JSON object) or "json_schema"
+ * ({"json_schema": {"name", "schema", "strict", "description"}}: a document of the schema;
+ * without one, any JSON value) into j->json, the constraint the reply is decoded under. A
+ * schema using what the constraint does not support is a 400 naming the keyword: JSON asked
+ * for is never silently given as free text. */
+static int get_response_format(srv *s, json_t *req, srv_job *j, json_t **error) {
+    json_t *rf = json_object_get(req, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+        return srv_bad(error, "response_format",
+                       "'response_format' must be an object with a string 'type'");
+    if (!strcmp(type, "text")) return 0;
+    json_t *schema = NULL, *any = NULL;
+    if (!strcmp(type, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema");
+        if (!json_is_object(js))
+            return srv_bad(error, "response_format",
+                           "response_format json_schema needs a 'json_schema' object");
+        json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+        if (name && !json_is_string(name))
+            return srv_bad(error, "response_format",
+                           "response_format.json_schema.name must be a "
+                           "string");
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return srv_bad(error, "response_format",
+                           "response_format.json_schema.strict must be a boolean");
+        schema = json_object_get(js, "schema");
+        if (!schema || json_is_null(schema)) schema = any = json_object();
+        if (!schema) {
+            *error = srv_error_json("out of memory", "server_error", NULL, NULL);
+            return 500;
+        }
+        if (!json_is_object(schema))
+            return srv_bad(error, "response_format",
+                           "response_format.json_schema.schema must be an object");
+    } else if (strcmp(type, "json_object")) {
+        return srv_bad(error, "response_format",
+                       "response_format type '%.40s' is not supported (text, json_object, "
+                       "json_schema)",
+                       type);
+    }
+    if (j->ignore_eos) {
+        json_decref(any);
+        return srv_bad(error, "ignore_eos",
+                       "ignore_eos cannot be combined with a JSON response_format: the document "
+                       "could never end");
+    }
+    const sl_json_vocab *v = json_vocab(s);
+    sl_error err = {0};
+    const sl_status st =
+        v ? sl_json_constraint_create(v, schema, s->gen.eos, s->gen.n_eos, &j->json, &err)
+          : SL_ERR_NOMEM;
+    json_decref(any);
+    if (st == SL_ERR_NOMEM) {
+        *error = srv_error_json("out of memory", "server_error", NULL, NULL);
+        return 500;
+    }
+    if (st) return srv_bad(error, "response_format", "response_format: %s", err.msg);
+    return 0;
+}
+
 /* logit_bias: {"<token id>": bias in [-100, 100], ...} into j->bias and j->sp. */
 static int get_logit_bias(srv *s, json_t *req, srv_job *j, json_t **error) {
     json_t *v = json_object_get(req, "logit_bias");
@@ -417,18 +493,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     if (echo) return srv_bad(error, "echo", "echo is not supported");
     if (kind != SRV_CHAT && json_array_size(json_object_get(req, "tools")) > 0)
         return srv_bad(error, "tools", "tools are only supported by /v1/chat/completions");
-    /* JSON output needs constrained decoding, which sluice does not have yet: refused rather
-     * than ignored, so that a client never takes free text for what it asked to be JSON */
-    json_t *rf = json_object_get(req, "response_format");
-    if (rf && !json_is_null(rf)) {
-        const char *type = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !type)
-            return srv_bad(error, "response_format",
-                           "'response_format' must be an object with a string 'type'");
-        if (strcmp(type, "text"))
-            return srv_bad(error, "response_format",
-                           "response_format type '%.40s' is not supported (only 'text')", type);
-    }
+    if ((rc = get_response_format(s, req, j, error))) return rc;
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))

@@ -51,6 +51,7 @@ void srv_job_release(srv_job *j) {
     free(j->reasoning);
     free(j->bias);
     free(j->toks);
+    sl_json_constraint_free(j->json);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -301,7 +302,10 @@ static void run_job(srv *s, srv_job *j) {
                        .token = j->logprobs ? job_token : NULL,
                        .top_logprobs = j->top_logprobs,
                        .cancelled = job_cancelled,
-                       .user = j};
+                       .user = j,
+                       .mask = j->json ? sl_json_constraint_mask_cb : NULL,
+                       .accept = j->json ? sl_json_constraint_accept_cb : NULL,
+                       .constraint = j->json};
     sl_status st = sl_gen_reply(g, j->prompt.ids, (int32_t)j->prompt.n, &p, &res, &err);
     if (j->parts) { /* what the parser held: the reply's end */
         pthread_mutex_lock(&j->mu);
