@@ -160,7 +160,7 @@ static int get_tools(srv *s, json_t *req, srv_job *j, char ***defs, int32_t *n_d
     if (choice && !json_is_null(choice) && (!c || (strcmp(c, "auto") && strcmp(c, "none"))))
         return srv_bad(error, "tool_choice",
                        "tool_choice: only \"auto\" and \"none\" are supported (a named function "
-                       "or \"required\" needs constrained decoding, which sluice does not have)");
+                       "or \"required\" would need the call's JSON constrained, not done yet)");
     if (!tools || json_is_null(tools)) return 0;
     if (!json_is_array(tools)) return srv_bad(error, "tools", "'tools' must be an array");
     const size_t n = json_array_size(tools);
@@ -363,7 +363,7 @@ static const sl_json_vocab *json_vocab(srv *s) {
  * without one, any JSON value) into j->json, the constraint the reply is decoded under. A
  * schema using what the constraint does not support is a 400 naming the keyword: JSON asked
  * for is never silently given as free text. */
-static int get_response_format(srv *s, json_t *req, srv_job *j, json_t **error) {
+static int get_response_format(srv *s, srv_kind kind, json_t *req, srv_job *j, json_t **error) {
     json_t *rf = json_object_get(req, "response_format");
     if (!rf || json_is_null(rf)) return 0;
     const char *type = json_string_value(json_object_get(rf, "type"));
@@ -399,6 +399,15 @@ static int get_response_format(srv *s, json_t *req, srv_job *j, json_t **error) 
                        "response_format type '%.40s' is not supported (text, json_object, "
                        "json_schema)",
                        type);
+    }
+    /* a chat reply read by parts (harmony) starts with channel markers, special tokens that
+     * the constraint never lets through */
+    if (kind == SRV_CHAT && sl_reply_needs_special(&s->tpl)) {
+        json_decref(any);
+        return srv_bad(error, "response_format",
+                       "a JSON response_format is not supported with the %s chat template (its "
+                       "replies start with channel markers); /v1/completions takes it",
+                       sl_chat_template_kind_name(s->tpl.kind));
     }
     if (j->ignore_eos) {
         json_decref(any);
@@ -493,7 +502,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     if (echo) return srv_bad(error, "echo", "echo is not supported");
     if (kind != SRV_CHAT && json_array_size(json_object_get(req, "tools")) > 0)
         return srv_bad(error, "tools", "tools are only supported by /v1/chat/completions");
-    if ((rc = get_response_format(s, req, j, error))) return rc;
+    if ((rc = get_response_format(s, kind, req, j, error))) return rc;
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))

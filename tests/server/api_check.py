@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Deterministic checks of issue 29's API on a trained model (models/kjv-moe), for
 tests/server/server_test.sh: /tokenize and /detokenize, /v1/models' context length,
-logit_bias, and logprobs (chat and completions, streamed and not). Prints "ok NAME" /
+logit_bias, logprobs (chat and completions, streamed and not), and response_format's JSON
+(json_object, json_schema) by constrained decoding. Prints "ok NAME" /
 "FAIL NAME: why"; exits 1 on any failure.
 
   api_check.py BASE_URL CTX    CTX: the --ctx-size the server runs with
@@ -162,5 +163,62 @@ banned = post("/v1/completions", {**req, "max_tokens": 1, "logit_bias": {str(fid
 check("logit_bias -100 bans the greedy choice: the runner-up comes",
       len(fid) == 1 and banned["choices"][0]["logprobs"]["tokens"][0] ==
       sorted(lp["top_logprobs"][0].items(), key=lambda kv: -kv[1])[1][0], json.dumps(banned))
+
+# ---- response_format: a model of plain text made to write JSON (of a schema) by the mask
+def valid(schema, v):
+    """The keywords the constraint supports, read as JSON Schema reads them."""
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+             "integer": int, "number": (int, float)}
+    t = schema.get("type")
+    if t is not None and not any(isinstance(v, types[x]) and not (isinstance(v, bool) and x in
+                                 ("integer", "number")) for x in (t if isinstance(t, list) else [t])):
+        return False
+    if "enum" in schema and v not in schema["enum"]:
+        return False
+    if isinstance(v, dict):
+        props = schema.get("properties", {})
+        if any(k not in v for k in schema.get("required", [])):
+            return False
+        if props and any(k not in props for k in v):
+            return False  # additionalProperties: false
+        return all(valid(props.get(k, {}), x) for k, x in v.items())
+    if isinstance(v, list):
+        return len(v) <= schema.get("maxItems", len(v)) and all(valid(schema.get("items", {}), x) for x in v)
+    return True
+
+
+verse = {"type": "object", "additionalProperties": False, "required": ["book", "chapter", "verse"],
+         "properties": {"book": {"enum": ["Genesis", "Exodus", "Psalms"]},
+                        "chapter": {"type": "integer"}, "verse": {"type": "integer"},
+                        "holy": {"type": "boolean"},
+                        "words": {"type": "array", "items": {"type": "string"}, "maxItems": 2}}}
+scalars = {"type": "object", "required": ["book", "holy"],
+           "properties": {"book": {"enum": ["Genesis", "Exodus"]}, "n": {"type": "number"},
+                          "holy": {"type": ["boolean", "null"]}}}
+cases = [("chat", {"type": "json_object"}, {"type": "object"}, 0),
+         ("chat", {"type": "json_schema", "json_schema": {"name": "verse", "strict": True, "schema": verse}}, verse, 0),
+         ("completions", {"type": "json_object"}, {"type": "object"}, 0),
+         ("completions", {"type": "json_schema", "json_schema": {"name": "verse", "schema": verse}}, verse, 0),
+         ("chat", {"type": "json_schema", "json_schema": {"name": "s", "schema": scalars}}, scalars, 1.0)]
+for path, rf, schema, temp in cases:
+    body = {"max_tokens": 200, "temperature": temp, "seed": 7, "response_format": rf}
+    if path == "chat":
+        body["messages"] = msgs
+    else:
+        body["prompt"] = "And it came to pass"
+    r = post("/v1/" + ("chat/completions" if path == "chat" else "completions"), body)["choices"][0]
+    text = r["message"]["content"] if path == "chat" else r["text"]
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        doc = e
+    name = f"{path} response_format {rf['type']} (temperature {temp})"
+    check(f"{name}: the reply parses and validates, finish_reason stop",
+          r["finish_reason"] == "stop" and not isinstance(doc, ValueError) and valid(schema, doc),
+          f"{r['finish_reason']}: {text!r}")
+    chunks = stream("/v1/" + ("chat/completions" if path == "chat" else "completions"), body)
+    st = "".join((ch["choices"][0].get("delta", {}).get("content") if path == "chat" else
+                  ch["choices"][0].get("text")) or "" for ch in chunks)
+    check(f"{name} streamed: the same text", st == text, f"{st!r} vs {text!r}")
 
 sys.exit(1 if failed else 0)

@@ -222,10 +222,24 @@ expect "a long non-ASCII role: 400" 400 '"param":"messages"' "${J[@]}" \
     -d "{\"messages\":[{\"role\":\"$(printf '中%.0s' $(seq 300))\",\"content\":\"x\"}]}" "$URL/v1/chat/completions"
 expect "logit_bias on chat: 400 too" 400 '"param":"logit_bias"' "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"x"}],"logit_bias":{"5":200}}' "$URL/v1/chat/completions"
-for f in '{"type":"json_object"}' '{"type":"json_schema","json_schema":{"name":"x","schema":{}}}' '"json"' '{}'; do
+# response_format: JSON by constrained decoding (tests/server/api_check.py checks the documents
+# on a trained model); a schema the constraint cannot honour is a 400 naming the keyword.
+for f in '"json"' '{}' '{"type":"xml"}' '{"type":"json_schema"}' \
+         '{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}' \
+         '{"type":"json_schema","json_schema":{"name":"x","schema":{"$ref":"#/$defs/a"}}}' \
+         '{"type":"json_schema","json_schema":{"name":"x","schema":{"anyOf":[{}]}}}' \
+         '{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"strin"}}}'; do
     expect "response_format $f: 400" 400 '"param":"response_format"' "${J[@]}" \
         -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":$f}" "$URL/v1/chat/completions"
 done
+expect "response_format with pattern: 400 naming it" 400 "keyword 'pattern' is not supported" "${J[@]}" \
+    -d '{"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}}' "$URL/v1/completions"
+expect "response_format json_object with ignore_eos: 400" 400 '"param":"ignore_eos"' "${J[@]}" \
+    -d '{"prompt":"x","ignore_eos":true,"response_format":{"type":"json_object"}}' "$URL/v1/completions"
+expect "response_format json_object: 200" 200 '"text":"' "${J[@]}" \
+    -d '{"prompt":"x","max_tokens":6,"response_format":{"type":"json_object"}}' "$URL/v1/completions"
+expect "response_format json_schema: 200" 200 '"content":"' "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":6,"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}}}}' "$URL/v1/chat/completions"
 expect "response_format text: 200" 200 '"choices"' "${J[@]}" \
     -d '{"prompt":"x","max_tokens":2,"response_format":{"type":"text"}}' "$URL/v1/completions"
 # Tools (ChatML). The tiny model cannot call tools: the request's prompt is what is checked
