@@ -15,9 +15,13 @@ typedef struct jt_node {
     uint32_t child;   /* first child */
     uint16_t n_child; /* at most 256 */
     uint8_t byte;     /* of the edge into this node */
-    uint8_t plain;    /* every id of the subtree is plain string content (see token_plain) */
+    uint8_t plain;    /* JT_* flags */
     uint32_t lo, mid, hi;
 } jt_node;
+
+/* Every id of the subtree is plain string content (token_plain) from its first byte; from the
+ * node's depth on (the bytes after the node's prefix). */
+enum { JT_PLAIN = 1, JT_PLAIN_AFTER = 2 };
 
 /* Longer tokens are left out (never allowed): they bound the walk's depth and its scratch. */
 #define JV_MAX_TOKEN 1024
@@ -151,9 +155,11 @@ static void build(sl_json_vocab *v, const jv_tok *t, uint32_t node, uint32_t lo,
     }
     const uint32_t first = v->n_nodes;
     v->n_nodes += k;
-    int plain = 1;
+    int plain = 1, after = 1;
     for (uint32_t i = lo; i < mid; i++)
         plain &= token_plain(t[i].p, t[i].len);
+    for (uint32_t i = mid; i < hi && after; i++)
+        after = token_plain(t[i].p + d, t[i].len - d);
     uint32_t c = first;
     for (uint32_t i = mid; i < hi; c++) {
         const uint8_t b = t[i].p[d];
@@ -162,11 +168,12 @@ static void build(sl_json_vocab *v, const jv_tok *t, uint32_t node, uint32_t lo,
             j++;
         v->nodes[c].byte = b;
         build(v, t, c, i, j, d + 1);
-        plain &= v->nodes[c].plain;
+        plain &= v->nodes[c].plain & JT_PLAIN;
         i = j;
     }
     jt_node *nd = &v->nodes[node];
-    nd->child = first, nd->n_child = (uint16_t)k, nd->plain = (uint8_t)plain;
+    nd->child = first, nd->n_child = (uint16_t)k;
+    nd->plain = (uint8_t)((plain ? JT_PLAIN : 0) | (after ? JT_PLAIN_AFTER : 0));
     nd->lo = lo, nd->mid = mid, nd->hi = hi;
 }
 
@@ -973,22 +980,36 @@ static void mark_ids(sl_json_constraint *c, uint32_t lo, uint32_t hi) {
         c->allowed[ids[i]] = 1;
 }
 
-/* The children of trie node t from state s; clean: s is inside a string at a character, where
- * a plain subtree is allowed whole without walking it. */
+/* s is inside a string (a value, or a key of a map) at a character: whatever plain string
+ * content comes next is taken, and leaves it so. */
+static int in_string(const sl_json_constraint *c, const jstate *s) {
+    const jframe *f = &s->top;
+    return f->s.st == S_CHAR && (f->kind == F_STR || (f->kind == F_OBJ && f->mode == O_KEY &&
+                                                      c->nodes[f->node].n_props == 0));
+}
+
+/* The children of trie node t from state s (clean: the walk started in_string). A subtree
+ * whose ids are plain from their first byte (when clean), or plain after its node's byte
+ * when that byte leaves the state in_string, is allowed whole without walking it: inside
+ * strings that is most of the vocabulary. */
 static void walk(sl_json_constraint *c, uint32_t t, const jstate *s, int clean) {
     const jt_node *nodes = c->v->nodes;
     const jt_node *nd = &nodes[t];
     for (uint32_t u = nd->child; u < nd->child + nd->n_child; u++) {
         const jt_node *cu = &nodes[u];
-        if (clean && cu->plain) {
+        if (clean && (cu->plain & JT_PLAIN)) {
             mark_ids(c, cu->lo, cu->hi);
             continue;
         }
         jstate s2 = *s;
         const int32_t mark = c->arena_n;
         if (step(c, &s2, cu->byte)) {
-            mark_ids(c, cu->lo, cu->mid);
-            if (cu->n_child) walk(c, u, &s2, clean);
+            if ((cu->plain & JT_PLAIN_AFTER) && in_string(c, &s2)) {
+                mark_ids(c, cu->lo, cu->hi);
+            } else {
+                mark_ids(c, cu->lo, cu->mid);
+                if (cu->n_child) walk(c, u, &s2, clean);
+            }
         }
         c->arena_n = mark;
     }
@@ -999,12 +1020,8 @@ void sl_json_constraint_mask(sl_json_constraint *c, float *logits, int32_t n) {
     const int32_t nv = c->v->n_vocab;
     memset(c->allowed, 0, (size_t)nv);
     if (!c->ended) {
-        const jframe *f = &c->st.top;
-        const int clean =
-            f->s.st == S_CHAR && (f->kind == F_STR || (f->kind == F_OBJ && f->mode == O_KEY &&
-                                                       c->nodes[f->node].n_props == 0));
         c->arena_n = 0;
-        walk(c, 0, &c->st, clean);
+        walk(c, 0, &c->st, in_string(c, &c->st));
     }
     const int done = sl_json_constraint_done(c);
     for (int32_t i = 0; i < c->n_eos; i++)

@@ -259,8 +259,9 @@ static int sample_docs(sl_tokenizer *tok, const sl_json_vocab *v, const char *sc
                        uint64_t seed) {
     json_t *s = schema ? schema_of(schema) : NULL;
     const int32_t n = sl_tokenizer_vocab_size(tok);
-    const int32_t eos[2] = {sl_tokenizer_token_to_id(tok, "<|im_end|>"),
-                            sl_tokenizer_token_to_id(tok, "<|endoftext|>")};
+    int32_t eos[2] = {sl_tokenizer_token_to_id(tok, "<|im_end|>"),
+                      sl_tokenizer_token_to_id(tok, "<|endoftext|>")};
+    if (eos[0] < 0) eos[0] = eos[1] = sl_tokenizer_token_to_id(tok, "</s>"); /* SentencePiece */
     sl_json_constraint *c = NULL;
     sl_error err = {0};
     if (sl_json_constraint_create(v, s, eos, 2, &c, &err)) {
@@ -370,4 +371,30 @@ TEST(test_json_constraint_sampling) {
                schemas[i] ? schemas[i] : "(object)", ended);
     }
     sl_json_vocab_free(v);
+}
+
+/* SentencePiece style (Llama 2: "\u2581" for spaces, <0xXX> byte tokens) through the same. */
+TEST(test_json_constraint_sampling_sentencepiece) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/../tokenizer/lenml_llama2", test_fixtures);
+    sl_tokenizer *tok = NULL;
+    sl_json_vocab *v = NULL;
+    sl_error err = {0};
+    if (sl_tokenizer_load(path, &tok, &err) || sl_json_vocab_create(tok, &v, &err)) {
+        CHECKF(0, "%s", err.msg);
+        sl_tokenizer_free(tok);
+        return;
+    }
+    static const char *const schemas[] = {
+        NULL,
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"n\":{\"type\":"
+        "\"number\"},\"e\":{\"enum\":[\"caf\u00e9\",false]}},\"required\":[\"name\",\"e\"]}",
+    };
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        const int ended = sample_docs(tok, v, schemas[i], 12, 0x2545F4914F6CDD1Dull + i);
+        CHECKF(ended >= 6, "%s: only %d of 12 documents ended",
+               schemas[i] ? schemas[i] : "(object)", ended);
+    }
+    sl_json_vocab_free(v);
+    sl_tokenizer_free(tok);
 }
