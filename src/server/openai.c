@@ -380,8 +380,7 @@ static int get_response_format(srv *s, srv_kind kind, json_t *req, srv_job *j, j
         json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
         if (name && !json_is_string(name))
             return srv_bad(error, "response_format",
-                           "response_format.json_schema.name must be a "
-                           "string");
+                           "response_format.json_schema.name must be a string");
         if (strict && !json_is_null(strict) && !json_is_boolean(strict))
             return srv_bad(error, "response_format",
                            "response_format.json_schema.strict must be a boolean");
@@ -409,11 +408,12 @@ static int get_response_format(srv *s, srv_kind kind, json_t *req, srv_job *j, j
                        "replies start with channel markers); /v1/completions takes it",
                        sl_chat_template_kind_name(s->tpl.kind));
     }
-    if (j->ignore_eos) {
+    if (j->ignore_eos || s->gen.n_eos == 0) {
         json_decref(any);
-        return srv_bad(error, "ignore_eos",
-                       "ignore_eos cannot be combined with a JSON response_format: the document "
-                       "could never end");
+        return srv_bad(error, j->ignore_eos ? "ignore_eos" : "response_format",
+                       "a JSON response_format needs an end-of-sequence id to end the document "
+                       "on (%s)",
+                       j->ignore_eos ? "ignore_eos bans it" : "the model has none");
     }
     const sl_json_vocab *v = json_vocab(s);
     sl_error err = {0};
