@@ -123,6 +123,23 @@ TEST(test_json_constraint_bytes) {
     CHECK(takes("{\"type\":\"object\",\"additionalProperties\":false}", "{}") == 1);
     CHECK(takes("{\"type\":\"object\",\"additionalProperties\":false}", "{\"a\":1}") == 0);
 
+    /* any value nests SL_JSON_MAX_NEST deep at most; a scalar is always left */
+    {
+        sl_error e = {0};
+        sl_json_constraint *c = make(NULL, &e);
+        int depth = 0;
+        CHECK(c && sl_json_constraint_feed(c, "{\"a\":", 5) == 0);
+        while (c && depth < 100 && sl_json_constraint_feed(c, "[", 1) == 0)
+            depth++;
+        CHECKF(depth > 8 && depth < SL_JSON_MAX_NEST, "nested %d deep", depth);
+        CHECK(c && sl_json_constraint_feed(c, "{", 1) == -1 &&
+              sl_json_constraint_feed(c, "1", 1) == 0);
+        for (int i = 0; c && i < depth; i++)
+            CHECK(sl_json_constraint_feed(c, "]", 1) == 0);
+        CHECK(c && sl_json_constraint_feed(c, "}", 1) == 0 && sl_json_constraint_done(c));
+        sl_json_constraint_free(c);
+    }
+
     /* EOS: accepted only when complete, then nothing more */
     sl_error err = {0};
     sl_json_constraint *c = make("{\"type\":\"integer\"}", &err);
