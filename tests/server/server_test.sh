@@ -396,22 +396,26 @@ if [ "$((rss1 - rss0))" -lt 2048 ] || [ "$((rss2 - rss1))" -lt 2048 ]; then
 else
     bad "memory growth: RSS $rss0 -> $rss1 -> $rss2 kB"
 fi
-# 32 clients at once with the default --parallel 8: the others wait for a place (--queue).
+# 32 clients at once with the default --parallel 4: the others wait for a place (--queue).
 node "$HERE/client.mjs" load "$URL/v1" 64 32 >"$TMP/load32.log" 2>&1
 grep -q '^ok' "$TMP/load32.log" && ok "32 clients at once, default options: $(cut -c6- "$TMP/load32.log")" ||
     bad "32 at once: $(head -c 400 "$TMP/load32.log")"
-# A stream waiting behind a long request gets ': keep-alive' comments (so that a client that
-# closed is noticed while queued); curl shows them, the official client reads past them.
-curl -sN "${J[@]}" -d '{"prompt":"x","max_tokens":100000,"temperature":1,"ignore_eos":true,"stream":true}' \
-    "$URL/v1/completions" >/dev/null &
-LONG=$!
-sleep 0.2
+# A stream waiting behind long requests (the default --parallel 4 of them) gets ': keep-alive'
+# comments (so that a client that closed is noticed while queued); curl shows them, the
+# official client reads past them.
+LONG=
+for _ in 1 2 3 4; do
+    curl -sN "${J[@]}" -d '{"prompt":"x","max_tokens":100000,"temperature":1,"ignore_eos":true,"stream":true}' \
+        "$URL/v1/completions" >/dev/null &
+    LONG="$LONG $!"
+done
+sleep 0.3
 curl -sN "${J[@]}" -d '{"prompt":"x","max_tokens":2,"stream":true}' "$URL/v1/completions" >"$TMP/hb.sse" &
 HB=$!
 node "$HERE/client.mjs" stream "$URL/v1" >"$TMP/hb.log" 2>&1 &
 NODE=$!
 for _ in $(seq 100); do grep -q '^: keep-alive$' "$TMP/hb.sse" && break; sleep 0.1; done
-kill "$LONG" # its stream is cancelled at the next token: the queued ones run
+kill $LONG # their streams are cancelled at the next token: the queued ones run
 wait "$HB" "$NODE"
 if grep -q '^: keep-alive$' "$TMP/hb.sse" && [ "$(tail -n 2 "$TMP/hb.sse" | head -n 1)" = "data: [DONE]" ] &&
     grep -q '^ok' "$TMP/hb.log"; then
