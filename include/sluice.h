@@ -233,6 +233,28 @@ int sl_session_rewind(sl_session *session, int32_t pos);
 sl_status sl_session_forward(sl_session *session, const int32_t *ids, int32_t n_tokens,
                              float *logits, int all_logits, sl_error *err);
 
+/*
+ * Batched decoding (continuous batching): one forward pass for the next token of each of n
+ * sessions of one model. The rows share every weight read, the routed experts' included (one
+ * read per expert for the union of the rows' picks), while each row's attention runs on its own
+ * session's cache (or recurrent state) at its own position. Row i's logits are bitwise those
+ * of sl_session_forward(sessions[i], &ids[i], 1, ...), whatever the other rows. Families
+ * whose layers cannot take rows of different sequences together (Gemma 4, Qwen4-Exp) run the
+ * rows one after the other: the same results, nothing shared (sl_batch_shares says which).
+ */
+typedef struct sl_batch sl_batch;
+/* The activations of up to max_rows rows (memory like a session's chunk of max_rows tokens). */
+sl_status sl_batch_create(sl_model *model, int32_t max_rows, sl_batch **out, sl_error *err);
+void sl_batch_free(sl_batch *batch);
+/* Whether the rows of a step share their weight reads (one forward pass), or run one by one. */
+int sl_batch_shares(const sl_batch *batch);
+/* ids[i] into sessions[i] (distinct sessions of the batch's model, each with room for one more
+ * position); logits (may be NULL) receives n rows of vocab_size. On error no session's
+ * position advances, as with sl_session_forward; a model with linear-attention layers has
+ * advanced their recurrent state, so reset those sessions before using them again. */
+sl_status sl_batch_decode(sl_batch *batch, sl_session *const *sessions, const int32_t *ids,
+                          int32_t n, float *logits, sl_error *err);
+
 void sl_model_get_stats(const sl_model *model, sl_stats *stats);
 void sl_model_reset_stats(sl_model *model);
 /* JSON {"layers": [{"layer": L, "counts": [..per expert..]}, ...]} of router selections. */

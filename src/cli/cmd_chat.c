@@ -67,7 +67,7 @@ static int log_drop_turn(chat_log *c) {
  * nothing dropped; the caller removes that message and the chat goes on).
  */
 static int chat_prompt(text_ctx *t, chat_log *log, int *told) {
-    const int32_t ctx = sl_session_max_ctx(t->g.s);
+    const int32_t ctx = sl_session_max_ctx(t->g.seq.s);
     const int64_t reserve = SL_CLI_MAX(1, SL_CLI_MIN(t->o->max_tokens, ctx / 4));
     if (text_encode(t, log->msgs, log->n)) return 1;
     if ((int64_t)t->ids.n + reserve <= ctx) return 0;
@@ -152,7 +152,7 @@ int cli_chat(int argc, char **argv) {
                 log_clear(&log);
                 if (o.system) rc = log_add(&log, "system", o.system);
                 sl_gen_reset(&t.g);
-                sl_sampler_reset(t.g.smp);
+                sl_sampler_reset(t.g.seq.smp);
                 printf("(new conversation)\n");
             } else if (!strcmp(line, "/stats")) {
                 cli_print_stats(t.g.m, stdout);
@@ -180,9 +180,9 @@ int cli_chat(int argc, char **argv) {
             fprintf(stderr,
                     "sluice: the reply reached the end of the context (%d tokens) and stops "
                     "there; the next turn drops the oldest ones\n",
-                    sl_session_max_ctx(t.g.s));
+                    sl_session_max_ctx(t.g.seq.s));
         fflush(stdout);
-        rc = log_add(&log, "assistant", t.g.reply ? t.g.reply : "");
+        rc = log_add(&log, "assistant", t.g.seq.reply ? t.g.seq.reply : "");
     }
     if (!rc) rc = text_finish(&t);
     log_clear(&log);

@@ -163,7 +163,7 @@ int cli_perplexity(int argc, char **argv) {
     for (int64_t c = 0; c < chunks; c++) {
         const int32_t *chunk = ids.ids + c * ctx;
         sl_gen_reset(&g);
-        if (sl_session_forward(g.s, chunk, (int32_t)ctx, logits, 1, &err)) {
+        if (sl_session_forward(g.seq.s, chunk, (int32_t)ctx, logits, 1, &err)) {
             cli_error("%s", err.msg);
             goto done;
         }

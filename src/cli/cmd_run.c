@@ -37,7 +37,7 @@ int cli_run(int argc, char **argv) {
         if (o.system) msgs[n++] = (sl_chat_msg){.role = "system", .content = o.system};
         msgs[n++] = (sl_chat_msg){.role = "user", .content = o.prompt};
         rc = text_encode(&t, msgs, n);
-        const int32_t ctx = sl_session_max_ctx(t.g.s);
+        const int32_t ctx = sl_session_max_ctx(t.g.seq.s);
         if (!rc && (int64_t)t.ids.n + 1 > ctx)
             rc = cli_error("the prompt (%zu tokens) does not fit the context of %d tokens (one "
                            "more is needed to reply; see --ctx)",
@@ -51,7 +51,7 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr,
                     "sluice: the reply reached the end of the context (%d tokens) and stops "
                     "there (a larger --ctx gives more room)\n",
-                    sl_session_max_ctx(t.g.s));
+                    sl_session_max_ctx(t.g.seq.s));
         if (!rc) rc = text_finish(&t);
     }
     text_free(&t);

@@ -20,6 +20,7 @@ enum {
     OPT_API_KEY_FILE,
     OPT_CORS,
     OPT_PARALLEL,
+    OPT_PREFILL_CHUNK,
     OPT_QUEUE,
     OPT_QUEUE_TIMEOUT,
     OPT_TIMEOUT,
@@ -44,6 +45,7 @@ static const struct option long_opts[] = {
     {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
     {"cors", required_argument, 0, OPT_CORS},
     {"parallel", required_argument, 0, OPT_PARALLEL},
+    {"prefill-chunk", required_argument, 0, OPT_PREFILL_CHUNK},
     {"queue", required_argument, 0, OPT_QUEUE},
     {"queue-timeout", required_argument, 0, OPT_QUEUE_TIMEOUT},
     {"timeout", required_argument, 0, OPT_TIMEOUT},
@@ -72,7 +74,9 @@ static const char serve_help[] =
     "  POST /detokenize, GET /v1/models (with the\n"
     "  context length), GET /health, GET /metrics (Prometheus); and Anthropic's\n"
     "  POST /v1/messages, POST /v1/messages/count_tokens.\n"
-    "One request generates at a time; the others wait in a FIFO queue. SIGTERM or\n"
+    "Up to --parallel requests generate together (continuous batching: a decode step\n"
+    "runs a token of every reply at once, its expert reads shared); more wait in a\n"
+    "FIFO queue. SIGTERM or\n"
     "SIGINT stops accepting requests and finishes those in flight (see\n"
     "--shutdown-timeout); a second signal ends the process at once.\n"
     "\n"
@@ -94,7 +98,12 @@ static const char serve_help[] =
     "                         origin (default: none, no CORS headers, OPTIONS is a 405)\n"
     "\n"
     "Load and time limits:\n"
-    "  --parallel N           requests admitted at once, running + queued (default 8)\n"
+    "  --parallel N           requests generating at once (default 4, at most 256),\n"
+    "                         each on a KV cache of its own (-c tokens): memory grows\n"
+    "                         with N; a request's reply is the same whatever the others\n"
+    "  --prefill-chunk N      prompt tokens a step runs while other replies decode\n"
+    "                         (default 128): a long prompt delays their next tokens by\n"
+    "                         one chunk at most\n"
     "  --queue N              more requests that wait for one of those places (default\n"
     "                         64); past that a request gets 503 at once\n"
     "  --queue-timeout SEC    a waiting request that gets no place this long: 503\n"
@@ -162,7 +171,8 @@ static int read_key_file(const char *path, char **key) {
 int cli_serve(int argc, char **argv) {
     srv_params cfg = {.host = "127.0.0.1",
                       .port = 8080,
-                      .parallel = 8,
+                      .parallel = 4,
+                      .prefill_chunk = 128,
                       .queue = 64,
                       .queue_timeout_s = 120,
                       .max_body = 8 << 20,
@@ -216,8 +226,12 @@ int cli_serve(int argc, char **argv) {
             cors[n_cors++] = optarg;
             break;
         case OPT_PARALLEL:
-            if (cli_parse_int(optarg, "--parallel", 1, 4096, &v)) return 1;
+            if (cli_parse_int(optarg, "--parallel", 1, SRV_MAX_PARALLEL, &v)) return 1;
             cfg.parallel = (int32_t)v;
+            break;
+        case OPT_PREFILL_CHUNK:
+            if (cli_parse_int(optarg, "--prefill-chunk", 1, 1 << 20, &v)) return 1;
+            cfg.prefill_chunk = (int32_t)v;
             break;
         case OPT_QUEUE:
             if (parse_count(optarg, "--queue", 0, &cfg.queue)) return 1;
@@ -303,9 +317,10 @@ int cli_serve(int argc, char **argv) {
     int rc = srv_start(&s, &g, &cfg, &err) ? cli_error("%s", err.msg) : 0;
     if (!rc) {
         fprintf(stderr,
-                "sluice serve: %s (%s), context %d tokens, %d requests at once and %d waiting%s\n"
+                "sluice serve: %s (%s), context %d tokens, %d requests at once (each its own KV "
+                "cache) and %d waiting%s\n"
                 "sluice serve: listening on http://%s%s%s:%d\n",
-                cfg.model_id, g.info.arch, sl_session_max_ctx(g.s), cfg.parallel, cfg.queue,
+                cfg.model_id, g.info.arch, sl_session_max_ctx(g.seq.s), cfg.parallel, cfg.queue,
                 cfg.api_key ? ", API key required" : "", strchr(cfg.host, ':') ? "[" : "", cfg.host,
                 strchr(cfg.host, ':') ? "]" : "", srv_port(s));
         int sig = 0;

@@ -183,7 +183,7 @@ int cli_gen_open(sl_gen *g, sl_gen_setup *su, const cli_model_opts *mo) {
     const sl_status st = sl_gen_init(g, su, &err);
     if (g->m) pack_notice(g->m, su->model); /* loaded, even if what followed failed */
     if (st) return cli_error("%s", err.msg);
-    cli_model_report(g->m, mo, sl_session_max_ctx(g->s));
+    cli_model_report(g->m, mo, sl_session_max_ctx(g->seq.s));
     return 0;
 }
 

@@ -188,8 +188,8 @@ int text_init(text_ctx *t, text_opts *o, const char *model) {
     if (!(o->sp_set & SET_MIN_P) && gc->min_p >= 0) o->sp.min_p = gc->min_p;
     if (!(o->sp_set & SET_SEED)) o->sp.seed = random_seed();
     o->sp.penalty_last_n =
-        (int32_t)(o->repeat_last_n < 0 ? sl_session_max_ctx(t->g.s) : o->repeat_last_n);
-    if (sl_sampler_create(&o->sp, t->g.info.vocab_size, &t->g.smp, &err))
+        (int32_t)(o->repeat_last_n < 0 ? sl_session_max_ctx(t->g.seq.s) : o->repeat_last_n);
+    if (sl_sampler_create(&o->sp, t->g.info.vocab_size, &t->g.seq.smp, &err))
         return cli_error("%s", err.msg);
     return 0;
 }

@@ -317,7 +317,7 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
     const sl_ops *op = be->ops;
     const sl_layer *L = &m->layers[l];
     sl_session_buf *b = &s->b;
-    const int32_t hd = c->head_dim, pos0 = s->pos;
+    const int32_t hd = c->head_dim;
     const size_t kv_row = (size_t)c->n_kv_heads * (size_t)hd;
 
     /* q (or [query | gate] per head), k and v: one batch when they carry no bias */
@@ -352,51 +352,57 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
         op->clamp(be, b->v, (size_t)T * kv_row, -lim, lim);
     }
     const int head_norms = L->q_norm.data && !L->qk_norm_full;
-    float *kc = s->kcache + (size_t)l * (size_t)s->max_ctx * kv_row;
-    float *vc = s->vcache + (size_t)l * (size_t)s->max_ctx * kv_row;
-    const sl_qkv_args qa = {
-        .q = b->q,
-        .k = b->k,
-        .v = b->v,
-        .kc = kc,
-        .vc = vc,
-        .q_norm = head_norms ? &L->q_norm : NULL,
-        .k_norm = head_norms ? &L->k_norm : NULL,
-        .T = T,
-        .pos0 = pos0,
-        .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads,
-        .head_dim = hd,
-        .rot_dim = L->no_rope ? 0 : c->rot_dim,
-        .eps = c->rms_norm_eps,
-        .w_offset = m->norm_offset,
-        .cos_tab = s->rope_cos,
-        .sin_tab = s->rope_sin,
-        .rope_interleaved = c->rope_interleaved,
-        .temp_floor = L->temp_floor,
-        .temp_scale = L->temp_scale,
-    };
-    sl_attn_args a = {
-        .out = b->attn,
-        .q = b->q,
-        .kcache = kc,
-        .vcache = vc,
-        .T = T,
-        .pos0 = pos0,
-        .n_heads = c->n_heads,
-        .n_kv_heads = c->n_kv_heads,
-        .head_dim = hd,
-        .scale = 1.0f / sqrtf((float)hd),
-        .scratch = b->attn_scratch,
-        .sel = sel ? sel->sel : NULL,
-        .n_sel = sel ? sel->n_sel : NULL,
-        .sel_stride = sel ? sel->stride : 0,
-        .chunk = L->attn_chunk,
-        .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
-        .window = sel ? 0 : L->window,
-        .sinks = L->sinks.data ? &L->sinks : NULL,
-    };
-    op->attention(be, &a);
+    const int32_t calls = blk_row_calls(s, T), Tc = T / calls;
+    const size_t q_row = (size_t)c->n_heads * (size_t)hd;
+    for (int32_t i = 0; i < calls; i++) {
+        const sl_session *r = blk_row_session(s, i);
+        const size_t qo = (size_t)i * q_row, ko = (size_t)i * kv_row;
+        float *kc = r->kcache + (size_t)l * (size_t)r->max_ctx * kv_row;
+        float *vc = r->vcache + (size_t)l * (size_t)r->max_ctx * kv_row;
+        const sl_qkv_args qa = {
+            .q = b->q + qo,
+            .k = b->k + ko,
+            .v = b->v + ko,
+            .kc = kc,
+            .vc = vc,
+            .q_norm = head_norms ? &L->q_norm : NULL,
+            .k_norm = head_norms ? &L->k_norm : NULL,
+            .T = Tc,
+            .pos0 = r->pos,
+            .n_heads = c->n_heads,
+            .n_kv_heads = c->n_kv_heads,
+            .head_dim = hd,
+            .rot_dim = L->no_rope ? 0 : c->rot_dim,
+            .eps = c->rms_norm_eps,
+            .w_offset = m->norm_offset,
+            .cos_tab = r->rope_cos,
+            .sin_tab = r->rope_sin,
+            .rope_interleaved = c->rope_interleaved,
+            .temp_floor = L->temp_floor,
+            .temp_scale = L->temp_scale,
+        };
+        sl_attn_args a = {
+            .out = b->attn + qo,
+            .q = b->q + qo,
+            .kcache = kc,
+            .vcache = vc,
+            .T = Tc,
+            .pos0 = r->pos,
+            .n_heads = c->n_heads,
+            .n_kv_heads = c->n_kv_heads,
+            .head_dim = hd,
+            .scale = 1.0f / sqrtf((float)hd),
+            .scratch = r->b.attn_scratch,
+            .sel = sel ? sel->sel : NULL,
+            .n_sel = sel ? sel->n_sel : NULL,
+            .sel_stride = sel ? sel->stride : 0,
+            .chunk = L->attn_chunk,
+            .prep = &qa, /* qkv_prep, fused with the attention where the backend can */
+            .window = sel ? 0 : L->window,
+            .sinks = L->sinks.data ? &L->sinks : NULL,
+        };
+        op->attention(be, &a);
+    }
     if (L->attn_gated)
         op->sigmoid_mul(be, b->attn, b->qgate, (size_t)T * (size_t)c->n_heads * (size_t)hd);
     op->matmul(be, b->out, b->attn, &L->wo, &L->bo, T);

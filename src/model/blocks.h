@@ -67,8 +67,21 @@ typedef struct blk_attn_sel {
     int32_t stride;
 } blk_attn_sel;
 
-/* s->b.xn -> s->b.out for T tokens at position s->pos; appends K/V to layer l's cache. Every
- * query sees every position up to its own, or only those of sel (when not NULL). */
+/*
+ * The sequence whose cache, state and position row i's attention uses, and how many rows a call
+ * of the attention kernels takes: s itself, all T rows at once; or, in a batched decode step
+ * (s->rows), rows[i], one row a call. The products around the attention run on all T rows.
+ */
+static inline sl_session *blk_row_session(sl_session *s, int32_t i) {
+    return s->rows ? s->rows[i] : s;
+}
+static inline int32_t blk_row_calls(const sl_session *s, int32_t T) {
+    return s->rows ? T : 1;
+}
+
+/* s->b.xn -> s->b.out for T tokens at position s->pos (or one each of s->rows); appends K/V to
+ * layer l's cache. Every query sees every position up to its own, or only those of sel (when
+ * not NULL, never with rows). */
 void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel);
 /* s->b.xn -> s->b.out for T tokens through Gated DeltaNet, token by token, carrying the
  * layer's conv and recurrent state in the session (linear_attn.c). */

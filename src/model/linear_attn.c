@@ -125,34 +125,44 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
         }
     }
 
-    float *conv_state = s->conv_state + (size_t)l * cd * (size_t)(K - 1);
-    op->conv1d_silu(be, b->lin_conv, b->lin_mixed, T, (int32_t)cd, &L->conv_w, K, 1, conv_state);
+    /* the conv and the delta rule carry each sequence's state: a call per row of a batch */
+    const int32_t calls = blk_row_calls(s, T), Tc = T / calls;
+    for (int32_t i = 0; i < calls; i++) {
+        const sl_session *r = blk_row_session(s, i);
+        float *conv_state = r->conv_state + (size_t)l * cd * (size_t)(K - 1);
+        op->conv1d_silu(be, b->lin_conv + (size_t)i * cd, b->lin_mixed + (size_t)i * cd, Tc,
+                        (int32_t)cd, &L->conv_w, K, 1, conv_state);
+    }
     op->copy2d(be, b->lin_q, kd, b->lin_conv, cd, T, (int32_t)kd);
     op->copy2d(be, b->lin_k, kd, b->lin_conv + kd, cd, T, (int32_t)kd);
     op->copy2d(be, b->lin_v, vd, b->lin_conv + 2 * kd, cd, T, (int32_t)vd);
     op->l2norm(be, b->lin_q, T * nk, dk, 1e-6f);
     op->l2norm(be, b->lin_k, T * nk, dk, 1e-6f);
 
-    const sl_delta_args a = {
-        .out = b->lin_o,
-        .q = b->lin_q,
-        .k = b->lin_k,
-        .v = b->lin_v,
-        .a = b->lin_a,
-        .b = b->lin_b,
-        .A_log = &L->A_log,
-        .dt_bias = &L->dt_bias,
-        .state = s->delta_state + (size_t)l * (size_t)nv * (size_t)dk * (size_t)dv,
-        .T = T,
-        .nk = nk,
-        .nv = nv,
-        .dk = dk,
-        .dv = dv,
-        .q_scale = 1.0f / sqrtf((float)dk),
-        .A_neg_exp = m->ck.A_neg_exp,
-        .v_tiled = m->ck.v_tiled,
-    };
-    op->delta_rule(be, &a);
+    for (int32_t i = 0; i < calls; i++) {
+        const sl_session *r = blk_row_session(s, i);
+        const size_t ko = (size_t)i * kd, vo = (size_t)i * vd, ho = (size_t)i * (size_t)nv;
+        const sl_delta_args a = {
+            .out = b->lin_o + vo,
+            .q = b->lin_q + ko,
+            .k = b->lin_k + ko,
+            .v = b->lin_v + vo,
+            .a = b->lin_a + ho,
+            .b = b->lin_b + ho,
+            .A_log = &L->A_log,
+            .dt_bias = &L->dt_bias,
+            .state = r->delta_state + (size_t)l * (size_t)nv * (size_t)dk * (size_t)dv,
+            .T = Tc,
+            .nk = nk,
+            .nv = nv,
+            .dk = dk,
+            .dv = dv,
+            .q_scale = 1.0f / sqrtf((float)dk),
+            .A_neg_exp = m->ck.A_neg_exp,
+            .v_tiled = m->ck.v_tiled,
+        };
+        op->delta_rule(be, &a);
+    }
     op->gated_rmsnorm(be, b->lin_o, b->lin_o, b->lin_z, &L->lin_norm, T * nv, dv, c->rms_norm_eps,
                       c->lin_gate_sigmoid ? SL_ACT_SIGMOID : SL_ACT_SILU);
     op->matmul(be, b->out, b->lin_o, &L->out_proj, NULL, T);

@@ -247,26 +247,32 @@ void blk_mla(sl_session *s, int32_t l, int32_t T, const blk_mla_dims *d, const b
     per_head_matmul(s, b->qabs, (size_t)nh * (size_t)row, (size_t)row, kv, b->qf, qrow,
                     (size_t)(dn + dr), dn, &L->uk_t, kv, 0, kv, nh, T, b);
     op->copy2d(be, b->qabs + kv, (size_t)row, b->qf + dn, (size_t)(dn + dr), T * nh, dr);
-    const sl_latent_attn_args a = {
-        .out = b->olat,
-        .q = b->qabs,
-        .cache = b->cache + (size_t)l * (size_t)s->max_ctx * (size_t)row,
-        .kv = b->kva,
-        .kv_norm = &L->kv_a_norm,
-        .T = T,
-        .pos0 = s->pos,
-        .n_heads = nh,
-        .kv_dim = kv,
-        .rope_dim = dr,
-        .interleaved = d->interleaved,
-        .eps = c->rms_norm_eps,
-        .w_offset = m->norm_offset,
-        .scale = d->scale,
-        .cos_tab = s->rope_cos,
-        .sin_tab = s->rope_sin,
-        .scratch = sb->attn_scratch,
-    };
-    op->latent_attention(be, &a);
+    /* the latent cache is each sequence's (sl_session.fam): a call per row of a batch */
+    const int32_t calls = blk_row_calls(s, T), Tc = T / calls;
+    for (int32_t i = 0; i < calls; i++) {
+        const sl_session *r = blk_row_session(s, i);
+        const blk_mla_buf *rb = r->fam;
+        const sl_latent_attn_args a = {
+            .out = b->olat + (size_t)i * (size_t)nh * (size_t)kv,
+            .q = b->qabs + (size_t)i * (size_t)nh * (size_t)row,
+            .cache = rb->cache + (size_t)l * (size_t)r->max_ctx * (size_t)row,
+            .kv = b->kva + (size_t)i * (size_t)row,
+            .kv_norm = &L->kv_a_norm,
+            .T = Tc,
+            .pos0 = r->pos,
+            .n_heads = nh,
+            .kv_dim = kv,
+            .rope_dim = dr,
+            .interleaved = d->interleaved,
+            .eps = c->rms_norm_eps,
+            .w_offset = m->norm_offset,
+            .scale = d->scale,
+            .cos_tab = r->rope_cos,
+            .sin_tab = r->rope_sin,
+            .scratch = r->b.attn_scratch,
+        };
+        op->latent_attention(be, &a);
+    }
     /* the values: W_UV per head on the latent outputs, then o_proj */
     per_head_matmul(s, b->ov, (size_t)nh * (size_t)dv, (size_t)dv, dv, b->olat,
                     (size_t)nh * (size_t)kv, (size_t)kv, kv, &L->kv_b, dv, dn, dn + dv, nh, T, b);

@@ -806,6 +806,22 @@ static const float *hidden_row(sl_session *s, int32_t r) {
     return s->b.h_hidden;
 }
 
+/* Logit i (of value x) of the row at position pos is not finite; its hidden state is row r of
+ * the chunk's head input. */
+static sl_status logits_fail(sl_session *s, float x, size_t i, int32_t r, int32_t pos,
+                             sl_error *err) {
+    const size_t H = (size_t)s->model->cfg.hidden_size;
+    if (s->b.head_x && sl_first_nonfinite(sl_cpu_best_isa(), hidden_row(s, r), H) == H)
+        return sl_fail(err, SL_ERR_NUMERIC,
+                       "non-finite logits at position %d (logit %zu is %s) from a finite "
+                       "hidden state: the LM head's weights may be corrupt",
+                       pos, i, nonfinite_name(x));
+    return sl_fail(err, SL_ERR_NUMERIC,
+                   "non-finite logits at position %d (logit %zu is %s, and the hidden state "
+                   "too): %s",
+                   pos, i, nonfinite_name(x), overflow_hint);
+}
+
 /* The check of one chunk of T tokens at s->pos whose logits (when not NULL) went to logits. */
 static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int all_logits,
                               sl_error *err) {
@@ -815,15 +831,7 @@ static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int
         const size_t n = (all_logits ? (size_t)T : 1) * V, i = sl_first_nonfinite(isa, logits, n);
         if (i == n) return SL_OK;
         const int32_t r = (int32_t)(i / V), pos = s->pos + (all_logits ? r : T - 1);
-        if (s->b.head_x && sl_first_nonfinite(isa, hidden_row(s, all_logits ? r : 0), H) == H)
-            return sl_fail(err, SL_ERR_NUMERIC,
-                           "non-finite logits at position %d (logit %zu is %s) from a finite "
-                           "hidden state: the LM head's weights may be corrupt",
-                           pos, i % V, nonfinite_name(logits[i]));
-        return sl_fail(err, SL_ERR_NUMERIC,
-                       "non-finite logits at position %d (logit %zu is %s, and the hidden state "
-                       "too): %s",
-                       pos, i % V, nonfinite_name(logits[i]), overflow_hint);
+        return logits_fail(s, logits[i], i % V, all_logits ? r : 0, pos, err);
     }
     if (!s->b.head_x) return SL_OK; /* a forward without the shared head: nothing to check */
     const float *h = hidden_row(s, s->b.head_rows - 1);
@@ -886,6 +894,110 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
         S->prefill_time += dt;
         S->prefill_bytes_read += s->model->experts.bytes_read - bytes0;
     }
+    return SL_OK;
+}
+
+/* ------------------------------------------------------------- batch */
+
+/* A batched decode step runs on a session of its own (sl_session.rows): its buffers hold the
+ * rows' activations, its own cache and position stay unused. */
+struct sl_batch {
+    sl_session *s;
+};
+
+sl_status sl_batch_create(sl_model *m, int32_t max_rows, sl_batch **out, sl_error *err) {
+    *out = NULL;
+    if (max_rows < 1) return sl_fail(err, SL_ERR_ARG, "a batch needs room for at least one row");
+    sl_batch *bt = sl_calloc(1, sizeof *bt, err);
+    if (!bt) return SL_ERR_NOMEM;
+    const sl_session_params sp = {.max_ctx = max_rows, .max_batch = max_rows};
+    sl_status st = sl_session_create(m, &sp, &bt->s, err);
+    if (st) {
+        free(bt);
+        return st;
+    }
+    *out = bt;
+    return SL_OK;
+}
+
+void sl_batch_free(sl_batch *bt) {
+    if (!bt) return;
+    sl_session_free(bt->s);
+    free(bt);
+}
+
+/* The shared decoder's attention sublayers (blk_attention, blk_linear_attention and the MLA
+ * hook) take rows of different sequences; a family's own forward may not. */
+int sl_batch_shares(const sl_batch *bt) {
+    return bt->s->model->family->forward == blk_prenorm_decoder;
+}
+
+sl_status sl_batch_decode(sl_batch *bt, sl_session *const *rows, const int32_t *ids, int32_t n,
+                          float *logits, sl_error *err) {
+    sl_session *s = bt->s;
+    sl_model *m = s->model;
+    const int32_t V = m->cfg.vocab_size;
+    if (n < 1 || n > s->max_batch)
+        return sl_fail(err, SL_ERR_ARG, "a batch of %d rows (this one takes 1 to %d)", n,
+                       s->max_batch);
+    for (int32_t i = 0; i < n; i++) {
+        const sl_session *r = rows[i];
+        if (!r || r->model != m)
+            return sl_fail(err, SL_ERR_ARG, "batch row %d: not a session of the batch's model", i);
+        if (r->pos >= r->max_ctx)
+            return sl_fail(err, SL_ERR_ARG,
+                           "batch row %d: context full: 1 token at position %d exceeds the "
+                           "context of %d",
+                           i, r->pos, r->max_ctx);
+        if (ids[i] < 0 || ids[i] >= V)
+            return sl_fail(err, SL_ERR_ARG,
+                           "batch row %d: token id %d is outside the vocabulary [0, %d)", i, ids[i],
+                           V);
+        for (int32_t j = 0; j < i; j++)
+            if (rows[j] == r)
+                return sl_fail(err, SL_ERR_ARG, "batch rows %d and %d are the same session", j, i);
+    }
+    if (!sl_batch_shares(bt)) {
+        for (int32_t i = 0; i < n; i++) {
+            sl_status st = sl_session_forward(
+                rows[i], &ids[i], 1, logits ? logits + (size_t)i * (size_t)V : NULL, 0, err);
+            if (st) return st;
+        }
+        return SL_OK;
+    }
+    sl_status st = sl_ckpt_check(&m->ck, err);
+    if (st) return st;
+    const sl_backend *be = &m->be;
+    const double t0 = sl_now();
+    s->b.head_x = NULL;
+    s->rows = rows;
+    st = m->family->forward(s, ids, n, logits, 1, err);
+    s->rows = NULL;
+    if (!st && be->ops->status) st = be->ops->status(be, err);
+    if (!st) sl_moe_settle(&s->moe);
+    const sl_isa isa = sl_cpu_best_isa();
+    for (int32_t i = 0; !st && logits && i < n; i++) {
+        const float *row = logits + (size_t)i * (size_t)V;
+        const size_t k = sl_first_nonfinite(isa, row, (size_t)V);
+        if (k < (size_t)V) st = logits_fail(s, row[k], k, i, rows[i]->pos, err);
+    }
+    for (int32_t i = 0; !st && !logits && s->b.head_x && i < n; i++) {
+        const size_t H = (size_t)m->cfg.hidden_size;
+        const float *h = hidden_row(s, i);
+        const size_t k = sl_first_nonfinite(isa, h, H);
+        if (k < H)
+            st = sl_fail(err, SL_ERR_NUMERIC,
+                         "non-finite hidden state at position %d (element %zu is %s): %s",
+                         rows[i]->pos, k, nonfinite_name(h[k]), overflow_hint);
+    }
+    if (st) return st;
+    for (int32_t i = 0; i < n; i++) {
+        rows[i]->pos++;
+        /* its next step alone has no previous step of its own to compare picks with */
+        sl_moe_forget_steps(&rows[i]->moe);
+    }
+    m->stats.gen_tokens += n;
+    m->stats.decode_time += sl_now() - t0;
     return SL_OK;
 }
 

@@ -127,8 +127,12 @@ struct sl_session {
     sl_moe_scratch moe; /* the MoE step's buffers, carved with b */
     void *fam; /* what the family adds (sl_family.session_size bytes, carved by its layout) */
     int32_t defer_logits; /* blk_head leaves the logits in b.logits (a graph is recording) */
-    void *arena;          /* backend memory */
-    void *host_arena;     /* host memory */
+    /* A batched decode step (sl_batch_decode) runs on a session of its own, whose rows are the
+     * next tokens of other sessions: row i's attention reads and appends to rows[i]'s cache (or
+     * recurrent state) at rows[i]->pos, with its RoPE tables and scratch. NULL otherwise. */
+    sl_session *const *rows;
+    void *arena;      /* backend memory */
+    void *host_arena; /* host memory */
 };
 
 /*
@@ -171,7 +175,9 @@ struct sl_family {
     sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                          int all_logits, sl_error *err);
     /* Optional: layer l's attention sublayer (b->xn -> b->out) when it is the family's own
-     * (MLA), so that blk_prenorm_decoder runs the rest of the decoder as for every family. */
+     * (MLA), so that blk_prenorm_decoder runs the rest of the decoder as for every family.
+     * It must honour sl_session.rows (blk_row_session): sl_batch_decode runs every family
+     * whose forward is blk_prenorm_decoder in batches. */
     void (*attention)(sl_session *s, int32_t l, int32_t T);
     /* A decode step takes no decision on the host when the experts need none (no QSA
      * choice, no PLE rows): a backend may record it as one graph. */

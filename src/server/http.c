@@ -998,7 +998,7 @@ sl_status srv_start(srv **out, sl_gen *g, const srv_params *cfg, sl_error *err) 
     s->g = g;
     s->tok = g->tok;
     s->tpl = g->tpl;
-    s->max_ctx = sl_session_max_ctx(g->s);
+    s->max_ctx = sl_session_max_ctx(g->seq.s);
     s->vocab = g->info.vocab_size;
     s->n_ctx_train = g->info.max_position;
     s->gen = g->gen;
@@ -1016,6 +1016,8 @@ sl_status srv_start(srv **out, sl_gen *g, const srv_params *cfg, sl_error *err) 
     int family = AF_INET;
     if ((s->listen_fd = listen_on(s, &family, err)) < 0) return SL_ERR_IO;
     fd_limit(cfg);
+    sl_status st = srv_slots_init(s, err);
+    if (st) return st;
     if (pthread_create(&s->worker, NULL, srv_worker_main, s))
         return sl_fail(err, SL_ERR_NOMEM, "cannot start the model worker thread");
     s->worker_started = 1;
@@ -1127,6 +1129,7 @@ int srv_shutdown(srv *s) {
 void srv_free(srv *s) {
     if (!s || srv_shutdown(s)) return; /* stuck threads may still use s: leave it */
     if (s->listen_fd >= 0) close(s->listen_fd);
+    srv_slots_free(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->conn_mu);

@@ -102,8 +102,22 @@ typedef struct srv_metrics {
     int64_t errors;         /* generations that failed (the library returned an error) */
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     srv_lat ttft, itl; /* time to first token (from the request's arrival), between tokens */
-    sl_stats stats;    /* the model's counters after the last job */
+    int64_t decode_steps, decode_rows; /* the worker's decode steps, and the tokens they ran */
+    int32_t batch_size;                /* the last step's */
+    sl_stats stats;                    /* the model's counters after the last job */
 } srv_metrics;
+
+/* One of the worker's sequences: a KV cache of its own (kept between requests, for prefix
+ * reuse), and the job generating on it. */
+typedef struct srv_slot {
+    sl_gen_seq *seq;
+    srv_job *job; /* NULL: free (set and cleared under srv.mu, read by srv_cancel_all) */
+    sl_gen_params p;
+    sl_gen_result res;
+    int32_t left;   /* prompt tokens still to run (0: decoding) */
+    uint64_t order; /* when it last took a job: prompts prefill in this order, and a free slot
+                       used longest ago goes first */
+} srv_slot;
 
 /* A request waiting for one of the `parallel` places (on its HTTP thread's stack). */
 typedef struct srv_waiter {
@@ -149,7 +163,6 @@ struct srv {
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* queue changes, job done, requests finished */
     srv_job *head, *tail;
-    srv_job *running; /* the job generating, or NULL */
     srv_waiter *wait_head, *wait_tail;
     int32_t n_queued, n_running, n_waiting;
     int32_t n_requests; /* HTTP requests in progress (shutdown waits for 0) */
@@ -158,6 +171,15 @@ struct srv {
     atomic_int abandon; /* the shutdown timeout passed: HTTP threads stop waiting for jobs */
     uint64_t n_ids;     /* response ids and default seeds */
     srv_metrics metrics;
+    srv_slot *slots; /* [n_slots]: --parallel sequences (the worker's but for their job) */
+    int32_t n_slots;
+    /* the worker's: a decode step's rows (sessions, ids, slots), batch and logits */
+    sl_batch *batch;
+    sl_session **rows;
+    int32_t *row_ids;
+    srv_slot **row_slots;
+    float *batch_logits; /* [n_slots, vocab] */
+    uint64_t n_started;  /* jobs started */
 
     pthread_mutex_t conn_mu; /* the connections and the watchdog */
     pthread_cond_t conn_cv;
@@ -191,6 +213,10 @@ srv_admit srv_submit(srv *s, srv_job *j, int (*gone)(void *), void *user);
 /* Sets the cancel flag of every job queued or running (the shutdown timeout). */
 void srv_cancel_all(srv *s);
 void *srv_worker_main(void *arg);
+/* The worker's --parallel sequences (the first is s->g's own) and its batch; freed by
+ * srv_slots_free. */
+sl_status srv_slots_init(srv *s, sl_error *err);
+void srv_slots_free(srv *s);
 /* 1, 2, 3, ...: response ids and default seeds. */
 uint64_t srv_next_number(srv *s);
 

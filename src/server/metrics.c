@@ -128,7 +128,18 @@ char *srv_metrics_text(srv *s) {
            queued);
     metric(&b, "sluice_queue_waiting", "gauge",
            "Requests waiting for a place among the --parallel admitted ones.", waiting);
-    metric(&b, "sluice_requests_running", "gauge", "Requests generating now (0 or 1).", running);
+    metric(&b, "sluice_requests_running", "gauge",
+           "Requests generating now (at most --parallel, each a sequence of its own).", running);
+    metric(&b, "sluice_decode_steps_total", "counter",
+           "Decode steps run (each a token of every reply past its prompt, in one batch).",
+           (double)m.decode_steps);
+    metric(&b, "sluice_decode_rows_total", "counter",
+           "Tokens the decode steps ran (/ decode_steps: the mean batch size).",
+           (double)m.decode_rows);
+    metric(&b, "sluice_batch_size", "gauge", "Replies in the last decode step.", m.batch_size);
+    metric(&b, "sluice_decode_expert_bytes_read_total", "counter",
+           "Expert bytes read from disk by decode steps (prompts excluded).",
+           (double)(st->bytes_read - st->prefill_bytes_read));
     metric(&b, "sluice_uptime_seconds", "gauge", "Seconds since the server started.",
            sl_now() - s->started);
     return b.p;

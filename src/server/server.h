@@ -3,11 +3,13 @@
  * answers Anthropic's Messages API (/v1/messages, text only).
  *
  *   HTTP threads (libmicrohttpd, one per connection)      model worker (one thread)
- *   parse + validate JSON, template, tokenize  --FIFO-->  owns the sl_gen: prefill
- *   stream SSE / wait for the reply            <--text--  (prefix reuse), sample, detok
+ *   parse + validate JSON, template, tokenize  --FIFO-->  owns the sl_gen and `parallel`
+ *   stream SSE / wait for the reply            <--text--  sequences: prefill (prefix reuse),
+ *                                                         batched decode, sample, detok
  *
- * Requests are admitted up to `parallel` at a time (one generating, the rest
- * queued FIFO); up to `queue` more wait for a place, each at most
+ * Requests are admitted up to `parallel` at a time, all generating together
+ * (continuous batching: each step, a chunk of one prompt and a token of every
+ * reply past its prompt); up to `queue` more wait for a place, each at most
  * queue_timeout_s, and only then get 503. A client that goes away (a reset, or
  * a failed write) cancels its request, queued or running. See README.md,
  * "Serving (OpenAI-compatible API)".
@@ -17,6 +19,9 @@
 
 #include "gen/generate.h"
 
+/* The most sequences a server runs at once (--parallel). */
+#define SRV_MAX_PARALLEL 256
+
 /* What `sluice serve` sets (cmd_serve.c reads it from the command line). */
 typedef struct srv_params {
     const char *host;           /* default 127.0.0.1 */
@@ -25,7 +30,8 @@ typedef struct srv_params {
     const char *const *cors;    /* [n_cors] origins whose pages may read responses ("*": any) */
     int32_t n_cors;             /* 0: no CORS headers, OPTIONS is a 405 */
     const char *model_id;       /* the name /v1/models lists and responses carry */
-    int32_t parallel;           /* requests admitted at once (running + queued) */
+    int32_t parallel;           /* requests generating at once, each its own KV cache */
+    int32_t prefill_chunk;      /* prompt tokens a step runs while other replies decode */
     int32_t queue;              /* requests that may wait for one of those places */
     int32_t queue_timeout_s;    /* ... for this long, then 503 */
     int64_t max_body;           /* request body limit in bytes (413 above) */

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Deterministic checks of issue 29's API on a trained model (models/kjv-moe), for
 tests/server/server_test.sh: /tokenize and /detokenize, /v1/models' context length,
-logit_bias, logprobs (chat and completions, streamed and not), and response_format's JSON
+logit_bias, logprobs (chat and completions, streamed and not), continuous batching (each
+of more concurrent requests than --parallel the same as it alone), and response_format's JSON
 (json_object, json_schema) by constrained decoding. Prints "ok NAME" /
 "FAIL NAME: why"; exits 1 on any failure.
 
@@ -163,6 +164,56 @@ banned = post("/v1/completions", {**req, "max_tokens": 1, "logit_bias": {str(fid
 check("logit_bias -100 bans the greedy choice: the runner-up comes",
       len(fid) == 1 and banned["choices"][0]["logprobs"]["tokens"][0] ==
       sorted(lp["top_logprobs"][0].items(), key=lambda kv: -kv[1])[1][0], json.dumps(banned))
+
+# ---- continuous batching: requests generating together (and joining, leaving, waiting for a
+# place) each give what they give alone: greedy and seeded sampling, short and long prompts.
+import threading
+
+verses = ["And God said, Let there be light: and there was light.",
+          "In the beginning God created the heaven and the earth.",
+          "And the LORD spake unto Moses, saying,",
+          "Blessed are the meek: for they shall inherit the earth."]
+jobs = []
+for i in range(10):
+    prompt = " ".join(verses[(i + k) % 4] for k in range(1 + 2 * (i % 4)))  # 12 to ~115 tokens
+    body = {"prompt": prompt, "max_tokens": 24 + 5 * i, "logprobs": 1}
+    body.update({"temperature": 0} if i % 2 == 0 else {"temperature": 0.9, "seed": 100 + i})
+    jobs.append(body)
+
+
+def run(body):
+    c = post("/v1/completions", body)["choices"][0]
+    return c["text"], c["logprobs"]["token_logprobs"]
+
+
+def metric(name):
+    with urllib.request.urlopen(URL + "/metrics", timeout=60) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+alone = [run(b) for b in jobs]
+steps0, rows0 = metric("sluice_decode_steps_total"), metric("sluice_decode_rows_total")
+together = [None] * len(jobs)
+
+
+def worker(i):
+    together[i] = run(jobs[i])
+
+
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(jobs))]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+steps, rows = metric("sluice_decode_steps_total") - steps0, metric("sluice_decode_rows_total") - rows0
+same = [i for i in range(len(jobs)) if together[i] == alone[i]]
+check(f"{len(jobs)} requests at once: each the same text and logprobs as alone "
+      f"({int(rows)} tokens in {int(steps)} decode steps, {rows / max(steps, 1):.1f} a step)",
+      len(same) == len(jobs) and rows > 1.5 * steps,
+      f"differ: {[i for i in range(len(jobs)) if i not in same]}, steps {steps}, rows {rows}")
 
 # ---- response_format: a model of plain text made to write JSON (of a schema) by the mask
 def valid(schema, v):

@@ -66,6 +66,62 @@ static float *run_logits(sl_model *m, const ref_case *r, int32_t chunk) {
     return out;
 }
 
+/* Row logits of batched decode steps against the prefill's (see check_case). */
+static void check_batch(sl_model *m, const ref_case *r, const float *lg, const char *dir) {
+    enum { NS = 3 };
+    const int32_t start[NS] = {0, r->n_ids > 3 ? 3 : 0, r->n_ids > 7 ? 7 : 0};
+    const size_t V = (size_t)r->vocab;
+    sl_session *ss[NS] = {0};
+    sl_batch *bt = NULL;
+    sl_error err = {0};
+    sl_session_params sp = {.max_ctx = r->n_ids + r->n_greedy};
+    CHECK(sl_batch_create(m, NS, &bt, &err) == SL_OK);
+    float *rows = malloc(NS * V * sizeof(float));
+    for (int i = 0; i < NS; i++) {
+        CHECK(sl_session_create(m, &sp, &ss[i], &err) == SL_OK);
+        if (start[i]) CHECK(sl_session_forward(ss[i], r->ids, start[i], NULL, 0, &err) == SL_OK);
+    }
+    int same = 1, steps = 0;
+    for (int step = 0; bt && rows; step++) {
+        sl_session *row_s[NS];
+        int32_t ids[NS], n = 0;
+        for (int k = 0; k < NS; k++) {
+            const int i = step % 2 ? NS - 1 - k : k; /* the order changes every step */
+            const int32_t pos = sl_session_pos(ss[i]);
+            if (pos >= r->n_ids) continue;
+            row_s[n] = ss[i];
+            ids[n++] = r->ids[pos];
+        }
+        if (n == 0) break;
+        int32_t pos[NS];
+        for (int k = 0; k < n; k++)
+            pos[k] = sl_session_pos(row_s[k]);
+        if (sl_batch_decode(bt, row_s, ids, n, rows, &err) != SL_OK) {
+            CHECKF(0, "%s: batch step %d: %s", dir, step, err.msg);
+            break;
+        }
+        steps++;
+        for (int k = 0; k < n; k++) {
+            same &= sl_session_pos(row_s[k]) == pos[k] + 1;
+            same &= memcmp(rows + (size_t)k * V, lg + (size_t)pos[k] * V, V * sizeof(float)) == 0;
+        }
+    }
+    CHECKF(same && steps == r->n_ids, "%s: batched decode rows differ from prefill rows", dir);
+    /* a session twice, an id outside the vocabulary: refused, nothing advanced */
+    if (bt && ss[0] && sl_session_pos(ss[0]) < sp.max_ctx) {
+        sl_session *twice[2] = {ss[0], ss[0]};
+        const int32_t p0 = sl_session_pos(ss[0]), ids[2] = {0, r->vocab};
+        CHECK(sl_batch_decode(bt, twice, ids, 2, rows, &err) == SL_ERR_ARG);
+        CHECK(sl_batch_decode(bt, twice, ids + 1, 1, rows, &err) == SL_ERR_ARG);
+        CHECK(strstr(err.msg, "vocabulary") != NULL);
+        CHECK(sl_session_pos(ss[0]) == p0);
+    }
+    for (int i = 0; i < NS; i++)
+        sl_session_free(ss[i]);
+    sl_batch_free(bt);
+    free(rows);
+}
+
 static void check_case(const char *dir) {
     ref_case r = {0};
     if (load_ref(dir, &r)) {
@@ -131,6 +187,13 @@ static void check_case(const char *dir) {
     CHECKF(same1, "%s: device-path decode logits differ from prefill logits", dir);
     sl_session_free(s1);
 
+    /* 3b. Batched decode: sequences at different positions (from 0, 3 and 7 prefilled tokens)
+     * step together, the batch shrinking as each reaches the prompt's end and its rows in a
+     * changing order; each row the bits of its position's prefill row, on the CPU and as a
+     * device. */
+    check_batch(m, &r, lg, dir);
+    check_batch(m1, &r, lg, dir);
+
     /* 4. Greedy continuation, decoding from the KV cache after a prefill. */
     sl_session_reset(s);
     CHECK(sl_session_forward(s, r.ids, r.n_ids, row, 0, &err) == SL_OK);
@@ -185,6 +248,44 @@ TEST(test_parity_with_transformers) {
         check_case(p);
         free(names[i]);
     }
+}
+
+/* Batched decode on the families of tests/fixtures/fam (their parity is fam_test.sh's): each
+ * row the bits of its prefill row, MLA, chunked and sliding attention, sinks included, and
+ * those families that run rows one by one. */
+TEST(test_batch_families) {
+    char fam[600];
+    snprintf(fam, sizeof fam, "%s/fam", test_fixtures);
+    DIR *d = opendir(fam);
+    CHECKF(d != NULL, "no fixtures directory %s", fam);
+    if (!d) return;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s", fam, e->d_name);
+        ref_case r = {0};
+        if (e->d_name[0] == '.' || load_ref(p, &r)) {
+            free_ref(&r);
+            continue;
+        }
+        sl_model *m = NULL;
+        sl_error err = {0};
+        sl_model_params mp = {.n_threads = 2};
+        if (sl_model_load(p, &mp, &m, &err)) {
+            CHECKF(0, "%s: %s", p, err.msg);
+        } else {
+            float *lg = run_logits(m, &r, 0);
+            CHECK(lg != NULL);
+            if (lg) check_batch(m, &r, lg, p);
+            free(lg);
+            n++;
+        }
+        sl_model_free(m);
+        free_ref(&r);
+    }
+    closedir(d);
+    CHECKF(n >= 8, "expected at least 8 family cases, found %d", n);
 }
 
 TEST(test_bad_token_ids) {
