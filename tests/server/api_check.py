@@ -166,7 +166,8 @@ check("logit_bias -100 bans the greedy choice: the runner-up comes",
       sorted(lp["top_logprobs"][0].items(), key=lambda kv: -kv[1])[1][0], json.dumps(banned))
 
 # ---- continuous batching: requests generating together (and joining, leaving, waiting for a
-# place) each give what they give alone: greedy and seeded sampling, short and long prompts.
+# place) each give what they give alone: greedy and seeded sampling, short and long prompts,
+# free text and JSON (response_format).
 import threading
 
 verses = ["And God said, Let there be light: and there was light.",
@@ -178,6 +179,10 @@ for i in range(10):
     prompt = " ".join(verses[(i + k) % 4] for k in range(1 + 2 * (i % 4)))  # 12 to ~115 tokens
     body = {"prompt": prompt, "max_tokens": 24 + 5 * i, "logprobs": 1}
     body.update({"temperature": 0} if i % 2 == 0 else {"temperature": 0.9, "seed": 100 + i})
+    if i % 3 == 0:  # each sequence's own JSON constraint, beside free text
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "v", "schema": {
+            "type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+            "required": ["n"]}}} if i % 2 else {"type": "json_object"}
     jobs.append(body)
 
 
