@@ -335,6 +335,11 @@ int cli_serve(int argc, char **argv) {
             return 1;
         }
         cli_print_summary(g.m, stderr);
+        int64_t steps, rows;
+        srv_batch_stats(s, &steps, &rows);
+        if (steps)
+            fprintf(stderr, "sluice serve: %lld decode steps, %.2f replies a step on average\n",
+                    (long long)steps, (double)rows / (double)steps);
         rc = cli_model_finish(g.m, &mo);
         fprintf(stderr, "sluice serve: stopped\n");
     }
