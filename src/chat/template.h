@@ -95,8 +95,18 @@ typedef enum sl_template_kind {
  * "Mistral [INST]", "Tulu", "none (raw text)": for messages. */
 const char *sl_chat_template_kind_name(sl_template_kind kind);
 
+/* How a ChatML template lays out tool calls (the reply's, and the assistant turns' it renders). */
+typedef enum sl_tool_form {
+    /* Qwen2.5, Qwen3: <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call> */
+    SL_TOOL_FORM_JSON = 0,
+    /* Qwen3-Coder: <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...
+     * </function>\n</tool_call>, each value as text */
+    SL_TOOL_FORM_XML = 1,
+} sl_tool_form;
+
 typedef struct sl_chat_template {
     sl_template_kind kind;
+    sl_tool_form tool_form;  /* ChatML: the template's tool-call layout */
     int32_t thinking_switch; /* the template knows enable_thinking (Qwen3 and later) */
     /* ChatML (Qwen3's last_query_index): assistant turns after the last user query keep their
      * reasoning as "<think>\n{reasoning}\n</think>\n\n" (a last one always has the block);

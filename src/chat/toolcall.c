@@ -39,6 +39,12 @@ static int read_call(const char *body, size_t n, sl_tool_call *c, int *oom) {
 }
 
 sl_status sl_tool_calls_parse(const char *text, size_t len, sl_tool_calls *out, sl_error *err) {
+    return sl_tool_calls_read(SL_TOOL_FORM_JSON, NULL, text, len, out, err);
+}
+
+sl_status sl_tool_calls_read(sl_tool_form form, const sl_chat_tools *tools, const char *text,
+                             size_t len, sl_tool_calls *out, sl_error *err) {
+    (void)form, (void)tools;
     memset(out, 0, sizeof *out);
     const char *p = text, *end = text + len;
     int oom = !(out->content = malloc(len + 1));

@@ -12,7 +12,7 @@
 #ifndef SL_TOOLCALL_H
 #define SL_TOOLCALL_H
 
-#include "core/common.h"
+#include "chat/template.h"
 
 typedef struct sl_tool_call {
     char *name;
@@ -27,8 +27,12 @@ typedef struct sl_tool_calls {
 } sl_tool_calls;
 
 /* Parses text[0..len) into out (its fields owned by out: sl_tool_calls_free). The only
- * failure is SL_ERR_NOMEM; out is then empty. */
+ * failure is SL_ERR_NOMEM; out is then empty. The JSON form (sl_tool_calls_read). */
 sl_status sl_tool_calls_parse(const char *text, size_t len, sl_tool_calls *out, sl_error *err);
+/* The same in the template's form; tools (may be NULL): the tools offered, whose parameter
+ * schemas give the XML form's values their JSON types. */
+sl_status sl_tool_calls_read(sl_tool_form form, const sl_chat_tools *tools, const char *text,
+                             size_t len, sl_tool_calls *out, sl_error *err);
 void sl_tool_calls_free(sl_tool_calls *c);
 
 #endif /* SL_TOOLCALL_H */
