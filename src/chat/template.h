@@ -163,7 +163,8 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
+/* By name: "chatml", "chatml-think" (with the thinking switch), "qwen3-coder" (ChatML with
+ * Qwen3-Coder's XML tool calls), "harmony", "gemma4", "gemma",
  * "glm", "deepseek", "llama4", "mistral" (<s>, </s>, the spaced form), "tulu" (no bos,
  * <|endoftext|>), "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
@@ -176,7 +177,10 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl
  *     </tool_call><|im_end|>\n                     ("\n" between calls, and after a text)
  *   <|im_start|>user\n<tool_response>\n{result}\n</tool_response>\n<tool_response>...
  *     </tool_response><|im_end|>\n                 (a run of "tool" messages: one user turn)
- * ({system}: the first system message, or a template's default one). */
+ * ({system}: the first system message, or a template's default one). Qwen3-Coder's form
+ * (SL_TOOL_FORM_XML) writes tools, calls and results as its template does (template.c); it
+ * reads each tool definition and each call's arguments as JSON (an object; text that is not
+ * renders as an empty one). */
 int sl_chat_supports_tools(const sl_chat_template *t);
 
 /* v as JSON text the way the templates' tojson writes it (Python's json.dumps under

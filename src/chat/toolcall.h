@@ -1,13 +1,24 @@
 /*
- * Tool calls in a generated reply, as ChatML models (Qwen2.5, Qwen3) write them:
+ * Tool calls in a generated reply, as ChatML models write them, in one of two forms
+ * (sl_tool_form, the template's):
  *
- *   Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city":
- * "Paris"}}\n</tool_call>
+ *   JSON (Qwen2.5, Qwen3):
+ *     Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n
+ *     </tool_call>
+ *   every <tool_call>...</tool_call> block whose body is a JSON object {"name": string,
+ *   "arguments": object} is a call;
  *
- * every <tool_call>...</tool_call> block whose body is a JSON object {"name": string,
- * "arguments": object} is a call; the text outside those blocks is the content. A block that
- * does not read so (bad JSON, a missing field, no closing tag as when generation stopped
- * early) stays in the content as text.
+ *   XML (Qwen3-Coder):
+ *     Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n
+ *     </parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>
+ *   every block that is one <function=NAME> of <parameter=P> values is a call, each value
+ *   converted to JSON by the offered tool's schema type for P ("days": {"type": "integer"}
+ *   gives 3, not "3"; a list of types: the first the text reads as) and kept as a string where
+ *   no type is given or the text does not read as it;
+ *
+ * the text outside the calls' blocks is the content. A block that does not read so (bad JSON,
+ * a missing field, no closing tag as when generation stopped early) stays in the content as
+ * text.
  */
 #ifndef SL_TOOLCALL_H
 #define SL_TOOLCALL_H

@@ -121,8 +121,8 @@ static const char serve_help[] =
     "  --model-name NAME      the model id in /v1/models and responses (default: the\n"
     "                         MODEL directory's name)\n"
     "  --tokenizer PATH       tokenizer.json (default: the one in MODEL)\n"
-    "  --chat-template NAME   chatml | chatml-think | harmony | gemma4 | gemma | deepseek |\n"
-    "                         llama4 | mistral | tulu | raw (default: from the model)\n"
+    "  --chat-template NAME   chatml | chatml-think | qwen3-coder | harmony | gemma4 | gemma |\n"
+    "                         deepseek | llama4 | mistral | tulu | raw (default: from the model)\n"
     "  --think, --no-think    default of chat_template_kwargs.enable_thinking (on)\n"
     "  --quiet                no line per request on stderr\n" CLI_MODEL_HELP;
 

@@ -25,8 +25,9 @@ enum { SET_TEMP = 1, SET_TOP_K = 2, SET_TOP_P = 4, SET_MIN_P = 8, SET_SEED = 16 
 
 #define TEXT_HELP                                                                                  \
     "  --system TEXT          system message (chat templates; a raw prompt has none)\n"            \
-    "  --chat-template NAME   chatml | chatml-think | harmony | gemma4 | gemma | deepseek |\n"     \
-    "                         llama4 | mistral | tulu | raw (default: from the model)\n"           \
+    "  --chat-template NAME   chatml | chatml-think | qwen3-coder | harmony | gemma4 | gemma |\n"  \
+    "                         deepseek | llama4 | mistral | tulu | raw (default: from the "        \
+    "model)\n"                                                                                     \
     "  --think, --no-think    the thinking switch of models that have one (default: on)\n"         \
     "                         (harmony's reasoning, its analysis channel, goes to stderr)\n"       \
     "  --tokenizer PATH       tokenizer.json (default: the one in MODEL)\n"                        \

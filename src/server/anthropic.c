@@ -478,7 +478,7 @@ json_t *srv_tool_use_json(const srv *s, const srv_request_opts *o, const char *t
     for (int32_t i = 0; blocks && i < tc.n; i++) {
         char id[48];
         srv_call_id("toolu_", id, sizeof id);
-        json_t *input = json_loads(tc.calls[i].arguments, 0, NULL); /* an object's text */
+        json_t *input = json_loads(tc.calls[i].arguments, JSON_ALLOW_NUL, NULL); /* an object */
         json_array_append_new(blocks, json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id",
                                                 id, "name", tc.calls[i].name, "input",
                                                 input ? input : json_object()));

@@ -229,6 +229,18 @@ static int get_calls(srv *s, json_t *msg, size_t i, sl_chat_msg *m, json_t **err
             return srv_bad(error, "messages",
                            "messages[%zu].tool_calls[%zu].function.arguments must be a JSON string",
                            i, k);
+        /* Qwen3-Coder's template writes each argument as a parameter: it needs an object */
+        json_t *obj = json_is_string(args) && s->tpl.tool_form == SL_TOOL_FORM_XML
+                          ? json_loads(json_string_value(args), 0, NULL)
+                          : NULL;
+        const int not_object =
+            json_is_string(args) && s->tpl.tool_form == SL_TOOL_FORM_XML && !json_is_object(obj);
+        json_decref(obj);
+        if (not_object)
+            return srv_bad(error, "messages",
+                           "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
+                           "object's text with this chat template (Qwen3-Coder's)",
+                           i, k);
         calls[k].name = json_string_value(json_object_get(f, "name"));
         char *a = json_is_string(args) ? strdup(json_string_value(args)) : sl_chat_tojson(args);
         if (!a) return 500;

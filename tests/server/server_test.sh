@@ -724,4 +724,18 @@ else
 fi
 stop "$PID"
 
+# ---- Qwen3-Coder's template (its XML tool layout): every conversation of
+# tests/unit/data/qwen3_coder_tools.json gets the Jinja rendering's prompt through both APIs;
+# a call's arguments that are not an object's text are a 400 (each is written as a parameter)
+start coder --chat-template qwen3-coder || exit 1
+$PY "$HERE/tools_check.py" "$URL" "$HERE/../unit/data/qwen3_coder_tools.json" >"$TMP/coder.log" 2>&1
+cat "$TMP/coder.log"
+pass=$((pass + $(grep -c '^ok' "$TMP/coder.log")))
+fail=$((fail + $(grep -c '^FAIL' "$TMP/coder.log")))
+grep -q "^ok" "$TMP/coder.log" || bad "tools_check.py produced nothing"
+expect "qwen3-coder: arguments not an object: 400" 400 "must be a JSON object's text" "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"[1]"}}]},{"role":"user","content":"y"}]}' \
+    "$URL/v1/chat/completions"
+stop "$PID"
+
 finish "server test" "$(($(date +%s) - t_start)) s"
