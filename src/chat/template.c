@@ -379,7 +379,7 @@ sl_status sl_chat_template_from_gguf(const sl_gguf_file *f, sl_chat_template *t,
  */
 typedef struct chat_sink {
     void (*put)(struct chat_sink *k, const char *s, size_t n, int content);
-    int oom; /* a piece could not be made (sl_chat_encode fails; sl_chat_render cuts it short) */
+    int oom; /* a piece could not be made: sl_chat_encode fails (sl_chat_render lacks it) */
 } chat_sink;
 
 static void put_tpl(chat_sink *k, const char *s) {

@@ -67,15 +67,17 @@ static int blocks_text(json_t *content, const char *param, const char *where, ch
     return 0;
 }
 
-/* Room for one more message of a conversation being built. */
+/* A conversation being built from Anthropic's messages: its messages and their texts (owned),
+ * in room counted beforehand (a message per block at most). */
 typedef struct conv {
     sl_chat_msg *m;
     char **owned; /* [i]: m[i]'s text */
     size_t n, cap;
 } conv;
 
+/* Appends a message of text (taken: freed on failure); NULL when there is no room. */
 static sl_chat_msg *conv_add(conv *c, const char *role, char *text) {
-    if (c->n == c->cap) { /* counted before: a slot per block at most */
+    if (c->n == c->cap) {
         free(text);
         return NULL;
     }

@@ -307,6 +307,9 @@ static int sse_fill(srv_req *r) {
     if (!r->started) { /* the role chunk first: the client sees the stream open at once */
         r->started = 1;
         if (r->o.kind == SRV_MESSAGES) return out_event(r, srv_message_start_json(s, j, r->id));
+        if (r->o.echo) /* completions with echo: the prompt's text first */
+            return out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, r->o.echo,
+                                               r->o.echo_len, NULL, 0, NULL, 0, NULL));
         return r->o.kind == SRV_CHAT ? out_event(r, srv_chunk_json(s, &r->o, r->id, r->created,
                                                                    NULL, 0, NULL, 0, NULL, 1, NULL))
                                      : 0;

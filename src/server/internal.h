@@ -206,9 +206,12 @@ typedef struct srv_request_opts {
      * are read by */
     char **tool_defs;
     int32_t n_tool_defs;
+    /* completions with echo: the prompt's text (owned), which the reply's text starts with */
+    char *echo;
+    size_t echo_len;
 } srv_request_opts;
 
-/* Frees what o owns (tool_defs). */
+/* Frees what o owns (tool_defs, echo). */
 void srv_request_opts_free(srv_request_opts *o);
 
 /* Parses and validates a request body into j (prompt tokenized, sampling, stops,

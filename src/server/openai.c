@@ -406,7 +406,13 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     }
     j->logprobs = o->logprobs;
     j->top_logprobs = (int32_t)SL_MAX(top_logprobs, 0);
-    if (echo) return srv_bad(error, "echo", "echo is not supported");
+    if (echo && kind == SRV_CHAT)
+        return srv_bad(error, "echo", "'echo' is only supported by /v1/completions");
+    /* the generation loop gives the log-probabilities of sampled tokens only */
+    if (echo && o->logprobs)
+        return srv_bad(error, "echo",
+                       "'echo' with 'logprobs' is not supported: the prompt's log-probabilities "
+                       "are not computed");
     if (kind != SRV_CHAT && json_array_size(json_object_get(req, "tools")) > 0)
         return srv_bad(error, "tools", "tools are only supported by /v1/chat/completions");
     /* JSON output needs constrained decoding, which sluice does not have yet: refused rather
@@ -455,8 +461,22 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
          * the tokenizer's BOS, as tokenizer(prompt) does (vLLM's add_special_tokens). */
         sl_error err = {0};
         sl_status st = sl_tokenizer_encode_prompt(s->tok, text, strlen(text), &j->prompt, &err);
+        if (!st && echo) { /* the prompt as it was given (not the BOS the encoding adds) */
+            o->echo = text;
+            o->echo_len = strlen(text);
+            text = NULL;
+        }
         free(text);
         if (st) return srv_bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
+    } else if (echo) { /* token ids: their text, special tokens' included */
+        sl_error err = {0};
+        sl_status st = sl_tokenizer_decode(s->tok, j->prompt.ids, j->prompt.n, 0, &o->echo,
+                                           &o->echo_len, &err);
+        if (st == SL_ERR_NOMEM) {
+            *error = srv_error_json("out of memory", "server_error", NULL, NULL);
+            return 500;
+        }
+        if (st) return srv_bad(error, "prompt", "%s", err.msg);
     }
     /* The legacy completions endpoint defaults to 16 tokens, chat to the context's end. */
     if (max_tokens < 0 && kind == SRV_COMPLETION) max_tokens = 16;
@@ -653,8 +673,10 @@ void srv_request_opts_free(srv_request_opts *o) {
     for (int32_t i = 0; i < o->n_tool_defs; i++)
         free(o->tool_defs[i]);
     free(o->tool_defs);
+    free(o->echo);
     o->tool_defs = NULL;
     o->n_tool_defs = 0;
+    o->echo = NULL;
 }
 
 int srv_read_calls(const srv *s, const srv_request_opts *o, const char *text, size_t len,
@@ -705,6 +727,16 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
                   o->logprobs ? srv_logprobs_json(s, o->kind, j, 0, srv_toks_end(j)) : json_null(),
                   "finish_reason", srv_finish_reason(j));
     json_t *text = srv_text_json(j->text, j->text_len), *calls = NULL;
+    if (o->echo) { /* completions: the prompt, then the reply */
+        char *both = NULL;
+        size_t len = 0, cap = 0;
+        if (!sl_append(&both, &len, &cap, o->echo, o->echo_len) &&
+            !sl_append(&both, &len, &cap, j->text ? j->text : "", j->text_len)) {
+            json_decref(text);
+            text = srv_text_json(both, len);
+        }
+        free(both);
+    }
     if (chat && j->tool_calls) calls = srv_tool_calls_json(s, o, j->text, j->text_len, 0, &text);
     if (calls) json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
     if (chat) {

@@ -338,6 +338,28 @@ expect "completions logprobs true (an integer is wanted): 400" 400 '"param":"log
 expect "wrong method: 405" 405 'method not allowed' -X DELETE "$URL/v1/models"
 expect "non-streaming completion with curl" 200 '"finish_reason":"length"' "${J[@]}" \
     -d '{"prompt":"The river","max_tokens":3,"temperature":0}' "$URL/v1/completions"
+# echo: the prompt's text (as given, or its ids' text) before the reply, streamed (a first chunk
+# of it) or not; with logprobs a 400 (the prompt's are not computed), on chat a 400
+plain=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$TMP/body")
+echoed=$(curl -s "${J[@]}" -d '{"prompt":"The river","max_tokens":3,"temperature":0,"echo":true}' "$URL/v1/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>&1)
+ids=$(curl -s "${J[@]}" -d '{"prompt":[785,14796],"max_tokens":3,"temperature":0,"echo":true}' "$URL/v1/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>&1)
+streamed=$(curl -sN "${J[@]}" -d '{"prompt":"The river","max_tokens":3,"temperature":0,"echo":true,"stream":true}' \
+    "$URL/v1/completions" | $PY -c '
+import json, sys
+ev = [json.loads(l[6:]) for l in sys.stdin if l.startswith("data: {")]
+print(ev[0]["choices"][0]["text"] + "|" + "".join(e["choices"][0]["text"] for e in ev[1:]))' 2>&1)
+if [ "$echoed" = "The river$plain" ] && [ "$ids" = "$echoed" ] && [ "$streamed" = "The river|$plain" ]; then
+    ok "completions echo: the prompt's text first, streamed or not, from text or ids"
+else
+    bad "echo: '$echoed' / '$ids' / '$streamed' (reply '$plain')"
+fi
+expect "echo with logprobs: 400" 400 "prompt's log-probabilities are not computed.*\"param\":\"echo\"" "${J[@]}" \
+    -d '{"prompt":"x","echo":true,"logprobs":2}' "$URL/v1/completions"
+expect "echo on chat: 400" 400 "only supported by /v1/completions" "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"x"}],"echo":true}' "$URL/v1/chat/completions"
+expect "echo not a boolean: 400" 400 '"param":"echo"' "${J[@]}" -d '{"prompt":"x","echo":1}' "$URL/v1/completions"
 curl -sN "${J[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"stream":true}' \
     "$URL/v1/chat/completions" >"$TMP/sse"
 if grep -q '^data: {"id":"chatcmpl-' "$TMP/sse" && [ "$(tail -n 2 "$TMP/sse" | head -n 1)" = "data: [DONE]" ]; then
