@@ -289,7 +289,8 @@ json_t *srv_text_json(const char *text, size_t len);
 json_t *srv_tool_calls_json(const srv *s, const srv_request_opts *o, const char *text, size_t len,
                             int stream, json_t **content);
 /* Where a stream holds text back (it may be a call): the first "<tool_call>" in
- * text[from, len), or, until done, a tail that may begin one; len when neither is there. */
+ * text[from, len), or, until done, a tail that may begin one or is whitespace, with the
+ * whitespace before it; len when neither is there. */
 size_t srv_tool_hold(const char *text, size_t from, size_t len, int done);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);

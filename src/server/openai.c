@@ -661,12 +661,19 @@ json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t 
 size_t srv_tool_hold(const char *text, size_t from, size_t len, int done) {
     static const char open[] = "<tool_call>";
     const size_t n = sizeof open - 1;
-    for (size_t i = from; i < len; i++) {
+    size_t i = from;
+    for (; i < len; i++) {
         if (text[i] != '<') continue;
         const size_t m = SL_MIN(n, len - i);
-        if (!memcmp(text + i, open, m) && (m == n || !done)) return i;
+        if (!memcmp(text + i, open, m) && (m == n || !done)) break;
     }
-    return len;
+    if (i == len && done) return len;
+    /* the whitespace before it waits too: the template's line break before a call is not
+     * content (the calls' reading trims it), so that a stream says what the whole answer does */
+    while (i > from && (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\r' ||
+                        text[i - 1] == '\n'))
+        i--;
+    return i;
 }
 
 void srv_request_opts_free(srv_request_opts *o) {
