@@ -359,6 +359,16 @@ if "$PY" tools/make_synth.py "$TMP/tq" --preset tiny-qwen-vocab 2>/dev/null; the
     else
         bad "run --stop '$stop': $(cat "$TMP/r3")"
     fi
+    # --logit-bias: +100 forces a token (785, "The", every time); a bias given again replaces
+    # the first (0: the greedy reply of no bias)
+    "$BIN" run "$TMP/tq" -p "Hello" -n 3 --chat-template chatml --logit-bias 785=100 >"$TMP/b1" 2>/dev/null
+    if [ "$(cat "$TMP/b1")" = "TheTheThe" ]; then ok "run: --logit-bias ID=100 forces the token"; else bad "--logit-bias 785=100: $(cat "$TMP/b1")"; fi
+    "$BIN" run "$TMP/tq" -p "Hello" -n 12 --chat-template chatml --logit-bias 785=100 --logit-bias 785=0 >"$TMP/b2" 2>/dev/null
+    if cmp -s "$TMP/r1" "$TMP/b2"; then ok "run: a later --logit-bias of the same id replaces it"; else bad "--logit-bias 785=0 after 100: $(cat "$TMP/b2")"; fi
+    expect_fail "run --logit-bias without a bias" "invalid --logit-bias '5' (expected ID=BIAS" "$BIN" run "$TMP/tq" -p x --logit-bias 5
+    expect_fail "run --logit-bias out of range" "invalid --logit-bias '5=101'" "$BIN" run "$TMP/tq" -p x --logit-bias 5=101
+    expect_fail "run --logit-bias not a number" "invalid --logit-bias '5=x'" "$BIN" run "$TMP/tq" -p x --logit-bias 5=x
+    expect_fail "run --logit-bias past the vocabulary" "the vocabulary has 151936 ids" "$BIN" run "$TMP/tq" -p x --logit-bias 151936=1
     printf 'Hello' >"$TMP/prompt.txt"
     "$BIN" run "$TMP/tq" -f "$TMP/prompt.txt" -n 12 --chat-template chatml >"$TMP/r4" 2>/dev/null
     if cmp -s "$TMP/r1" "$TMP/r4"; then ok "run -f FILE"; else bad "run -f"; fi

@@ -216,6 +216,9 @@ void sl_chat_template_from_source(const char *jinja, sl_chat_template *t) {
     }
     if (!jinja || !strstr(jinja, "<|im_start|>")) return;
     t->kind = SL_TEMPLATE_CHATML;
+    /* Qwen3-Coder: calls as "<function=NAME>" with "<parameter=P>" values */
+    if (strstr(jinja, "<function=") && strstr(jinja, "<parameter="))
+        t->tool_form = SL_TOOL_FORM_XML;
     t->thinking_switch = strstr(jinja, "enable_thinking") != NULL;
     t->recent_think = strstr(jinja, "last_query_index") != NULL;
     static const char *const defaults[] = {
@@ -268,15 +271,20 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *t, sl_e
         t->thinking_switch = t->recent_think = 1;
         return SL_OK;
     }
+    if (!strcmp(name, "qwen3-coder")) {
+        t->tool_form = SL_TOOL_FORM_XML;
+        return SL_OK;
+    }
     if (!strcmp(name, "glm")) {
         t->kind = SL_TEMPLATE_GLM;
         t->thinking_switch = 1;
         return SL_OK;
     }
-    return sl_fail(err, SL_ERR_ARG,
-                   "unknown chat template '%s' (chatml, chatml-think, harmony, gemma4, gemma, glm, "
-                   "deepseek, llama4, mistral, tulu or raw)",
-                   name);
+    return sl_fail(
+        err, SL_ERR_ARG,
+        "unknown chat template '%s' (chatml, chatml-think, qwen3-coder, harmony, gemma4, "
+        "gemma, glm, deepseek, llama4, mistral, tulu or raw)",
+        name);
 }
 
 /* A special token's text in tokenizer_config.json: a string, or an AddedToken's "content"
@@ -371,6 +379,7 @@ sl_status sl_chat_template_from_gguf(const sl_gguf_file *f, sl_chat_template *t,
  */
 typedef struct chat_sink {
     void (*put)(struct chat_sink *k, const char *s, size_t n, int content);
+    int oom; /* a piece could not be made: sl_chat_encode fails (sl_chat_render lacks it) */
 } chat_sink;
 
 static void put_tpl(chat_sink *k, const char *s) {
@@ -763,6 +772,300 @@ static const char *split_think(const char *s, const char **rb, const char **re) 
     return last;
 }
 
+/*
+ * Qwen3-Coder's tool layout (SL_TOOL_FORM_XML), as its template renders it:
+ *
+ *   <|im_start|>system\n{system, or "You are Qwen, a helpful AI assistant that can interact
+ *     with a computer to solve tasks."}\n\n# Tools\n\nYou have access to the following
+ *     functions:\n\n<tools>\n<function>\n<name>{name}</name>\n<description>{description}
+ *     </description>\n<parameters>\n<parameter>\n<name>{p}</name>\n<type>{type}</type>
+ *     \n<description>{d}</description>[\n<{key}>{value}</{key}>...]\n</parameter>...
+ *     [\n<{key}>{value}</{key}>...]\n</parameters>[\n<{key}>{value}</{key}>...]\n</function>
+ *     ...\n</tools>\n\n{the fixed instructions}<|im_end|>\n
+ *   <|im_start|>assistant[\n{text, trimmed}\n]\n<tool_call>\n<function={name}>\n
+ *     <parameter={key}>\n{value}\n</parameter>\n...</function>\n</tool_call><|im_end|>\n
+ *   <|im_start|>user\n<tool_response>\n{result}\n</tool_response>\n<tool_response>...
+ *     </tool_response>\n<|im_end|>\n              (a run of "tool" messages: one user turn)
+ *
+ * The [\n<{key}>...] parts are the schema's other keys in their order, an object or array as
+ * tojson writes it, anything else as Python's str() (True, None, 0.5); a value of a call's
+ * arguments likewise; descriptions trimmed as Python's str.strip().
+ */
+#define CODER_SYSTEM                                                                               \
+    "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
+#define CODER_INSTRUCTIONS                                                                         \
+    "\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"  \
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"    \
+    "</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\n"  \
+    "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\n"      \
+    "Reminder:\n- Function calls MUST follow the specified format: an inner <function=...>"        \
+    "</function> block must be nested within <tool_call></tool_call> XML tags\n- Required "        \
+    "parameters MUST be specified\n- You may provide optional reasoning for your function call "   \
+    "in natural language BEFORE the function call, but NOT after\n- If there is no function "      \
+    "call available, answer the question like normal with your current knowledge and do not "      \
+    "tell the user about function calls\n</IMPORTANT>"
+
+/* The length of the whitespace character (as Python's str.isspace) at p (end: the text's end),
+ * or 0. */
+static size_t py_space(const unsigned char *p, const unsigned char *end) {
+    const size_t n = (size_t)(end - p);
+    if (n >= 1 && ((*p >= 0x09 && *p <= 0x0d) || (*p >= 0x1c && *p <= 0x20))) return 1;
+    if (n >= 2 && p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0)) return 2;
+    if (n < 3) return 0;
+    const uint32_t c = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+    if (c == 0xe19a80 || (c >= 0xe28080 && c <= 0xe2808a) || c == 0xe280a8 || c == 0xe280a9 ||
+        c == 0xe280af || c == 0xe2819f || c == 0xe38080)
+        return 3;
+    return 0;
+}
+
+/* s[0..*n) trimmed as Python's str.strip() (Jinja's trim): its start, *n its new length. */
+static const char *py_strip(const char *s, size_t *n) {
+    const unsigned char *b = (const unsigned char *)s, *e = b + *n;
+    for (size_t w; b < e && (w = py_space(b, e));)
+        b += w;
+    while (e > b) {
+        size_t w = 0;
+        for (size_t back = 1; back <= 3 && !w && (size_t)(e - b) >= back; back++)
+            if ((w = py_space(e - back, e)) != back) w = 0;
+        if (!w) break;
+        e -= w;
+    }
+    *n = (size_t)(e - b);
+    return (const char *)b;
+}
+
+/* Python's repr of a string: single quotes unless it holds one and no double quote; the quote,
+ * backslash and control characters escaped (other characters Python deems unprintable are
+ * rare in schemas and kept as they are). */
+static void py_repr_str(json_buf *b, const char *s, size_t n) {
+    const char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
+    jb_put(b, &q, 1);
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == (unsigned char)q || c == '\\')
+            esc[0] = '\\', esc[1] = (char)c, esc[2] = 0;
+        else if (c == '\n' || c == '\r' || c == '\t')
+            snprintf(esc, sizeof esc, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+        else if (c < 0x20 || c == 0x7f)
+            snprintf(esc, sizeof esc, "\\x%02x", c);
+        else if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] <= 0xa0) /* C1, no-break */
+            snprintf(esc, sizeof esc, "\\x%02x", (unsigned char)s[++i]);
+        else
+            esc[0] = 0;
+        if (esc[0])
+            jb_put(b, esc, strlen(esc));
+        else
+            jb_put(b, s + i, 1);
+    }
+    jb_put(b, &q, 1);
+}
+
+/* v as Python's str() of the value json.loads gives (Jinja's `| string`): a string as it is,
+ * True / False / None, reals as repr; lists and dicts as their repr. */
+static void py_str(json_buf *b, const json_t *v, int repr) {
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        if (repr)
+            py_repr_str(b, json_string_value(v), json_string_length(v));
+        else
+            jb_put(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_TRUE: jb_put(b, "True", 4); break;
+    case JSON_FALSE: jb_put(b, "False", 5); break;
+    case JSON_NULL: jb_put(b, "None", 4); break;
+    case JSON_ARRAY:
+        jb_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) jb_put(b, ", ", 2);
+            py_str(b, json_array_get(v, i), 1);
+        }
+        jb_put(b, "]", 1);
+        break;
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        int first = 1;
+        jb_put(b, "{", 1);
+        json_object_foreach((json_t *)v, key, x) {
+            if (!first) jb_put(b, ", ", 2);
+            first = 0;
+            py_repr_str(b, key, strlen(key));
+            jb_put(b, ": ", 2);
+            py_str(b, x, 1);
+        }
+        jb_put(b, "}", 1);
+        break;
+    }
+    default: jb_value(b, v); break; /* numbers: as tojson writes them */
+    }
+}
+
+/* A value as the template writes it: an object or array as tojson, else Python's str();
+ * trim: stripped as Jinja's trim. Content (the client's text). */
+static void put_value(chat_sink *k, const json_t *v, int trim) {
+    json_buf b = {0};
+    if (json_is_object(v) || json_is_array(v))
+        jb_value(&b, v);
+    else
+        py_str(&b, v, 0);
+    k->oom |= b.oom;
+    size_t n = b.len;
+    const char *s = b.s && trim ? py_strip(b.s, &n) : b.s;
+    if (s) k->put(k, s, n, 1);
+    free(b.s);
+}
+
+/* A JSON text the caller made (a tool definition, a call's arguments) as a value: NULL when it
+ * is not JSON (out of memory: k->oom). */
+static json_t *load_json(chat_sink *k, const char *text) {
+    json_error_t e;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
+    if (!v && json_error_code(&e) == json_error_out_of_memory) k->oom = 1;
+    return v;
+}
+
+/* "\n<{key}>{value}</{key}>" for each key of obj (when it is an object) not in skip. */
+static void put_extra_keys(chat_sink *k, const json_t *obj, const char *const *skip) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        int skipped = 0;
+        for (const char *const *p = skip; *p && !skipped; p++)
+            skipped = !strcmp(key, *p);
+        if (skipped) continue;
+        put_tpl(k, "\n<");
+        k->put(k, key, strlen(key), 1);
+        put_tpl(k, ">");
+        put_value(k, v, 0);
+        put_tpl(k, "</");
+        k->put(k, key, strlen(key), 1);
+        put_tpl(k, ">");
+    }
+}
+
+/* One tool definition in Qwen3-Coder's XML. */
+static void put_coder_tool(chat_sink *k, const char *def) {
+    json_t *root = load_json(k, def), *tool = root;
+    if (json_object_get(tool, "function")) tool = json_object_get(tool, "function");
+    json_t *name = json_object_get(tool, "name"), *desc = json_object_get(tool, "description");
+    json_t *params = json_object_get(tool, "parameters");
+    json_t *props = json_object_get(params, "properties");
+    static const char *const param_skip[] = {"name", "type", "description", NULL};
+    static const char *const params_skip[] = {"type", "properties", NULL};
+    static const char *const tool_skip[] = {"type", "name", "description", "parameters", NULL};
+    put_tpl(k, "\n<function>\n<name>");
+    if (name) put_value(k, name, 0);
+    put_tpl(k, "</name>");
+    if (desc) {
+        put_tpl(k, "\n<description>");
+        put_value(k, desc, 1);
+        put_tpl(k, "</description>");
+    }
+    put_tpl(k, "\n<parameters>");
+    const char *pname;
+    json_t *pf;
+    if (json_is_object(props)) json_object_foreach(props, pname, pf) {
+            put_tpl(k, "\n<parameter>\n<name>");
+            k->put(k, pname, strlen(pname), 1);
+            put_tpl(k, "</name>");
+            json_t *type = json_object_get(pf, "type"), *d = json_object_get(pf, "description");
+            if (type) { /* `| string`: a list of types as Python writes a list */
+                json_buf b = {0};
+                py_str(&b, type, 0);
+                k->oom |= b.oom;
+                put_tpl(k, "\n<type>");
+                if (b.s) k->put(k, b.s, b.len, 1);
+                put_tpl(k, "</type>");
+                free(b.s);
+            }
+            if (d) {
+                put_tpl(k, "\n<description>");
+                put_value(k, d, 1);
+                put_tpl(k, "</description>");
+            }
+            put_extra_keys(k, pf, param_skip);
+            put_tpl(k, "\n</parameter>");
+        }
+    put_extra_keys(k, params, params_skip);
+    put_tpl(k, "\n</parameters>");
+    put_extra_keys(k, tool, tool_skip);
+    put_tpl(k, "\n</function>");
+    json_decref(root);
+}
+
+/* An assistant turn with calls in Qwen3-Coder's XML (the message has n_tool_calls > 0). */
+static void put_coder_calls(chat_sink *k, const sl_chat_msg *m) {
+    size_t n = strlen(m->content);
+    const char *text = py_strip(m->content, &n);
+    put_tpl(k, "<|im_start|>");
+    put_tpl(k, m->role);
+    if (n) {
+        put_tpl(k, "\n");
+        k->put(k, text, n, 1);
+        put_tpl(k, "\n");
+    }
+    for (int32_t c = 0; c < m->n_tool_calls; c++) {
+        put_tpl(k, "\n<tool_call>\n<function=");
+        k->put(k, m->tool_calls[c].name, strlen(m->tool_calls[c].name), 1);
+        put_tpl(k, ">\n");
+        json_t *args = load_json(k, m->tool_calls[c].arguments), *v;
+        const char *key;
+        json_object_foreach(args, key, v) {
+            put_tpl(k, "<parameter=");
+            k->put(k, key, strlen(key), 1);
+            put_tpl(k, ">\n");
+            put_value(k, v, 0);
+            put_tpl(k, "\n</parameter>\n");
+        }
+        json_decref(args);
+        put_tpl(k, "</function>\n</tool_call>");
+    }
+    put_tpl(k, "<|im_end|>\n");
+}
+
+/* Qwen3-Coder's template (ChatML with SL_TOOL_FORM_XML): no reasoning, no default system
+ * message without tools. */
+static void render_coder(const sl_chat_msg *msgs, int32_t n, const sl_chat_tools *tools,
+                         int add_generation_prompt, chat_sink *k) {
+    const int sys = n > 0 && !strcmp(msgs[0].role, "system");
+    if (sys || tools) {
+        put_tpl(k, "<|im_start|>system\n");
+        if (sys)
+            k->put(k, msgs[0].content, strlen(msgs[0].content), 1);
+        else
+            put_tpl(k, CODER_SYSTEM);
+    }
+    if (tools) {
+        put_tpl(k, "\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>");
+        for (int32_t i = 0; i < tools->n; i++)
+            put_coder_tool(k, tools->defs[i]);
+        put_tpl(k, "\n</tools>" CODER_INSTRUCTIONS);
+    }
+    if (sys || tools) put_tpl(k, "<|im_end|>\n");
+    for (int32_t i = sys; i < n; i++) {
+        const sl_chat_msg *m = &msgs[i];
+        if (!strcmp(m->role, "assistant") && m->n_tool_calls > 0) {
+            put_coder_calls(k, m);
+        } else if (!strcmp(m->role, "tool")) {
+            /* the template's loop.previtem: none for the first message after the system */
+            if (i > sys && strcmp(msgs[i - 1].role, "tool")) put_tpl(k, "<|im_start|>user\n");
+            put_tpl(k, "<tool_response>\n");
+            k->put(k, m->content, strlen(m->content), 1);
+            put_tpl(k, "\n</tool_response>\n");
+            if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) put_tpl(k, "<|im_end|>\n");
+        } else {
+            put_tpl(k, "<|im_start|>");
+            put_tpl(k, m->role);
+            put_tpl(k, "\n");
+            k->put(k, m->content, strlen(m->content), 1);
+            put_tpl(k, "<|im_end|>\n");
+        }
+    }
+    if (add_generation_prompt) put_tpl(k, "<|im_start|>assistant\n");
+}
+
 /* ChatML (see sl_chat_supports_tools for its tool layout). */
 static void render_chatml(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                           const sl_chat_tools *tools, int add_generation_prompt,
@@ -882,7 +1185,10 @@ static void render(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n
             k->put(k, msgs[i].content, strlen(msgs[i].content), 1);
         return;
     }
-    render_chatml(t, msgs, n, tools, add_generation_prompt, enable_thinking, k);
+    if (t->tool_form == SL_TOOL_FORM_XML)
+        render_coder(msgs, n, tools, add_generation_prompt, k);
+    else
+        render_chatml(t, msgs, n, tools, add_generation_prompt, enable_thinking, k);
 }
 
 /* sl_chat_render's sink: appends as snprintf would, tracking the full length. */
@@ -903,7 +1209,7 @@ static void text_put(chat_sink *k, const char *s, size_t n, int content) {
 size_t sl_chat_render_tools(const sl_chat_template *t, const sl_chat_msg *msgs, int32_t n,
                             const sl_chat_tools *tools, int add_generation_prompt,
                             int enable_thinking, char *out, size_t cap) {
-    text_sink k = {{text_put}, out, cap, 0};
+    text_sink k = {{text_put, 0}, out, cap, 0};
     render(t, msgs, n, tools, add_generation_prompt, enable_thinking, &k.k);
     if (cap) out[SL_MIN(k.len, cap - 1)] = '\0';
     return k.len;
@@ -922,19 +1228,18 @@ typedef struct span_sink {
     size_t len, cap;
     sl_tok_span *spans;
     size_t n_spans, spans_cap;
-    int oom;
 } span_sink;
 
 static void span_put(chat_sink *k, const char *s, size_t n, int content) {
     span_sink *t = (span_sink *)k;
-    if (t->oom || n == 0) return;
+    if (k->oom || n == 0) return;
     if (t->len + n > t->cap) {
         size_t cap = t->cap ? t->cap : 256;
         while (cap < t->len + n)
             cap *= 2;
         char *p = realloc(t->text, cap);
         if (!p) {
-            t->oom = 1;
+            k->oom = 1;
             return;
         }
         t->text = p;
@@ -944,7 +1249,7 @@ static void span_put(chat_sink *k, const char *s, size_t n, int content) {
         size_t cap = t->spans_cap ? 2 * t->spans_cap : 16;
         sl_tok_span *p = realloc(t->spans, cap * sizeof *p);
         if (!p) {
-            t->oom = 1;
+            k->oom = 1;
             return;
         }
         t->spans = p;
@@ -970,8 +1275,8 @@ sl_status sl_chat_encode_tools(const sl_chat_template *t, const sl_tokenizer *to
     out->n = 0;
     render(t, msgs, n, tools, add_generation_prompt, enable_thinking, &k.k);
     sl_status st =
-        k.oom ? sl_fail(err, SL_ERR_NOMEM, "out of memory rendering the conversation")
-              : sl_tokenizer_encode_spans(tok, k.text, k.len, k.spans, k.n_spans, out, err);
+        k.k.oom ? sl_fail(err, SL_ERR_NOMEM, "out of memory rendering the conversation")
+                : sl_tokenizer_encode_spans(tok, k.text, k.len, k.spans, k.n_spans, out, err);
     free(k.text);
     free(k.spans);
     return st;

@@ -95,8 +95,18 @@ typedef enum sl_template_kind {
  * "Mistral [INST]", "Tulu", "none (raw text)": for messages. */
 const char *sl_chat_template_kind_name(sl_template_kind kind);
 
+/* How a ChatML template lays out tool calls (the reply's, and the assistant turns' it renders). */
+typedef enum sl_tool_form {
+    /* Qwen2.5, Qwen3: <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call> */
+    SL_TOOL_FORM_JSON = 0,
+    /* Qwen3-Coder: <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...
+     * </function>\n</tool_call>, each value as text */
+    SL_TOOL_FORM_XML = 1,
+} sl_tool_form;
+
 typedef struct sl_chat_template {
     sl_template_kind kind;
+    sl_tool_form tool_form;  /* ChatML: the template's tool-call layout */
     int32_t thinking_switch; /* the template knows enable_thinking (Qwen3 and later) */
     /* ChatML (Qwen3's last_query_index): assistant turns after the last user query keep their
      * reasoning as "<think>\n{reasoning}\n</think>\n\n" (a last one always has the block);
@@ -153,7 +163,8 @@ sl_status sl_chat_template_from_gguf(const struct sl_gguf_file *f, sl_chat_templ
                                      sl_error *err);
 /* Recognises a template from its Jinja source. */
 void sl_chat_template_from_source(const char *jinja, sl_chat_template *out);
-/* By name: "chatml", "chatml-think" (with the thinking switch), "harmony", "gemma4", "gemma",
+/* By name: "chatml", "chatml-think" (with the thinking switch), "qwen3-coder" (ChatML with
+ * Qwen3-Coder's XML tool calls), "harmony", "gemma4", "gemma",
  * "glm", "deepseek", "llama4", "mistral" (<s>, </s>, the spaced form), "tulu" (no bos,
  * <|endoftext|>), "raw". */
 sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl_error *err);
@@ -166,7 +177,10 @@ sl_status sl_chat_template_from_name(const char *name, sl_chat_template *out, sl
  *     </tool_call><|im_end|>\n                     ("\n" between calls, and after a text)
  *   <|im_start|>user\n<tool_response>\n{result}\n</tool_response>\n<tool_response>...
  *     </tool_response><|im_end|>\n                 (a run of "tool" messages: one user turn)
- * ({system}: the first system message, or a template's default one). */
+ * ({system}: the first system message, or a template's default one). Qwen3-Coder's form
+ * (SL_TOOL_FORM_XML) writes tools, calls and results as its template does (template.c); it
+ * reads each tool definition and each call's arguments as JSON (an object; text that is not
+ * renders as an empty one). */
 int sl_chat_supports_tools(const sl_chat_template *t);
 
 /* v as JSON text the way the templates' tojson writes it (Python's json.dumps under

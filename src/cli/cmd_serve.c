@@ -70,10 +70,10 @@ static const char serve_help[] =
     "\n"
     "Serves the model over an OpenAI-compatible HTTP API:\n"
     "  POST /v1/chat/completions, POST /v1/completions (streaming or not; logprobs,\n"
-    "  logit_bias, response_format json_object and json_schema), POST /tokenize,\n"
-    "  POST /detokenize, GET /v1/models (with the\n"
-    "  context length), GET /health, GET /metrics (Prometheus); and Anthropic's\n"
-    "  POST /v1/messages, POST /v1/messages/count_tokens.\n"
+    "  logit_bias, tools with ChatML templates, completions echo, response_format\n"
+    "  json_object and json_schema), POST /tokenize, POST /detokenize, GET /v1/models\n"
+    "  (with the context length), GET /health, GET /metrics (Prometheus); and\n"
+    "  Anthropic's POST /v1/messages (tools too), POST /v1/messages/count_tokens.\n"
     "Up to --parallel requests generate together (continuous batching: a decode step\n"
     "runs a token of every reply at once, its expert reads shared); more wait in a\n"
     "FIFO queue. SIGTERM or\n"
@@ -131,8 +131,8 @@ static const char serve_help[] =
     "  --model-name NAME      the model id in /v1/models and responses (default: the\n"
     "                         MODEL directory's name)\n"
     "  --tokenizer PATH       tokenizer.json (default: the one in MODEL)\n"
-    "  --chat-template NAME   chatml | chatml-think | harmony | gemma4 | gemma | deepseek |\n"
-    "                         llama4 | mistral | tulu | raw (default: from the model)\n"
+    "  --chat-template NAME   chatml | chatml-think | qwen3-coder | harmony | gemma4 | gemma |\n"
+    "                         deepseek | llama4 | mistral | tulu | raw (default: from the model)\n"
     "  --think, --no-think    default of chat_template_kwargs.enable_thinking (on)\n"
     "  --quiet                no line per request on stderr\n" CLI_MODEL_HELP;
 
@@ -336,6 +336,11 @@ int cli_serve(int argc, char **argv) {
             return 1;
         }
         cli_print_summary(g.m, stderr);
+        int64_t steps, rows;
+        srv_batch_stats(s, &steps, &rows);
+        if (steps)
+            fprintf(stderr, "sluice serve: %lld decode steps, %.2f replies a step on average\n",
+                    (long long)steps, (double)rows / (double)steps);
         rc = cli_model_finish(g.m, &mo);
         fprintf(stderr, "sluice serve: stopped\n");
     }

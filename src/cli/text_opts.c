@@ -27,6 +27,7 @@ enum {
     OPT_FREQUENCY,
     OPT_STOP,
     OPT_IGNORE_EOS,
+    OPT_LOGIT_BIAS,
 };
 
 static const struct option long_opts[] = {
@@ -51,6 +52,7 @@ static const struct option long_opts[] = {
     {"max-tokens", required_argument, 0, 'n'},
     {"n-predict", required_argument, 0, 'n'},
     {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
+    {"logit-bias", required_argument, 0, OPT_LOGIT_BIAS},
     CLI_MODEL_LONGOPTS,
     {0, 0, 0, 0},
 };
@@ -63,6 +65,31 @@ static double parse_float(const char *s, const char *what, double lo, double hi,
         *bad = 1;
     }
     return v;
+}
+
+/* --logit-bias ID=BIAS into o->bias (a later one for the same id replaces it); the id is
+ * checked against the vocabulary once the model is open (text_init). 0 or 1 (printed). */
+static int parse_bias(const char *s, text_opts *o) {
+    const char *eq = strchr(s, '=');
+    char *end;
+    const size_t digits = strspn(s, "0123456789");
+    const double b = eq ? strtod(eq + 1, &end) : 0;
+    if (!eq || digits == 0 || digits > 10 || s + digits != eq || end == eq + 1 || *end ||
+        !(b >= -100 && b <= 100))
+        return cli_error("invalid --logit-bias '%s' (expected ID=BIAS: a token id and a number in "
+                         "[-100, 100], e.g. 151643=-100)",
+                         s);
+    const long long id = atoll(s);
+    if (id > INT32_MAX) return cli_error("invalid --logit-bias '%s' (no such token id)", s);
+    int32_t i = 0;
+    while (i < o->n_bias && o->bias[i].id != (int32_t)id)
+        i++;
+    if (i == TEXT_MAX_BIAS) return cli_error("at most %d --logit-bias options", TEXT_MAX_BIAS);
+    o->bias[i] = (sl_logit_bias){(int32_t)id, (float)b};
+    o->n_bias = SL_MAX(o->n_bias, i + 1);
+    o->sp.logit_bias = o->bias;
+    o->sp.n_logit_bias = o->n_bias;
+    return 0;
 }
 
 int text_parse(int argc, char **argv, const char *help, int need_prompt, text_opts *o,
@@ -135,6 +162,9 @@ int text_parse(int argc, char **argv, const char *help, int need_prompt, text_op
             if (!*optarg) return cli_error("--stop needs a non-empty text");
             o->stops[o->n_stops++] = optarg;
             break;
+        case OPT_LOGIT_BIAS:
+            if (parse_bias(optarg, o)) return 1;
+            break;
         case ':': return cli_error("option '%s' needs a value", argv[optind - 1]);
         default: return cli_error("unknown option '%s' (see --help)", argv[optind - 1]);
         }
@@ -189,6 +219,10 @@ int text_init(text_ctx *t, text_opts *o, const char *model) {
     if (!(o->sp_set & SET_SEED)) o->sp.seed = random_seed();
     o->sp.penalty_last_n =
         (int32_t)(o->repeat_last_n < 0 ? sl_session_max_ctx(t->g.seq.s) : o->repeat_last_n);
+    for (int32_t i = 0; i < o->n_bias; i++)
+        if (o->bias[i].id >= t->g.info.vocab_size)
+            return cli_error("--logit-bias %d=...: the vocabulary has %d ids (0 to %d)",
+                             o->bias[i].id, t->g.info.vocab_size, t->g.info.vocab_size - 1);
     if (sl_sampler_create(&o->sp, t->g.info.vocab_size, &t->g.seq.smp, &err))
         return cli_error("%s", err.msg);
     return 0;

@@ -9,12 +9,15 @@
 #include "cli/cli.h"
 
 #define TEXT_MAX_STOPS 8
+#define TEXT_MAX_BIAS  256 /* --logit-bias options */
 
 typedef struct text_opts {
     const char *prompt, *file, *system, *tokenizer, *template_name;
     const char *stops[TEXT_MAX_STOPS];
     int n_stops, raw, think, max_tokens, ignore_eos;
-    int64_t repeat_last_n; /* -1: the context's length */
+    int64_t repeat_last_n;             /* -1: the context's length */
+    sl_logit_bias bias[TEXT_MAX_BIAS]; /* --logit-bias, one per id; sp.logit_bias points here */
+    int32_t n_bias;
     sl_sampler_params sp;
     int sp_set; /* SET_* bits: sampling options given on the command line */
     cli_model_opts m;
@@ -25,8 +28,9 @@ enum { SET_TEMP = 1, SET_TOP_K = 2, SET_TOP_P = 4, SET_MIN_P = 8, SET_SEED = 16 
 
 #define TEXT_HELP                                                                                  \
     "  --system TEXT          system message (chat templates; a raw prompt has none)\n"            \
-    "  --chat-template NAME   chatml | chatml-think | harmony | gemma4 | gemma | deepseek |\n"     \
-    "                         llama4 | mistral | tulu | raw (default: from the model)\n"           \
+    "  --chat-template NAME   chatml | chatml-think | qwen3-coder | harmony | gemma4 | gemma |\n"  \
+    "                         deepseek | llama4 | mistral | tulu | raw (default: from the "        \
+    "model)\n"                                                                                     \
     "  --think, --no-think    the thinking switch of models that have one (default: on)\n"         \
     "                         (harmony's reasoning, its analysis channel, goes to stderr)\n"       \
     "  --tokenizer PATH       tokenizer.json (default: the one in MODEL)\n"                        \
@@ -41,6 +45,8 @@ enum { SET_TEMP = 1, SET_TOP_K = 2, SET_TOP_P = 4, SET_MIN_P = 8, SET_SEED = 16 
     "  -s, --seed N           random seed (default: a random one, shown by --stats and -v;\n"      \
     "                         the same seed and options repeat a run)\n"                           \
     "  --stop TEXT            stop when the reply contains TEXT (repeatable)\n"                    \
+    "  --logit-bias ID=BIAS   add BIAS (-100 to 100) to token ID's logit after the penalties\n"    \
+    "                         (repeatable; +100 forces the token, -100 bans it)\n"                 \
     "  (-c/--ctx-size defaults to the model's maximum, at most 8192)\n"
 
 /* Reads argv into o and *model. 0 to go on, 1 error (printed), 2 help printed. need_prompt: run

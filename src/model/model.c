@@ -582,7 +582,12 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .weight_input = c->moe_weight_input,
                             .glu = c->expert_glu,
                             .glu_alpha = c->expert_glu_alpha,
-                            .glu_limit = c->expert_glu_limit};
+                            .glu_limit = c->expert_glu_limit,
+                            /* up to 32 rows (H200, Qwen3-30B-A3B shapes: 4 rows 539 tok/s
+                             * fused against 401 grouped, 16 623 against 540, 64 763 against
+                             * 889: past a few dozen rows, reading each expert once for all of
+                             * them pays) */
+                            .decode_rows = s->batch ? SL_MIN(s->max_batch, 32) : 0};
     const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
     size_t moe_dev, moe_host;
     sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
@@ -663,8 +668,9 @@ static sl_status fill_rope(sl_session *s, sl_error *err) {
     return SL_OK;
 }
 
-sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_session **out,
-                            sl_error *err) {
+/* A session, or (batch) the rows of sl_batch_decode's steps. */
+static sl_status session_new(sl_model *m, const sl_session_params *params, int batch,
+                             sl_session **out, sl_error *err) {
     *out = NULL;
     sl_status st;
     sl_session_params p = params ? *params : (sl_session_params){0};
@@ -678,6 +684,7 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     s->model = m;
     s->max_ctx = p.max_ctx;
     s->max_batch = p.max_batch;
+    s->batch = batch;
     if (m->family->session_size && !(s->fam = sl_calloc(1, m->family->session_size, err))) {
         free(s);
         return SL_ERR_NOMEM;
@@ -721,6 +728,11 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
     sl_session_reset(s);
     *out = s;
     return SL_OK;
+}
+
+sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_session **out,
+                            sl_error *err) {
+    return session_new(m, params, 0, out, err);
 }
 
 void sl_session_free(sl_session *s) {
@@ -911,7 +923,7 @@ sl_status sl_batch_create(sl_model *m, int32_t max_rows, sl_batch **out, sl_erro
     sl_batch *bt = sl_calloc(1, sizeof *bt, err);
     if (!bt) return SL_ERR_NOMEM;
     const sl_session_params sp = {.max_ctx = max_rows, .max_batch = max_rows};
-    sl_status st = sl_session_create(m, &sp, &bt->s, err);
+    sl_status st = session_new(m, &sp, 1, &bt->s, err);
     if (st) {
         free(bt);
         return st;

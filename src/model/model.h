@@ -131,6 +131,7 @@ struct sl_session {
      * next tokens of other sessions: row i's attention reads and appends to rows[i]'s cache (or
      * recurrent state) at rows[i]->pos, with its RoPE tables and scratch. NULL otherwise. */
     sl_session *const *rows;
+    int32_t batch;    /* made for sl_batch_decode (its MoE step sized for rows of sequences) */
     void *arena;      /* backend memory */
     void *host_arena; /* host memory */
 };

@@ -10,7 +10,7 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     sl_carver cv = {.base = dev}, hv = {.base = host};
     const size_t B = (size_t)d->max_batch, H = (size_t)d->hidden;
     const size_t E = (size_t)SL_MAX(d->n_experts, 1), k = (size_t)SL_MAX(d->k, 1);
-    const size_t nl = (size_t)d->n_layers;
+    const size_t nl = (size_t)d->n_layers, D = (size_t)SL_MAX(d->decode_rows, 1);
     const size_t R = (size_t)SL_MAX(d->max_rows, d->max_batch);
     ms->d.max_rows = (int32_t)R;
     ms->grp_idx = sl_carve(&cv, 3 * R, sizeof(int32_t));
@@ -23,12 +23,12 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->bT = sl_carve(&hv, 2 * E, sizeof(int32_t));
     ms->topk_w = sl_carve(&cv, B * k, sizeof(float));
     ms->topk_ids_dev = sl_carve(&cv, B * k, sizeof(int32_t));
-    ms->route_ids = sl_carve(&cv, nl * k, sizeof(int32_t));
-    ms->h_route_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
+    ms->route_ids = sl_carve(&cv, nl * D * k, sizeof(int32_t));
+    ms->h_route_ids = sl_carve(&hv, nl * D * k, sizeof(int32_t));
     ms->pending = sl_carve(&hv, nl, 1);
     ms->h_prev_ids = sl_carve(&hv, nl * k, sizeof(int32_t));
     ms->prev_set = sl_carve(&hv, nl, 1);
-    ms->act = sl_carve(&cv, k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
+    ms->act = sl_carve(&cv, D * k * (size_t)SL_MAX(d->inter, 1), sizeof(float));
     ms->xg = sl_carve(&cv, R * H, sizeof(float));
     const size_t RI = R * (size_t)SL_MAX(d->inter, 1);
     ms->run_gate = R > B ? sl_carve(&cv, RI, sizeof(float)) : NULL;
@@ -151,11 +151,12 @@ static void dev_proto(const sl_dev_cache *dev, int32_t l, const sl_tensor *proto
     proto[0] = &v->gate, proto[1] = &v->up, proto[2] = &v->down;
 }
 
-/* One token's k experts (picks ids, weights in topk_w) through the backend's fused kernels,
+/* T tokens' k experts each (picks ids, weights in topk_w) through the backend's fused kernels,
  * on the device cache's table of layer l, combined into out; 0 when there is no such cache or
- * kernel. With weight_input the k scaled input rows go through as k one-pick tokens (weights
- * 1) into expert_out, then summed as the batched path sums them: the same bits. */
-static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, const int32_t *ids) {
+ * kernel. With weight_input the T k scaled input rows go through as T k one-pick tokens
+ * (weights 1) into expert_out, then summed as the batched path sums them: the same bits. */
+static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, const int32_t *ids,
+                         int32_t T) {
     const sl_backend *be = ms->env.be;
     const sl_dev_cache *dev = ms->env.dev;
     const int32_t k = ms->d.k;
@@ -164,12 +165,12 @@ static int fused_experts(sl_moe_scratch *ms, const sl_moe_io *io, int32_t l, con
     dev_proto(dev, l, proto);
     const sl_expert_ptrs *table = dev->layers[l].table;
     if (!ms->d.weight_input)
-        return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, table, proto, 1,
+        return be->ops->moe_experts(be, io->out, ms->act, io->x, ids, ms->topk_w, table, proto, T,
                                     k);
-    if (!be->ops->moe_experts(be, ms->expert_out, ms->act, ms->xw, ids, ms->topk_w, table, proto, k,
-                              1))
+    if (!be->ops->moe_experts(be, ms->expert_out, ms->act, ms->xw, ids, ms->topk_w, table, proto,
+                              T * k, 1))
         return 0;
-    be->ops->weighted_sum(be, io->out, ms->expert_out, NULL, ms->topk_w, 1, k, ms->d.hidden);
+    be->ops->weighted_sum(be, io->out, ms->expert_out, NULL, ms->topk_w, T, k, ms->d.hidden);
     return 1;
 }
 
@@ -247,7 +248,11 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
 
     double t0 = sl_now();
     /* Routing runs in backend memory; the picks and weights stay there for the experts. */
-    int32_t *ids_dev = T == 1 ? ms->route_ids + (size_t)l * (size_t)k : ms->topk_ids_dev;
+    /* One token, or the rows of a batched decode step: picks in the layer's own rows */
+    const int32_t D = SL_MAX(ms->d.decode_rows, 1);
+    const int decode_rows = T == 1 || (io->decode && T <= D);
+    int32_t *ids_dev =
+        decode_rows ? ms->route_ids + (size_t)l * (size_t)D * (size_t)k : ms->topk_ids_dev;
     const sl_route_args ra = {.ids = ids_dev,
                               .w = ms->topk_w,
                               .logits = ms->router_logits,
@@ -266,8 +271,9 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     }
     /* Decode with a slot per expert in backend memory: nothing to fetch, so no host step at
      * all; the histogram and cache counts wait for the end of the pass (sl_moe_settle). */
-    if (T == 1 && dev->all && fused_experts(ms, io, l, ids_dev)) {
+    if (decode_rows && dev->all && fused_experts(ms, io, l, ids_dev, T)) {
         ms->pending[l] = 1;
+        ms->pending_rows = T;
         double t1 = sl_now();
         stats->t_router += t1 - t0;
         shared_expert(ms, w, io, T);
@@ -280,7 +286,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     int spec = 0;
     if (T == 1 && dev->layers && be->ops->to_host_begin) {
         be->ops->to_host_begin(be, ms->topk_ids, ids_dev, (size_t)k * sizeof(int32_t));
-        spec = fused_experts(ms, io, l, ids_dev);
+        spec = fused_experts(ms, io, l, ids_dev, 1);
         be->ops->to_host_end(be);
     } else {
         be->ops->to_host(be, ms->topk_ids, ids_dev, (size_t)(T * k) * sizeof(int32_t));
@@ -345,7 +351,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
         if (st) return st;
         /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
          * bits as the batches), on the table rows the mapping just wrote. */
-        if (T == 1 && nj == n_used && (ahead || fused_experts(ms, io, l, ids_dev))) {
+        if (T == 1 && nj == n_used && (ahead || fused_experts(ms, io, l, ids_dev, 1))) {
             fused = 1;
         } else { /* runs of experts whose rows fit the activation buffers (one expert's do: a
                   * token picks it at most once) */
@@ -375,17 +381,22 @@ void sl_moe_settle(sl_moe_scratch *ms) {
     const int32_t n_layers = ms->d.n_layers, k = ms->d.k, E = ms->d.n_experts;
     if (!memchr(ms->pending, 1, (size_t)n_layers)) return;
     const sl_backend *be = ms->env.be;
+    const size_t D = (size_t)SL_MAX(ms->d.decode_rows, 1);
+    const int32_t n = ms->pending_rows * k;
     be->ops->to_host(be, ms->h_route_ids, ms->route_ids,
-                     (size_t)n_layers * (size_t)k * sizeof(int32_t));
+                     (size_t)n_layers * D * (size_t)k * sizeof(int32_t));
     for (int32_t l = 0; l < n_layers; l++) {
         if (!ms->pending[l]) continue;
-        const int32_t *ids = ms->h_route_ids + (size_t)l * (size_t)k;
-        for (int32_t r = 0; r < k; r++) {
+        const int32_t *ids = ms->h_route_ids + (size_t)l * D * (size_t)k;
+        for (int32_t r = 0; r < n; r++) {
             SL_ASSERT(ids[r] >= 0 && ids[r] < E);
             ms->env.store->layers[l].hist[ids[r]]++;
         }
-        sl_dev_cache_count(ms->env.dev, l, ids, k);
-        count_repeats(ms, l, ids);
+        sl_dev_cache_count(ms->env.dev, l, ids, n);
+        if (ms->pending_rows == 1)
+            count_repeats(ms, l, ids);
+        else
+            ms->prev_set[l] = 0; /* several sequences' picks: no previous step of one */
         ms->pending[l] = 0;
     }
 }

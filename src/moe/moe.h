@@ -43,6 +43,10 @@ typedef struct sl_moe_dims {
     int32_t weight_input;
     int32_t glu; /* sl_glu: the experts' activation (SwiGLU, GELU-tanh, or clamped with these) */
     float glu_alpha, glu_limit;
+    /* A batch session's (sl_batch_decode): up to this many rows of a chunk that are decode
+     * steps of as many sequences (sl_moe_io.decode) take the fused path as one token does,
+     * with no host step (0: one) */
+    int32_t decode_rows;
 } sl_moe_dims;
 
 /* The model's side of the step, set once (sl_moe_layout's caller): the backend, the expert
@@ -71,6 +75,7 @@ typedef struct sl_moe_io {
     float *out;            /* [T, H] */
     float *gate, *up;      /* [B, max(I, Is)] SwiGLU hidden */
     float *rows;           /* [B, H] a batch of experts' (or the shared expert's) output rows */
+    int32_t decode;        /* the T rows are decode steps of T sequences (sl_batch_decode) */
 } sl_moe_io;
 
 /*
@@ -91,14 +96,16 @@ typedef struct sl_moe_scratch {
     int32_t *bT;                /* [2E] row counts */
     float *topk_w;              /* [B * k] router weights */
     int32_t *topk_ids_dev;      /* [B * k] router picks of a chunk */
-    /* Decode (T = 1): each layer's picks in a row of their own, so the no-sync path can leave
-     * their bookkeeping to the end of the forward pass (sl_moe_settle). */
-    int32_t *route_ids;        /* [n_layers, k] */
-    int32_t *h_route_ids;      /* host [n_layers, k] */
+    /* Decode (T = 1, or D = decode_rows rows of a batch): each layer's picks in rows of their
+     * own, so the no-sync path can leave their bookkeeping to the end of the forward pass
+     * (sl_moe_settle). */
+    int32_t *route_ids;        /* [n_layers, D, k] */
+    int32_t *h_route_ids;      /* host [n_layers, D, k] */
     uint8_t *pending;          /* host [n_layers] picks not yet counted */
+    int32_t pending_rows;      /* ... of this many rows each (one forward pass's T) */
     int32_t *h_prev_ids;       /* host [n_layers, k]: each layer's picks at the last decode */
     uint8_t *prev_set;         /* host [n_layers]: step counted (sl_stats.decode_repeats) */
-    float *act;                /* [k, I] SwiGLU rows of the fused expert path */
+    float *act;                /* [D k, I] SwiGLU rows of the fused expert path */
     float *xg;                 /* [R, H] rows gathered for a batch of experts (R: max_rows) */
     float *run_gate, *run_up;  /* [R, I] a run's gate and up outputs, when R > B (else NULL) */
     float *run_out;            /* [R, H] its expert outputs, likewise */

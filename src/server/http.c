@@ -89,8 +89,8 @@ typedef struct srv_req {
     size_t sent_toks;      /* entries of job->toks sent (logprobs) */
     int started, ended;
     /* Anthropic's stream: the content block open (0 none, 1 text, 2 thinking), its index,
-     * whether a text block was opened */
-    int block_kind, had_text;
+     * whether a text block was opened, whether tool_use blocks were sent */
+    int block_kind, had_text, had_tools;
     int32_t block;
 } srv_req;
 
@@ -243,13 +243,45 @@ static int msg_delta(srv_req *r, int kind, const char *text, size_t len) {
                : 0;
 }
 
-/* Anthropic's stream end: the last block closed (an empty text block first when there was no
- * text), message_delta with the stop reason and usage, message_stop. */
+/* Anthropic's stream: the calls in the held text (from r->sent on) as tool_use blocks, each
+ * whole, after the text outside them; 1 when there were calls, -1 on failure. */
+static int msg_tools(srv_req *r) {
+    const srv_job *j = r->job;
+    json_t *content = NULL, *calls = srv_tool_use_json(r->s, &r->o, j->text + r->sent,
+                                                       j->text_len - r->sent, &content);
+    const char *text = calls ? json_string_value(content) : j->text + r->sent;
+    const size_t len = calls ? json_string_length(content) : j->text_len - r->sent;
+    int rc = len && msg_delta(r, 1, text, len) ? -1 : 0;
+    json_decref(content);
+    size_t i;
+    json_t *b;
+    json_array_foreach(calls, i, b) {
+        if (rc) break;
+        if (r->block_kind) { /* the text before */
+            if (out_event(r, srv_block_json("content_block_stop", r->block, 0, NULL, 0))) rc = -1;
+            r->block++;
+            r->block_kind = 0;
+        }
+        if (rc || out_event(r, srv_tool_block_start_json(r->block, b)) ||
+            out_event(r, srv_tool_block_delta_json(r->block, b)) ||
+            out_event(r, srv_block_json("content_block_stop", r->block, 0, NULL, 0)))
+            rc = -1;
+        r->block++;
+        r->had_tools = 1;
+    }
+    json_decref(calls);
+    r->sent = j->text_len;
+    return rc ? rc : calls != NULL;
+}
+
+/* Anthropic's stream end: the last block closed (an empty text block first when there was
+ * neither text nor calls), message_delta with the stop reason and usage, message_stop. */
 static int msg_end(srv_req *r) {
     const srv_job *j = r->job;
-    if (!r->had_text && msg_delta(r, 1, NULL, 0)) return -1;
-    if (out_event(r, srv_block_json("content_block_stop", r->block, 0, NULL, 0)) ||
-        out_event(r, srv_message_delta_json(j)) ||
+    if (!r->had_text && !r->had_tools && msg_delta(r, 1, NULL, 0)) return -1;
+    if ((r->block_kind &&
+         out_event(r, srv_block_json("content_block_stop", r->block, 0, NULL, 0))) ||
+        out_event(r, srv_message_delta_json(j, r->had_tools)) ||
         out_event(r, json_pack("{s:s}", "type", "message_stop")))
         return -1;
     return 0;
@@ -275,6 +307,9 @@ static int sse_fill(srv_req *r) {
     if (!r->started) { /* the role chunk first: the client sees the stream open at once */
         r->started = 1;
         if (r->o.kind == SRV_MESSAGES) return out_event(r, srv_message_start_json(s, j, r->id));
+        if (r->o.echo) /* completions with echo: the prompt's text first */
+            return out_event(r, srv_chunk_json(s, &r->o, r->id, r->created, r->o.echo,
+                                               r->o.echo_len, NULL, 0, NULL, 0, NULL));
         return r->o.kind == SRV_CHAT ? out_event(r, srv_chunk_json(s, &r->o, r->id, r->created,
                                                                    NULL, 0, NULL, 0, NULL, 1, NULL))
                                      : 0;
@@ -301,7 +336,7 @@ static int sse_fill(srv_req *r) {
     r->seen = j->text_len + j->reasoning_len;
     size_t end = done ? j->text_len : utf8_cut(j->text, r->sent, j->text_len);
     /* tools: the text from a "<tool_call>" on waits for the end, where it is read as calls */
-    const int tools = r->o.kind == SRV_CHAT && j->tool_calls;
+    const int tools = r->o.kind != SRV_COMPLETION && j->tool_calls;
     if (tools) end = SL_MIN(end, srv_tool_hold(j->text, r->sent, j->text_len, done));
     const size_t rend =
         done ? j->reasoning_len : utf8_cut(j->reasoning, r->sent_reasoning, j->reasoning_len);
@@ -336,12 +371,12 @@ static int sse_fill(srv_req *r) {
                              "shutting_down");
     if (r->o.kind == SRV_MESSAGES) {
         r->ended = 1;
-        return msg_end(r);
+        return (tools && r->sent < j->text_len && msg_tools(r) < 0) ? -1 : msg_end(r);
     }
     const char *finish = srv_finish_reason(j);
     if (tools && r->sent < j->text_len) { /* the held text: calls, and what is not one */
-        json_t *content = NULL,
-               *calls = srv_tool_calls_json(j->text + r->sent, j->text_len - r->sent, 1, &content);
+        json_t *content = NULL, *calls = srv_tool_calls_json(s, &r->o, j->text + r->sent,
+                                                             j->text_len - r->sent, 1, &content);
         const char *text = json_string_value(content);
         if (!calls) text = j->text + r->sent;
         const size_t len = !calls ? j->text_len - r->sent : text ? json_string_length(content) : 0;
@@ -514,7 +549,7 @@ static enum MHD_Result answer_generation(srv_req *r) {
         return answer_error(r, 503, "server_error", NULL, "shutting_down",
                             "the server is shutting down: the request was cancelled");
     return answer_json(r, 200,
-                       kind == SRV_MESSAGES ? srv_message_json(s, j, r->id)
+                       kind == SRV_MESSAGES ? srv_message_json(s, j, &r->o, r->id)
                                             : srv_response_json(s, j, &r->o, r->id, r->created),
                        NULL, NULL);
 }
@@ -799,6 +834,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (s->cfg.log && !r->submitted)
         fprintf(stderr, "sluice serve: %s %d%s\n", r->what, r->status,
                 gone && !r->status ? " (client gone)" : "");
+    srv_request_opts_free(&r->o);
     free(r->body);
     free(r->out);
     free(r);

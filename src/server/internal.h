@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "chat/reply.h"
+#include "chat/toolcall.h"
 #include "sampler/json_constraint.h"
 #include "server/server.h"
 
@@ -232,7 +233,18 @@ typedef struct srv_request_opts {
     srv_kind kind;
     int32_t stream, include_usage;
     int32_t logprobs; /* answer with j->toks */
+    /* the tools offered (chat, messages), each as OpenAI's {"type": "function", "function":
+     * {...}} in tojson's text (owned): the template's prompt, and the schemas the reply's calls
+     * are read by */
+    char **tool_defs;
+    int32_t n_tool_defs;
+    /* completions with echo: the prompt's text (owned), which the reply's text starts with */
+    char *echo;
+    size_t echo_len;
 } srv_request_opts;
+
+/* Frees what o owns (tool_defs, echo). */
+void srv_request_opts_free(srv_request_opts *o);
 
 /* Parses and validates a request body into j (prompt tokenized, sampling, stops,
  * max_tokens). 0, or the HTTP status with *error set to an OpenAI error object. */
@@ -244,10 +256,22 @@ int srv_bad(json_t **error, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The request body as JSON, or NULL with *error a 400's (srv_bad) naming where it broke. */
 json_t *srv_load_body(const char *body, size_t len, json_t **error);
-/* The prompt of messages m[0..n) (srv_encode_chat) unless rc already holds an error; then frees
- * owned[0..n) (their texts), owned and m. Returns rc or the encoding's status. */
-int srv_encode_chat_free(srv *s, sl_chat_msg *m, char **owned, size_t n, int32_t think, srv_job *j,
-                         int rc, json_t **error);
+/* The prompt of messages m[0..n) with o's tools (srv_encode_chat_tools) unless rc already holds
+ * an error; then frees owned[0..n) (their texts), every m[i].tool_calls with its arguments
+ * texts, owned and m. Returns rc or the encoding's status. */
+int srv_encode_chat_free(srv *s, sl_chat_msg *m, char **owned, size_t n, const srv_request_opts *o,
+                         int32_t think, srv_job *j, int rc, json_t **error);
+/* A function name as OpenAI and Anthropic allow it: ^[a-zA-Z0-9_-]{1,64}$. */
+int srv_valid_name(json_t *v);
+/* logit_bias: {"<token id>": bias in [-100, 100], ...} into j->bias and j->sp (after
+ * srv_sampling). 0, 400 with *error set, or 500. */
+int srv_get_logit_bias(srv *s, json_t *req, srv_job *j, json_t **error);
+/* The calls of a reply (j->tool_calls) in text[0..len), read in the template's form with o's
+ * tools: sl_tool_calls_read. 0, or -1 when out of memory (out is then empty). */
+int srv_read_calls(const srv *s, const srv_request_opts *o, const char *text, size_t len,
+                   sl_tool_calls *out);
+/* A tool call's id: prefix ("call_", "toolu_") and 24 random hex digits. */
+void srv_call_id(const char *prefix, char *out, size_t cap);
 /* messages[i]'s role (msg must be an object with a string "role"): 0, or 400 with *error set. */
 int srv_msg_role(json_t *msg, size_t i, const char **role, json_t **error);
 /* Optional fields: absent or null leaves *out. 0, or 400 with *error set. */
@@ -294,9 +318,11 @@ json_t *srv_text_json(const char *text, size_t len);
  * OpenAI's tool_calls ([{"id": "call_...", "type": "function", "function": {"name",
  * "arguments": JSON text}}], with "index" in a stream's delta), *content replaced by the text
  * outside them (null when there is none); NULL, *content untouched, when there is no call. */
-json_t *srv_tool_calls_json(const char *text, size_t len, int stream, json_t **content);
+json_t *srv_tool_calls_json(const srv *s, const srv_request_opts *o, const char *text, size_t len,
+                            int stream, json_t **content);
 /* Where a stream holds text back (it may be a call): the first "<tool_call>" in
- * text[from, len), or, until done, a tail that may begin one; len when neither is there. */
+ * text[from, len), or, until done, a tail that may begin one or is whitespace, with the
+ * whitespace before it; len when neither is there. */
 size_t srv_tool_hold(const char *text, size_t from, size_t len, int done);
 /* The usage object. */
 json_t *srv_usage_json(const srv_job *j);
@@ -315,17 +341,26 @@ int srv_parse_messages(srv *s, const char *body, size_t len, int count, srv_job 
  * {"type":"error","error":{"type":...,"message":...}} from an OpenAI error object's message
  * (taking the reference to openai, which may be NULL). */
 json_t *srv_anthropic_error(int *status, json_t *openai);
-/* The whole response of a finished job. */
-json_t *srv_message_json(const srv *s, const srv_job *j, const char *id);
-/* Anthropic's stop_reason and stop_sequence of a finished job. */
-const char *srv_stop_reason(const srv_job *j);
+/* The whole response of a finished job: the reply's calls (j->tool_calls) as tool_use blocks. */
+json_t *srv_message_json(const srv *s, const srv_job *j, const srv_request_opts *o, const char *id);
+/* Tool calls as Anthropic's content blocks: the calls in text[0..len) as [{"type": "tool_use",
+ * "id": "toolu_...", "name", "input": {...}}], *content set to the text outside them (a new
+ * string, "" when there is none); NULL, *content untouched, when there is no call. */
+json_t *srv_tool_use_json(const srv *s, const srv_request_opts *o, const char *text, size_t len,
+                          json_t **content);
+/* Anthropic's stop_reason (tool_use: the reply made calls) and stop_sequence of a finished job. */
+const char *srv_stop_reason(const srv_job *j, int tool_use);
 json_t *srv_stop_sequence_json(const srv_job *j);
 /* Stream events (the "type" field is the event's name): message_start; a content block's
  * content_block_start, content_block_delta (text, len bytes) or content_block_stop, of text or
  * thinking; message_delta (the end: stop_reason, output_tokens). */
 json_t *srv_message_start_json(const srv *s, const srv_job *j, const char *id);
 json_t *srv_block_json(const char *type, int32_t index, int thinking, const char *text, size_t len);
-json_t *srv_message_delta_json(const srv_job *j);
+/* A tool_use block of srv_tool_use_json streamed: its content_block_start (the id and name, an
+ * empty input) and its one content_block_delta (input_json_delta: the input's JSON text). */
+json_t *srv_tool_block_start_json(int32_t index, const json_t *block);
+json_t *srv_tool_block_delta_json(int32_t index, const json_t *block);
+json_t *srv_message_delta_json(const srv_job *j, int tool_use);
 
 /* ---- metrics.c ---- */
 /* The bounds of the latency histograms, seconds (SRV_LAT_BOUNDS each). */

@@ -11,6 +11,13 @@ void srv_count_status(srv *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void srv_batch_stats(srv *s, int64_t *steps, int64_t *rows) {
+    pthread_mutex_lock(&s->mu);
+    *steps = s->metrics.decode_steps;
+    *rows = s->metrics.decode_rows;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void srv_count_queue_timeout(srv *s) {
     pthread_mutex_lock(&s->mu);
     s->metrics.queue_timeouts++;

@@ -137,9 +137,9 @@ int srv_encode_chat_tools(srv *s, const sl_chat_msg *m, int32_t n, const sl_chat
     return 0;
 }
 
-/* A function name as OpenAI allows it (^[a-zA-Z0-9_-]{1,64}$): the template writes a call's
- * name between quotes as it is, so a quote or a backslash in it would break the call's JSON. */
-static int valid_name(json_t *v) {
+/* The template writes a call's name between quotes (or in a tag) as it is, so a quote, a
+ * backslash or a '>' in it would break the call's layout. */
+int srv_valid_name(json_t *v) {
     const char *p = json_string_value(v);
     const size_t n = p ? json_string_length(v) : 0;
     if (n == 0 || n > 64) return 0;
@@ -151,10 +151,9 @@ static int valid_name(json_t *v) {
 }
 
 /* tools, [{"type": "function", "function": {"name", "description", "parameters"}}], into
- * defs[*n_defs] (malloc'ed, each as the template's tojson writes it), and tool_choice ("auto" or
- * "none"; "none" offers the tools but reads no calls back, as vLLM does by default). */
-static int get_tools(srv *s, json_t *req, srv_job *j, char ***defs, int32_t *n_defs,
-                     json_t **error) {
+ * o->tool_defs (each as the template's tojson writes it), and tool_choice ("auto" or "none";
+ * "none" offers the tools but reads no calls back, as vLLM does by default). */
+static int get_tools(srv *s, json_t *req, srv_job *j, srv_request_opts *o, json_t **error) {
     json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice");
     const char *c = json_string_value(choice);
     if (choice && !json_is_null(choice) && (!c || (strcmp(c, "auto") && strcmp(c, "none"))))
@@ -181,7 +180,7 @@ static int get_tools(srv *s, json_t *req, srv_job *j, char ***defs, int32_t *n_d
                            "tools[%zu] must be an object with \"type\": \"function\"", i);
         if (!json_is_object(f))
             return srv_bad(error, "tools", "tools[%zu].function must be an object", i);
-        if (!valid_name(json_object_get(f, "name")))
+        if (!srv_valid_name(json_object_get(f, "name")))
             return srv_bad(error, "tools",
                            "tools[%zu].function.name must be 1 to 64 letters, digits, '_' or '-'",
                            i);
@@ -190,9 +189,9 @@ static int get_tools(srv *s, json_t *req, srv_job *j, char ***defs, int32_t *n_d
         if (params && !json_is_null(params) && !json_is_object(params))
             return srv_bad(error, "tools", "tools[%zu].function.parameters must be an object", i);
     }
-    if (!(*defs = calloc(n, sizeof **defs))) return 500;
-    for (i = 0; i < n; i++, ++*n_defs)
-        if (!((*defs)[i] = sl_chat_tojson(json_array_get(tools, i)))) return 500;
+    if (!(o->tool_defs = calloc(n, sizeof *o->tool_defs))) return 500;
+    for (i = 0; i < n; i++, o->n_tool_defs++)
+        if (!(o->tool_defs[i] = sl_chat_tojson(json_array_get(tools, i)))) return 500;
     j->tool_calls = read_calls;
     return 0;
 }
@@ -221,7 +220,7 @@ static int get_calls(srv *s, json_t *msg, size_t i, sl_chat_msg *m, json_t **err
                            "messages[%zu].tool_calls[%zu] must be {\"type\": \"function\", "
                            "\"function\": {\"name\", \"arguments\"}}",
                            i, k);
-        if (!valid_name(json_object_get(f, "name")))
+        if (!srv_valid_name(json_object_get(f, "name")))
             return srv_bad(error, "messages",
                            "messages[%zu].tool_calls[%zu].function.name must be 1 to 64 letters, "
                            "digits, '_' or '-'",
@@ -229,6 +228,18 @@ static int get_calls(srv *s, json_t *msg, size_t i, sl_chat_msg *m, json_t **err
         if (!json_is_string(args) && !json_is_object(args))
             return srv_bad(error, "messages",
                            "messages[%zu].tool_calls[%zu].function.arguments must be a JSON string",
+                           i, k);
+        /* Qwen3-Coder's template writes each argument as a parameter: it needs an object */
+        json_t *obj = json_is_string(args) && s->tpl.tool_form == SL_TOOL_FORM_XML
+                          ? json_loads(json_string_value(args), 0, NULL)
+                          : NULL;
+        const int not_object =
+            json_is_string(args) && s->tpl.tool_form == SL_TOOL_FORM_XML && !json_is_object(obj);
+        json_decref(obj);
+        if (not_object)
+            return srv_bad(error, "messages",
+                           "messages[%zu].tool_calls[%zu].function.arguments must be a JSON "
+                           "object's text with this chat template (Qwen3-Coder's)",
                            i, k);
         calls[k].name = json_string_value(json_object_get(f, "name"));
         char *a = json_is_string(args) ? strdup(json_string_value(args)) : sl_chat_tojson(args);
@@ -239,8 +250,8 @@ static int get_calls(srv *s, json_t *msg, size_t i, sl_chat_msg *m, json_t **err
     return 0;
 }
 
-/* messages (and tools) -> the prompt's ids in j->prompt, through the chat template. */
-static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
+/* messages (and tools, into o) -> the prompt's ids in j->prompt, through the chat template. */
+static int chat_prompt(srv *s, json_t *req, srv_job *j, srv_request_opts *o, json_t **error) {
     json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return srv_bad(error, "messages", "'messages' must be a non-empty array");
@@ -254,11 +265,9 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
         if (rc) return rc;
     }
     const size_t n = json_array_size(msgs);
-    char **defs = NULL;
-    int32_t n_defs = 0;
     sl_chat_msg *m = calloc(n, sizeof *m);
     char **owned = calloc(n, sizeof *owned);
-    int rc = m && owned ? get_tools(s, req, j, &defs, &n_defs, error) : 500;
+    int rc = m && owned ? get_tools(s, req, j, o, error) : 500;
     const int tools_ok = sl_chat_supports_tools(&s->tpl);
     for (size_t i = 0; i < n && !rc; i++) {
         json_t *msg = json_array_get(msgs, i);
@@ -288,23 +297,7 @@ static int chat_prompt(srv *s, json_t *req, srv_job *j, json_t **error) {
         m[i].content = owned[i];
         if (!strcmp(r, "assistant")) rc = get_calls(s, msg, i, &m[i], error);
     }
-    if (!rc) {
-        const sl_chat_tools tools = {(const char *const *)defs, n_defs};
-        rc = srv_encode_chat_tools(s, m, (int32_t)n, &tools, think, j, error);
-    }
-    for (size_t i = 0; m && i < n; i++) {
-        for (int32_t k = 0; k < m[i].n_tool_calls; k++)
-            free((char *)m[i].tool_calls[k].arguments);
-        free((void *)m[i].tool_calls);
-    }
-    for (size_t i = 0; owned && i < n; i++)
-        free(owned[i]);
-    for (int32_t i = 0; i < n_defs; i++)
-        free(defs[i]);
-    free(defs);
-    free(owned);
-    free(m);
-    return rc;
+    return srv_encode_chat_free(s, m, owned, n, o, think, j, rc, error);
 }
 
 /* prompt: a string or an array of token ids, or a list holding one of them. The OpenAI API
@@ -429,8 +422,7 @@ static int get_response_format(srv *s, srv_kind kind, json_t *req, srv_job *j, j
     return 0;
 }
 
-/* logit_bias: {"<token id>": bias in [-100, 100], ...} into j->bias and j->sp. */
-static int get_logit_bias(srv *s, json_t *req, srv_job *j, json_t **error) {
+int srv_get_logit_bias(srv *s, json_t *req, srv_job *j, json_t **error) {
     json_t *v = json_object_get(req, "logit_bias");
     if (!v || json_is_null(v)) return 0;
     if (!json_is_object(v))
@@ -499,7 +491,13 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     }
     j->logprobs = o->logprobs;
     j->top_logprobs = (int32_t)SL_MAX(top_logprobs, 0);
-    if (echo) return srv_bad(error, "echo", "echo is not supported");
+    if (echo && kind == SRV_CHAT)
+        return srv_bad(error, "echo", "'echo' is only supported by /v1/completions");
+    /* the generation loop gives the log-probabilities of sampled tokens only */
+    if (echo && o->logprobs)
+        return srv_bad(error, "echo",
+                       "'echo' with 'logprobs' is not supported: the prompt's log-probabilities "
+                       "are not computed");
     if (kind != SRV_CHAT && json_array_size(json_object_get(req, "tools")) > 0)
         return srv_bad(error, "tools", "tools are only supported by /v1/chat/completions");
     if ((rc = get_response_format(s, kind, req, j, error))) return rc;
@@ -516,7 +514,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
     j->sp.presence_penalty = (float)pres;
     j->sp.frequency_penalty = (float)freq;
     if (json_is_integer(json_object_get(req, "seed"))) j->sp.seed = (uint64_t)seed;
-    if ((rc = get_logit_bias(s, req, j, error))) return rc;
+    if ((rc = srv_get_logit_bias(s, req, j, error))) return rc;
 
     /* The prompt's ids. */
     char *text = NULL;
@@ -524,7 +522,7 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
         j->parts = 1;
         sl_reply_init(&j->parser, &s->tpl);
     }
-    rc = kind == SRV_CHAT ? chat_prompt(s, req, j, error)
+    rc = kind == SRV_CHAT ? chat_prompt(s, req, j, o, error)
                           : completion_prompt(s, req, j, &text, error);
     if (rc == 500) *error = srv_error_json("out of memory", "server_error", NULL, NULL);
     if (rc) {
@@ -537,8 +535,22 @@ static int parse(srv *s, srv_kind kind, json_t *req, srv_job *j, srv_request_opt
          * the tokenizer's BOS, as tokenizer(prompt) does (vLLM's add_special_tokens). */
         sl_error err = {0};
         sl_status st = sl_tokenizer_encode_prompt(s->tok, text, strlen(text), &j->prompt, &err);
+        if (!st && echo) { /* the prompt as it was given (not the BOS the encoding adds) */
+            o->echo = text;
+            o->echo_len = strlen(text);
+            text = NULL;
+        }
         free(text);
         if (st) return srv_bad(error, kind == SRV_CHAT ? "messages" : "prompt", "%s", err.msg);
+    } else if (echo) { /* token ids: their text, special tokens' included */
+        sl_error err = {0};
+        sl_status st = sl_tokenizer_decode(s->tok, j->prompt.ids, j->prompt.n, 0, &o->echo,
+                                           &o->echo_len, &err);
+        if (st == SL_ERR_NOMEM) {
+            *error = srv_error_json("out of memory", "server_error", NULL, NULL);
+            return 500;
+        }
+        if (st) return srv_bad(error, "prompt", "%s", err.msg);
     }
     /* The legacy completions endpoint defaults to 16 tokens, chat to the context's end. */
     if (max_tokens < 0 && kind == SRV_COMPLETION) max_tokens = 16;
@@ -570,9 +582,15 @@ int srv_fit_prompt(srv *s, srv_job *j, const char *what, int64_t max_tokens, jso
     return 0;
 }
 
-int srv_encode_chat_free(srv *s, sl_chat_msg *m, char **owned, size_t n, int32_t think, srv_job *j,
-                         int rc, json_t **error) {
-    if (!rc) rc = srv_encode_chat(s, m, (int32_t)n, think, j, error);
+int srv_encode_chat_free(srv *s, sl_chat_msg *m, char **owned, size_t n, const srv_request_opts *o,
+                         int32_t think, srv_job *j, int rc, json_t **error) {
+    const sl_chat_tools tools = {(const char *const *)o->tool_defs, o->n_tool_defs};
+    if (!rc) rc = srv_encode_chat_tools(s, m, (int32_t)n, &tools, think, j, error);
+    for (size_t i = 0; m && i < n; i++) {
+        for (int32_t k = 0; k < m[i].n_tool_calls; k++)
+            free((char *)m[i].tool_calls[k].arguments);
+        free((void *)m[i].tool_calls);
+    }
     for (size_t i = 0; owned && i < n; i++)
         free(owned[i]);
     free(owned);
@@ -717,27 +735,57 @@ json_t *srv_logprobs_json(const srv *s, srv_kind kind, const srv_job *j, size_t 
 size_t srv_tool_hold(const char *text, size_t from, size_t len, int done) {
     static const char open[] = "<tool_call>";
     const size_t n = sizeof open - 1;
-    for (size_t i = from; i < len; i++) {
+    size_t i = from;
+    for (; i < len; i++) {
         if (text[i] != '<') continue;
         const size_t m = SL_MIN(n, len - i);
-        if (!memcmp(text + i, open, m) && (m == n || !done)) return i;
+        if (!memcmp(text + i, open, m) && (m == n || !done)) break;
     }
-    return len;
+    if (i == len && done) return len;
+    /* the whitespace before it waits too: the template's line break before a call is not
+     * content (the calls' reading trims it), so that a stream says what the whole answer does */
+    while (i > from && (text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\r' ||
+                        text[i - 1] == '\n'))
+        i--;
+    return i;
 }
 
-json_t *srv_tool_calls_json(const char *text, size_t len, int stream, json_t **content) {
-    sl_tool_calls tc;
+void srv_request_opts_free(srv_request_opts *o) {
+    for (int32_t i = 0; i < o->n_tool_defs; i++)
+        free(o->tool_defs[i]);
+    free(o->tool_defs);
+    free(o->echo);
+    o->tool_defs = NULL;
+    o->n_tool_defs = 0;
+    o->echo = NULL;
+}
+
+int srv_read_calls(const srv *s, const srv_request_opts *o, const char *text, size_t len,
+                   sl_tool_calls *out) {
+    const sl_chat_tools tools = {(const char *const *)o->tool_defs, o->n_tool_defs};
     sl_error err = {0};
-    if (sl_tool_calls_parse(text ? text : "", text ? len : 0, &tc, &err))
-        return NULL; /* out of memory: the reply as text */
+    return sl_tool_calls_read(s->tpl.tool_form, &tools, text ? text : "", text ? len : 0, out, &err)
+               ? -1
+               : 0;
+}
+
+void srv_call_id(const char *prefix, char *out, size_t cap) {
+    static atomic_uint_fast64_t fallback;
+    uint64_t rnd[2] = {0, 0};
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) /* unique, if not unguessable */
+        rnd[0] = (uint64_t)(sl_now() * 1e9), rnd[1] = atomic_fetch_add(&fallback, 1);
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)rnd[0],
+             (unsigned long long)(rnd[1] & 0xffffffffu));
+}
+
+json_t *srv_tool_calls_json(const srv *s, const srv_request_opts *o, const char *text, size_t len,
+                            int stream, json_t **content) {
+    sl_tool_calls tc;
+    if (srv_read_calls(s, o, text, len, &tc)) return NULL; /* out of memory: the reply as text */
     json_t *calls = tc.n > 0 ? json_array() : NULL;
     for (int32_t i = 0; calls && i < tc.n; i++) {
-        uint64_t rnd[2] = {0, 0};
-        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-            rnd[0] = (uint64_t)(sl_now() * 1e9), rnd[1] = (uint64_t)i;
         char id[48];
-        snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)rnd[0],
-                 (unsigned long long)(rnd[1] & 0xffffffffu));
+        srv_call_id("call_", id, sizeof id);
         json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
                               "name", tc.calls[i].name, "arguments", tc.calls[i].arguments);
         if (stream && c) json_object_set_new(c, "index", json_integer(i));
@@ -760,7 +808,17 @@ json_t *srv_response_json(const srv *s, const srv_job *j, const srv_request_opts
                   o->logprobs ? srv_logprobs_json(s, o->kind, j, 0, srv_toks_end(j)) : json_null(),
                   "finish_reason", srv_finish_reason(j));
     json_t *text = srv_text_json(j->text, j->text_len), *calls = NULL;
-    if (chat && j->tool_calls) calls = srv_tool_calls_json(j->text, j->text_len, 0, &text);
+    if (o->echo) { /* completions: the prompt, then the reply */
+        char *both = NULL;
+        size_t len = 0, cap = 0;
+        if (!sl_append(&both, &len, &cap, o->echo, o->echo_len) &&
+            !sl_append(&both, &len, &cap, j->text ? j->text : "", j->text_len)) {
+            json_decref(text);
+            text = srv_text_json(both, len);
+        }
+        free(both);
+    }
+    if (chat && j->tool_calls) calls = srv_tool_calls_json(s, o, j->text, j->text_len, 0, &text);
     if (calls) json_object_set_new(choice, "finish_reason", json_string("tool_calls"));
     if (chat) {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", text);

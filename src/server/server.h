@@ -62,6 +62,9 @@ int srv_loopback(const srv *s);
  * within a few more seconds (a hung read): then g and s must be left alone (not
  * freed) and the process should exit. */
 int srv_shutdown(srv *s);
+/* What the worker ran: decode steps, and the tokens they ran together (rows / steps: the mean
+ * batch size). */
+void srv_batch_stats(srv *s, int64_t *steps, int64_t *rows);
 /* Frees s after srv_shutdown returned 0 (or when srv_start failed). */
 void srv_free(srv *s);
 

@@ -12,6 +12,7 @@
  * tokens, the rate all of them together; SL_BATCH_CHECK=1 also runs each sequence alone beside
  * (not timed apart: for the bits) and counts the rows whose logits differ.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +52,8 @@ int main(int argc, char **argv) {
     const int check = getenv("SL_BATCH_CHECK") != NULL;
     sl_session **ss = calloc((size_t)B, sizeof *ss), **alone = calloc((size_t)B, sizeof *alone);
     float *lone = malloc((size_t)info.vocab_size * sizeof(float));
-    int64_t differ = 0;
+    int64_t differ = 0, argmax_differ = 0;
+    double worst = 0; /* the largest relative L2 distance of a row from the sequence alone */
     sl_batch *bt = NULL;
     int32_t *ids = malloc((size_t)(P + N) * sizeof(int32_t)), *step = malloc(B * sizeof(int32_t));
     float *lg = malloc((size_t)B * (size_t)info.vocab_size * sizeof(float));
@@ -59,7 +61,7 @@ int main(int argc, char **argv) {
     for (int32_t b = 0; b < B; b++) {
         if (sl_session_create(m, &sp, &ss[b], &err)) return fprintf(stderr, "%s\n", err.msg), 1;
         for (int32_t i = 0; i < P; i++)
-            ids[i] = 101 + i + 7 * b;
+            ids[i] = (101 + i + 7 * b) % info.vocab_size;
         if (sl_session_forward(ss[b], ids, P, lg + (size_t)b * (size_t)info.vocab_size, 0, &err))
             return fprintf(stderr, "%s\n", err.msg), 1;
         if (check && (sl_session_create(m, &sp, &alone[b], &err) ||
@@ -82,19 +84,30 @@ int main(int argc, char **argv) {
         for (int32_t b = 0; check && b < B; b++) {
             if (sl_session_forward(alone[b], &step[b], 1, lone, 0, &err))
                 return fprintf(stderr, "%s\n", err.msg), 1;
-            differ += memcmp(lone, lg + (size_t)b * (size_t)info.vocab_size,
-                             (size_t)info.vocab_size * sizeof(float)) != 0;
+            const float *row = lg + (size_t)b * (size_t)info.vocab_size;
+            differ += memcmp(lone, row, (size_t)info.vocab_size * sizeof(float)) != 0;
+            double num = 0, den = 0;
+            for (int32_t v = 0; v < info.vocab_size; v++)
+                num += ((double)row[v] - lone[v]) * ((double)row[v] - lone[v]),
+                    den += (double)lone[v] * lone[v];
+            worst = fmax(worst, sqrt(num / (den > 0 ? den : 1)));
+            argmax_differ += sl_argmax(row, info.vocab_size) != sl_argmax(lone, info.vocab_size);
         }
     }
     if (check)
-        printf("batch check: %lld of %d rows differ from the sequence alone\n", (long long)differ,
-               B * N);
+        printf("batch check: %lld of %d rows differ from the sequence alone (largest relative L2 "
+               "%.2e, argmax %lld)\n",
+               (long long)differ, B * N, worst, (long long)argmax_differ);
     sl_stats st;
     sl_model_get_stats(m, &st);
     if (B > 1)
-        printf("batch %d: decode %d steps of %d, %.2f tok/s together, %.3f MB of experts read a "
-               "token\n",
-               B, N, B, (double)B * N / st.decode_time, st.bytes_read / 1e6 / ((double)B * N));
+        printf("batch %d: decode %d steps of %d, %.2f tok/s together, %.3f MB of experts read and "
+               "%.3f MB copied to the GPU a token\n",
+               B, N, B, (double)B * N / st.decode_time, st.bytes_read / 1e6 / ((double)B * N),
+               st.gpu_bytes_copied / 1e6 / ((double)B * N));
+    printf("a step: %.2f ms, attention %.2f, router %.2f, experts %.2f (host clock)\n",
+           1e3 * st.decode_time / N, 1e3 * st.t_attention / N, 1e3 * st.t_router / N,
+           1e3 * st.t_expert_compute / N);
     printf("%s %s gpu_slots=%d: prefill %d tok %.1f tok/s | decode %d tok %.2f tok/s "
            "(%.3f ms/tok) | experts hit %.1f%% read %.1f MB, repeats %.1f%% | GPU cache %lld/%lld "
            "hits, "

@@ -3,7 +3,7 @@
 //
 //   node anthropic_client.mjs api  BASE_URL   messages streamed and not, multi-turn with a
 //                                             system prompt, stop_sequences, max_tokens,
-//                                             countTokens, errors
+//                                             countTokens, tools, errors
 //   node anthropic_client.mjs key  BASE_URL   the key as x-api-key and as a bearer token
 //                                             ($SLUICE_API_KEY), and a wrong one
 //
@@ -108,12 +108,51 @@ async function api() {
   };
   await refused("an image block: 400 naming it", { ...req, messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] },
     Anthropic.BadRequestError, /'image' are not supported/);
-  await refused("tools: 400", { ...req, tools: [{ name: "f", description: "d", input_schema: { type: "object" } }] },
-    Anthropic.BadRequestError, /tool use is not supported/);
-  await refused("a tool_result block: 400", { ...req, messages: [{ role: "user", content: [{ type: "tool_result", tool_use_id: "t", content: "x" }] }] },
-    Anthropic.BadRequestError, /'tool_result' are not supported/);
+  await refused("tool_choice any: 400", { ...req, tools, tool_choice: { type: "any" } },
+    Anthropic.BadRequestError, /constrained decoding/);
+  await refused("tool_choice tool: 400", { ...req, tools, tool_choice: { type: "tool", name: "get_weather" } },
+    Anthropic.BadRequestError, /constrained decoding/);
+  await refused("a tool_result block in an assistant message: 400",
+    { ...req, messages: [{ role: "assistant", content: [{ type: "tool_result", tool_use_id: "t", content: "x" }] }, { role: "user", content: "Hi" }] },
+    Anthropic.BadRequestError, /'tool_result' are not supported yet in an assistant message/);
   await refused("a prompt longer than the context: 400", { ...req, messages: [{ role: "user", content: "x ".repeat(5000) }] },
     Anthropic.BadRequestError, /maximum context length/);
+}
+
+// Tools: a conversation with tool_use and tool_result blocks is accepted and rendered as the
+// OpenAI route renders the same conversation (server_test.sh compares the prompts' ids); the
+// tiny model writes no calls, so a reply that opens "<tool_call>" (forced with logit_bias, a
+// sluice extension) and never closes it comes back as text, streamed or not.
+const tools = [{ name: "get_weather", description: "Current weather in a city.",
+  input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }];
+async function toolUse() {
+  const history = [
+    { role: "user", content: "Weather in Paris and Rome?" },
+    { role: "assistant", content: [{ type: "text", text: "Looking." },
+      { type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } },
+      { type: "tool_use", id: "toolu_2", name: "get_weather", input: { city: "Rome" } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "18 C" },
+      { type: "tool_result", tool_use_id: "toolu_2", content: [{ type: "text", text: "21 C" }], is_error: false },
+      { type: "text", text: "And Oslo?" }] },
+  ];
+  const req = { model: "sluice", max_tokens: 3, temperature: 0, tools, tool_choice: { type: "auto" }, messages: history };
+  const a = await client.messages.create(req);
+  check("tools: a conversation with tool_use and tool_result blocks",
+    a.type === "message" && ["end_turn", "max_tokens", "tool_use"].includes(a.stop_reason), JSON.stringify(a));
+  const n = await client.messages.countTokens({ model: "sluice", tools, messages: history });
+  check("tools: countTokens counts the tools' prompt", n.input_tokens === a.usage.input_tokens,
+    `${JSON.stringify(n)} vs ${a.usage.input_tokens}`);
+  const forced = { ...req, messages: [{ role: "user", content: "x" }], logit_bias: { 151657: 100 } };
+  const f = await client.messages.create(forced);
+  const s = await events(forced);
+  check("tools: an unfinished <tool_call> is text, streamed the same",
+    text(f) === "<tool_call><tool_call><tool_call>" && f.stop_reason === "max_tokens" &&
+      s.text === text(f) && s.delta.delta.stop_reason === "max_tokens",
+    `${JSON.stringify(f)} / ${JSON.stringify(s)}`);
+  const ms = client.messages.stream({ ...req, tool_choice: { type: "none" } });
+  const fin = await ms.finalMessage();
+  check("tools: tool_choice none, through MessageStream", fin.type === "message" && fin.stop_reason !== "tool_use",
+    JSON.stringify(fin));
 }
 
 async function key() {
@@ -132,7 +171,10 @@ async function key() {
 }
 
 try {
-  if (mode === "api") await api();
+  if (mode === "api") {
+    await api();
+    await toolUse();
+  }
   else if (mode === "key") await key();
   else throw new Error(`unknown mode ${mode}`);
 } catch (e) {

@@ -253,6 +253,26 @@ with open(sys.argv[2] + "/tools_req.json", "w") as f:
     json.dump({"messages": c["messages"], "tools": c["tools"], "max_tokens": 1}, f)
 with open(sys.argv[2] + "/tools_tok.json", "w") as f:
     json.dump({"content": c["expected"], "parse_special": True}, f)
+# The same conversation in the Anthropic shapes: tools {name, description, input_schema}, the
+# calls as tool_use blocks, the results as tool_result blocks of one user message.
+msgs = []
+for m in c["messages"]:
+    if m["role"] == "assistant":
+        msgs.append({"role": "assistant", "content": ([{"type": "text", "text": m["content"]}] if m["content"] else []) + [
+            {"type": "tool_use", "id": t["id"], "name": t["function"]["name"],
+             "input": json.loads(t["function"]["arguments"])} for t in m["tool_calls"]]})
+    elif m["role"] == "tool":
+        b = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+        if msgs[-1]["role"] == "user" and isinstance(msgs[-1]["content"], list):
+            msgs[-1]["content"].append(b)
+        else:
+            msgs.append({"role": "user", "content": [b]})
+    else:
+        msgs.append(m)
+tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+          "input_schema": t["function"]["parameters"]} for t in c["tools"]]
+with open(sys.argv[2] + "/tools_msg.json", "w") as f:
+    json.dump({"model": "m", "messages": msgs, "tools": tools, "max_tokens": 1}, f)
 PYEOF
 got=$(curl -s "${J[@]}" -d @"$TMP/tools_req.json" "$URL/v1/chat/completions" |
     $PY -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])' 2>&1)
@@ -260,6 +280,26 @@ want=$(curl -s "${J[@]}" -d @"$TMP/tools_tok.json" "$URL/tokenize" |
     $PY -c 'import json, sys; print(len(json.load(sys.stdin)["tokens"]))' 2>&1)
 [ -n "$got" ] && [ "$got" = "$want" ] && ok "tools: the prompt is Qwen3's rendering ($got tokens)" ||
     bad "tools: prompt_tokens $got, the template's rendering $want"
+got=$(curl -s "${J[@]}" -d @"$TMP/tools_msg.json" "$URL/v1/messages" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["usage"]["input_tokens"])' 2>&1)
+[ -n "$got" ] && [ "$got" = "$want" ] && ok "messages with tools: the same prompt as the OpenAI route ($got tokens)" ||
+    bad "messages with tools: input_tokens $got, the template's rendering $want"
+MT='"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]'
+for b in '"tools":{}' '"tools":[{"name":"a b","input_schema":{}}]' '"tools":[{"name":"a"}]' \
+    '"tools":[{"name":"a","input_schema":{},"description":3}]' '"tools":[{"type":"web_search_20250305","name":"web_search"}]' \
+    '"tool_choice":{"type":"any"}' '"tool_choice":{"type":"tool","name":"a"}' '"tool_choice":"auto"' \
+    '"tool_choice":{"type":"auto","disable_parallel_tool_use":1}'; do
+    expect "messages: $b: 400" 400 "$AE" "${J[@]}" -d "{$MT,$b}" "$URL/v1/messages"
+done
+for m in '{"role":"user","content":[{"type":"tool_result","content":"r"}]}' \
+    '{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":5}]}' \
+    '{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","is_error":"yes"}]}' \
+    '{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image"}]}]}' \
+    '{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[]}]},{"role":"user","content":"x"}' \
+    '{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]},{"role":"user","content":"x"}' \
+    '{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f\"","input":{}}]},{"role":"user","content":"x"}'; do
+    expect "messages: $m: 400" 400 "$AE" "${J[@]}" -d "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[$m]}" "$URL/v1/messages"
+done
 TU='"messages":[{"role":"user","content":"x"}],"max_tokens":2'
 TF='{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}'
 for b in '"tools":{}' '"tools":[{"type":"x"}]' '"tools":[{"type":"function"}]' \
@@ -312,6 +352,28 @@ expect "completions logprobs true (an integer is wanted): 400" 400 '"param":"log
 expect "wrong method: 405" 405 'method not allowed' -X DELETE "$URL/v1/models"
 expect "non-streaming completion with curl" 200 '"finish_reason":"length"' "${J[@]}" \
     -d '{"prompt":"The river","max_tokens":3,"temperature":0}' "$URL/v1/completions"
+# echo: the prompt's text (as given, or its ids' text) before the reply, streamed (a first chunk
+# of it) or not; with logprobs a 400 (the prompt's are not computed), on chat a 400
+plain=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$TMP/body")
+echoed=$(curl -s "${J[@]}" -d '{"prompt":"The river","max_tokens":3,"temperature":0,"echo":true}' "$URL/v1/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>&1)
+ids=$(curl -s "${J[@]}" -d '{"prompt":[785,14796],"max_tokens":3,"temperature":0,"echo":true}' "$URL/v1/completions" |
+    $PY -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>&1)
+streamed=$(curl -sN "${J[@]}" -d '{"prompt":"The river","max_tokens":3,"temperature":0,"echo":true,"stream":true}' \
+    "$URL/v1/completions" | $PY -c '
+import json, sys
+ev = [json.loads(l[6:]) for l in sys.stdin if l.startswith("data: {")]
+print(ev[0]["choices"][0]["text"] + "|" + "".join(e["choices"][0]["text"] for e in ev[1:]))' 2>&1)
+if [ "$echoed" = "The river$plain" ] && [ "$ids" = "$echoed" ] && [ "$streamed" = "The river|$plain" ]; then
+    ok "completions echo: the prompt's text first, streamed or not, from text or ids"
+else
+    bad "echo: '$echoed' / '$ids' / '$streamed' (reply '$plain')"
+fi
+expect "echo with logprobs: 400" 400 "prompt's log-probabilities are not computed.*\"param\":\"echo\"" "${J[@]}" \
+    -d '{"prompt":"x","echo":true,"logprobs":2}' "$URL/v1/completions"
+expect "echo on chat: 400" 400 "only supported by /v1/completions" "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"x"}],"echo":true}' "$URL/v1/chat/completions"
+expect "echo not a boolean: 400" 400 '"param":"echo"' "${J[@]}" -d '{"prompt":"x","echo":1}' "$URL/v1/completions"
 curl -sN "${J[@]}" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"stream":true}' \
     "$URL/v1/chat/completions" >"$TMP/sse"
 if grep -q '^data: {"id":"chatcmpl-' "$TMP/sse" && [ "$(tail -n 2 "$TMP/sse" | head -n 1)" = "data: [DONE]" ]; then
@@ -671,6 +733,8 @@ expect "harmony: tools refused" 400 'tools are not supported with the harmony' "
     "$URL/v1/chat/completions"
 expect "harmony: tool messages refused" 400 'with a ChatML template, tool' "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"Hi"},{"role":"tool","content":"r"}]}' "$URL/v1/chat/completions"
+expect "harmony: Anthropic tools refused" 400 'tools: not supported with the harmony' "${J[@]}" \
+    -d '{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"tools":[{"name":"a","input_schema":{}}]}' "$URL/v1/messages"
 expect "harmony: content and reasoning_content" 200 '"reasoning_content":""' "${J[@]}" \
     -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0}' \
     "$URL/v1/chat/completions"
@@ -692,6 +756,20 @@ if grep -q '"content_block":{"type":"text"' "$TMP/harmony_msg.sse" && tail -n 2 
 else
     bad "harmony /v1/messages stream: $(head -c 300 "$TMP/harmony_msg.sse")"
 fi
+stop "$PID"
+
+# ---- Qwen3-Coder's template (its XML tool layout): every conversation of
+# tests/unit/data/qwen3_coder_tools.json gets the Jinja rendering's prompt through both APIs;
+# a call's arguments that are not an object's text are a 400 (each is written as a parameter)
+start coder --chat-template qwen3-coder || exit 1
+$PY "$HERE/tools_check.py" "$URL" "$HERE/../unit/data/qwen3_coder_tools.json" >"$TMP/coder.log" 2>&1
+cat "$TMP/coder.log"
+pass=$((pass + $(grep -c '^ok' "$TMP/coder.log")))
+fail=$((fail + $(grep -c '^FAIL' "$TMP/coder.log")))
+grep -q "^ok" "$TMP/coder.log" || bad "tools_check.py produced nothing"
+expect "qwen3-coder: arguments not an object: 400" 400 "must be a JSON object's text" "${J[@]}" \
+    -d '{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"[1]"}}]},{"role":"user","content":"y"}]}' \
+    "$URL/v1/chat/completions"
 stop "$PID"
 
 finish "server test" "$(($(date +%s) - t_start)) s"

@@ -633,14 +633,14 @@ TEST(test_reply_parts) {
  * Qwen3's Jinja template renders them (tests/unit/data/qwen3_tools.json, written by
  * tools/tool_template_ref.py with jinja2), the tool definitions written by sl_chat_tojson; and
  * their ids are those of the rendered text, the template's <tool_call> tokens included. */
-TEST(test_chatml_tools_render) {
+static void check_tool_renderings(const char *file, const char *template_name) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/../unit/data/qwen3_tools.json", test_fixtures);
+    snprintf(path, sizeof path, "%s/../unit/data/%s", test_fixtures, file);
     json_t *cases = json_load_file(path, 0, NULL);
     CHECKF(json_array_size(cases) >= 4, "%s", path);
     sl_chat_template t;
     sl_error err = {0};
-    CHECK(sl_chat_template_from_name("chatml-think", &t, &err) == SL_OK);
+    CHECK(sl_chat_template_from_name(template_name, &t, &err) == SL_OK);
     CHECK(sl_chat_supports_tools(&t));
     sl_tokenizer *tok = test_qwen3_tokenizer();
     size_t ci;
@@ -691,4 +691,23 @@ TEST(test_chatml_tools_render) {
             free(defs[i]);
     }
     json_decref(cases);
+}
+
+TEST(test_chatml_tools_render) {
+    check_tool_renderings("qwen3_tools.json", "chatml-think");
+}
+
+/* The same for Qwen3-Coder's template (tests/unit/data/qwen3_coder_tools.json): tools as XML,
+ * calls as <function=NAME> with <parameter=P> values, results in one user turn; and its source
+ * is told apart from Qwen3's by its "<function=" and "<parameter=" literals. */
+TEST(test_coder_tools_render) {
+    check_tool_renderings("qwen3_coder_tools.json", "qwen3-coder");
+    sl_chat_template t;
+    sl_chat_template_from_source("{%- if messages[0][\"role\"] == \"system\" %}<|im_start|>system"
+                                 "{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+                                 "{{- '<parameter=' + args_name + '>\\n' }}",
+                                 &t);
+    CHECK(t.kind == SL_TEMPLATE_CHATML && t.tool_form == SL_TOOL_FORM_XML && !t.thinking_switch);
+    sl_chat_template_from_source("<|im_start|>{{- '<tool_call>\\n{\"name\": \"' }}", &t);
+    CHECK(t.kind == SL_TEMPLATE_CHATML && t.tool_form == SL_TOOL_FORM_JSON);
 }

@@ -81,3 +81,91 @@ TEST(test_toolcall_parse) {
           !memcmp(c.content, "a\0b", 3));
     sl_tool_calls_free(&c);
 }
+
+/* Qwen3-Coder's XML form: values converted by the offered tool's schema types. */
+static sl_tool_calls parse_xml(const char *s, const sl_chat_tools *tools) {
+    sl_tool_calls c;
+    sl_error err = {0};
+    if (sl_tool_calls_read(SL_TOOL_FORM_XML, tools, s, strlen(s), &c, &err) != SL_OK)
+        memset(&c, 0, sizeof c);
+    return c;
+}
+
+TEST(test_toolcall_xml) {
+    static const char *const defs[] = {
+        "{\"type\": \"function\", \"function\": {\"name\": \"run\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"cmd\": {\"type\": \"string\"}, \"n\": {\"type\": "
+        "\"integer\"}, \"x\": {\"type\": \"number\"}, \"dry\": {\"type\": \"boolean\"}, \"env\": "
+        "{\"type\": \"object\"}, \"args\": {\"type\": [\"array\", \"null\"]}, \"id\": {\"type\": "
+        "[\"integer\", \"string\"]}, \"free\": {}}}}}",
+        "{\"name\": \"bare\"}", /* an Anthropic-shaped or bare definition reads too */
+    };
+    const sl_chat_tools tools = {defs, 2};
+    /* the template's own layout, every kind of value */
+    sl_tool_calls c = parse_xml(
+        "Running it.\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -la\n  x\n</parameter>\n"
+        "<parameter=n>\n42\n</parameter>\n<parameter=x>\n2.5\n</parameter>\n<parameter=dry>\nTrue"
+        "\n</parameter>\n<parameter=env>\n{\"A\": \"b\"}\n</parameter>\n<parameter=args>\nnull\n"
+        "</parameter>\n<parameter=id>\nabc\n</parameter>\n<parameter=free>\n7\n</parameter>\n"
+        "<parameter=other>\n{}\n</parameter>\n</function>\n</tool_call>",
+        &tools);
+    CHECK(c.n == 1 && !strcmp(c.content, "Running it.") && !strcmp(c.calls[0].name, "run"));
+    CHECKF(c.n == 1 &&
+               !strcmp(c.calls[0].arguments,
+                       "{\"cmd\": \"ls -la\\n  x\", \"n\": 42, \"x\": 2.5, \"dry\": true, "
+                       "\"env\": {\"A\": \"b\"}, \"args\": null, \"id\": \"abc\", \"free\": "
+                       "\"7\", \"other\": \"{}\"}"),
+           "%s", c.n ? c.calls[0].arguments : "");
+    sl_tool_calls_free(&c);
+
+    /* values that do not read as their type stay strings; "null" of a string is the text */
+    c = parse_xml("<tool_call><function=run><parameter=n>4x</parameter><parameter=x>inf"
+                  "</parameter><parameter=dry>yes</parameter><parameter=cmd>null</parameter>"
+                  "<parameter=env>[1]</parameter><parameter=id>7</parameter></function>"
+                  "</tool_call>",
+                  &tools);
+    CHECKF(c.n == 1 &&
+               !strcmp(c.calls[0].arguments,
+                       "{\"n\": \"4x\", \"x\": \"inf\", \"dry\": \"yes\", \"cmd\": \"null\", "
+                       "\"env\": \"[1]\", \"id\": 7}"),
+           "%s", c.n ? c.calls[0].arguments : "");
+    sl_tool_calls_free(&c);
+
+    /* two calls, one of a tool not offered (strings), no tools at all */
+    const char *two = "<tool_call>\n<function=bare>\n</function>\n</tool_call>\n<tool_call>\n"
+                      "<function=other>\n<parameter=a>\n1\n</parameter>\n</function>\n"
+                      "</tool_call>";
+    c = parse_xml(two, &tools);
+    CHECK(c.n == 2 && c.content_len == 0 && !strcmp(c.calls[0].name, "bare") &&
+          !strcmp(c.calls[0].arguments, "{}") && !strcmp(c.calls[1].name, "other") &&
+          !strcmp(c.calls[1].arguments, "{\"a\": \"1\"}"));
+    sl_tool_calls_free(&c);
+    c = parse_xml(two, NULL);
+    CHECK(c.n == 2);
+    sl_tool_calls_free(&c);
+
+    /* blocks that are not calls stay text; the JSON form is not read in the XML one */
+    static const char *const bad[] = {
+        "<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call><function=>\n</function></tool_call>",
+        "<tool_call><function=run></tool_call>",
+        "<tool_call><function=run><parameter=a>1</function></tool_call>",
+        "<tool_call><function=run></function>x</tool_call>",
+        "<tool_call>x<function=run></function></tool_call>",
+        "<tool_call><function=a b\n></function></tool_call>",
+        "<tool_call><function=run><parameter=>1</parameter></function></tool_call>",
+        "<tool_call><function=run>junk<parameter=a>1</parameter></function></tool_call>",
+        "<tool_call>\n<function=run>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_ca",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        c = parse_xml(bad[i], &tools);
+        CHECKF(c.n == 0 && !strcmp(c.content, bad[i]), "case %zu: n=%d", i, c.n);
+        sl_tool_calls_free(&c);
+    }
+    /* ... and the XML form is not read in the JSON one */
+    sl_error err = {0};
+    const char *xml = "<tool_call><function=run></function></tool_call>";
+    CHECK(sl_tool_calls_read(SL_TOOL_FORM_JSON, &tools, xml, strlen(xml), &c, &err) == SL_OK &&
+          c.n == 0);
+    sl_tool_calls_free(&c);
+}
