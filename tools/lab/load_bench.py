@@ -34,6 +34,7 @@ import argparse
 import http.client
 import json
 import math
+import os
 import random
 import re
 import statistics
@@ -50,6 +51,24 @@ def pct(xs, p):
     s = sorted(xs)
     k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
     return s[k]
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process pid (all its threads), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError):
+        return None
 
 
 def get_metrics(host, port, headers):
@@ -271,6 +290,9 @@ def main():
     ap.add_argument("--api-key")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--label", default="", help="a name carried into the JSON")
+    ap.add_argument("--pid", type=int,
+                    help="the server's process: its CPU seconds over the run are reported, "
+                         "as cores used (on a shared machine, whether it got its threads)")
     ap.add_argument("--json", help="also write the JSON result to this file")
     a = ap.parse_args()
 
@@ -288,6 +310,7 @@ def main():
             sys.exit(f"load_bench: the warm-up request failed: {w.error}")
 
     m0 = get_metrics(host, port, headers)
+    load0, cpu0 = loadavg(), cpu_seconds(a.pid) if a.pid else None
     replies, start_evt = [], threading.Event()
     per_client = [[] for _ in range(a.clients)]
     threads = [threading.Thread(target=client_loop,
@@ -301,9 +324,13 @@ def main():
         th.join()
     t1 = time.perf_counter()
     m1 = get_metrics(host, port, headers)
+    cpu1 = cpu_seconds(a.pid) if a.pid else None
     for pc in per_client:
         replies += pc
     res = summarize(a, replies, t0, t1, m0, m1)
+    # The machine's state: a loaded one (another build, test suite) makes the figures noise.
+    res["loadavg_1m_start"], res["loadavg_1m_end"] = load0, loadavg()
+    res["server_cores_used"] = (cpu1 - cpu0) / (t1 - t0) if cpu0 is not None and cpu1 is not None else None
 
     print(f"{a.label + ': ' if a.label else ''}N={a.clients} R={a.requests} "
           f"prompt={a.prompt_tokens} gen={a.max_tokens}: "
@@ -312,7 +339,9 @@ def main():
           f"TTFT p50/p99 {fmt(res['ttft_p50_s'], 1e3, 0)}/{fmt(res['ttft_p99_s'], 1e3, 0)} ms, "
           f"ITL p50/p99 {fmt(res['itl_p50_s'], 1e3, 1)}/{fmt(res['itl_p99_s'], 1e3, 1)} ms, "
           f"{res['failures']} failures of {res['requests']}, "
-          f"tok/chunk {fmt(res['tokens_per_chunk'], 1, 2)}"
+          f"tok/chunk {fmt(res['tokens_per_chunk'], 1, 2)}, load {fmt(res['loadavg_1m_end'])}"
+          + (f", server cores {fmt(res['server_cores_used'], 1, 2)}"
+             if res["server_cores_used"] is not None else "")
           + (f", expert MB/token {fmt(res['expert_bytes_per_token'], 1e-6, 1)}"
              if res["expert_bytes_per_token"] is not None else ""))
     for f in res["first_failures"]:

@@ -3,6 +3,7 @@
 # (issue 29), measured by load_bench.py; a side-by-side table of medians.
 #
 #   tools/lab/load_compare.sh GGUF [ROUNDS]
+#   tools/lab/load_compare.sh --table DIR     (the table again, from a run's JSON files)
 #
 # For each N in $NS both servers are started on the same file (both memory-map it, so they share
 # the page cache and neither evicts the other), then load_bench.py runs ROUNDS times against
@@ -20,7 +21,7 @@
 #   LLAMA_FLAGS: added to llama-server        OUT [a new /tmp directory]: logs and JSON
 #   ENGINES ["llama sluice"]: one of them alone to measure only it
 set -euo pipefail
-G=${1:?usage: load_compare.sh GGUF [ROUNDS]}
+G=${1:?usage: load_compare.sh GGUF [ROUNDS] | --table DIR}
 ROUNDS=${2:-3}
 NS=${NS:-"1 4 16"}
 R=${R:-2}
@@ -63,6 +64,7 @@ start() { # engine N
         "$LLAMA_SERVER" -m "$G" -t "$THREADS" -np "$2" -c $(($2 * CTX)) --port "$PORT_L" \
             --host 127.0.0.1 --no-webui ${LLAMA_FLAGS:-} >"$log" 2>&1 &
         PIDS+=($!)
+        PID_L=$!
         wait_health "http://127.0.0.1:$PORT_L" $! "$log"
     else
         # The queue and request timeouts are raised: with one request generating at a time,
@@ -71,31 +73,22 @@ start() { # engine N
         "$SLUICE" serve "$G" -t "$THREADS" -c "$CTX" $par --queue-timeout 3600 --timeout 3600 \
             --port "$PORT_S" --quiet ${SLUICE_FLAGS:-} >"$log" 2>&1 &
         PIDS+=($!)
+        PID_S=$!
         wait_health "http://127.0.0.1:$PORT_S" $! "$log"
     fi
 }
 
 bench() { # engine N round
-    local port=$PORT_L
-    [ "$1" = sluice ] && port=$PORT_S
-    "$HERE/load_bench.py" --url "http://127.0.0.1:$port" -n "$2" -r "$R" --prompt-tokens "$PT" \
-        --max-tokens "$GEN" --seed "$3" --label "$1" --json "$OUT/$1-n$2-r$3.json" \
+    local port=$PORT_L pid=$PID_L
+    [ "$1" = sluice ] && port=$PORT_S pid=$PID_S
+    ${PYTHON:-/usr/bin/python3} "$HERE/load_bench.py" --url "http://127.0.0.1:$port" -n "$2" -r "$R" --prompt-tokens "$PT" \
+        --max-tokens "$GEN" --seed "$3" --label "$1" --pid "$pid" --json "$OUT/$1-n$2-r$3.json" \
         >"$OUT/$1-n$2-r$3.txt" 2>&1 || true # failures are in the JSON, counted in the table
     echo "round $3 $(head -1 "$OUT/$1-n$2-r$3.txt")"
 }
 
-echo "load_compare: $G, N in $NS, $ROUNDS rounds, R=$R PT=$PT GEN=$GEN -t $THREADS; output in $OUT"
-for n in $NS; do
-    for e in $ENGINES; do start "$e" "$n"; done
-    for r in $(seq "$ROUNDS"); do
-        order=$ENGINES
-        [ $((r % 2)) = 0 ] && order=$(echo "$ENGINES" | tr ' ' '\n' | tac | tr '\n' ' ')
-        for e in $order; do bench "$e" "$n" "$r"; done
-    done
-    stop_all
-done
-
-/usr/bin/python3 - "$OUT" <<'EOF'
+table() {
+/usr/bin/python3 - "$1" <<'EOF'
 # The table: per engine and N, the median over rounds of each figure.
 import glob, json, os, re, statistics, sys
 rows = {}
@@ -107,14 +100,15 @@ def med(rs, k, s=1.0):
     return statistics.median(v) * s if v else None
 def f(v, d=1):
     return "-" if v is None else f"{v:.{d}f}"
-print("| N | engine | runs | aggregate tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | failures | expert MB/token |")
-print("|---|---|---|---|---|---|---|---|")
+print("| N | engine | runs | aggregate tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | failures | expert MB/token | server cores used | load avg |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for (n, e) in sorted(rows):
     rs = rows[(n, e)]
     print(f"| {n} | {e} | {len(rs)} | {f(med(rs, 'aggregate_decode_tok_s'))} "
           f"| {f(med(rs, 'ttft_p50_s', 1e3), 0)} / {f(med(rs, 'ttft_p99_s', 1e3), 0)} "
           f"| {f(med(rs, 'itl_p50_s', 1e3))} / {f(med(rs, 'itl_p99_s', 1e3))} "
-          f"| {sum(r['failures'] for r in rs)} | {f(med(rs, 'expert_bytes_per_token', 1e-6))} |")
+          f"| {sum(r['failures'] for r in rs)} | {f(med(rs, 'expert_bytes_per_token', 1e-6))} "
+          f"| {f(med(rs, 'server_cores_used'), 2)} | {f(med(rs, 'loadavg_1m_end'))} |")
 ns = sorted({n for n, _ in rows})
 for n in ns:
     s, l = rows.get((n, "sluice")), rows.get((n, "llama"))
@@ -130,3 +124,20 @@ for n in ns:
         if a and b:
             print(f"N={n}: sluice aggregate {a / b:.2f}x its single-client rate")
 EOF
+}
+if [ "$G" = --table ]; then
+    table "${2:?--table DIR}"
+    exit 0
+fi
+
+echo "load_compare: $G, N in $NS, $ROUNDS rounds, R=$R PT=$PT GEN=$GEN -t $THREADS; output in $OUT"
+for n in $NS; do
+    for e in $ENGINES; do start "$e" "$n"; done
+    for r in $(seq "$ROUNDS"); do
+        order=$ENGINES
+        [ $((r % 2)) = 0 ] && order=$(echo "$ENGINES" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for e in $order; do bench "$e" "$n" "$r"; done
+    done
+    stop_all
+done
+table "$OUT"
