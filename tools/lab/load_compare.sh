@@ -79,8 +79,8 @@ start() { # engine N
 }
 
 bench() { # engine N round
-    local port=$PORT_L pid=$PID_L
-    [ "$1" = sluice ] && port=$PORT_S pid=$PID_S
+    local port=$PORT_L pid=${PID_L:-}
+    [ "$1" = sluice ] && port=$PORT_S pid=${PID_S:-}
     ${PYTHON:-/usr/bin/python3} "$HERE/load_bench.py" --url "http://127.0.0.1:$port" -n "$2" -r "$R" --prompt-tokens "$PT" \
         --max-tokens "$GEN" --seed "$3" --label "$1" --pid "$pid" --json "$OUT/$1-n$2-r$3.json" \
         >"$OUT/$1-n$2-r$3.txt" 2>&1 || true # failures are in the JSON, counted in the table
