@@ -25,7 +25,9 @@ reply's total (the remainder counted at its last chunk); `tokens_per_chunk` in t
 how often that happened.
 
 With sluice's /metrics, the expert bytes read per generated token over the run (the deltas of
-sluice_expert_bytes_read_total and sluice_completion_tokens_total).
+sluice_expert_bytes_read_total and sluice_completion_tokens_total: the prefills' reads are in
+it, as issue 29's goal counts them). sluice counts bytes it reads itself, so it is 0 unless the
+experts are streamed (--experts stream --cache-experts N); mapped files fault in unseen.
 
 Prints one line of results, then one line of JSON (--json FILE also writes it there).
 Python 3 standard library only; loopback or not, it only sends what it is told to.
