@@ -3,7 +3,8 @@
 # (issue 29), measured by load_bench.py; a side-by-side table of medians.
 #
 #   tools/lab/load_compare.sh GGUF [ROUNDS]
-#   tools/lab/load_compare.sh --table DIR     (the table again, from a run's JSON files)
+#   tools/lab/load_compare.sh --table DIR [MIN_CORES]   (the table again from a run's JSON files;
+#       with MIN_CORES only the runs whose server used that many cores: the unstarved ones)
 #
 # For each N in $NS both servers are started on the same file (both memory-map it, so they share
 # the page cache and neither evicts the other), then load_bench.py runs ROUNDS times against
@@ -87,14 +88,22 @@ bench() { # engine N round
     echo "round $3 $(head -1 "$OUT/$1-n$2-r$3.txt")"
 }
 
-table() {
-/usr/bin/python3 - "$1" <<'EOF'
-# The table: per engine and N, the median over rounds of each figure.
+table() { # DIR [MIN_CORES]
+/usr/bin/python3 - "$1" "${2:-0}" <<'EOF'
+# The table: per engine and N, the median over rounds of each figure; with MIN_CORES, only the
+# runs whose server got at least that many cores (the others were starved by other work on this
+# shared machine: their figures measure the neighbours).
 import glob, json, os, re, statistics, sys
-rows = {}
+rows, min_cores, dropped = {}, float(sys.argv[2]), 0
 for f in glob.glob(os.path.join(sys.argv[1], "*-n*-r*.json")):
     e, n = re.match(r"(\w+)-n(\d+)-r\d+\.json", os.path.basename(f)).groups()
-    rows.setdefault((int(n), e), []).append(json.load(open(f)))
+    r = json.load(open(f))
+    if min_cores and (r.get("server_cores_used") or 0) < min_cores:
+        dropped += 1
+        continue
+    rows.setdefault((int(n), e), []).append(r)
+if min_cores:
+    print(f"runs whose server got >= {min_cores:g} cores ({dropped} others left out):")
 def med(rs, k, s=1.0):
     v = [r[k] for r in rs if r.get(k) is not None]
     return statistics.median(v) * s if v else None
@@ -126,7 +135,7 @@ for n in ns:
 EOF
 }
 if [ "$G" = --table ]; then
-    table "${2:?--table DIR}"
+    table "${2:?--table DIR [MIN_CORES]}" "${3:-0}"
     exit 0
 fi
 
@@ -141,3 +150,4 @@ for n in $NS; do
     stop_all
 done
 table "$OUT"
+table "$OUT" "$(echo "$THREADS * 0.75" | bc -l)" # the runs that got 3/4 of their threads' cores
