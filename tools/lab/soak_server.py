@@ -15,14 +15,19 @@ Workers loop over a weighted mix of requests until the time is up:
             /metrics,
             and every --burst-every seconds a burst of --burst valid requests at once
   hostile   streams dropped mid-way, non-streaming requests reset (SO_LINGER 0),
-            malformed JSON and wrong fields (400), bodies over --max-body (413,
-            declared or chunked), a foreign Host header (403), connections that
-            trickle their headers or say nothing (must be closed by the server
-            within --header-timeout + 3 s)
+            malformed JSON and wrong field types (400), prompts longer than the
+            context (400), unknown routes and methods (404/405), bodies over
+            --max-body (413, declared or chunked), a foreign Host header (403),
+            connections that trickle their headers or say nothing (must be closed by
+            the server within --header-timeout + 3 s)
 A valid request fails when it gets anything but a complete 200 answer; a hostile one
-is an anomaly when the server answers other than expected. The server's VmRSS,
-threads and open descriptors are sampled every --sample-every seconds. Prints a
-report; exits 1 when any valid request failed or any anomaly was seen.
+is an anomaly when the server answers other than expected, and every refusal must be
+a 4xx whose body is a JSON error with a message (never a 5xx or a dropped
+connection). The server's VmRSS, threads and open descriptors are sampled every
+--sample-every seconds; the report gives the RSS drift after warm-up. Before the
+load and after it, the same greedy requests (temperature 0) must get the same text:
+the load left no state behind (KV cache, prefix reuse, sampler) that changes answers.
+Prints a report; exits 1 when any valid request failed or any anomaly was seen.
 
 Python 3 standard library only. Every socket operation has a timeout, the run is bounded
 by --duration and --max-requests, and only loopback addresses are accepted.
@@ -79,6 +84,7 @@ class Target:
         self.api_key = api_key
         self.max_body = max_body
         self.header_timeout = header_timeout
+        self.ctx, self.n_vocab = 8192, 32000  # read from /v1/models when it says
 
     def connect(self, timeout=IO_TIMEOUT):
         return socket.create_connection((self.host, self.port), timeout=timeout)
@@ -148,6 +154,16 @@ def exchange(t, method, path, body=None, half_close=False, extra=""):
         return parse_response(read_until_close(s))
     finally:
         s.close()
+
+
+def error_message(data):
+    """The message of a JSON error body (OpenAI's or Anthropic's shape), or None."""
+    try:
+        e = json.loads(data).get("error")
+        m = e.get("message") if isinstance(e, dict) else None
+        return m if isinstance(m, str) and m else None
+    except (ValueError, AttributeError):
+        return None
 
 
 def sse_events(body):
@@ -360,6 +376,19 @@ MALFORMED = [
     b'{"prompt": 1e999}',
     b'{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i"]}',
     b'[' * 5000 + b']' * 5000,
+    # wrong types of otherwise valid fields
+    b'{"prompt": "x", "max_tokens": "ten"}',
+    b'{"prompt": "x", "stream": "yes"}',
+    b'{"prompt": {"text": "x"}}',
+    b'{"prompt": "x", "stop": 5}',
+    b'{"prompt": "x", "seed": "s"}',
+    b'{"prompt": "x", "top_p": [1]}',
+    b'{"prompt": "x", "ignore_eos": 1}',
+    b'{"messages": [{"role": "user", "content": 7}]}',
+    b'{"messages": [{"role": "user"}]}',
+    b'{"messages": {"role": "user", "content": "x"}}',
+    b'{"prompt": "x", "stream_options": []}',
+    b'{"prompt": null}',
     b'',
     b'\x00\x01\x02',
 ]
@@ -382,13 +411,54 @@ def do_malformed(t, st, rng):
     try:
         s.sendall(t.head("POST", path, len(body)) + body)
         status, _, data = parse_response(read_until_close(s))
-        good = status == 400 and b'"error"' in data
+        good = status == 400 and error_message(data) is not None
         why = f"{body[:40]!r} -> {status} {data[:150]!r}"
     except Exception as e:
         good, why = False, f"{body[:40]!r}: {type(e).__name__}: {e}"
     finally:
         s.close()
     st.hostile_result("malformed body: 400", good, why)
+
+
+def do_long_prompt(t, st, rng):
+    """A prompt longer than the context (t.ctx tokens): 400 context_length_exceeded, streamed
+    or not, on each route; as text (each word at least one token) or as token ids."""
+    n = t.ctx + rng.randint(1, t.ctx)
+    path = rng.choice(["/v1/chat/completions", "/v1/completions", "/v1/messages"])
+    text = " ".join(rng.choice(WORDS) for _ in range(n))
+    if path == "/v1/completions":
+        b = {"prompt": [rng.randint(1, t.n_vocab - 1) for _ in range(n)]
+             if rng.random() < 0.5 else text}
+    else:
+        b = {"messages": [{"role": "user", "content": text}]}
+    b["max_tokens"] = rng.randint(1, 12)
+    if rng.random() < 0.5:
+        b["stream"] = True
+    try:
+        status, _, data = exchange(t, "POST", path, b)
+        good = status == 400 and error_message(data) is not None
+        why = f"{path} {n} words/ids -> {status} {data[:150]!r}"
+    except Exception as e:
+        good, why = False, f"{path}: {type(e).__name__}: {e}"
+    st.hostile_result("prompt over the context: 400", good, why)
+
+
+UNKNOWN = [("GET", "/v1/nope"), ("POST", "/v2/chat/completions"), ("GET", "/"),
+           ("POST", "/v1/embeddings"), ("DELETE", "/v1/completions"), ("GET", "/v1/chat/completions"),
+           ("PUT", "/health"), ("POST", "/metrics"), ("PATCH", "/v1/models"),
+           ("GET", "/v1/models/../../etc/passwd"), ("GET", "/%00"), ("POST", "/v1/completions/x")]
+
+
+def do_unknown_route(t, st, rng):
+    method, path = rng.choice(UNKNOWN)
+    body = {"prompt": "x"} if rng.random() < 0.5 else None
+    try:
+        status, _, data = exchange(t, method, path, body)
+        good = status in (400, 404, 405) and error_message(data) is not None
+        why = f"{method} {path} -> {status} {data[:150]!r}"
+    except Exception as e:
+        good, why = False, f"{method} {path}: {type(e).__name__}: {e}"
+    st.hostile_result("unknown route/method: 404/405", good, why)
 
 
 def do_oversized(t, st, rng):
@@ -413,7 +483,7 @@ def do_oversized(t, st, rng):
             except OSError:
                 pass  # the server may answer and close before the end
         status, _, data = parse_response(read_until_close(s))
-        good, why = status == 413, f"{status} {data[:150]!r}"
+        good, why = status == 413 and error_message(data) is not None, f"{status} {data[:150]!r}"
     except Exception as e:
         good, why = False, f"{type(e).__name__}: {e}"
     finally:
@@ -428,7 +498,8 @@ def do_bad_host(t, st, rng):
                            b"ev\xffil", b"localhost:99999", b"[::1"])
         s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
         status, _, data = parse_response(read_until_close(s))
-        good, why = status == 403, f"Host {host}: {status} {data[:100]!r}"
+        good = status == 403 and error_message(data) is not None
+        why = f"Host {host}: {status} {data[:100]!r}"
     except Exception as e:
         good, why = False, f"{type(e).__name__}: {e}"
     finally:
@@ -470,6 +541,7 @@ def do_slow(t, st, rng):
 MIX = [  # (weight, action)
     (22, "valid"), (8, "halfclose"), (5, "keepalive"), (6, "get"),
     (6, "drop"), (5, "reset"), (10, "malformed"), (2, "oversized"), (3, "badhost"),
+    (3, "longprompt"), (3, "unknown"),
 ]
 
 
@@ -502,6 +574,10 @@ def worker(t, st, seed, stop_at, max_requests):
             do_oversized(t, st, rng)
         elif action == "badhost":
             do_bad_host(t, st, rng)
+        elif action == "longprompt":
+            do_long_prompt(t, st, rng)
+        elif action == "unknown":
+            do_unknown_route(t, st, rng)
 
 
 def slow_worker(t, st, seed, stop_at):
@@ -557,6 +633,45 @@ def metric(t, name):
         return None
 
 
+def model_limits(t):
+    """(context length, vocabulary size) from /v1/models, None for what it does not say."""
+    try:
+        status, _, body = exchange(t, "GET", "/v1/models")
+        m = json.loads(body)["data"][0]
+        meta = m.get("meta") or {}
+        return m.get("max_model_len") or meta.get("n_ctx"), meta.get("n_vocab")
+    except Exception:
+        return None, None
+
+
+GREEDY = [  # (path, body): temperature 0, so the same text every time on an unchanged server
+    ("/v1/completions", {"prompt": "In the beginning", "max_tokens": 32, "temperature": 0}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who was the first king?"}],
+                              "max_tokens": 32, "temperature": 0}),
+    ("/v1/completions", {"prompt": "And the LORD said", "max_tokens": 24, "temperature": 0,
+                         "stream": True}),
+]
+
+
+def greedy_answers(t):
+    """The texts of the GREEDY requests (an error text in place of a failed one)."""
+    out = []
+    for path, body in GREEDY:
+        try:
+            status, _, data = exchange(t, "POST", path, body)
+            if status != 200:
+                out.append(f"<status {status}>")
+            elif body.get("stream"):
+                out.append("".join(json.loads(e)["choices"][0].get("text") or ""
+                                   for e in sse_events(data)[:-1] if json.loads(e).get("choices")))
+            else:
+                c = json.loads(data)["choices"][0]
+                out.append(c["message"]["content"] if "message" in c else c["text"])
+        except Exception as e:
+            out.append(f"<{type(e).__name__}: {e}>")
+    return out
+
+
 def start_server(cmd, log_path):
     log = open(log_path, "w")
     p = subprocess.Popen(cmd + ["--port", "0"], stdout=subprocess.DEVNULL, stderr=log)
@@ -587,7 +702,7 @@ def main():
     ap.add_argument("--header-timeout", type=float, default=10,
                     help="the server's --header-timeout (default 10)")
     ap.add_argument("--api-key", default=os.environ.get("SLUICE_API_KEY"))
-    ap.add_argument("--sample-every", type=float, default=5, help="seconds (default 5)")
+    ap.add_argument("--sample-every", type=float, default=10, help="seconds (default 10)")
     ap.add_argument("--stop-within", type=float, default=15,
                     help="with a command: SIGTERM must end it within this (default 15)")
     ap.add_argument("--seed", type=int, default=1)
@@ -616,6 +731,9 @@ def main():
         sys.exit(f"soak: {host} is not a loopback address: this tool only drives local servers")
 
     t = Target(host, port, a.api_key, max_body, a.header_timeout)
+    ctx, n_vocab = model_limits(t)
+    t.ctx, t.n_vocab = ctx or t.ctx, n_vocab or t.n_vocab
+    greedy_before = greedy_answers(t)
     st = Stats()
     t_start = time.time()
     stop_at = t_start + a.duration
@@ -653,6 +771,10 @@ def main():
         anomalies.append(f"/health after the load: {health}")
     if running not in (0, None):
         anomalies.append(f"sluice_requests_running {running} after the load")
+    greedy_after = greedy_answers(t)
+    for (path, _), x, y in zip(GREEDY, greedy_before, greedy_after):
+        if x != y or x.startswith("<"):
+            anomalies.append(f"greedy {path}: {x[:80]!r} before the load, {y[:80]!r} after")
     stop_sampling.set()
     if pid:
         s = proc_sample(pid)
@@ -690,12 +812,20 @@ def main():
         warm = next((x[1] for x in samples if x[0] >= min(30, elapsed / 4)), rss[0])
         print(f"  server RSS (kB): start {rss[0]}, after warm-up {warm}, end {rss[-1]}, max {max(rss)} "
               f"({len(samples)} samples every {a.sample_every:g} s)")
+        # The second half's drift is the leak test: per-thread malloc arenas grow for a while
+        # (up to one per connection thread at the bursts' peak), then level off.
+        half = next((x[1] for x in samples if x[0] >= samples[-1][0] / 2), rss[0])
+        print(f"  RSS drift after warm-up: {rss[-1] - warm:+d} kB ({(rss[-1] - warm) / warm * 100:+.1f}%); "
+              f"over the second half: {rss[-1] - half:+d} kB ({(rss[-1] - half) / half * 100:+.1f}%)")
         step = max(1, len(samples) // 10)  # the trend: a leak climbs, arenas level off
         print("  RSS trend (s: kB): " + ", ".join(f"{x[0]:.0f}: {x[1]}" for x in samples[::step]))
         print(f"  server threads: start {samples[0][2]}, end {samples[-1][2]}, max {max(x[2] for x in samples)}; "
               f"open descriptors: start {samples[0][3]}, end {samples[-1][3]}, max {max(x[3] for x in samples)}")
     if open_conns is not None:
         print(f"  connections open after the load: {open_conns:.0f}")
+    print(f"  greedy answers after the load: "
+          f"{sum(x == y for x, y in zip(greedy_before, greedy_after))} of {len(GREEDY)} identical "
+          f"to before (context {t.ctx}, vocabulary {t.n_vocab})")
     if proc:
         print(f"  SIGTERM: exit status {stop_rc}")
     for f in st.failures:
