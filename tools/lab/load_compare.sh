@@ -17,8 +17,9 @@
 #   THREADS [2]    CTX [512] context per sequence (llama-server gets -c N*CTX, one slot each)
 #   SLUICE [build/sluice]   LLAMA_SERVER [/tmp/nlc-bundle/build/bin/llama-server]
 #   SLUICE_FLAGS: added to `sluice serve` (e.g. --experts stream --cache-mem 1G)
-#   SLUICE_PARALLEL ["--parallel N"]: how N reaches sluice (today --parallel is how many
-#     requests are admitted at once, one generating; with continuous batching, the batch)
+#   SLUICE_MODEL [GGUF]: what sluice serves instead (its int4 pack of the same shapes: the same
+#     bits per weight as Q4_0; add --tokenizer to SLUICE_FLAGS when it has none)
+#   SLUICE_PARALLEL ["--parallel N"]: how N reaches sluice (N sequences decoding together)
 #   LLAMA_FLAGS: added to llama-server        OUT [a new /tmp directory]: logs and JSON
 #   ENGINES ["llama sluice"]: one of them alone to measure only it
 set -euo pipefail
@@ -71,7 +72,7 @@ start() { # engine N
         # The queue and request timeouts are raised: with one request generating at a time,
         # the 16th client of a round waits behind the other 15's (120 s by default).
         local par=${SLUICE_PARALLEL:-"--parallel $2"}
-        "$SLUICE" serve "$G" -t "$THREADS" -c "$CTX" $par --queue-timeout 3600 --timeout 3600 \
+        "$SLUICE" serve "${SLUICE_MODEL:-$G}" -t "$THREADS" -c "$CTX" $par --queue-timeout 3600 --timeout 3600 \
             --port "$PORT_S" --quiet ${SLUICE_FLAGS:-} >"$log" 2>&1 &
         PIDS+=($!)
         PID_S=$!
