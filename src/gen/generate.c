@@ -78,16 +78,8 @@ sl_status sl_gen_init(sl_gen *g, const sl_gen_setup *su, sl_error *err) {
 }
 
 static sl_status reply_append(sl_gen_seq *q, const char *s, size_t n, sl_error *err) {
-    if (q->reply_len + n + 1 > q->reply_cap) {
-        size_t cap = (q->reply_len + n + 1) * 2;
-        char *r = realloc(q->reply, cap);
-        if (!r) return sl_fail(err, SL_ERR_NOMEM, "out of memory (reply of %zu bytes)", cap);
-        q->reply = r;
-        q->reply_cap = cap;
-    }
-    memcpy(q->reply + q->reply_len, s, n);
-    q->reply_len += n;
-    q->reply[q->reply_len] = '\0';
+    if (sl_append(&q->reply, &q->reply_len, &q->reply_cap, s, n))
+        return sl_fail(err, SL_ERR_NOMEM, "out of memory (a reply of %zu bytes)", q->reply_len + n);
     return SL_OK;
 }
 
@@ -131,9 +123,7 @@ sl_status sl_gen_begin(sl_gen *g, sl_gen_seq *q, const int32_t *ids, int32_t n,
     return SL_OK;
 }
 
-sl_status sl_gen_prefill(sl_gen *g, sl_gen_seq *q, int32_t max_tokens, int32_t *left,
-                         sl_error *err) {
-    (void)g;
+sl_status sl_gen_prefill(sl_gen_seq *q, int32_t max_tokens, int32_t *left, sl_error *err) {
     sl_gen_run *r = &q->r;
     const int32_t T = SL_MIN(SL_MAX(max_tokens, 1), r->n - r->done);
     const int last = r->done + T == r->n; /* the logits of the prompt's end only */
@@ -222,8 +212,7 @@ int sl_gen_sample(sl_gen *g, sl_gen_seq *q, sl_status *st, sl_error *err) {
     return 1;
 }
 
-sl_status sl_gen_end(sl_gen *g, sl_gen_seq *q, sl_status st, sl_error *err) {
-    (void)g;
+sl_status sl_gen_end(sl_gen_seq *q, sl_status st, sl_error *err) {
     sl_gen_run *r = &q->r;
     const sl_gen_params *p = r->p;
     const char *rest;
@@ -243,8 +232,8 @@ sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_pa
     sl_gen_seq *q = &g->seq;
     sl_status st = sl_gen_begin(g, q, ids, n, p, res, err);
     for (int32_t left = 1; !st && left > 0;)
-        st = sl_gen_prefill(g, q, INT32_MAX, &left, err);
+        st = sl_gen_prefill(q, INT32_MAX, &left, err);
     while (!st && sl_gen_sample(g, q, &st, err))
         if ((st = sl_session_forward(q->s, &q->r.next, 1, q->logits, 0, err))) sl_gen_forget(q);
-    return sl_gen_end(g, q, st, err);
+    return sl_gen_end(q, st, err);
 }

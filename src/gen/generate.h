@@ -146,16 +146,15 @@ sl_status sl_gen_reply(sl_gen *g, const int32_t *ids, int32_t n, const sl_gen_pa
  *   sl_gen_end        always, once begun: the text held back, the result; returns the status
  *                     the reply ended with (st, or a failure of its own)
  *
- * A forward the caller ran for the sequence that failed: sl_gen_end(g, q, st) after
+ * A forward the caller ran for the sequence that failed: sl_gen_end(q, st) after
  * sl_gen_forget (its cache may hold positions computed from bad data).
  * p, res and ids stay the caller's until sl_gen_end (ids until the prefill is done).
  */
 sl_status sl_gen_begin(sl_gen *g, sl_gen_seq *q, const int32_t *ids, int32_t n,
                        const sl_gen_params *p, sl_gen_result *res, sl_error *err);
-sl_status sl_gen_prefill(sl_gen *g, sl_gen_seq *q, int32_t max_tokens, int32_t *left,
-                         sl_error *err);
+sl_status sl_gen_prefill(sl_gen_seq *q, int32_t max_tokens, int32_t *left, sl_error *err);
 int sl_gen_sample(sl_gen *g, sl_gen_seq *q, sl_status *st, sl_error *err);
-sl_status sl_gen_end(sl_gen *g, sl_gen_seq *q, sl_status st, sl_error *err);
+sl_status sl_gen_end(sl_gen_seq *q, sl_status st, sl_error *err);
 
 /* A second (third, ...) sequence of g, like g->seq; sl_gen_seq_free releases one (g->seq is
  * sl_gen_free's). */

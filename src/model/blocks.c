@@ -425,12 +425,8 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                               .sh_up = &L->sh_up,
                               .sh_down = &L->sh_down,
                               .sh_router = L->sh_router.data ? &L->sh_router : NULL};
-    const sl_moe_io io = {.x = b->xn,
-                          .out = b->out,
-                          .gate = b->gate,
-                          .up = b->up,
-                          .rows = b->ffn_out,
-                          .decode = s->rows != NULL};
+    const sl_moe_io io = {
+        .x = b->xn, .out = b->out, .gate = b->gate, .up = b->up, .rows = b->ffn_out};
     return sl_moe_forward(&s->moe, l, &w, &io, T, err);
 }
 

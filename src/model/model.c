@@ -834,10 +834,22 @@ static sl_status logits_fail(sl_session *s, float x, size_t i, int32_t r, int32_
                    pos, i, nonfinite_name(x), overflow_hint);
 }
 
+/* Row r of the chunk's final hidden state, of the token at position pos, is finite, or an
+ * error. */
+static sl_status hidden_check(sl_session *s, int32_t r, int32_t pos, sl_error *err) {
+    const size_t H = (size_t)s->model->cfg.hidden_size;
+    const float *h = hidden_row(s, r);
+    const size_t i = sl_first_nonfinite(sl_cpu_best_isa(), h, H);
+    if (i == H) return SL_OK;
+    return sl_fail(err, SL_ERR_NUMERIC,
+                   "non-finite hidden state at position %d (element %zu is %s): %s", pos, i,
+                   nonfinite_name(h[i]), overflow_hint);
+}
+
 /* The check of one chunk of T tokens at s->pos whose logits (when not NULL) went to logits. */
 static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int all_logits,
                               sl_error *err) {
-    const size_t V = (size_t)s->model->cfg.vocab_size, H = (size_t)s->model->cfg.hidden_size;
+    const size_t V = (size_t)s->model->cfg.vocab_size;
     const sl_isa isa = sl_cpu_best_isa();
     if (logits) {
         const size_t n = (all_logits ? (size_t)T : 1) * V, i = sl_first_nonfinite(isa, logits, n);
@@ -846,12 +858,7 @@ static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int
         return logits_fail(s, logits[i], i % V, all_logits ? r : 0, pos, err);
     }
     if (!s->b.head_x) return SL_OK; /* a forward without the shared head: nothing to check */
-    const float *h = hidden_row(s, s->b.head_rows - 1);
-    const size_t i = sl_first_nonfinite(isa, h, H);
-    if (i == H) return SL_OK;
-    return sl_fail(err, SL_ERR_NUMERIC,
-                   "non-finite hidden state at position %d (element %zu is %s): %s", s->pos + T - 1,
-                   i, nonfinite_name(h[i]), overflow_hint);
+    return hidden_check(s, s->b.head_rows - 1, s->pos + T - 1, err);
 }
 
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
@@ -993,15 +1000,8 @@ sl_status sl_batch_decode(sl_batch *bt, sl_session *const *rows, const int32_t *
         const size_t k = sl_first_nonfinite(isa, row, (size_t)V);
         if (k < (size_t)V) st = logits_fail(s, row[k], k, i, rows[i]->pos, err);
     }
-    for (int32_t i = 0; !st && !logits && s->b.head_x && i < n; i++) {
-        const size_t H = (size_t)m->cfg.hidden_size;
-        const float *h = hidden_row(s, i);
-        const size_t k = sl_first_nonfinite(isa, h, H);
-        if (k < H)
-            st = sl_fail(err, SL_ERR_NUMERIC,
-                         "non-finite hidden state at position %d (element %zu is %s): %s",
-                         rows[i]->pos, k, nonfinite_name(h[k]), overflow_hint);
-    }
+    for (int32_t i = 0; !st && !logits && s->b.head_x && i < n; i++)
+        st = hidden_check(s, i, rows[i]->pos, err);
     if (st) return st;
     for (int32_t i = 0; i < n; i++) {
         rows[i]->pos++;

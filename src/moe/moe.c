@@ -250,7 +250,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     /* Routing runs in backend memory; the picks and weights stay there for the experts. */
     /* One token, or the rows of a batched decode step: picks in the layer's own rows */
     const int32_t D = SL_MAX(ms->d.decode_rows, 1);
-    const int decode_rows = T == 1 || (io->decode && T <= D);
+    const int decode_rows = T <= D;
     int32_t *ids_dev =
         decode_rows ? ms->route_ids + (size_t)l * (size_t)D * (size_t)k : ms->topk_ids_dev;
     const sl_route_args ra = {.ids = ids_dev,

@@ -43,9 +43,9 @@ typedef struct sl_moe_dims {
     int32_t weight_input;
     int32_t glu; /* sl_glu: the experts' activation (SwiGLU, GELU-tanh, or clamped with these) */
     float glu_alpha, glu_limit;
-    /* A batch session's (sl_batch_decode): up to this many rows of a chunk that are decode
-     * steps of as many sequences (sl_moe_io.decode) take the fused path as one token does,
-     * with no host step (0: one) */
+    /* A batch session's (sl_batch_decode, whose chunks are decode steps of as many sequences):
+     * chunks of up to this many rows take the fused path as one token does, with no host step
+     * (0: one) */
     int32_t decode_rows;
 } sl_moe_dims;
 
@@ -75,7 +75,6 @@ typedef struct sl_moe_io {
     float *out;            /* [T, H] */
     float *gate, *up;      /* [B, max(I, Is)] SwiGLU hidden */
     float *rows;           /* [B, H] a batch of experts' (or the shared expert's) output rows */
-    int32_t decode;        /* the T rows are decode steps of T sequences (sl_batch_decode) */
 } sl_moe_io;
 
 /*

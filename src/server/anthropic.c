@@ -86,16 +86,20 @@ static sl_chat_msg *conv_add(conv *c, const char *role, char *text) {
     return &c->m[c->n++];
 }
 
+/* A content that is not an array of blocks (a string): one message of role. */
+static int string_msg(json_t *content, const char *where, const char *role, conv *c,
+                      json_t **error) {
+    char *text = NULL;
+    int rc = blocks_text(content, "messages", where, &text, error);
+    return rc ? rc : conv_add(c, role, text) ? 0 : 500;
+}
+
 /* A user message's content: a string, or blocks, of which each tool_result becomes a "tool"
  * message and each run of text blocks between them a user message ("\n" between its texts). */
 static int user_msgs(srv *s, json_t *content, size_t i, conv *c, json_t **error) {
     char where[64];
     snprintf(where, sizeof where, "messages[%zu].content", i);
-    if (!json_is_array(content)) {
-        char *text = NULL;
-        int rc = blocks_text(content, "messages", where, &text, error);
-        return rc ? rc : conv_add(c, "user", text) ? 0 : 500;
-    }
+    if (!json_is_array(content)) return string_msg(content, where, "user", c, error);
     char *run = NULL;
     size_t len = 0, cap = 0, k;
     const size_t n0 = c->n;
@@ -182,11 +186,7 @@ static int user_msgs(srv *s, json_t *content, size_t i, conv *c, json_t **error)
 static int assistant_msg(srv *s, json_t *content, size_t i, conv *c, json_t **error) {
     char where[64];
     snprintf(where, sizeof where, "messages[%zu].content", i);
-    if (!json_is_array(content)) {
-        char *text = NULL;
-        int rc = blocks_text(content, "messages", where, &text, error);
-        return rc ? rc : conv_add(c, "assistant", text) ? 0 : 500;
-    }
+    if (!json_is_array(content)) return string_msg(content, where, "assistant", c, error);
     size_t k, n_calls = 0, len = 0, cap = 0;
     json_t *b;
     json_array_foreach(content, k, b) {

@@ -290,7 +290,7 @@ static int error_status(sl_status st) {
 /* The end of a slot's reply (sl_gen_end), st the status it ended with. */
 static void job_end(srv *s, srv_slot *sl, sl_status st, sl_error *err) {
     srv_job *j = sl->job;
-    st = sl_gen_end(s->g, sl->seq, st, err);
+    st = sl_gen_end(sl->seq, st, err);
     if (j->parts) { /* what the parser held: the reply's end */
         pthread_mutex_lock(&j->mu);
         sl_reply_finish(&j->parser, job_part, j);
@@ -406,7 +406,7 @@ static void step(srv *s) {
     } else if (pf) {
         sl_error err = {0};
         const int32_t chunk = decoding ? s->cfg.prefill_chunk : INT32_MAX;
-        sl_status st = sl_gen_prefill(g, pf->seq, chunk, &pf->left, &err);
+        sl_status st = sl_gen_prefill(pf->seq, chunk, &pf->left, &err);
         if (st) job_end(s, pf, st, &err);
     }
     int32_t n = 0;
@@ -433,12 +433,10 @@ static void step(srv *s) {
     const size_t V = (size_t)g->info.vocab_size;
     for (int32_t i = 0; i < n; i++) {
         srv_slot *sl = s->row_slots[i];
-        if (st) {
-            sl_gen_forget(sl->seq);
+        if (st) /* job_end empties the sequence's cache */
             job_end(s, sl, st, &err);
-        } else if (n > 1) {
+        else if (n > 1)
             memcpy(sl->seq->logits, s->batch_logits + (size_t)i * V, V * sizeof(float));
-        }
     }
     pthread_mutex_lock(&s->mu);
     s->metrics.decode_steps++;
