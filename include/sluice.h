@@ -57,6 +57,9 @@ typedef enum sl_experts_mode {
 typedef enum sl_cache_policy {
     SL_CACHE_LFU = 0, /* empty slots first, then fewest uses, ties to the oldest use */
     SL_CACHE_LRU = 1,
+    /* fewest uses counted over the key's whole history (cached or not), each use worth half
+     * as much every halflife requests (SL_SLOT_HALFLIFE): frequency that follows drift */
+    SL_CACHE_DECAY = 2,
 } sl_cache_policy;
 
 typedef enum sl_backend_kind {

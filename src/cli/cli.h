@@ -18,6 +18,7 @@ int cli_pack(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
+int cli_trace_replay(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_serve(int argc, char **argv);
