@@ -72,6 +72,9 @@ struct sl_model {
     char router[160];  /* sl_model_info.router */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
+    /* the routing trace (params.router_trace, keep_routes); trace_on: open */
+    sl_trace_writer trace;
+    int32_t trace_on;
     /* the pack's format version (1: no checksums) */
     int32_t pack_version;
 };
