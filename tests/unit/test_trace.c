@@ -310,3 +310,33 @@ TEST(test_slot_cache_decay_order) {
     CHECK(c.slot_key[sl_slot_victim(&c)] == 1);
     sl_slot_cache_free(&c);
 }
+
+/* --router-trace from the engine: the same records whether decode steps' picks reach the host in
+ * the step (CPU) or at the end of the pass (the device path's fused experts, sl_moe_settle; CPU
+ * run as a device), and one step a forward chunk. */
+TEST(test_trace_engine_paths) {
+    char dir[512], p_cpu[600], p_dev[600], p_chunk[600];
+    snprintf(dir, sizeof dir, "%s/qwen3_gqa_untied", test_fixtures);
+    snprintf(p_cpu, sizeof p_cpu, "%s/cpu.sltrace", test_tmpdir());
+    snprintf(p_dev, sizeof p_dev, "%s/dev.sltrace", test_tmpdir());
+    snprintf(p_chunk, sizeof p_chunk, "%s/chunk.sltrace", test_tmpdir());
+    const int32_t ids[6] = {202, 110, 181, 26, 91, 229};
+    int32_t vocab;
+    sl_model_params mp = {.n_threads = 1, .backend = SL_BACKEND_CPU, .router_trace = p_cpu};
+    free(test_logits(dir, &mp, ids, 6, 1, NULL, &vocab));
+    mp.backend = SL_BACKEND_CPU_DEVICE, mp.router_trace = p_dev;
+    free(test_logits(dir, &mp, ids, 6, 1, NULL, &vocab));
+    mp.backend = SL_BACKEND_CPU, mp.router_trace = p_chunk;
+    free(test_logits(dir, &mp, ids, 6, 4, NULL, &vocab));
+    sl_trace a, b, c;
+    sl_error err = {0};
+    CHECK(sl_trace_load(&a, p_cpu, &err) == SL_OK);
+    CHECK(sl_trace_load(&b, p_dev, &err) == SL_OK);
+    CHECK(sl_trace_load(&c, p_chunk, &err) == SL_OK);
+    CHECKF(a.n_records > 0 && a.n_records % 6 == 0, "%lld records", (long long)a.n_records);
+    CHECK(b.n_records == a.n_records && c.n_records == a.n_records);
+    CHECK(!memcmp(a.ids, b.ids, (size_t)a.off[a.n_records] * 2));
+    CHECK(!memcmp(a.step, b.step, (size_t)a.n_records * 4) && a.step[a.n_records - 1] == 5);
+    CHECK(c.step[c.n_records - 1] == 1); /* chunks of 4, then 2 */
+    sl_trace_free(&a), sl_trace_free(&b), sl_trace_free(&c);
+}
