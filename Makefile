@@ -210,7 +210,7 @@ san: $(BUILD)/san/test_unit $(QWEN3_TOK)
 FUZZ_LIB_SRC := $(filter-out src/kernels/%,$(LIB_SRC))
 FUZZ_KERNELS := $(filter $(BUILD)/src/kernels/%,$(LIB_OBJ))
 # (In the order of their runs' length in make test, the longest first: make -j starts them so.)
-FUZZ_TARGETS := config tokenizer gguf safetensors pack tokjson toolcall jsonschema
+FUZZ_TARGETS := config tokenizer gguf safetensors pack tokjson toolcall jsonschema trace
 FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -g -O1 -fopenmp -Iinclude -Isrc -MMD -MP \
                 $(if $(DEPS),-I$(DEPS)/include)
 HAVE_LIBFUZZER := $(shell echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){return 0;}' \
@@ -254,6 +254,7 @@ FUZZ_SMOKE_RUNS_tokjson   := 100000
 FUZZ_SMOKE_RUNS_gguf      := 200000
 FUZZ_SMOKE_RUNS_toolcall  := 200000
 FUZZ_SMOKE_RUNS_jsonschema := 200000
+FUZZ_SMOKE_RUNS_trace      := 100000
 fuzz-smoke: $(FUZZ_TARGETS:%=fuzz-smoke-%)
 fuzz-smoke-%: FUZZ_RUNS = $(or $(FUZZ_SMOKE_RUNS_$*),1000000)
 fuzz-smoke-%: $(BUILD)/fuzz/fuzz_% $(QWEN3_TOK)

@@ -57,6 +57,9 @@ typedef enum sl_experts_mode {
 typedef enum sl_cache_policy {
     SL_CACHE_LFU = 0, /* empty slots first, then fewest uses, ties to the oldest use */
     SL_CACHE_LRU = 1,
+    /* fewest uses counted over the key's whole history (cached or not), each use worth half
+     * as much every halflife requests (SL_SLOT_HALFLIFE): frequency that follows drift */
+    SL_CACHE_DECAY = 2,
 } sl_cache_policy;
 
 typedef enum sl_backend_kind {
@@ -111,6 +114,11 @@ typedef struct sl_model_params {
      * too; CUDA: as cuda.int4_float_act), the exact product of the dequantised weights: for
      * parity tests */
     int32_t int4_float_act;
+    /* Writes every MoE layer's picks of every token to this file as a routing trace (the format
+     * of src/moe/trace.h: one step per forward chunk; sluice trace-replay reads it), or NULL */
+    const char *router_trace;
+    /* Keeps this run's expert requests in memory too, for sl_model_cache_oracle */
+    int32_t keep_routes;
 } sl_model_params;
 
 /* Counters since load (or the last sl_model_reset_stats). Times in seconds. */
@@ -267,6 +275,14 @@ void sl_model_get_stats(const sl_model *model, sl_stats *stats);
 void sl_model_reset_stats(sl_model *model);
 /* JSON {"layers": [{"layer": L, "counts": [..per expert..]}, ...]} of router selections. */
 sl_status sl_model_write_router_hist(const sl_model *model, const char *path, sl_error *err);
+/* Finishes the routing trace (params.router_trace): the first write error, if any, comes back
+ * here (and from the forward pass that met it). Nothing to do without one. */
+sl_status sl_model_trace_close(sl_model *model, sl_error *err);
+/* The optimal (Belady, clairvoyant) expert-cache hits of the requests made since load, with the
+ * store's slots per layer (stream mode and params.keep_routes): *requests and *hits over all
+ * MoE layers, *slots per layer. SL_ERR_ARG when there is nothing to compute it from. */
+sl_status sl_model_cache_oracle(const sl_model *model, int64_t *requests, int64_t *hits,
+                                int32_t *slots, sl_error *err);
 
 typedef enum sl_quant {
     SL_QUANT_BF16 = 0, /* no quantisation: BF16/F16 kept, F32 rounded to BF16 */

@@ -245,6 +245,68 @@ if "$BIN" generate "$TMP/p8" --ids "$ids" -n 4 --experts stream --cache-experts 
 else
     bad "--stats and --router-hist $(cat "$TMP/err")"
 fi
+# Routing traces (issue 30): --router-trace writes every token's picks at every MoE layer; the
+# same picks whether the prompt runs as one chunk or token by token, counted as --router-hist
+# counts them; trace-replay of the engine's policy and slots gives the run's own hit rate, and
+# its optimum the one --stats prints.
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 8 --experts stream --cache-experts 2 --stats \
+    --router-hist "$TMP/th.json" --router-trace "$TMP/t.sltrace" >"$TMP/tg" 2>"$TMP/err" &&
+    "$BIN" generate "$TMP/p8" --ids "$ids" -n 8 --batch 1 --router-trace "$TMP/t1.sltrace" \
+        >"$TMP/tg1" 2>/dev/null && cmp -s "$TMP/tg" "$TMP/tg1" &&
+    "$PY" - "$TMP/t.sltrace" "$TMP/t1.sltrace" "$TMP/th.json" <<'PY'
+import json, struct, sys
+def load(path):
+    b = open(path, "rb").read()
+    assert b[:8] == b"SLTRACE1"
+    nl, ne, k, res = struct.unpack_from("<IIII", b, 8)
+    at, rows, steps = 24, {}, set()
+    while at < len(b):
+        step, layer, kind, n = struct.unpack_from("<IHBB", b, at)
+        ids = struct.unpack_from("<%dH" % n, b, at + 8)
+        assert kind == 0 and n == k and all(e < ne for e in ids)
+        rows.setdefault(layer, []).append(ids)
+        steps.add(step)
+        at += 8 + 2 * n
+    return rows, len(steps)
+chunked, n_chunked = load(sys.argv[1])
+single, n_single = load(sys.argv[2])
+tokens = len(single[min(single)])
+assert chunked == single, "picks differ between chunked and token-by-token prefill"
+assert all(len(v) == tokens for v in chunked.values()) and n_single == tokens and n_chunked < tokens
+hist = {l["layer"]: l["counts"] for l in json.load(open(sys.argv[3]))["layers"]}
+for l, v in chunked.items():
+    counts = [0] * len(hist[l])
+    for ids in v:
+        for e in ids:
+            counts[e] += 1
+    assert counts == hist[l], (l, counts, hist[l])
+PY
+then
+    ok "--router-trace: a record a token and MoE layer, chunked = token by token = --router-hist"
+else
+    bad "--router-trace $(cat "$TMP/err")"
+fi
+engine=$(grep -o "hits [0-9]* ([0-9.]*%)" "$TMP/err" | head -n 1 | grep -o "[0-9.]*%")
+oracle=$(grep "optimal (Belady)" "$TMP/err" | grep -o "[0-9.]*%")
+"$BIN" trace-replay "$TMP/t.sltrace" --cache-experts 2 --policy lfu >"$TMP/tr" 2>&1
+row=$(grep " lfu " "$TMP/tr")
+if [ -n "$engine" ] && [ -n "$oracle" ] && [ "$(echo "$row" | awk '{print $3}')" = "$engine" ] &&
+    [ "$(echo "$row" | awk '{print $6}')" = "$oracle" ]; then
+    ok "trace-replay: the run's hit rate ($engine) and --stats's optimum ($oracle)"
+else
+    bad "trace-replay: engine '$engine' oracle '$oracle', replay: $(cat "$TMP/tr")"
+fi
+if "$BIN" trace-replay "$TMP/t1.sltrace" >"$TMP/tr" 2>&1 && [ "$(grep -c " lfu \| lru \| decay " "$TMP/tr")" -eq 9 ] &&
+    "$BIN" trace-replay --help | grep -q -- "--prefetch"; then
+    ok "trace-replay: every policy at 10/25/50% of the experts; --help"
+else
+    bad "trace-replay default table: $(cat "$TMP/tr")"
+fi
+head -c 30 "$TMP/t.sltrace" >"$TMP/cut.sltrace"
+expect_fail "trace-replay: a cut record" "cut.sltrace: truncated record at byte 24" \
+    "$BIN" trace-replay "$TMP/cut.sltrace"
+expect_fail "--router-trace: unwritable" "cannot create the routing trace" \
+    "$BIN" generate "$TMP/p8" --ids 1 -n 1 --router-trace /nonexistent/dir/t.sltrace
 "$BIN" pack "$M" "$TMP/pb" --quant bf16 2>/dev/null
 got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --experts stream --cache-experts 2 2>/dev/null | tail -n 1)
 if [ "$got" = "$greedy" ]; then ok "bf16 pack streams the reference greedy ids"; else bad "bf16 pack greedy: $got"; fi

@@ -18,6 +18,7 @@ int cli_pack(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
+int cli_trace_replay(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_serve(int argc, char **argv);
@@ -46,6 +47,7 @@ enum {
     CLI_OPT_CUDA_INT4_FLOAT_ACT,
     CLI_OPT_CUDA_NO_TENSOR_CORES,
     CLI_OPT_INT4_FLOAT_ACT,
+    CLI_OPT_ROUTER_TRACE,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -66,6 +68,7 @@ enum {
         {"prefetch", required_argument, 0, CLI_OPT_PREFETCH},                                      \
         {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
+        {"router-trace", required_argument, 0, CLI_OPT_ROUTER_TRACE},                              \
         {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
         {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS},                                \
         {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS},                                           \
@@ -85,7 +88,7 @@ enum {
     "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"                \
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
     "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
-    "  --cache-policy P       stream: lfu (default) | lru\n"                                       \
+    "  --cache-policy P       stream: lfu (default) | lru | decay (frequency with ageing)\n"      \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
     "  --prefetch N           stream: read each token's N likeliest experts of the next MoE\n"     \
@@ -93,6 +96,8 @@ enum {
     "  --stats                print the full statistics table at the end\n"                        \
     "  -v, --verbose          the load details, the seed and the statistics table\n"               \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
+    "  --router-trace FILE    write every token's experts at every MoE layer as a routing\n"      \
+    "                         trace ('sluice trace-replay FILE' replays it)\n"                    \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
     "  --cuda-graphs          cuda: run each decode step as one CUDA graph, replayed while the\n"  \
@@ -133,7 +138,8 @@ int cli_model_opts_check(const cli_model_opts *o);
 /* Once the model is loaded and the KV cache has ctx tokens: warns about a context longer than
  * the model's positions and options the backend ignores; with -v, the load details. */
 void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx);
-/* End of a run: the statistics (--stats, -v) and router histogram asked for; 0 or 1. */
+/* End of a run: the statistics (--stats, -v), router histogram and routing trace asked for;
+ * 0 or 1. */
 int cli_model_finish(sl_model *m, const cli_model_opts *o);
 
 /* Prints "sluice: <msg>" to stderr; returns 1 (the exit status for errors). */

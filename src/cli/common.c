@@ -218,6 +218,12 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     fprintf(f, "expert requests      %lld, hits %lld (%.1f%%)\n", (long long)s.expert_requests,
             (long long)s.expert_hits,
             s.expert_requests ? 100.0 * (double)s.expert_hits / (double)s.expert_requests : 100.0);
+    int64_t oreq, ohits;
+    int32_t oslots;
+    sl_error oerr = {0};
+    if (!sl_model_cache_oracle(m, &oreq, &ohits, &oslots, &oerr) && oreq)
+        fprintf(f, "  optimal (Belady)   hits %lld (%.1f%%) with the same %d slots per layer\n",
+                (long long)ohits, 100.0 * (double)ohits / (double)oreq, oslots);
     if (s.decode_picks)
         fprintf(f, "  decode repeats     %.1f%% of picks were the previous step's at that layer\n",
                 100.0 * (double)s.decode_repeats / (double)s.decode_picks);

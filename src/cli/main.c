@@ -21,6 +21,7 @@ static const char usage[] =
     "  verify DIR                            check a pack's sizes and SHA-256 hashes\n"
     "  inspect MODEL                         architecture, sizes, quantisation, template\n"
     "  perplexity MODEL -f TEXT              perplexity, and KL divergence from a base run\n"
+    "  trace-replay TRACE                    expert-cache policies against the optimum\n"
     "  tokenize TOKENIZER --jsonl FILE       token ids of JSON-string lines\n"
     "  detokenize TOKENIZER --ids 1,2,3      the text of token ids\n"
     "\n"
@@ -42,6 +43,7 @@ static const struct {
     {"verify", cli_verify},
     {"inspect", cli_inspect},
     {"perplexity", cli_perplexity},
+    {"trace-replay", cli_trace_replay},
     {"tokenize", cli_tokenize},
     {"detokenize", cli_detokenize},
 };

@@ -128,7 +128,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         return 1;
     case CLI_OPT_CACHE_MEM: return cli_parse_size(arg, "--cache-mem", &o->mp.cache_mem) ? -1 : 1;
     case CLI_OPT_CACHE_POLICY: {
-        static const char *const policies[] = {"lfu", "lru", NULL}; /* sl_cache_policy */
+        static const char *const policies[] = {"lfu", "lru", "decay", NULL}; /* sl_cache_policy */
         int i = cli_parse_choice(arg, "--cache-policy", policies);
         if (i < 0) return -1;
         o->mp.cache_policy = (sl_cache_policy)i;
@@ -160,9 +160,13 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
     case CLI_OPT_CUDA_INT4_FLOAT_ACT: o->mp.cuda.int4_float_act = 1; return 1;
     case CLI_OPT_CUDA_NO_TENSOR_CORES: o->mp.cuda.no_tensor_cores = 1; return 1;
     case CLI_OPT_INT4_FLOAT_ACT: o->mp.int4_float_act = 1; return 1;
-    case CLI_OPT_STATS: o->stats = 1; return 1;
+    case CLI_OPT_STATS: /* its table has the oracle's hit rate, from the run's requests */
+        o->stats = 1;
+        o->mp.keep_routes = 1;
+        return 1;
     case 'v': o->verbose = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;
+    case CLI_OPT_ROUTER_TRACE: o->mp.router_trace = arg; return 1;
     default: return 0;
     }
 }
@@ -216,13 +220,17 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
     if (!strcmp(in.experts_mode, "stream"))
         fprintf(stderr, "sluice: expert cache %d slots per MoE layer (%.1f MB), %s\n",
                 in.cache_slots, (double)in.cache_slots * in.n_moe_layers * in.expert_bytes / 1e6,
-                o->mp.cache_policy == SL_CACHE_LRU ? "LRU" : "LFU");
+                o->mp.cache_policy == SL_CACHE_LRU     ? "LRU"
+                : o->mp.cache_policy == SL_CACHE_DECAY ? "decayed LFU"
+                                                       : "LFU");
     if (!strcmp(in.backend, "cuda"))
         fprintf(stderr, "sluice: GPU expert slots %d per MoE layer%s\n", in.gpu_expert_slots,
                 in.graphs ? ", CUDA graphs" : "");
 }
 
 int cli_model_finish(sl_model *m, const cli_model_opts *o) {
+    sl_error terr = {0};
+    if (sl_model_trace_close(m, &terr)) return cli_error("%s", terr.msg);
     if (o->stats || o->verbose) cli_print_stats(m, stderr);
     if (o->router_hist) {
         sl_error err = {0};

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "format/pack.h"
+#include "moe/cache_sim.h"
 #include "model/blocks.h"
 #include "model/gguf_ckpt.h"
 #include "model/rope.h"
@@ -456,6 +457,16 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
                                         c->moe_weight_input, c->expert_glu);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
+    if (!st && p.router_trace && c->n_experts < 1)
+        st = sl_fail(err, SL_ERR_ARG, "%s: the model has no routed experts to trace",
+                     p.router_trace);
+    /* The requests are kept for the oracle only where a slot cache makes them (stream). */
+    const int keep = p.keep_routes && p.experts == SL_EXPERTS_STREAM;
+    if (!st && (p.router_trace || keep) && c->n_experts > 0) {
+        st = sl_trace_writer_open(&m->trace, p.router_trace, keep, c->n_layers, c->n_experts,
+                                  c->n_experts_used, err);
+        m->trace_on = !st;
+    }
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -466,6 +477,7 @@ fail:
 
 void sl_model_free(sl_model *m) {
     if (!m) return;
+    sl_trace_writer_free(&m->trace);
     if (m->be.device) {
         if (m->be.ops->unpin) pin_store(m, 0);
         sl_dev_cache_free(&m->dev, &m->be);
@@ -590,7 +602,11 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                              * them pays) */
                             .decode_rows = s->batch ? SL_MIN(s->max_batch, 32) : 0,
                             .prefetch = m->experts.mode == SL_EXPERTS_STREAM ? m->prefetch : 0};
-    const sl_moe_env env = {.be = &m->be, .store = &m->experts, .dev = &m->dev, .stats = &m->stats};
+    const sl_moe_env env = {.be = &m->be,
+                            .store = &m->experts,
+                            .dev = &m->dev,
+                            .stats = &m->stats,
+                            .trace = m->trace_on ? &m->trace : NULL};
     size_t moe_dev, moe_host;
     sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
     uint8_t *dev = carve(cv, moe_dev, 1), *host = carve(hv, moe_host, 1);
@@ -863,6 +879,22 @@ static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int
     return hidden_check(s, s->b.head_rows - 1, s->pos + T - 1, err);
 }
 
+/* The routing trace around a forward pass of `rows` tokens: before, room for their picks in
+ * memory (the pass itself never allocates); after, the next step, and a write error the pass
+ * met (sl_moe_settle's have nowhere else to go). */
+static sl_status trace_before(sl_model *m, int32_t rows, sl_error *err) {
+    if (!m->trace_on) return SL_OK;
+    const size_t per = (size_t)m->cfg.n_layers * sl_trace_record_bytes(m->cfg.n_experts_used);
+    return sl_trace_writer_reserve(&m->trace, (size_t)rows * per, err);
+}
+
+static sl_status trace_after(sl_model *m, sl_error *err) {
+    if (!m->trace_on) return SL_OK;
+    m->trace.step++;
+    if (m->trace.st && err && !err->code) *err = m->trace.err;
+    return m->trace.st;
+}
+
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
                              int all_logits, sl_error *err) {
     const sl_config *c = &s->model->cfg;
@@ -894,11 +926,14 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
             dst = logits;
         const sl_backend *be = &s->model->be;
         s->b.head_x = NULL;
-        sl_status st = T == 1 && s->model->graphs
-                           ? graph_step(s, ids + done, dst, err)
-                           : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
+        sl_status st = trace_before(s->model, T, err);
+        if (!st)
+            st = T == 1 && s->model->graphs
+                     ? graph_step(s, ids + done, dst, err)
+                     : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
         if (!st && be->ops->status) st = be->ops->status(be, err);
         if (!st) sl_moe_settle(&s->moe);
+        if (!st) st = trace_after(s->model, err);
         if (!st) st = check_finite(s, dst, T, all_logits, err);
         if (st) return st;
         s->pos += T;
@@ -991,11 +1026,13 @@ sl_status sl_batch_decode(sl_batch *bt, sl_session *const *rows, const int32_t *
     const sl_backend *be = &m->be;
     const double t0 = sl_now();
     s->b.head_x = NULL;
+    if ((st = trace_before(m, n, err))) return st;
     s->rows = rows;
     st = m->family->forward(s, ids, n, logits, 1, err);
     s->rows = NULL;
     if (!st && be->ops->status) st = be->ops->status(be, err);
     if (!st) sl_moe_settle(&s->moe);
+    if (!st) st = trace_after(m, err);
     const sl_isa isa = sl_cpu_best_isa();
     for (int32_t i = 0; !st && logits && i < n; i++) {
         const float *row = logits + (size_t)i * (size_t)V;
@@ -1050,6 +1087,34 @@ sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_err
     int rc = root ? json_dump_file(root, path, JSON_INDENT(1)) : -1;
     json_decref(root);
     return rc ? sl_fail(err, SL_ERR_IO, "%s: cannot write the router histogram", path) : SL_OK;
+}
+
+sl_status sl_model_trace_close(sl_model *m, sl_error *err) {
+    return m->trace_on ? sl_trace_writer_close(&m->trace, err) : SL_OK;
+}
+
+sl_status sl_model_cache_oracle(const sl_model *m, int64_t *requests, int64_t *hits,
+                                int32_t *slots, sl_error *err) {
+    *requests = *hits = 0, *slots = 0;
+    for (int32_t l = 0; l < m->experts.n_layers && !*slots; l++)
+        *slots = m->experts.layers[l].slots.n_slots;
+    if (!m->trace_on || !m->trace.keep || !*slots)
+        return sl_fail(err, SL_ERR_ARG,
+                       "no expert requests kept (the oracle needs --experts stream and "
+                       "keep_routes)");
+    sl_trace t;
+    sl_status st = sl_trace_parse(&t, "the run's routing trace", m->trace.mem, m->trace.len, err);
+    if (st) return st;
+    sl_requests r;
+    st = sl_requests_build(&r, &t, err);
+    sl_trace_free(&t);
+    if (st) return st;
+    sl_sim_result res;
+    st = sl_cache_belady(&r, *slots, &res, err);
+    sl_requests_free(&r);
+    if (st) return st;
+    *requests = res.requests, *hits = res.hits;
+    return SL_OK;
 }
 
 /* The first i with x[i] > x[j] for no j (NaN never wins; a NaN x[0] gives 0): the largest value

@@ -73,6 +73,9 @@ struct sl_model {
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
     int32_t prefetch;  /* sl_model_params.prefetch, clamped to the experts a token picks */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
+    /* the routing trace (params.router_trace, keep_routes); trace_on: open */
+    sl_trace_writer trace;
+    int32_t trace_on;
     /* the pack's format version (1: no checksums) */
     int32_t pack_version;
 };

@@ -216,6 +216,19 @@ static void count_repeats(sl_moe_scratch *ms, int32_t l, const int32_t *ids) {
     ms->prev_set[l] = 1;
 }
 
+/* Rows (tokens) of picks at layer l into the routing trace, one record each (--router-trace). A
+ * write error sticks in the writer, which the forward pass reports. */
+static sl_status trace_rows(sl_moe_scratch *ms, int32_t l, const int32_t *ids, int32_t rows,
+                            sl_error *err) {
+    const int32_t k = ms->d.k;
+    for (int32_t t = 0; t < rows; t++) {
+        sl_status st = sl_trace_writer_add(ms->env.trace, l, SL_TRACE_PICKS,
+                                           ids + (size_t)t * (size_t)k, k, err);
+        if (st) return st;
+    }
+    return SL_OK;
+}
+
 /* The shared expert (when the layer has one) into sh_out: sigmoid(sh_router . x) * shared(x),
  * or shared(x) alone when it has no gate. Queued where the routed experts leave the device idle
  * or copying: after the host has read the picks (their copies then overlap it), or after the
@@ -365,6 +378,10 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
         count_repeats(ms, l, ms->topk_ids);
     else
         ms->prev_set[l] = 0; /* the next decode step's previous step is not a decode step */
+    if (ms->env.trace) {
+        sl_status st = trace_rows(ms, l, ms->topk_ids, T, err);
+        if (st) return st;
+    }
     /* Distinct experts in ascending order, and (counting sort) each one's
      * (token*k + rank) rows, contiguous and in token order. */
     int32_t n_used = 0, fill = 0;
@@ -462,6 +479,7 @@ void sl_moe_settle(sl_moe_scratch *ms) {
             ms->env.store->layers[l].hist[ids[r]]++;
         }
         sl_dev_cache_count(ms->env.dev, l, ids, n);
+        if (ms->env.trace) trace_rows(ms, l, ids, ms->pending_rows, NULL);
         if (ms->pending_rows == 1)
             count_repeats(ms, l, ids);
         else

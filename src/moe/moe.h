@@ -23,6 +23,7 @@
 
 #include "moe/dev_cache.h"
 #include "moe/experts.h"
+#include "moe/trace.h"
 
 /* What the scratch is sized for. */
 typedef struct sl_moe_dims {
@@ -60,6 +61,7 @@ typedef struct sl_moe_env {
     sl_expert_store *store;
     sl_dev_cache *dev;
     sl_stats *stats;
+    sl_trace_writer *trace; /* every token's picks go here (NULL: none) */
 } sl_moe_env;
 
 /* A MoE layer's tensors besides its routed experts (those are in the store). */

@@ -1,4 +1,6 @@
 /* Slot bookkeeping of the expert caches (contracts in slot_cache.h). */
+#include <math.h>
+
 #include "moe/slot_cache.h"
 
 sl_status sl_slot_cache_init(sl_slot_cache *c, int32_t n_slots, int32_t n_keys,
@@ -14,7 +16,15 @@ sl_status sl_slot_cache_init(sl_slot_cache *c, int32_t n_slots, int32_t n_keys,
     c->last = sl_calloc(n, sizeof(int64_t), err);
     c->pin = sl_calloc(n, sizeof(int64_t), err);
     c->key_slot = sl_calloc((size_t)n_keys, sizeof(int32_t), err);
-    if (!c->slot_key || !c->uses || !c->last || !c->pin || !c->key_slot) return SL_ERR_NOMEM;
+    if (policy == SL_CACHE_DECAY) c->score = sl_calloc((size_t)n_keys, sizeof(double), err);
+    if (!c->slot_key || !c->uses || !c->last || !c->pin || !c->key_slot ||
+        (policy == SL_CACHE_DECAY && !c->score)) {
+        sl_slot_cache_free(c);
+        return SL_ERR_NOMEM;
+    }
+    c->halflife = SL_SLOT_HALFLIFE;
+    for (int32_t e = 0; c->score && e < n_keys; e++)
+        c->score[e] = -INFINITY;
     for (int32_t i = 0; i < n_slots; i++)
         c->slot_key[i] = -1, c->pin[i] = -1;
     for (int32_t e = 0; e < n_keys; e++)
@@ -24,6 +34,7 @@ sl_status sl_slot_cache_init(sl_slot_cache *c, int32_t n_slots, int32_t n_keys,
 
 void sl_slot_cache_free(sl_slot_cache *c) {
     free(c->slot_key), free(c->uses), free(c->last), free(c->pin), free(c->key_slot);
+    free(c->score);
     memset(c, 0, sizeof *c);
 }
 
@@ -37,15 +48,27 @@ int32_t sl_slot_victim(const sl_slot_cache *c) {
             continue;
         }
         const int older = c->last[i] < c->last[best];
-        if (c->policy == SL_CACHE_LRU
-                ? older
-                : c->uses[i] < c->uses[best] || (c->uses[i] == c->uses[best] && older))
-            best = i;
+        int better;
+        if (c->policy == SL_CACHE_LRU) {
+            better = older;
+        } else if (c->policy == SL_CACHE_DECAY) {
+            const double si = c->score[c->slot_key[i]], sb = c->score[c->slot_key[best]];
+            better = si < sb || (si == sb && older);
+        } else {
+            better = c->uses[i] < c->uses[best] || (c->uses[i] == c->uses[best] && older);
+        }
+        if (better) best = i;
     }
     return best;
 }
 
+void sl_slot_count(sl_slot_cache *c, int32_t key) {
+    const double now = (double)c->tick / c->halflife;
+    c->score[key] = log2(exp2(c->score[key] - now) + 1.0) + now;
+}
+
 int32_t sl_slot_insert(sl_slot_cache *c, int32_t slot, int32_t key) {
+    if (c->score) sl_slot_count(c, key);
     const int32_t old = c->slot_key[slot];
     if (old >= 0) c->key_slot[old] = -1;
     c->slot_key[slot] = key;

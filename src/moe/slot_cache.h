@@ -10,6 +10,10 @@
  * unpinned ones:
  *   LFU  fewest uses since the key came in; ties to the oldest last use
  *   LRU  the oldest last use
+ *   DECAY  the smallest decayed use count of the key: every request that used the key (while
+ *        cached or before, since it was last evicted too) counts 2^(-age / halflife), age in
+ *        requests; ties to the oldest last use. Plain LFU forgets a key's past at eviction and
+ *        never ages what stays, so a once-popular expert squats its slot after routing drifts.
  * and among equals the lowest slot.
  */
 #ifndef SL_SLOT_CACHE_H
@@ -26,7 +30,14 @@ typedef struct sl_slot_cache {
     int64_t *last;     /* [n_slots] tick of the last request that used it */
     int64_t *pin;      /* [n_slots] tick of the last request that pinned it */
     int32_t *key_slot; /* [n_keys] slot holding the key, -1 when none */
+    /* DECAY: per key log2(decayed uses) + tick / halflife at its last use (-inf: never used);
+     * the decayed count now is 2^(score - tick / halflife), so comparing scores compares
+     * counts without touching every key each request */
+    double *score;   /* [n_keys] */
+    double halflife; /* in requests (sl_slot_begin), SL_SLOT_HALFLIFE unless set after init */
 } sl_slot_cache;
+
+#define SL_SLOT_HALFLIFE 64.0
 
 /* Every slot empty. n_slots >= 1. */
 sl_status sl_slot_cache_init(sl_slot_cache *c, int32_t n_slots, int32_t n_keys,
@@ -46,8 +57,11 @@ static inline void sl_slot_begin(sl_slot_cache *c) {
 static inline void sl_slot_pin(sl_slot_cache *c, int32_t slot) {
     c->pin[slot] = c->tick;
 }
+/* DECAY: one more use of key now. */
+void sl_slot_count(sl_slot_cache *c, int32_t key);
 /* A hit on slot by this request: one more use, used now, pinned. */
 static inline void sl_slot_use(sl_slot_cache *c, int32_t slot) {
+    if (c->score) sl_slot_count(c, c->slot_key[slot]);
     c->uses[slot]++;
     c->last[slot] = c->pin[slot] = c->tick;
 }
