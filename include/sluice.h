@@ -117,6 +117,9 @@ typedef struct sl_model_params {
     /* Writes every MoE layer's picks of every token to this file as a routing trace (the format
      * of src/moe/trace.h: one step per forward chunk; sluice trace-replay reads it), or NULL */
     const char *router_trace;
+    /* Benchmarks: every MoE layer's picks from this routing trace instead of its router (a trace
+     * of as many experts and picks a token; the output is not the model's), or NULL */
+    const char *route_replay;
     /* Keeps this run's expert requests in memory too, for sl_model_cache_oracle */
     int32_t keep_routes;
 } sl_model_params;

@@ -48,6 +48,7 @@ enum {
     CLI_OPT_CUDA_NO_TENSOR_CORES,
     CLI_OPT_INT4_FLOAT_ACT,
     CLI_OPT_ROUTER_TRACE,
+    CLI_OPT_ROUTE_REPLAY,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -69,6 +70,7 @@ enum {
         {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
         {"router-trace", required_argument, 0, CLI_OPT_ROUTER_TRACE},                              \
+        {"route-replay", required_argument, 0, CLI_OPT_ROUTE_REPLAY},                              \
         {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
         {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS},                                \
         {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS},                                           \
@@ -98,6 +100,8 @@ enum {
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  --router-trace FILE    write every token's experts at every MoE layer as a routing\n"      \
     "                         trace ('sluice trace-replay FILE' replays it)\n"                    \
+    "  --route-replay FILE    benchmarks: the experts each token picks come from this routing\n"  \
+    "                         trace, not the routers (the output is not the model's)\n"          \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
     "  --cuda-graphs          cuda: run each decode step as one CUDA graph, replayed while the\n"  \

@@ -167,6 +167,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
     case 'v': o->verbose = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;
     case CLI_OPT_ROUTER_TRACE: o->mp.router_trace = arg; return 1;
+    case CLI_OPT_ROUTE_REPLAY: o->mp.route_replay = arg; return 1;
     default: return 0;
     }
 }

@@ -467,6 +467,13 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                                   c->n_experts_used, err);
         m->trace_on = !st;
     }
+    if (!st && p.route_replay) {
+        st = c->n_experts > 0 ? sl_route_replay_load(&m->replay, p.route_replay, c->n_experts,
+                                                     c->n_experts_used, err)
+                              : sl_fail(err, SL_ERR_ARG, "%s: the model has no routed experts",
+                                        p.route_replay);
+        m->replay_on = !st;
+    }
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -478,6 +485,7 @@ fail:
 void sl_model_free(sl_model *m) {
     if (!m) return;
     sl_trace_writer_free(&m->trace);
+    sl_route_replay_free(&m->replay);
     if (m->be.device) {
         if (m->be.ops->unpin) pin_store(m, 0);
         sl_dev_cache_free(&m->dev, &m->be);
@@ -606,7 +614,8 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .store = &m->experts,
                             .dev = &m->dev,
                             .stats = &m->stats,
-                            .trace = m->trace_on ? &m->trace : NULL};
+                            .trace = m->trace_on ? &m->trace : NULL,
+                            .replay = m->replay_on ? &m->replay : NULL};
     size_t moe_dev, moe_host;
     sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
     uint8_t *dev = carve(cv, moe_dev, 1), *host = carve(hv, moe_host, 1);

@@ -76,6 +76,8 @@ struct sl_model {
     /* the routing trace (params.router_trace, keep_routes); trace_on: open */
     sl_trace_writer trace;
     int32_t trace_on;
+    sl_route_replay replay; /* params.route_replay, loaded (replay_on) */
+    int32_t replay_on;
     /* the pack's format version (1: no checksums) */
     int32_t pack_version;
 };

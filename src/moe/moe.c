@@ -53,6 +53,11 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->h_pred_ids = sl_carve(&hv, P ? nl * npred : 0, sizeof(int32_t));
     ms->h_pred_n = sl_carve(&hv, P ? nl : 0, sizeof(int32_t));
     ms->pred_mark = sl_carve(&hv, P ? E : 0, 1);
+    ms->replay_pos = sl_carve(&hv, env->replay ? nl : 0, sizeof(int64_t));
+    ms->moe_ord = sl_carve(&hv, env->replay ? nl : 0, sizeof(int32_t));
+    if (env->replay && host)
+        for (int32_t l = 0, m = 0; l < d->n_layers; l++)
+            ms->moe_ord[l] = env->store->layers[l].n_experts > 0 ? m++ : -1;
     *dev_bytes = cv.off;
     *host_bytes = hv.off;
 }
@@ -278,6 +283,18 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
     int32_t *ids = ms->h_pred_ids + (size_t)nl * cap;
     int32_t n = 0;
     memset(ms->pred_mark, 0, (size_t)E);
+    if (ms->env.replay) { /* the trace's predictions, made by the traced model's routers */
+        for (int32_t t = 0; t < T; t++) {
+            int32_t np;
+            const uint16_t *p = sl_route_replay_pred(ms->env.replay, ms->moe_ord[nl],
+                                                     ms->replay_pos[nl] + t, &np);
+            for (int32_t r = 0; r < SL_MIN(np, P); r++)
+                if (!ms->pred_mark[p[r]]) ms->pred_mark[p[r]] = 1, ids[n++] = p[r];
+        }
+        ms->h_pred_n[nl] = n;
+        sl_experts_prefetch(ms->env.store, nl, ids, n);
+        return;
+    }
     for (int32_t t = 0; t < T; t++) {
         float *lg = ms->h_pred_logits + (size_t)t * (size_t)E;
         if (sb)
@@ -343,6 +360,15 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                               .k = k,
                               .cfg = ms->d.route};
     be->ops->moe_route(be, &ra);
+    if (ms->env.replay) { /* the trace's picks in place of the router's (weights stay its) */
+        const sl_route_replay *rp = ms->env.replay;
+        for (int32_t t = 0; t < T; t++) {
+            const uint16_t *p = sl_route_replay_picks(rp, ms->moe_ord[l], ms->replay_pos[l] + t);
+            for (int32_t r = 0; r < k; r++) ms->topk_ids[t * k + r] = p[r];
+        }
+        ms->replay_pos[l] += T;
+        be->ops->to_dev(be, ids_dev, ms->topk_ids, (size_t)(T * k) * sizeof(int32_t));
+    }
     if (ms->d.weight_input) { /* the weights go into the inputs; the sums then take 1 */
         be->ops->scale_rows(be, ms->xw, io->x, ms->topk_w, T * k, k, (int32_t)H);
         be->ops->fill(be, ms->topk_w, 1.0f, (size_t)T * (size_t)k);
