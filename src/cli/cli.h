@@ -45,6 +45,8 @@ enum {
     CLI_OPT_CUDA_INT4_FLOAT_ACT,
     CLI_OPT_CUDA_NO_TENSOR_CORES,
     CLI_OPT_INT4_FLOAT_ACT,
+    CLI_OPT_IO_ENGINE,
+    CLI_OPT_NO_OVERLAP,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -62,6 +64,8 @@ enum {
         {"cache-policy", required_argument, 0, CLI_OPT_CACHE_POLICY},                              \
         {"direct-io", no_argument, 0, CLI_OPT_DIRECT_IO},                                          \
         {"io-threads", required_argument, 0, CLI_OPT_IO_THREADS},                                  \
+        {"io-engine", required_argument, 0, CLI_OPT_IO_ENGINE},                                    \
+        {"no-overlap", no_argument, 0, CLI_OPT_NO_OVERLAP},                                        \
         {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
         {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
@@ -82,10 +86,14 @@ enum {
     "                         token through the decode path)\n"                                    \
     "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"                \
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
-    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
+    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G; auto: the\n"      \
+    "                         memory available less the core, KV cache and a page-cache reserve\n" \
     "  --cache-policy P       stream: lfu (default) | lru\n"                                       \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
+    "  --io-engine E          stream: auto (default: io_uring with --direct-io where built in)\n"  \
+    "                         | uring | threads\n"                                                 \
+    "  --no-overlap           stream: read a group's misses before computing any of its experts\n" \
     "  --stats                print the full statistics table at the end\n"                        \
     "  -v, --verbose          the load details, the seed and the statistics table\n"               \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \

@@ -625,6 +625,7 @@ static sl_status make_slots(sl_expert_layer *L, uint64_t blob, const sl_store_pa
     int64_t n = p->cache_experts;
     if (n <= 0 && p->cache_mem > 0) n = p->cache_mem / ((int64_t)blob * n_moe);
     if (n <= 0 && p->cache_mem <= 0) n = E;
+    if (p->cache_clamp) n = SL_MAX(n, p->min_slots);
     if (n < p->min_slots && p->cache_experts > 0)
         return sl_fail(err, SL_ERR_ARG,
                        "expert cache of %lld slot%s per layer is smaller than the %d "
