@@ -150,6 +150,20 @@ else
     bad "read stuck for good: $(cat "$TMP/out")"
 fi
 
+# Prefetched reads that stall or fail, with each I/O engine (uring: skipped where not built).
+for eng in threads uring; do
+    "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=1500 \
+        SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1 "$DRV" prefetch-stall "$K" $eng >"$TMP/out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then ok "stalled prefetch ($eng): $(tail -n 1 "$TMP/out")"
+    else bad "stalled prefetch ($eng): $(cat "$TMP/out")"; fi
+    "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=eio SLUICE_FAULT_AFTER=1 \
+        SLUICE_FAULT_COUNT=1 "$DRV" prefetch-eio "$K" $eng >"$TMP/out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then ok "failed prefetch ($eng): $(tail -n 1 "$TMP/out")"
+    else bad "failed prefetch ($eng): $(cat "$TMP/out")"; fi
+done
+
 # Qwen4-Exp's n-gram rows go through the same readers (streamed) and carry a checksum each.
 Q=$TMP/q4
 if "$BIN" pack tests/fixtures/qwen4_exp_b "$Q" 2>/dev/null; then
