@@ -1088,7 +1088,297 @@ static sl_status fetch_relayout(sl_expert_store *s, sl_expert_layer *L, int32_t 
 
 /* ------------------------------------------------------------ io_uring */
 
-#ifndef SL_HAVE_URING
+#ifdef SL_HAVE_URING
+#include <liburing.h>
+
+/* Most reads in the kernel at once, the ring's depth: every part of every miss and prefetch of
+ * a step fits (top-8 x 4 parts x 2 layers is 64). */
+#define SL_URING_DEPTH 256
+/* A registered buffer's limit (the kernel's): layers' slots go in as chunks of this. */
+#define SL_URING_BUF ((uint64_t)1 << 30)
+
+/*
+ * The io_uring engine: a slot's parts go into one ring, all of a step's reads in flight at once,
+ * and come back in the calls that look at them (fetch_start, prefetch, ready, wait: this thread,
+ * no reader threads), which check each part's CRC32C as it completes. The descriptors are
+ * registered, and the slots as fixed buffers where the memory lock limit allows. Reads beyond
+ * the ring's depth wait in a backlog; a short read goes on from where it stopped; a read past
+ * its timeout is abandoned (its slot quarantined) and the engine stalls, as the threads do,
+ * until its completion comes.
+ */
+struct sl_uring {
+    struct io_uring ring;
+    int32_t in_kernel;  /* reads submitted, completion not yet seen */
+    int32_t abandoned;  /* of them, given up on */
+    const char *stalled;
+    int files;          /* descriptors registered: fixed[fd] is the index */
+    int32_t *fixed, n_fixed_fd;
+    int bufs;           /* slots registered as fixed buffers */
+    int buf_errno;      /* why not (0: not tried or done) */
+    int32_t *buf_base;  /* [n_layers] the index of a layer's first chunk, -1: none */
+    sl_read_job **backlog;
+    int64_t b_head, b_tail;
+    int32_t b_cap;
+};
+
+static int unaligned(const sl_read_job *j) {
+    const uint64_t off = j->offset + j->done, len = j->len - j->done;
+    return j->align && ((uintptr_t)(j->dst + j->done) % j->align || off % j->align ||
+                        len % j->align);
+}
+
+/* Finishes job on this thread (what io_uring cannot read: O_DIRECT from an unaligned point),
+ * with the store's bounce buffer. */
+static void uring_finish_sync(sl_expert_store *s, sl_read_job *j) {
+    j->err = read_full(j->fd, j->dst + j->done, j->len - j->done, j->offset + j->done, j->align,
+                       s->bounce, SL_BOUNCE, NULL);
+    if (!j->err && j->sum) j->crc = sl_crc32c(0, j->dst, (size_t)j->len);
+    (*j->pending)--;
+}
+
+/* The backlog into the ring, as far as it has room, then one submit. */
+static void uring_flush(sl_expert_store *s) {
+    struct sl_uring *u = s->uring;
+    int queued = 0;
+    while (u->b_head < u->b_tail && u->in_kernel < SL_URING_DEPTH) {
+        sl_read_job *j = u->backlog[u->b_head % u->b_cap];
+        if (j->cancel) { /* given up on before it was submitted */
+            u->b_head++;
+            j->err = SL_READ_TIMEOUT;
+            (*j->pending)--;
+            continue;
+        }
+        if (unaligned(j)) {
+            u->b_head++;
+            uring_finish_sync(s, j);
+            continue;
+        }
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+        if (!sqe) break;
+        u->b_head++;
+        uint8_t *dst = j->dst + j->done;
+        const unsigned len = (unsigned)SL_MIN(j->len - j->done, (uint64_t)1 << 30);
+        const uint64_t off = j->offset + j->done;
+        int buf = -1;
+        for (int32_t l = 0; u->bufs && l < s->n_layers && buf < 0; l++) {
+            const sl_expert_layer *L = &s->layers[l];
+            if (u->buf_base[l] < 0 || dst < L->slot_mem) continue;
+            const uint64_t at = (uint64_t)(dst - L->slot_mem);
+            if (at >= (uint64_t)L->slots.n_slots * L->hdr.blob_bytes) continue;
+            if (at / SL_URING_BUF == (at + len - 1) / SL_URING_BUF)
+                buf = u->buf_base[l] + (int)(at / SL_URING_BUF);
+            else
+                break; /* straddles two chunks: a plain read */
+        }
+        const int fixed_fd = u->files && j->fd < u->n_fixed_fd ? u->fixed[j->fd] : -1;
+        const int fd = fixed_fd >= 0 ? fixed_fd : j->fd;
+        if (buf >= 0)
+            io_uring_prep_read_fixed(sqe, fd, dst, len, off, buf);
+        else
+            io_uring_prep_read(sqe, fd, dst, len, off);
+        if (fixed_fd >= 0) sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data(sqe, j);
+        j->running = 1;
+        u->in_kernel++;
+        queued++;
+    }
+    if (queued) io_uring_submit(&u->ring);
+}
+
+static void uring_push(struct sl_uring *u, sl_read_job *j) {
+    SL_ASSERT(u->b_tail - u->b_head < u->b_cap);
+    u->backlog[u->b_tail++ % u->b_cap] = j;
+}
+
+/* One completion: an abandoned read's end, a short read going on, or the part's result (its
+ * sum computed here, while the bytes are fresh). */
+static void uring_complete(sl_expert_store *s, sl_read_job *j, int res) {
+    struct sl_uring *u = s->uring;
+    u->in_kernel--;
+    j->running = 0;
+    if (j->abandoned) {
+        if (--u->abandoned == 0) u->stalled = NULL;
+        j->err = SL_READ_TIMEOUT;
+        (*j->pending)--;
+        return;
+    }
+    if (res == -EINTR || res == -EAGAIN) {
+        uring_push(u, j);
+        return;
+    }
+    if (res <= 0) {
+        j->err = res < 0 ? -res : SL_READ_SHORT;
+        (*j->pending)--;
+        return;
+    }
+    j->done += (uint64_t)res;
+    if (j->done < j->len) { /* short: the rest (sl_read_full's retries) */
+        uring_push(u, j);
+        return;
+    }
+    j->err = 0;
+    if (j->sum) j->crc = sl_crc32c(0, j->dst, (size_t)j->len);
+    (*j->pending)--;
+}
+
+/* Every completion there is; block: wait for one first. Then the backlog goes in. */
+static void uring_reap(sl_expert_store *s, int block) {
+    struct sl_uring *u = s->uring;
+    if (!u) return;
+    struct io_uring_cqe *cqe;
+    if (block && u->in_kernel > 0) (void)io_uring_wait_cqe(&u->ring, &cqe);
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&u->ring, head, cqe) {
+        uring_complete(s, (sl_read_job *)io_uring_cqe_get_data(cqe), cqe->res);
+        n++;
+    }
+    io_uring_cq_advance(&u->ring, n);
+    uring_flush(s);
+}
+
+static void uring_submit(sl_expert_store *s, sl_read_job *const *jobs, int32_t n) {
+    struct sl_uring *u = s->uring;
+    for (int32_t i = 0; i < n; i++) {
+        sl_read_job *j = jobs[i];
+        j->cancel = j->abandoned = j->running = 0;
+        j->done = 0;
+        j->err = SL_READ_PENDING;
+        (*j->pending)++;
+        uring_push(u, j);
+    }
+    uring_flush(s);
+}
+
+static int uring_wait(sl_expert_store *s, int32_t *pending, sl_read_job *jobs, int32_t n,
+                      double deadline) {
+    struct sl_uring *u = s->uring;
+    uring_reap(s, 0);
+    while (*pending > 0) {
+        const double left = deadline < 0 ? 1.0 : deadline - sl_now();
+        if (left <= 0) break;
+        struct __kernel_timespec ts = {.tv_sec = (long long)left,
+                                       .tv_nsec = (long long)((left - (double)(long long)left) * 1e9)};
+        struct io_uring_cqe *cqe;
+        (void)io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+        uring_reap(s, 0);
+    }
+    if (*pending == 0) return 0;
+    for (int32_t i = 0; i < n; i++) { /* past the deadline: given up on */
+        sl_read_job *j = &jobs[i];
+        if (j->err != SL_READ_PENDING || j->cancel || j->abandoned) continue;
+        if (j->running) {
+            j->abandoned = 1;
+            u->abandoned++;
+            if (!u->stalled) u->stalled = j->path;
+        } else {
+            j->cancel = 1; /* in the backlog: dropped when it comes up */
+        }
+    }
+    uring_flush(s);
+    return 1;
+}
+
+static int uring_stalled(sl_expert_store *s) {
+    uring_reap(s, 0);
+    return s->uring->abandoned > 0;
+}
+
+static void uring_desc(const sl_expert_store *s, char *buf, size_t cap) {
+    const struct sl_uring *u = s->uring;
+    if (u->bufs)
+        snprintf(buf, cap, "io_uring (depth %d, %sregistered buffers)", SL_URING_DEPTH,
+                 u->files ? "registered files, " : "");
+    else
+        snprintf(buf, cap, "io_uring (depth %d, %sbuffers not registered: %s%s)", SL_URING_DEPTH,
+                 u->files ? "registered files, " : "",
+                 u->buf_errno ? strerror(u->buf_errno) : "none",
+                 u->buf_errno == ENOMEM || u->buf_errno == EPERM ? ", RLIMIT_MEMLOCK?" : "");
+}
+
+static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_error *err) {
+    const int want = p->io_engine == SL_IO_URING || (p->io_engine == SL_IO_AUTO && p->direct_io);
+    if (!want) return SL_OK;
+    struct sl_uring *u = sl_calloc(1, sizeof *u, err);
+    if (!u) return SL_ERR_NOMEM;
+    int r = io_uring_queue_init(SL_URING_DEPTH, &u->ring, 0);
+    if (r < 0) {
+        free(u);
+        if (p->io_engine == SL_IO_AUTO) return SL_OK; /* the threads, then */
+        return sl_fail(err, SL_ERR_IO, "--io-engine uring: io_uring_queue_init: %s", strerror(-r));
+    }
+    s->uring = u;
+    s->engine = SL_IO_URING;
+    int64_t q = 0;
+    for (int32_t l = 0; l < s->n_layers; l++)
+        q += (int64_t)s->layers[l].slots.n_slots * s->layers[l].per;
+    u->b_cap = (int32_t)SL_MAX(SL_MIN(q, INT32_MAX), 1);
+    u->backlog = sl_calloc((size_t)u->b_cap, sizeof(sl_read_job *), err);
+    u->buf_base = sl_calloc((size_t)SL_MAX(s->n_layers, 1), sizeof(int32_t), err);
+    if (!u->backlog || !u->buf_base) return SL_ERR_NOMEM;
+    /* the descriptors: the layers' and the files' */
+    int fds[4096], n_fds = 0, max_fd = -1;
+    for (int32_t l = 0; l < s->n_layers && n_fds < 4096; l++)
+        if (s->layers[l].fd >= 0 && s->layers[l].sio) fds[n_fds++] = s->layers[l].fd;
+    for (int32_t i = 0; i < s->n_files && n_fds < 4096; i++)
+        if (s->fds[i] >= 0) fds[n_fds++] = s->fds[i];
+    for (int i = 0; i < n_fds; i++)
+        max_fd = SL_MAX(max_fd, fds[i]);
+    if (n_fds && (u->fixed = sl_calloc((size_t)max_fd + 1, sizeof(int32_t), err))) {
+        for (int i = 0; i <= max_fd; i++)
+            u->fixed[i] = -1;
+        for (int i = 0; i < n_fds; i++)
+            u->fixed[fds[i]] = i;
+        u->n_fixed_fd = max_fd + 1;
+        u->files = io_uring_register_files(&u->ring, fds, (unsigned)n_fds) == 0;
+    }
+    /* the slots, in chunks of at most SL_URING_BUF */
+    int32_t n_iov = 0;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const sl_expert_layer *L = &s->layers[l];
+        const uint64_t bytes = L->sio ? (uint64_t)L->slots.n_slots * L->hdr.blob_bytes : 0;
+        n_iov += (int32_t)((bytes + SL_URING_BUF - 1) / SL_URING_BUF);
+    }
+    struct iovec *iov = n_iov ? sl_calloc((size_t)n_iov, sizeof *iov, err) : NULL;
+    n_iov = 0;
+    for (int32_t l = 0; iov && l < s->n_layers; l++) {
+        const sl_expert_layer *L = &s->layers[l];
+        const uint64_t bytes = L->sio ? (uint64_t)L->slots.n_slots * L->hdr.blob_bytes : 0;
+        u->buf_base[l] = bytes ? n_iov : -1;
+        for (uint64_t at = 0; at < bytes; at += SL_URING_BUF)
+            iov[n_iov++] = (struct iovec){L->slot_mem + at, (size_t)SL_MIN(SL_URING_BUF, bytes - at)};
+    }
+    if (iov) {
+        r = io_uring_register_buffers(&u->ring, iov, (unsigned)n_iov);
+        u->bufs = r == 0;
+        u->buf_errno = r < 0 ? -r : 0;
+        free(iov);
+    }
+    return SL_OK;
+}
+
+/* Reads still in the kernel when the store goes: a short wait, then their memory is left to
+ * them (never freed) rather than written after being reused. */
+static void uring_free(sl_expert_store *s) {
+    struct sl_uring *u = s->uring;
+    if (!u) return;
+    const double until = sl_now() + 0.05;
+    while (u->in_kernel > u->abandoned && sl_now() < until) {
+        struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = 5000000};
+        struct io_uring_cqe *cqe;
+        (void)io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+        uring_reap(s, 0);
+    }
+    if (u->in_kernel > 0)
+        for (int32_t l = 0; l < s->n_layers; l++) { /* leaked on purpose */
+            s->layers[l].slot_mem = NULL;
+            s->layers[l].slot_jobs = NULL;
+            s->layers[l].sio = NULL;
+        }
+    io_uring_queue_exit(&u->ring);
+    free(u->backlog), free(u->buf_base), free(u->fixed), free(u);
+    s->uring = NULL;
+}
+#else
 struct sl_uring {
     int unused;
 };

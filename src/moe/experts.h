@@ -119,6 +119,7 @@ typedef struct sl_read_job {
      * its lock: cancel (given up before it started), abandoned (given up while running) */
     int32_t *pending;
     uint8_t cancel, abandoned, running;
+    uint64_t done; /* io_uring: bytes already read (a short read goes on from there) */
 } sl_read_job;
 
 /* The reader threads (experts.c). Heap-allocated: when a read hangs in the kernel past its
