@@ -382,7 +382,8 @@ static int64_t meminfo(const char *name) {
     int64_t v = -1;
     const size_t n = strlen(name);
     while (v < 0 && fgets(line, sizeof line, f))
-        if (!strncmp(line, name, n) && line[n] == ':') v = (int64_t)strtoll(line + n + 1, NULL, 10) * 1024;
+        if (!strncmp(line, name, n) && line[n] == ':')
+            v = (int64_t)strtoll(line + n + 1, NULL, 10) * 1024;
     fclose(f);
     return v;
 }

@@ -907,8 +907,7 @@ sl_status sl_experts_open_files(sl_expert_store *s, int32_t n_layers, int32_t n_
         st = open_files_layer(s, l, &src[l], p, n_moe, err);
         if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
     }
-    if (!st && p->mode == SL_EXPERTS_STREAM)
-        st = store_start_io(s, p, err);
+    if (!st && p->mode == SL_EXPERTS_STREAM) st = store_start_io(s, p, err);
     return st;
 }
 
@@ -925,8 +924,7 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
         st = open_layer(s, l, dir, hidden, inter, p, n_moe, err);
         if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
     }
-    if (!st && p->mode == SL_EXPERTS_STREAM)
-        st = store_start_io(s, p, err);
+    if (!st && p->mode == SL_EXPERTS_STREAM) st = store_start_io(s, p, err);
     return st;
 }
 
@@ -1108,14 +1106,14 @@ static sl_status fetch_relayout(sl_expert_store *s, sl_expert_layer *L, int32_t 
  */
 struct sl_uring {
     struct io_uring ring;
-    int32_t in_kernel;  /* reads submitted, completion not yet seen */
-    int32_t abandoned;  /* of them, given up on */
+    int32_t in_kernel; /* reads submitted, completion not yet seen */
+    int32_t abandoned; /* of them, given up on */
     const char *stalled;
-    int files;          /* descriptors registered: fixed[fd] is the index */
+    int files; /* descriptors registered: fixed[fd] is the index */
     int32_t *fixed, n_fixed_fd;
-    int bufs;           /* slots registered as fixed buffers */
-    int buf_errno;      /* why not (0: not tried or done) */
-    int32_t *buf_base;  /* [n_layers] the index of a layer's first chunk, -1: none */
+    int bufs;          /* slots registered as fixed buffers */
+    int buf_errno;     /* why not (0: not tried or done) */
+    int32_t *buf_base; /* [n_layers] the index of a layer's first chunk, -1: none */
     sl_read_job **backlog;
     int64_t b_head, b_tail;
     int32_t b_cap;
@@ -1123,8 +1121,8 @@ struct sl_uring {
 
 static int unaligned(const sl_read_job *j) {
     const uint64_t off = j->offset + j->done, len = j->len - j->done;
-    return j->align && ((uintptr_t)(j->dst + j->done) % j->align || off % j->align ||
-                        len % j->align);
+    return j->align &&
+           ((uintptr_t)(j->dst + j->done) % j->align || off % j->align || len % j->align);
 }
 
 /* Finishes job on this thread (what io_uring cannot read: O_DIRECT from an unaligned point),
@@ -1257,7 +1255,8 @@ static int uring_wait(sl_expert_store *s, int32_t *pending, sl_read_job *jobs, i
         const double left = deadline < 0 ? 1.0 : deadline - sl_now();
         if (left <= 0) break;
         struct __kernel_timespec ts = {.tv_sec = (long long)left,
-                                       .tv_nsec = (long long)((left - (double)(long long)left) * 1e9)};
+                                       .tv_nsec =
+                                           (long long)((left - (double)(long long)left) * 1e9)};
         struct io_uring_cqe *cqe;
         (void)io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
         uring_reap(s, 0);
@@ -1345,7 +1344,8 @@ static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_er
         const uint64_t bytes = L->sio ? (uint64_t)L->slots.n_slots * L->hdr.blob_bytes : 0;
         u->buf_base[l] = bytes ? n_iov : -1;
         for (uint64_t at = 0; at < bytes; at += SL_URING_BUF)
-            iov[n_iov++] = (struct iovec){L->slot_mem + at, (size_t)SL_MIN(SL_URING_BUF, bytes - at)};
+            iov[n_iov++] =
+                (struct iovec){L->slot_mem + at, (size_t)SL_MIN(SL_URING_BUF, bytes - at)};
     }
     if (iov) {
         r = io_uring_register_buffers(&u->ring, iov, (unsigned)n_iov);
@@ -1384,8 +1384,9 @@ struct sl_uring {
 };
 static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_error *err) {
     if (p->io_engine == SL_IO_URING)
-        return sl_fail(err, SL_ERR_ARG, "--io-engine uring: this build has no io_uring "
-                                        "(liburing was missing when it was built)");
+        return sl_fail(err, SL_ERR_ARG,
+                       "--io-engine uring: this build has no io_uring "
+                       "(liburing was missing when it was built)");
     (void)s;
     return SL_OK;
 }
@@ -1414,9 +1415,12 @@ static int uring_stalled(sl_expert_store *s) {
 #endif
 
 const char *sl_experts_engine_desc(const sl_expert_store *s, char *buf, size_t cap) {
-    if (!s->pool) snprintf(buf, cap, "none");
-    else if (s->engine == SL_IO_URING) uring_desc(s, buf, cap);
-    else snprintf(buf, cap, "threads (%d readers)", s->pool->n_threads);
+    if (!s->pool)
+        snprintf(buf, cap, "none");
+    else if (s->engine == SL_IO_URING)
+        uring_desc(s, buf, cap);
+    else
+        snprintf(buf, cap, "threads (%d readers)", s->pool->n_threads);
     return buf;
 }
 
@@ -1433,7 +1437,8 @@ static void io_submit(sl_expert_store *s, sl_read_job *const *jobs, int32_t n) {
 
 static int io_wait(sl_expert_store *s, sl_expert_layer *L, int32_t slot, double deadline) {
     sl_read_job *jobs = &L->slot_jobs[(size_t)slot * (size_t)L->per];
-    if (s->engine == SL_IO_URING) return uring_wait(s, &L->sio[slot].pending, jobs, L->per, deadline);
+    if (s->engine == SL_IO_URING)
+        return uring_wait(s, &L->sio[slot].pending, jobs, L->per, deadline);
     return pool_wait(s->pool, &L->sio[slot].pending, jobs, L->per, deadline);
 }
 

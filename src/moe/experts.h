@@ -159,9 +159,9 @@ typedef struct sl_expert_store {
     uint8_t *stage;
     int32_t n_stage;
     uint64_t stage_bytes;
-    sl_io_engine engine;     /* stream: the engine reads go through (never AUTO once open) */
-    int32_t overlap;         /* the MoE step computes cached experts while misses read */
-    struct sl_uring *uring;  /* engine URING */
+    sl_io_engine engine;    /* stream: the engine reads go through (never AUTO once open) */
+    int32_t overlap;        /* the MoE step computes cached experts while misses read */
+    struct sl_uring *uring; /* engine URING */
     /* counters (read by sl_model_get_stats). hits: requested experts already cached, not
      * counting those a prefetch brought (prefetch_used); bytes_read counts every blob read,
      * prefetched ones too (prefetch_bytes of them) */
@@ -183,13 +183,13 @@ typedef struct sl_store_params {
     int64_t cache_mem;
     int32_t direct_io;
     int32_t io_threads;
-    int32_t io_timeout_ms; /* 0: SL_IO_TIMEOUT_MS; < 0: no limit */
-    int32_t min_slots;     /* top-k: fewer slots cannot serve one token */
-    uint32_t pack_version; /* the manifest's: every experts file must say the same (0: any) */
-    uint64_t read_part;    /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
+    int32_t io_timeout_ms;  /* 0: SL_IO_TIMEOUT_MS; < 0: no limit */
+    int32_t min_slots;      /* top-k: fewer slots cannot serve one token */
+    uint32_t pack_version;  /* the manifest's: every experts file must say the same (0: any) */
+    uint64_t read_part;     /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
     sl_io_engine io_engine; /* stream: AUTO (io_uring with direct_io where built), THREADS, URING */
     int32_t no_overlap;     /* the MoE step waits for all of a group's reads before computing */
-    int32_t cache_clamp;    /* cache_mem below top-k slots a layer gives top-k (auto), not an error */
+    int32_t cache_clamp; /* cache_mem below top-k slots a layer gives top-k (auto), not an error */
     sl_progress_fn progress;
     void *progress_user;
 } sl_store_params;
@@ -260,10 +260,10 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
 /*
  * sl_experts_fetch in two halves, so that the caller computes on what is cached while the
  * misses read. Start places the hits (pinned), picks the misses' slots and issues all their
- * reads at once, then returns: out[i] is expert ids[i]'s view from now on (valid as sl_experts_fetch
- * says), its bytes only once item i is ready. An expert a prefetch is reading counts as a hit
- * whose bytes are in flight; one whose prefetch failed before is read again. Errors here: a
- * stalled read still out (nothing touched), a timeout while waiting for a slot to free.
+ * reads at once, then returns: out[i] is expert ids[i]'s view from now on (valid as
+ * sl_experts_fetch says), its bytes only once item i is ready. An expert a prefetch is reading
+ * counts as a hit whose bytes are in flight; one whose prefetch failed before is read again. Errors
+ * here: a stalled read still out (nothing touched), a timeout while waiting for a slot to free.
  */
 sl_status sl_experts_fetch_start(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                                  const sl_expert **out, sl_error *err);

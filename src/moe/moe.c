@@ -345,10 +345,9 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
          * compute, then each run of misses computes once its reads are in. The device path
          * maps the whole group at once, so it waits for every read first. */
         const int overlap = !dev->layers && store->overlap;
-        sl_status st = overlap ? sl_experts_fetch_start(store, l, ms->expert_list + j0, nj,
-                                                        ms->fetched, err)
-                               : sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched,
-                                                  err);
+        sl_status st =
+            overlap ? sl_experts_fetch_start(store, l, ms->expert_list + j0, nj, ms->fetched, err)
+                    : sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
         if (!st && dev->layers) {
             sl_dev_cache_map(dev, be, l, ms->expert_list + j0, nj, ms->fetched);
             if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */

@@ -225,12 +225,12 @@ static int same_blob(const sl_expert_store *s, int32_t e) {
     const int32_t slot = sl_slot_lookup(&L->slots, e);
     uint8_t *want = malloc(L->hdr.blob_bytes);
     int fd = open(L->path, O_RDONLY);
-    const int ok = slot >= 0 && want && fd >= 0 &&
-                   pread(fd, want, L->hdr.blob_bytes,
-                         (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
-                       (ssize_t)L->hdr.blob_bytes &&
-                   !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes,
-                           L->hdr.blob_bytes);
+    const int ok =
+        slot >= 0 && want && fd >= 0 &&
+        pread(fd, want, L->hdr.blob_bytes,
+              (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
+            (ssize_t)L->hdr.blob_bytes &&
+        !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes, L->hdr.blob_bytes);
     if (fd >= 0) close(fd);
     free(want);
     return ok;
@@ -246,7 +246,8 @@ static int cmd_prefetch(const char *pack, const char *engine, int stall) {
     sl_error err = {0};
     const sl_expert *out[4];
     int bad = 0;
-    if (sl_experts_prefetch(&s, 1, (int32_t[]){3}, 1) != 1) bad = fail("prefetch: none started%s%s", "", "");
+    if (sl_experts_prefetch(&s, 1, (int32_t[]){3}, 1) != 1)
+        bad = fail("prefetch: none started%s%s", "", "");
     if (stall) {
         const double t0 = now();
         sl_status st = sl_experts_fetch(&s, 1, (int32_t[]){3}, 1, out, &err);

@@ -33,12 +33,12 @@ static int same_as_file(const sl_expert_store *s, int32_t e) {
     if (slot < 0) return 0;
     int fd = open(L->path, O_RDONLY);
     uint8_t *want = malloc(L->hdr.blob_bytes);
-    const int ok = fd >= 0 && want &&
-                   pread(fd, want, L->hdr.blob_bytes,
-                         (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
-                       (ssize_t)L->hdr.blob_bytes &&
-                   !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes,
-                           L->hdr.blob_bytes);
+    const int ok =
+        fd >= 0 && want &&
+        pread(fd, want, L->hdr.blob_bytes,
+              (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
+            (ssize_t)L->hdr.blob_bytes &&
+        !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes, L->hdr.blob_bytes);
     if (fd >= 0) close(fd);
     free(want);
     return ok;
