@@ -117,11 +117,9 @@ int cli_trace_replay(int argc, char **argv) {
     }
     printf("%s: %lld records, %d of %d layers with requests, %d experts, top-%d, %lld tokens, "
            "%lld requests (up to %lld experts each)%s\n",
-           path, (long long)n_records, r.n_used, r.n_layers, r.n_experts, r.k,
-           (long long)r.tokens, (long long)n_req, (long long)max_size,
-           n_pred ? ", with predictions" : "");
-    if (prefetch && !n_pred)
-        cli_warn("--prefetch: the trace has no predictions (kind-1 records)");
+           path, (long long)n_records, r.n_used, r.n_layers, r.n_experts, r.k, (long long)r.tokens,
+           (long long)n_req, (long long)max_size, n_pred ? ", with predictions" : "");
+    if (prefetch && !n_pred) cli_warn("--prefetch: the trace has no predictions (kind-1 records)");
     if (!n_sizes) {
         sizes[0] = -0.10, sizes[1] = -0.25, sizes[2] = -0.50;
         n_sizes = 3;

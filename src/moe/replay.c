@@ -39,8 +39,7 @@ sl_status sl_route_replay_load(sl_route_replay *r, const char *path, int32_t n_e
         tokens = SL_MIN(tokens, np[l]);
         preds &= used == 1 || nq[l] == np[l]; /* every token of every MoE layer but the first */
     }
-    if (!st && !used)
-        st = sl_fail(err, SL_ERR_FORMAT, "%s: no picks to replay", path);
+    if (!st && !used) st = sl_fail(err, SL_ERR_FORMAT, "%s: no picks to replay", path);
     if (st) {
         free(np);
         goto out;
@@ -60,7 +59,8 @@ sl_status sl_route_replay_load(sl_route_replay *r, const char *path, int32_t n_e
         st = SL_ERR_NOMEM;
         goto out;
     }
-    for (int32_t l = 0, m = 0; l < L; l++) m_of[l] = np[l] ? m++ : -1;
+    for (int32_t l = 0, m = 0; l < L; l++)
+        m_of[l] = np[l] ? m++ : -1;
     memset(np, 0, (size_t)L * 2 * sizeof(int64_t));
     for (int64_t i = 0; i < t.n_records; i++) {
         const int32_t l = t.layer[i], m = m_of[l];
