@@ -7,7 +7,8 @@
 #   tools/bench_stream_trace.sh PACK TRACE SLOTS ROUNDS CONFIG...
 #     SLOTS    slots per layer (--cache-experts), e.g. 51 (10% of 512)
 #     CONFIG   label=flags, e.g. base="--no-overlap --io-engine threads" all="--prefetch 10"
-#   env: BIN (build/sluice), N (decode tokens, 32), T (threads, 2), TASKSET (e.g. "taskset -c 0,1")
+#   env: BIN (build/sluice), N (decode tokens, 32), T (threads, 2), TASKSET (e.g. "taskset -c 0,1"),
+#        COMPUTE=1 (also the compute bound: --experts resident), COMPUTE_FLAGS (its extra flags)
 #
 # Rounds alternate the configurations (a,b,c,a,b,c,...); each line gives the median of the
 # rounds. The disk bound uses one dd of an experts file (O_DIRECT, 8 MiB blocks) per round.
@@ -20,7 +21,7 @@ T=${T:-2}
 IDS=$(seq -s, 101 116)
 
 drop_cache() {
-    /usr/bin/python3 - "$PACK" <<'PY'
+    python3 - "$PACK" <<'PY'
 import os, sys
 for name in os.listdir(sys.argv[1]):
     fd = os.open(os.path.join(sys.argv[1], name), os.O_RDONLY)
@@ -62,7 +63,7 @@ disk=$(printf '%s\n' "${DISK[@]}" | median)
 echo "disk (O_DIRECT, 8 MiB): $disk MB/s (rounds: ${DISK[*]})"
 if [ -n "${COMPUTE:-}" ]; then # every expert in memory: the compute's bound
     comp=$(${TASKSET:-} "$BIN" generate "$PACK" --ids "$IDS" -n "$N" -t "$T" --experts resident \
-        --route-replay "$TRACE" --stats 2>&1 >/dev/null | awk '/^decode steps/ {gsub(/\(/, "", $4); print $4}')
+        --route-replay "$TRACE" --stats ${COMPUTE_FLAGS:-} 2>&1 >/dev/null | awk '/^decode steps/ {gsub(/\(/, "", $4); print $4}')
     echo "compute bound (--experts resident): $comp tok/s"
 fi
 printf '%-12s %8s %6s %9s %10s %8s %10s\n' config tok/s hit% MB/step read_MB/s recall% disk_bound
@@ -70,6 +71,6 @@ for c in "$@"; do
     label=${c%%=*}
     col() { printf '%s' "${RES[$label]}" | awk -v k="$1" 'NF {print $k}' | median; }
     tps=$(col 1) hit=$(col 2) mb=$(col 3) bw=$(col 4) rec=$(printf '%s' "${RES[$label]}" | awk 'NF {print $5}' | head -1)
-    bound=$(awk -v d="$disk" -v m="$mb" 'BEGIN {printf "%.2f", m > 0 ? d / m : 0}')
+    bound=$(awk -v d="$disk" -v m="$mb" 'BEGIN {printf "%.2f", (m > 0 ? d / m : 0)}')
     printf '%-12s %8s %6s %9s %10s %8s %10s\n' "$label" "$tps" "$hit" "$mb" "$bw" "$rec" "$bound"
 done
