@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Streaming decode on a trained model's routing (issue 30): a pack streamed from a cold page
 # cache with --direct-io, its routers replaced by a routing trace (--route-replay), each
-# configuration against the bounds: the disk's (its measured O_DIRECT bandwidth over the bytes
-# a decode step reads) and the compute's (the same run with every expert in memory).
+# configuration against the bounds: the disk's (its O_DIRECT bandwidth at depth, over the bytes
+# a decode step of the first configuration reads: no read ahead, nothing wasted) and the
+# compute's (the same run with every expert in memory).
 #
 #   tools/bench_stream_trace.sh PACK TRACE SLOTS ROUNDS CONFIG...
 #     SLOTS    slots per layer (--cache-experts), e.g. 51 (10% of 512)
 #     CONFIG   label=flags, e.g. base="--no-overlap --io-engine threads" all="--prefetch 10"
 #   env: BIN (build/sluice), N (decode tokens, 32), T (threads, 2), TASKSET (e.g. "taskset -c 0,1"),
-#        COMPUTE=1 (also the compute bound: --experts resident), COMPUTE_FLAGS (its extra flags)
+#        COMPUTE=1 (also the compute bound: --experts resident), COMPUTE_FLAGS (its extra flags),
+#        COMP (the compute bound in tok/s, measured before)
 #
 # Rounds alternate the configurations (a,b,c,a,b,c,...); each line gives the median of the
-# rounds. The disk bound uses one dd of an experts file (O_DIRECT, 8 MiB blocks) per round.
+# rounds. The disk is measured each round (tools/lab/disk_bw.py).
 set -euo pipefail
 PACK=$1 TRACE=$2 SLOTS=$3 ROUNDS=$4
 shift 4
@@ -29,10 +31,11 @@ for name in os.listdir(sys.argv[1]):
     os.close(fd)
 PY
 }
-disk_mbs() { # O_DIRECT sequential read of the first 2 GiB of an experts file, MB/s
-    local f
-    f=$(ls "$PACK"/experts-*.bin | head -1)
-    dd if="$f" of=/dev/null bs=8M count=256 iflag=direct 2>&1 | awk '/copied/ {print $(NF-1) * ($NF == "GB/s" ? 1000 : 1)}'
+disk_mbs() { # O_DIRECT reads of 2 MiB at random offsets, 16 and 32 in flight: the better
+    local a b
+    a=$(python3 tools/lab/disk_bw.py "$PACK"/experts-*.bin --qd 16 --block 2M --seconds 3)
+    b=$(python3 tools/lab/disk_bw.py "$PACK"/experts-*.bin --qd 32 --block 2M --seconds 3)
+    echo $((a > b ? a : b))
 }
 run() { # flags... -> "tok/s hit% MB/step readMB/s recall%"
     drop_cache
@@ -61,16 +64,20 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 disk=$(printf '%s\n' "${DISK[@]}" | median)
 echo "disk (O_DIRECT, 8 MiB): $disk MB/s (rounds: ${DISK[*]})"
+comp=${COMP:-}
 if [ -n "${COMPUTE:-}" ]; then # every expert in memory: the compute's bound
     comp=$(${TASKSET:-} "$BIN" generate "$PACK" --ids "$IDS" -n "$N" -t "$T" --experts resident \
         --route-replay "$TRACE" --stats ${COMPUTE_FLAGS:-} 2>&1 >/dev/null | awk '/^decode steps/ {gsub(/\(/, "", $4); print $4}')
     echo "compute bound (--experts resident): $comp tok/s"
 fi
-printf '%-12s %8s %6s %9s %10s %8s %10s\n' config tok/s hit% MB/step read_MB/s recall% disk_bound
+printf '%-12s %8s %6s %9s %10s %8s %10s %8s\n' config tok/s hit% MB/step read_MB/s recall% disk_bound of_bound
+first=${1%%=*} bound=""
 for c in "$@"; do
     label=${c%%=*}
     col() { printf '%s' "${RES[$label]}" | awk -v k="$1" 'NF {print $k}' | median; }
     tps=$(col 1) hit=$(col 2) mb=$(col 3) bw=$(col 4) rec=$(printf '%s' "${RES[$label]}" | awk 'NF {print $5}' | head -1)
-    bound=$(awk -v d="$disk" -v m="$mb" 'BEGIN {printf "%.2f", (m > 0 ? d / m : 0)}')
-    printf '%-12s %8s %6s %9s %10s %8s %10s\n' "$label" "$tps" "$hit" "$mb" "$bw" "$rec" "$bound"
+    [ "$label" = "$first" ] && bound=$(awk -v d="$disk" -v m="$mb" -v c="${comp:-0}" \
+        'BEGIN {b = (m > 0 ? d / m : 0); if (c > 0 && c < b) b = c; printf "%.2f", b}')
+    pct=$(awk -v t="$tps" -v b="$bound" 'BEGIN {printf "%.0f%%", (b > 0 ? 100 * t / b : 0)}')
+    printf '%-12s %8s %6s %9s %10s %8s %10s %8s\n' "$label" "$tps" "$hit" "$mb" "$bw" "$rec" "$bound" "$pct"
 done

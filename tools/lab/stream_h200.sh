@@ -13,7 +13,12 @@ S=build-cuda/sluice
 ( [ -d $W/q35-int4 ] || { python3 tools/make_synth.py $W/q35 --preset qwen3.5-397b-a17b --layers 4 \
     --zero-experts > /dev/null && echo synth done; } ) > $OUT/synth.log 2>&1 &
 PS=$!
-[ -x $S ] || { make CUDA=1 -j14 $S > $OUT/build.log 2>&1; el "built $?"; grep -E ' error' $OUT/build.log | head; }
+if [ "$MODE" = cuda ]; then
+    [ -x $S ] || { make CUDA=1 -j14 $S > $OUT/build.log 2>&1; el "built $?"; grep -E ' error' $OUT/build.log | head; }
+else # the CPU backend needs no CUDA build
+    S=build/sluice
+    make -j14 $S > $OUT/build.log 2>&1; el "built $?"; grep -E ' error' $OUT/build.log | head
+fi
 wait $PS
 if [ ! -d $W/q35-int4 ]; then
     $S pack $W/q35 $W/q35-int4 --quant int4 > $OUT/pack.log 2>&1; el "packed $?"; rm -rf $W/q35
@@ -25,15 +30,19 @@ if [ "$MODE" = cuda ]; then
 else
     EXTRA="--backend cpu" GPU=0 TASK="taskset -c 0,1" T=2
 fi
+# the compute bound: every expert in memory, the same routing
+COMP=$($TASK $S generate $W/q35-int4 --ids $(seq -s, 101 116) -n ${N:-32} -t $T --experts resident \
+    --route-replay $W/e512.sltrace --stats $EXTRA 2>&1 >/dev/null | awk '/^decode steps/ {gsub(/\(/, "", $4); print $4}')
+el "compute bound (--experts resident): $COMP tok/s" | tee -a $OUT/table_$MODE.txt
 for slots in ${SLOTS:-51 128 256}; do
     g=""; [ $GPU = 1 ] && g="--gpu-experts $slots"
-    el "slots $slots"
-    BIN=$S N=${N:-32} T=$T TASKSET="$TASK" COMPUTE=$([ $slots = 51 ] && echo 1) COMPUTE_FLAGS="$EXTRA" \
+    el "slots $slots" | tee -a $OUT/table_$MODE.txt
+    BIN=$S N=${N:-32} T=$T TASKSET="$TASK" COMP=$COMP \
         tools/bench_stream_trace.sh $W/q35-int4 $W/e512.sltrace $slots ${ROUNDS:-1} \
         "base=--io-engine threads --no-overlap $EXTRA $g" \
         "overlap=--io-engine threads $EXTRA $g" \
-        "prefetch=--io-engine threads --no-overlap --prefetch 10 $EXTRA $g" \
+        "prefetch4=--io-engine threads --no-overlap --prefetch 4 $EXTRA $g" \
         "uring=--io-engine uring --no-overlap $EXTRA $g" \
-        "all=--io-engine uring --prefetch 10 $EXTRA $g" 2>>$OUT/rounds.log | tee -a $OUT/table_$MODE.txt
+        "all=--io-engine uring --prefetch 4 $EXTRA $g" 2>>$OUT/rounds.log | tee -a $OUT/table_$MODE.txt
 done
 el done
