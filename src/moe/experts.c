@@ -1227,8 +1227,10 @@ static void uring_reap(sl_expert_store *s, int block) {
     if (block && u->in_kernel > 0) (void)io_uring_wait_cqe(&u->ring, &cqe);
     unsigned head, n = 0;
     io_uring_for_each_cqe(&u->ring, head, cqe) {
-        uring_complete(s, (sl_read_job *)io_uring_cqe_get_data(cqe), cqe->res);
         n++;
+        /* the timeout liburing submits for a wait on kernels without IORING_FEAT_EXT_ARG */
+        if (cqe->user_data == LIBURING_UDATA_TIMEOUT) continue;
+        uring_complete(s, (sl_read_job *)io_uring_cqe_get_data(cqe), cqe->res);
     }
     io_uring_cq_advance(&u->ring, n);
     uring_flush(s);
