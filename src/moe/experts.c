@@ -972,6 +972,13 @@ int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e) {
     return L->slots.n_slots == 0 || sl_slot_lookup(&L->slots, e) >= 0;
 }
 
+int sl_experts_cached_ready(const sl_expert_store *s, int32_t layer, int32_t e) {
+    const sl_expert_layer *L = &s->layers[layer];
+    if (L->slots.n_slots == 0) return 1;
+    const int32_t slot = sl_slot_lookup(&L->slots, e);
+    return slot >= 0 && (!L->sio || L->sio[slot].state == SLOT_IDLE);
+}
+
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer) {
     const sl_expert_layer *L = &s->layers[layer];
     return L->slots.n_slots > 0 ? L->slots.n_slots : L->n_experts;

@@ -242,6 +242,10 @@ void sl_experts_free(sl_expert_store *s);
 /* Whether a fetch of expert e of this layer would hit (always, outside stream mode). */
 int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e);
 
+/* Whether expert e of this layer is cached with its bytes in (not a read in flight, as a
+ * prefetch's may be): a fetch would find it ready at once. */
+int sl_experts_cached_ready(const sl_expert_store *s, int32_t layer, int32_t e);
+
 /* Most experts one fetch of this layer may ask for. */
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);
 

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "model/model.h"
 #include "moe/experts.h"
 #include "test.h"
 
@@ -147,6 +148,15 @@ TEST(test_stream_overlap_bitwise) {
             ref = got;
         else {
             CHECKF(!memcmp(ref, got, (size_t)8 * in.vocab_size * sizeof(float)), "variant %d", v);
+            /* again after prefetches into every layer (read or still in flight): the same */
+            int32_t started = 0;
+            for (int32_t l = 0; l < m->experts.n_layers; l++)
+                started += sl_experts_prefetch(&m->experts, l, (int32_t[]){7, 6, 5, 4}, 4);
+            CHECK(started > 0 && m->experts.prefetch_reads == started);
+            sl_session_reset(ses);
+            CHECKF(sl_session_forward(ses, ids, 8, got, 1, &err) == SL_OK, "%s", err.msg);
+            CHECKF(!memcmp(ref, got, (size_t)8 * in.vocab_size * sizeof(float)),
+                   "variant %d after prefetch", v);
             free(got);
         }
         sl_session_free(ses);
