@@ -1356,12 +1356,12 @@ static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_er
             iov[n_iov++] =
                 (struct iovec){L->slot_mem + at, (size_t)SL_MIN(SL_URING_BUF, bytes - at)};
     }
-    if (iov) {
+    if (iov && !p->uring_plain) {
         r = io_uring_register_buffers(&u->ring, iov, (unsigned)n_iov);
         u->bufs = r == 0;
         u->buf_errno = r < 0 ? -r : 0;
-        free(iov);
     }
+    free(iov);
     return SL_OK;
 }
 

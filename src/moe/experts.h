@@ -189,6 +189,7 @@ typedef struct sl_store_params {
     uint64_t read_part;     /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
     sl_io_engine io_engine; /* stream: AUTO (io_uring with direct_io where built), THREADS, URING */
     int32_t no_overlap;     /* the MoE step waits for all of a group's reads before computing */
+    int32_t uring_plain;    /* io_uring without registered buffers (tests: faults in the slots) */
     int32_t cache_clamp; /* cache_mem below top-k slots a layer gives top-k (auto), not an error */
     sl_progress_fn progress;
     void *progress_user;
