@@ -233,7 +233,9 @@ else
     bad "pack + verify"
 fi
 "$BIN" generate "$M" --ids "$ids" -n 6 --experts mapped >"$TMP/g0" 2>/dev/null
-for mode in "resident" "stream --cache-experts 2" "stream --cache-mem 1M --cache-policy lru --io-threads 2"; do
+for mode in "resident" "stream --cache-experts 2" "stream --cache-mem 1M --cache-policy lru --io-threads 2" \
+    "stream --cache-experts 2 --no-overlap" "stream --cache-experts 2 --io-engine threads --direct-io" \
+    "stream --cache-mem auto"; do
     "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 --experts $mode >"$TMP/g1" 2>"$TMP/err"
     "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 >"$TMP/g2" 2>/dev/null
     if cmp -s "$TMP/g1" "$TMP/g2" && grep -q "experts hit" "$TMP/err"; then ok "int8 --experts $mode"; else bad "int8 --experts $mode"; fi
@@ -328,6 +330,27 @@ got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --experts stream --cache-expe
 if [ "$got" = "$greedy" ]; then ok "bf16 pack streams the reference greedy ids"; else bad "bf16 pack greedy: $got"; fi
 got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --batch 1 --experts stream --cache-experts 3 2>/dev/null | tail -n 1)
 if [ "$got" = "$greedy" ]; then ok "--batch 1 (prompt through the decode path)"; else bad "--batch 1: $got"; fi
+# io_uring where built in (the default with --direct-io), the same ids; the engine and
+# --cache-mem auto's budget said
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 6 --experts stream --cache-experts 2 --io-engine uring \
+    -v >"$TMP/g1" 2>"$TMP/err"; then
+    if cmp -s "$TMP/g1" "$TMP/g2" && grep -q "expert reads: io_uring" "$TMP/err"; then
+        ok "--io-engine uring"
+    else
+        bad "--io-engine uring: $(cat "$TMP/err")"
+    fi
+elif grep -q "no io_uring" "$TMP/err"; then
+    ok "--io-engine uring: refused by a build without liburing"
+else
+    bad "--io-engine uring: $(cat "$TMP/err")"
+fi
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 2 --experts stream --cache-mem auto 2>&1 >/dev/null |
+    grep -q "cache-mem auto: [0-9.]* GiB of [0-9.]* GiB available -> [0-9]* slots a layer"; then
+    ok "--cache-mem auto says its budget"
+else
+    bad "--cache-mem auto"
+fi
+expect_fail "io-engine bad" "invalid --io-engine" "$BIN" generate "$TMP/p8" --ids 1 --experts stream --io-engine aio
 expect_fail "pack bad quant" "invalid --quant" "$BIN" pack "$M" "$TMP/x" --quant int3
 expect_fail "pack missing out" "SRC and OUT" "$BIN" pack "$M"
 expect_fail "pack a pack" "already packed" "$BIN" pack "$TMP/p8" "$TMP/x"

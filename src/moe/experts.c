@@ -972,6 +972,13 @@ int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e) {
     return L->slots.n_slots == 0 || sl_slot_lookup(&L->slots, e) >= 0;
 }
 
+int sl_experts_cached_ready(const sl_expert_store *s, int32_t layer, int32_t e) {
+    const sl_expert_layer *L = &s->layers[layer];
+    if (L->slots.n_slots == 0) return 1;
+    const int32_t slot = sl_slot_lookup(&L->slots, e);
+    return slot >= 0 && (!L->sio || L->sio[slot].state == SLOT_IDLE);
+}
+
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer) {
     const sl_expert_layer *L = &s->layers[layer];
     return L->slots.n_slots > 0 ? L->slots.n_slots : L->n_experts;
@@ -1227,8 +1234,10 @@ static void uring_reap(sl_expert_store *s, int block) {
     if (block && u->in_kernel > 0) (void)io_uring_wait_cqe(&u->ring, &cqe);
     unsigned head, n = 0;
     io_uring_for_each_cqe(&u->ring, head, cqe) {
-        uring_complete(s, (sl_read_job *)io_uring_cqe_get_data(cqe), cqe->res);
         n++;
+        /* the timeout liburing submits for a wait on kernels without IORING_FEAT_EXT_ARG */
+        if (cqe->user_data == LIBURING_UDATA_TIMEOUT) continue;
+        uring_complete(s, (sl_read_job *)io_uring_cqe_get_data(cqe), cqe->res);
     }
     io_uring_cq_advance(&u->ring, n);
     uring_flush(s);
@@ -1347,12 +1356,12 @@ static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_er
             iov[n_iov++] =
                 (struct iovec){L->slot_mem + at, (size_t)SL_MIN(SL_URING_BUF, bytes - at)};
     }
-    if (iov) {
+    if (iov && !p->uring_plain) {
         r = io_uring_register_buffers(&u->ring, iov, (unsigned)n_iov);
         u->bufs = r == 0;
         u->buf_errno = r < 0 ? -r : 0;
-        free(iov);
     }
+    free(iov);
     return SL_OK;
 }
 

@@ -189,6 +189,7 @@ typedef struct sl_store_params {
     uint64_t read_part;     /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
     sl_io_engine io_engine; /* stream: AUTO (io_uring with direct_io where built), THREADS, URING */
     int32_t no_overlap;     /* the MoE step waits for all of a group's reads before computing */
+    int32_t uring_plain;    /* io_uring without registered buffers (tests: faults in the slots) */
     int32_t cache_clamp; /* cache_mem below top-k slots a layer gives top-k (auto), not an error */
     sl_progress_fn progress;
     void *progress_user;
@@ -241,6 +242,10 @@ void sl_experts_free(sl_expert_store *s);
 
 /* Whether a fetch of expert e of this layer would hit (always, outside stream mode). */
 int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e);
+
+/* Whether expert e of this layer is cached with its bytes in (not a read in flight, as a
+ * prefetch's may be): a fetch would find it ready at once. */
+int sl_experts_cached_ready(const sl_expert_store *s, int32_t layer, int32_t e);
 
 /* Most experts one fetch of this layer may ask for. */
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);

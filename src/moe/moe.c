@@ -438,13 +438,15 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
      * The order changes nothing in the result: every (token, rank) output has its
      * own row. expert_start[e] now marks the end of e's rows. */
     int32_t n_cached = 0;
-    for (int32_t j = 0; j < n_used; j++) {
-        const int32_t e = ms->expert_list[j];
-        if (!sl_experts_cached(store, l, e)) continue;
-        memmove(ms->expert_list + n_cached + 1, ms->expert_list + n_cached,
-                (size_t)(j - n_cached) * sizeof(int32_t));
-        ms->expert_list[n_cached++] = e;
-    }
+    for (int pass = 0; pass < 2; pass++) /* those whose bytes are in, then those a prefetch reads */
+        for (int32_t j = n_cached; j < n_used; j++) {
+            const int32_t e = ms->expert_list[j];
+            if (pass == 0 ? !sl_experts_cached_ready(store, l, e) : !sl_experts_cached(store, l, e))
+                continue;
+            memmove(ms->expert_list + n_cached + 1, ms->expert_list + n_cached,
+                    (size_t)(j - n_cached) * sizeof(int32_t));
+            ms->expert_list[n_cached++] = e;
+        }
     int in_place = 0; /* the chunk's outputs left where its one run made them */
     int32_t cap = sl_experts_capacity(store, l);
     if (dev->layers) cap = SL_MIN(cap, dev->n_slots);
