@@ -86,14 +86,14 @@ enum {
     "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"                \
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
     "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
-    "  --cache-policy P       stream: lfu (default) | lru | decay (frequency with ageing)\n"      \
+    "  --cache-policy P       stream: lfu (default) | lru | decay (frequency with ageing)\n"       \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
     "  --stats                print the full statistics table at the end\n"                        \
     "  -v, --verbose          the load details, the seed and the statistics table\n"               \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
-    "  --router-trace FILE    write every token's experts at every MoE layer as a routing\n"      \
-    "                         trace ('sluice trace-replay FILE' replays it)\n"                    \
+    "  --router-trace FILE    write every token's experts at every MoE layer as a routing\n"       \
+    "                         trace ('sluice trace-replay FILE' replays it)\n"                     \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
     "  --cuda-graphs          cuda: run each decode step as one CUDA graph, replayed while the\n"  \

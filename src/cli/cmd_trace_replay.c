@@ -25,7 +25,9 @@ static const char replay_help[] =
     "  --halflife H             decay: a use's weight halves every H requests (default 64)\n"
     "  --prefetch               also replay the trace's predictions (kind-1 records): each\n"
     "                           request's predicted experts read into its layer's cache\n"
-    "                           before it; prints their recall, precision and wasted reads\n"
+    "                           before it (a hit then is a read done ahead); prints the hit\n"
+    "                           rate, the reads per token (prefetches included), and the\n"
+    "                           predictions' recall, precision and wasted reads per token\n"
     "  --expert-bytes SIZE      one expert's bytes (sluice inspect): reads also in MB\n"
     "  -h, --help               this help\n";
 
@@ -117,11 +119,9 @@ int cli_trace_replay(int argc, char **argv) {
     }
     printf("%s: %lld records, %d of %d layers with requests, %d experts, top-%d, %lld tokens, "
            "%lld requests (up to %lld experts each)%s\n",
-           path, (long long)n_records, r.n_used, r.n_layers, r.n_experts, r.k,
-           (long long)r.tokens, (long long)n_req, (long long)max_size,
-           n_pred ? ", with predictions" : "");
-    if (prefetch && !n_pred)
-        cli_warn("--prefetch: the trace has no predictions (kind-1 records)");
+           path, (long long)n_records, r.n_used, r.n_layers, r.n_experts, r.k, (long long)r.tokens,
+           (long long)n_req, (long long)max_size, n_pred ? ", with predictions" : "");
+    if (prefetch && !n_pred) cli_warn("--prefetch: the trace has no predictions (kind-1 records)");
     if (!n_sizes) {
         sizes[0] = -0.10, sizes[1] = -0.25, sizes[2] = -0.50;
         n_sizes = 3;
@@ -131,7 +131,8 @@ int cli_trace_replay(int argc, char **argv) {
     printf("%6s %-6s %7s %15s %11s %7s %6s", "slots", "policy", "hits", "layers min-max",
            "reads/tok", "belady", "gap");
     if (expert_bytes) printf(" %9s", "MB/tok");
-    if (prefetch) printf(" | %7s %7s %7s %9s", "+pref", "recall", "precis", "waste/tok");
+    if (prefetch)
+        printf(" | %7s %9s %7s %7s %9s", "+pref", "reads/tok", "recall", "precis", "waste/tok");
     printf("\n");
     int rc = 0;
     for (int i = 0; i < n_sizes && !rc; i++) {
@@ -158,7 +159,8 @@ int cli_trace_replay(int argc, char **argv) {
                    reads, ho, ho - h);
             if (expert_bytes) printf(" %9.2f", reads * (double)expert_bytes / 1e6);
             if (prefetch)
-                printf(" | %6.1f%% %6.1f%% %6.1f%% %9.2f", pct(pre.hits, pre.requests),
+                printf(" | %6.1f%% %9.2f %6.1f%% %6.1f%% %9.2f", pct(pre.hits, pre.requests),
+                       (double)(pre.requests - pre.hits + pre.inserts) / tokens,
                        pct(pre.predicted_right, pre.requested),
                        pct(pre.predicted_right, pre.predicted), (double)pre.wasted / tokens);
             printf("\n");

@@ -1091,8 +1091,8 @@ sl_status sl_model_trace_close(sl_model *m, sl_error *err) {
     return m->trace_on ? sl_trace_writer_close(&m->trace, err) : SL_OK;
 }
 
-sl_status sl_model_cache_oracle(const sl_model *m, int64_t *requests, int64_t *hits,
-                                int32_t *slots, sl_error *err) {
+sl_status sl_model_cache_oracle(const sl_model *m, int64_t *requests, int64_t *hits, int32_t *slots,
+                                sl_error *err) {
     *requests = *hits = 0, *slots = 0;
     for (int32_t l = 0; l < m->experts.n_layers && !*slots; l++)
         *slots = m->experts.layers[l].slots.n_slots;

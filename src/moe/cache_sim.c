@@ -14,7 +14,8 @@ sl_status sl_requests_build(sl_requests *r, const sl_trace *t, sl_error *err) {
     r->n_layers = t->n_layers, r->n_experts = t->n_experts, r->k = t->k;
     const size_t nl = (size_t)t->n_layers;
     r->layers = sl_calloc(nl, sizeof *r->layers, err);
-    int64_t *n_ids = sl_calloc(nl, sizeof(int64_t), err), *n_pids = sl_calloc(nl, sizeof(int64_t), err);
+    int64_t *n_ids = sl_calloc(nl, sizeof(int64_t), err),
+            *n_pids = sl_calloc(nl, sizeof(int64_t), err);
     int64_t *seen = sl_calloc((size_t)t->n_experts, sizeof(int64_t), err);
     int64_t *pseen = sl_calloc((size_t)t->n_experts, sizeof(int64_t), err);
     sl_status st = SL_OK;
@@ -184,9 +185,9 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
  * place (pos, -1: not cached) so that a key's priority can change in place. */
 typedef struct heap {
     int32_t n;
-    int32_t *key;  /* [n_slots] */
-    int64_t *pri;  /* [n_slots] */
-    int32_t *pos;  /* [n_keys] */
+    int32_t *key; /* [n_slots] */
+    int64_t *pri; /* [n_slots] */
+    int32_t *pos; /* [n_keys] */
 } heap;
 
 static void heap_swap(heap *h, int32_t a, int32_t b) {

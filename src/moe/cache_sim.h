@@ -60,7 +60,6 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
 
 /* The optimum's hits for the same requests and n_slots (no prefetch). O(log n_slots) a
  * requested expert. */
-sl_status sl_cache_belady(const sl_requests *r, int32_t n_slots, sl_sim_result *out,
-                          sl_error *err);
+sl_status sl_cache_belady(const sl_requests *r, int32_t n_slots, sl_sim_result *out, sl_error *err);
 
 #endif /* SL_CACHE_SIM_H */

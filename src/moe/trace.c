@@ -10,7 +10,8 @@ static uint16_t rd16(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);
 }
 static void wr32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16),
+    p[3] = (uint8_t)(v >> 24);
 }
 static void wr16(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
@@ -50,19 +51,19 @@ sl_status sl_trace_parse(sl_trace *t, const char *name, const uint8_t *d, size_t
     for (size_t at = SL_TRACE_HEADER; at < len;) {
         if (len - at < 8)
             return sl_fail(err, SL_ERR_FORMAT,
-                           "%s: truncated record at byte %zu (%zu bytes of an 8-byte header)",
-                           name, at, len - at);
+                           "%s: truncated record at byte %zu (%zu bytes of an 8-byte header)", name,
+                           at, len - at);
         const uint32_t step = rd32(d + at);
         const int32_t layer = rd16(d + at + 4), kind = d[at + 6], n = d[at + 7];
         if (layer >= t->n_layers)
             return sl_fail(err, SL_ERR_FORMAT, "%s: record at byte %zu: layer %d of %d layers",
                            name, at, layer, t->n_layers);
         if (kind > SL_TRACE_PREDICT)
-            return sl_fail(err, SL_ERR_FORMAT, "%s: record at byte %zu: kind %d (0 or 1)", name,
-                           at, kind);
+            return sl_fail(err, SL_ERR_FORMAT, "%s: record at byte %zu: kind %d (0 or 1)", name, at,
+                           kind);
         if (n < 1 || n > t->k)
-            return sl_fail(err, SL_ERR_FORMAT, "%s: record at byte %zu: %d ids (1 to k = %d)",
-                           name, at, n, t->k);
+            return sl_fail(err, SL_ERR_FORMAT, "%s: record at byte %zu: %d ids (1 to k = %d)", name,
+                           at, n, t->k);
         if (n_rec && (step < prev_step || (step == prev_step && layer < prev_layer)))
             return sl_fail(err, SL_ERR_FORMAT,
                            "%s: record at byte %zu: step %u layer %d after step %u layer %d "
@@ -70,8 +71,8 @@ sl_status sl_trace_parse(sl_trace *t, const char *name, const uint8_t *d, size_t
                            name, at, step, layer, prev_step, prev_layer);
         if (len - at - 8 < 2 * (size_t)n)
             return sl_fail(err, SL_ERR_FORMAT,
-                           "%s: truncated record at byte %zu (%d ids, %zu bytes left)", name, at,
-                           n, len - at - 8);
+                           "%s: truncated record at byte %zu (%d ids, %zu bytes left)", name, at, n,
+                           len - at - 8);
         for (int32_t i = 0; i < n; i++) {
             const int32_t e = rd16(d + at + 8 + 2 * i);
             if (e >= t->n_experts)

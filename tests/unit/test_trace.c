@@ -188,8 +188,7 @@ static int64_t best_hits(const int (*reqs)[8], int64_t n, int64_t i, int32_t S, 
     const int keep = SL_MIN(S, __builtin_popcount(cache | R)) - __builtin_popcount(R);
     int64_t best = -1;
     for (uint32_t T = U;; T = (T - 1) & U) { /* every subset of U */
-        if (__builtin_popcount(T) == keep)
-            best = SL_MAX(best, best_hits(reqs, n, i + 1, S, R | T));
+        if (__builtin_popcount(T) == keep) best = SL_MAX(best, best_hits(reqs, n, i + 1, S, R | T));
         if (!T) break;
     }
     return hits + best;
