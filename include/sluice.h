@@ -97,8 +97,12 @@ typedef struct sl_model_params {
     sl_cache_policy cache_policy;
     int32_t direct_io;  /* stream: read with O_DIRECT, bypassing the page cache */
     int32_t io_threads; /* stream: parallel readers (0 = 8) */
-    int32_t graphs;     /* CUDA: record each decode step as one CUDA graph (measured slower on an
-                         * H200, where the GPU, not the launches, bounds decode) */
+    /* stream, decode: each token's this many likeliest picks of the next MoE layer, predicted by
+     * that layer's router from this layer's input, start reading while this layer computes
+     * (pre-gating; 0: none). Never changes results. */
+    int32_t prefetch;
+    int32_t graphs; /* CUDA: record each decode step as one CUDA graph (measured slower on an
+                     * H200, where the GPU, not the launches, bounds decode) */
     sl_cuda_params cuda;
     sl_progress_fn progress; /* optional */
     void *progress_user;
@@ -141,6 +145,10 @@ typedef struct sl_stats {
      * recorded or updated: the step asked for the same launches as the last recording), and
      * steps dropped (the step then ran kernel by kernel) */
     int64_t graph_steps, graph_replays, graph_fallbacks;
+    /* Pre-gating (sl_model_params.prefetch): experts predicted for a layer's decode step, those
+     * of them it picked, and the distinct experts those steps picked (recall: hits / needed,
+     * precision: hits / experts) */
+    int64_t pred_experts, pred_hits, pred_needed;
 } sl_stats;
 
 typedef struct sl_session_params {

@@ -37,6 +37,7 @@ enum {
     CLI_OPT_CACHE_POLICY,
     CLI_OPT_DIRECT_IO,
     CLI_OPT_IO_THREADS,
+    CLI_OPT_PREFETCH,
     CLI_OPT_STATS,
     CLI_OPT_ROUTER_HIST,
     CLI_OPT_BACKEND,
@@ -64,6 +65,7 @@ enum {
         {"cache-policy", required_argument, 0, CLI_OPT_CACHE_POLICY},                              \
         {"direct-io", no_argument, 0, CLI_OPT_DIRECT_IO},                                          \
         {"io-threads", required_argument, 0, CLI_OPT_IO_THREADS},                                  \
+        {"prefetch", required_argument, 0, CLI_OPT_PREFETCH},                                      \
         {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
         {"router-trace", required_argument, 0, CLI_OPT_ROUTER_TRACE},                              \
@@ -89,6 +91,8 @@ enum {
     "  --cache-policy P       stream: lfu (default) | lru | decay (frequency with ageing)\n"       \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
+    "  --prefetch N           stream: read each token's N likeliest experts of the next MoE\n"     \
+    "                         layer ahead, predicted by its router (default 0: off)\n"             \
     "  --stats                print the full statistics table at the end\n"                        \
     "  -v, --verbose          the load details, the seed and the statistics table\n"               \
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \

@@ -227,6 +227,13 @@ void cli_print_stats(const sl_model *m, FILE *f) {
     if (s.decode_picks)
         fprintf(f, "  decode repeats     %.1f%% of picks were the previous step's at that layer\n",
                 100.0 * (double)s.decode_repeats / (double)s.decode_picks);
+    if (s.pred_experts)
+        fprintf(f,
+                "  pre-gating         %.1f experts predicted a decode step: recall %.1f%%, "
+                "precision %.1f%%\n",
+                rate((double)s.pred_experts, (double)s.gen_tokens),
+                100.0 * (double)s.pred_hits / (double)SL_MAX(s.pred_needed, 1),
+                100.0 * (double)s.pred_hits / (double)s.pred_experts);
     fprintf(f, "expert bytes read    %.1f MB in %.3f s (%.1f MB/s)\n", (double)s.bytes_read / 1e6,
             s.read_time, rate((double)s.bytes_read / 1e6, s.read_time));
     fprintf(f, "  per prompt token   %.2f MB\n",

@@ -140,6 +140,10 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         if (cli_parse_int(arg, "--io-threads", 1, 256, &v)) return -1;
         o->mp.io_threads = (int32_t)v;
         return 1;
+    case CLI_OPT_PREFETCH:
+        if (cli_parse_int(arg, "--prefetch", 0, 1 << 16, &v)) return -1;
+        o->mp.prefetch = (int32_t)v;
+        return 1;
     case CLI_OPT_BACKEND: {
         static const char *const kinds[] = {"auto", "cpu", "cuda", NULL}; /* sl_backend_kind */
         int i = cli_parse_choice(arg, "--backend", kinds);
@@ -175,6 +179,7 @@ int cli_model_opts_check(const cli_model_opts *o) {
         return cli_error("--cache-experts, --cache-mem and --direct-io need --experts stream");
     if (o->policy_set) cli_warn("--cache-policy does nothing without --experts stream");
     if (o->mp.io_threads) cli_warn("--io-threads does nothing without --experts stream");
+    if (o->mp.prefetch) cli_warn("--prefetch does nothing without --experts stream");
     return 0;
 }
 

@@ -417,6 +417,10 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
         return SL_OK;
     }
     const int shared = L->sh_gate.data != NULL;
+    int32_t nl = l + 1; /* the next MoE layer, whose picks this layer's input predicts */
+    while (nl < s->model->cfg.n_layers && !s->model->layers[nl].is_moe)
+        nl++;
+    const sl_layer *N = nl < s->model->cfg.n_layers ? &s->model->layers[nl] : NULL;
     const sl_moe_weights w = {.router = &L->router,
                               .router_bias = L->router_bias.data ? &L->router_bias : NULL,
                               .select_bias = L->select_bias.data ? &L->select_bias : NULL,
@@ -424,7 +428,11 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
                               .sh_gate = shared ? &L->sh_gate : NULL,
                               .sh_up = &L->sh_up,
                               .sh_down = &L->sh_down,
-                              .sh_router = L->sh_router.data ? &L->sh_router : NULL};
+                              .sh_router = L->sh_router.data ? &L->sh_router : NULL,
+                              .next_router = N ? &N->router : NULL,
+                              .next_router_bias = N && N->router_bias.data ? &N->router_bias : NULL,
+                              .next_select_bias = N && N->select_bias.data ? &N->select_bias : NULL,
+                              .next_layer = nl};
     const sl_moe_io io = {
         .x = b->xn, .out = b->out, .gate = b->gate, .up = b->up, .rows = b->ffn_out};
     return sl_moe_forward(&s->moe, l, &w, &io, T, err);

@@ -451,6 +451,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st) describe_router(m, m->router, sizeof m->router);
+    m->prefetch = SL_MIN(SL_MAX(p.prefetch, 0), c->n_experts_used);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
@@ -599,7 +600,8 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                              * fused against 401 grouped, 16 623 against 540, 64 763 against
                              * 889: past a few dozen rows, reading each expert once for all of
                              * them pays) */
-                            .decode_rows = s->batch ? SL_MIN(s->max_batch, 32) : 0};
+                            .decode_rows = s->batch ? SL_MIN(s->max_batch, 32) : 0,
+                            .prefetch = m->experts.mode == SL_EXPERTS_STREAM ? m->prefetch : 0};
     const sl_moe_env env = {.be = &m->be,
                             .store = &m->experts,
                             .dev = &m->dev,

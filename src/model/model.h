@@ -71,6 +71,7 @@ struct sl_model {
     char types[768];   /* sl_model_info.types */
     char router[160];  /* sl_model_info.router */
     int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
+    int32_t prefetch;  /* sl_model_params.prefetch, clamped to the experts a token picks */
     sl_stats stats;    /* phase times and token counts; expert counters live in the store */
     /* the routing trace (params.router_trace, keep_routes); trace_on: open */
     sl_trace_writer trace;

@@ -810,6 +810,11 @@ int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e) {
     return L->slots.n_slots == 0 || sl_slot_lookup(&L->slots, e) >= 0;
 }
 
+int32_t sl_experts_prefetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n) {
+    (void)s, (void)layer, (void)ids, (void)n; /* TODO(io branch): asynchronous reads */
+    return 0;
+}
+
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer) {
     const sl_expert_layer *L = &s->layers[layer];
     return L->slots.n_slots > 0 ? L->slots.n_slots : L->n_experts;

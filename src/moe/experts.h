@@ -232,6 +232,11 @@ int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                            const sl_expert **out, sl_error *err);
 
+/* Starts reading those of experts ids[0..n) of a layer that are neither cached nor in flight,
+ * into slots of that layer, without waiting; returns how many reads started (0 outside stream
+ * mode). */
+int32_t sl_experts_prefetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n);
+
 /* Runs n reads (other files than experts too: PLE n-gram rows) with the store's reader pool,
  * in parallel in stream mode, one after another otherwise; waits for all of them, at most the
  * I/O timeout. Errors land in each job's err. */

@@ -1,6 +1,8 @@
 /* The MoE step (contracts in moe.h). */
 #include "moe/moe.h"
 
+#include <math.h>
+
 /* ------------------------------------------------------------- scratch */
 
 void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *env, uint8_t *dev,
@@ -45,6 +47,12 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->expert_count = sl_carve(&hv, E, sizeof(int32_t));
     ms->expert_start = sl_carve(&hv, E, sizeof(int32_t));
     ms->fetched = sl_carve(&hv, E, sizeof(sl_expert *));
+    const size_t P = (size_t)SL_MAX(d->prefetch, 0), npred = SL_MIN(D * P, E);
+    ms->pred_logits = sl_carve(&cv, P ? D * E : 0, sizeof(float));
+    ms->h_pred_logits = sl_carve(&hv, P ? D * E : 0, sizeof(float));
+    ms->h_pred_ids = sl_carve(&hv, P ? nl * npred : 0, sizeof(int32_t));
+    ms->h_pred_n = sl_carve(&hv, P ? nl : 0, sizeof(int32_t));
+    ms->pred_mark = sl_carve(&hv, P ? E : 0, 1);
     *dev_bytes = cv.off;
     *host_bytes = hv.off;
 }
@@ -250,6 +258,63 @@ static void shared_expert(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_
  * are summed per token in router-rank order, so the sum never depends on the
  * chunk, the grouping or where the weights came from.
  */
+/* Pre-gating: the next MoE layer's router applied to this layer's input predicts its picks (the
+ * residual stream changes little from one layer to the next: 79-85% of the picks of a trained
+ * model's routers, tests/fixtures/trace/README.md), and the predicted experts not cached start
+ * reading into that layer's slots while this layer computes. Results never change: the next
+ * layer fetches what its own router picks and only finds some of it read already. */
+static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_moe_io *io,
+                         int32_t T) {
+    const sl_backend *be = ms->env.be;
+    const int32_t E = ms->d.n_experts, P = SL_MIN(ms->d.prefetch, E), nl = w->next_layer;
+    const size_t cap = SL_MIN((size_t)SL_MAX(ms->d.decode_rows, 1) * (size_t)P, (size_t)E);
+    be->ops->matmul(be, ms->pred_logits, io->x, w->next_router, w->next_router_bias, T);
+    be->ops->to_host(be, ms->h_pred_logits, ms->pred_logits, (size_t)T * (size_t)E * sizeof(float));
+    /* DeepSeek's selection bias joins where it is host memory (a device's prediction does without)
+     */
+    const sl_tensor *sbt = w->next_select_bias;
+    const float *sb =
+        sbt && !be->device && sbt->dtype == SL_DTYPE_F32 ? (const float *)sbt->data : NULL;
+    int32_t *ids = ms->h_pred_ids + (size_t)nl * cap;
+    int32_t n = 0;
+    memset(ms->pred_mark, 0, (size_t)E);
+    for (int32_t t = 0; t < T; t++) {
+        float *lg = ms->h_pred_logits + (size_t)t * (size_t)E;
+        if (sb)
+            for (int32_t e = 0; e < E; e++)
+                lg[e] += sb[e];
+        for (int32_t r = 0; r < P; r++) { /* the P largest, one pass each (P, E small) */
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++)
+                if (lg[e] == lg[e] && (best < 0 || lg[e] > lg[best])) best = e;
+            if (best < 0) break;
+            lg[best] = -INFINITY;
+            if (!ms->pred_mark[best]) {
+                ms->pred_mark[best] = 1;
+                ids[n++] = best;
+            }
+        }
+    }
+    ms->h_pred_n[nl] = n;
+    sl_experts_prefetch(ms->env.store, nl, ids, n);
+}
+
+/* How many of the experts predicted for layer l it picked (ms->expert_list[0..n_used)). */
+static void score_prediction(sl_moe_scratch *ms, int32_t l, int32_t n_used) {
+    const int32_t E = ms->d.n_experts, P = SL_MIN(ms->d.prefetch, E);
+    const size_t cap = SL_MIN((size_t)SL_MAX(ms->d.decode_rows, 1) * (size_t)P, (size_t)E);
+    const int32_t n = ms->h_pred_n[l];
+    if (!n) return;
+    const int32_t *ids = ms->h_pred_ids + (size_t)l * cap;
+    int64_t hits = 0;
+    for (int32_t i = 0; i < n; i++)
+        hits += ms->expert_count[ids[i]] > 0;
+    ms->env.stats->pred_experts += n;
+    ms->env.stats->pred_hits += hits;
+    ms->env.stats->pred_needed += n_used;
+    ms->h_pred_n[l] = 0;
+}
+
 sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                          const sl_moe_io *io, int32_t T, sl_error *err) {
     const sl_backend *be = ms->env.be;
@@ -329,6 +394,9 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
     }
     for (int32_t i = 0; i < T * k; i++)
         ms->expert_rows[ms->expert_start[ms->topk_ids[i]]++] = i;
+    const int predict =
+        ms->d.prefetch > 0 && decode_rows && w->next_router && store->mode == SL_EXPERTS_STREAM;
+    if (ms->d.prefetch > 0) score_prediction(ms, l, n_used);
     const int ahead = spec && sl_dev_cache_has(dev, l, ms->topk_ids, k);
     stats->gpu_steps_ahead += ahead;
     stats->gpu_steps_rerun += spec && !ahead;
@@ -359,6 +427,7 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
          * router's to_host above already waited for those of earlier calls). */
         if (j0 && dev->layers) be->ops->sync(be);
         sl_status st = sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
+        if (!j0 && predict) predict_next(ms, w, io, T); /* behind this layer's own misses */
         if (!st && dev->layers) {
             sl_dev_cache_map(dev, be, l, ms->expert_list + j0, nj, ms->fetched);
             if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */

@@ -48,6 +48,10 @@ typedef struct sl_moe_dims {
      * chunks of up to this many rows take the fused path as one token does, with no host step
      * (0: one) */
     int32_t decode_rows;
+    /* Pre-gating (decode, streamed experts): each token's this many most likely picks of the
+     * next MoE layer, predicted from this layer's input, start reading while this layer
+     * computes (0: none) */
+    int32_t prefetch;
 } sl_moe_dims;
 
 /* The model's side of the step, set once (sl_moe_layout's caller): the backend, the expert
@@ -68,6 +72,10 @@ typedef struct sl_moe_weights {
     const sl_tensor *expert_scale;              /* [E] or NULL (sl_route_args.expert_scale) */
     const sl_tensor *sh_gate, *sh_up, *sh_down; /* [Is, H], [Is, H], [H, Is]; NULL: none */
     const sl_tensor *sh_router; /* [1, H] the shared expert's sigmoid gate; NULL: ungated */
+    /* The next MoE layer (next_layer) and its router, for pre-gating (sl_moe_dims.prefetch):
+     * NULL when there is none or its router reads another input */
+    const sl_tensor *next_router, *next_router_bias, *next_select_bias;
+    int32_t next_layer;
 } sl_moe_weights;
 
 /* The step's input and output, and the FFN scratch it shares with the dense MLP. */
@@ -121,6 +129,13 @@ typedef struct sl_moe_scratch {
     int32_t *expert_count;     /* host [E] rows per expert */
     int32_t *expert_start;     /* host [E] scratch for the counting sort */
     const sl_expert **fetched; /* host [E] */
+    /* Pre-gating (d.prefetch > 0): the next layer's router logits of a decode step's rows, and
+     * per layer the experts predicted for its coming step (scored when it runs) */
+    float *pred_logits;   /* [D, E] */
+    float *h_pred_logits; /* host [D, E] */
+    int32_t *h_pred_ids;  /* host [n_layers, min(D P, E)] */
+    int32_t *h_pred_n;    /* host [n_layers] */
+    uint8_t *pred_mark;   /* host [E] */
 } sl_moe_scratch;
 
 /* Sets the dims and env and carves the buffers from dev (backend memory) and host (host
