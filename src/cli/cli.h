@@ -88,7 +88,7 @@ enum {
     "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"                \
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
     "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
-    "  --cache-policy P       stream: lfu (default) | lru | decay (frequency with ageing)\n"       \
+    "  --cache-policy P       stream: decay (default: frequency with ageing) | lfu | lru\n"        \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
     "  --prefetch N           stream: read each token's N likeliest experts of the next MoE\n"     \

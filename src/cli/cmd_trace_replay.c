@@ -21,8 +21,8 @@ static const char replay_help[] =
     "\n"
     "  --cache-experts N[,N..]  slots per MoE layer\n"
     "  --cache-frac F[,F..]     slots per MoE layer as a fraction of the experts\n"
-    "  --policy P               lfu | lru | decay | all (default all)\n"
-    "  --halflife H             decay: a use's weight halves every H requests (default 64)\n"
+    "  --policy P               lfu | lru | decay (the engine's default) | all (default all)\n"
+    "  --halflife H             decay: a use's weight halves every H requests (default 32)\n"
     "  --prefetch               also replay the trace's predictions (kind-1 records): each\n"
     "                           request's predicted experts read into its layer's cache\n"
     "                           before it (a hit then is a read done ahead); prints the hit\n"
@@ -31,7 +31,13 @@ static const char replay_help[] =
     "  --expert-bytes SIZE      one expert's bytes (sluice inspect): reads also in MB\n"
     "  -h, --help               this help\n";
 
-static const char *const policy_names[] = {"lfu", "lru", "decay", NULL}; /* sl_cache_policy */
+/* The policies in the table's order, and --policy's names. */
+static const struct {
+    const char *name;
+    sl_cache_policy policy;
+} policies[] = {{"lfu", SL_CACHE_LFU}, {"lru", SL_CACHE_LRU}, {"decay", SL_CACHE_DECAY}};
+static const char *const policy_names[] = {"lfu", "lru", "decay", NULL};
+#define N_POLICIES 3
 
 enum { OPT_EXPERTS = CLI_OPT_COMMAND, OPT_FRAC, OPT_POLICY, OPT_HALFLIFE, OPT_PREFETCH, OPT_BYTES };
 
@@ -88,6 +94,7 @@ int cli_trace_replay(int argc, char **argv) {
                 break;
             }
             if ((policy = cli_parse_choice(optarg, "--policy", policy_names)) < 0) return 1;
+            policy = (int)policies[policy].policy;
             break;
         case OPT_HALFLIFE:
             if (cli_parse_int(optarg, "--halflife", 1, 1 << 30, &v)) return 1;
@@ -143,11 +150,12 @@ int cli_trace_replay(int argc, char **argv) {
             rc = cli_error("%s", err.msg);
             break;
         }
-        for (int p = 0; policy_names[p]; p++) {
-            if (policy >= 0 && p != policy) continue;
+        for (int i_p = 0; i_p < N_POLICIES; i_p++) {
+            const sl_cache_policy p = policies[i_p].policy;
+            if (policy >= 0 && (int)p != policy) continue;
             sl_sim_result res, pre;
-            if (sl_cache_sim(&r, S, (sl_cache_policy)p, halflife, 0, &res, &err) ||
-                (prefetch && sl_cache_sim(&r, S, (sl_cache_policy)p, halflife, 1, &pre, &err))) {
+            if (sl_cache_sim(&r, S, p, halflife, 0, &res, &err) ||
+                (prefetch && sl_cache_sim(&r, S, p, halflife, 1, &pre, &err))) {
                 rc = cli_error("%s", err.msg);
                 break;
             }
@@ -155,7 +163,7 @@ int cli_trace_replay(int argc, char **argv) {
             char range[32];
             snprintf(range, sizeof range, "%.1f-%.1f%%", 100 * res.layer_min, 100 * res.layer_max);
             const double reads = (double)(res.requests - res.hits) / tokens;
-            printf("%6d %-6s %6.1f%% %15s %11.2f %6.1f%% %6.1f", S, policy_names[p], h, range,
+            printf("%6d %-6s %6.1f%% %15s %11.2f %6.1f%% %6.1f", S, policies[i_p].name, h, range,
                    reads, ho, ho - h);
             if (expert_bytes) printf(" %9.2f", reads * (double)expert_bytes / 1e6);
             if (prefetch)
