@@ -316,6 +316,17 @@ if "$BIN" generate "$TMP/p8" --ids "$ids" -n 12 --experts stream --cache-experts
 else
     bad "--router-trace --prefetch: $(cat "$TMP/err" "$TMP/tr")"
 fi
+# The default policy earns its place on a trained model's routing (tests/fixtures/trace): at 10,
+# 25 and 50% of the experts, decay above LRU above LFU, and the optimum above all.
+if xz -dc "$FIX/trace/e128.sltrace.xz" >"$TMP/e128.sltrace" &&
+    "$BIN" trace-replay "$TMP/e128.sltrace" >"$TMP/tr" 2>&1 &&
+    awk '$2 ~ /^(lfu|lru|decay)$/ { h[$2] = $3 + 0; b = $6 + 0 }
+         $2 == "decay" { n++; if (!(h["decay"] > h["lru"] && h["lru"] > h["lfu"] && b > h["decay"])) bad = 1 }
+         END { exit !(n == 3 && !bad) }' "$TMP/tr"; then
+    ok "trace-replay on a trained model's trace: decay > lru > lfu, Belady above"
+else
+    bad "trace-replay e128: $(cat "$TMP/tr")"
+fi
 head -c 30 "$TMP/t.sltrace" >"$TMP/cut.sltrace"
 expect_fail "trace-replay: a cut record" "cut.sltrace: truncated record at byte 24" \
     "$BIN" trace-replay "$TMP/cut.sltrace"
