@@ -58,6 +58,13 @@ LDLIBS  += -L$(DEPS)/lib -ldl -lpthread
 CLI_LIBS := -ledit -ltinfo -lbsd -lmd -lmicrohttpd -lpthread \
             -Wl,-rpath,$(abspath $(DEPS))/lib -Wl,--disable-new-dtags
 endif
+# io_uring expert reads (src/moe/experts.c) where liburing's header is there (tools/deps.sh
+# installs liburing-dev; an older .deps may lack it): else the reader threads alone.
+HAVE_URING := $(shell echo '\#include <liburing.h>' | $(CC) $(if $(DEPS),-I$(DEPS)/include) -E -x c - -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(HAVE_URING),1)
+CFLAGS  += -DSL_HAVE_URING
+LDLIBS  += -luring
+endif
 LDFLAGS += -fopenmp
 BUILD   := build
 

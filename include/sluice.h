@@ -75,6 +75,13 @@ typedef enum sl_backend_kind {
     SL_BACKEND_CPU_DEVICE = 3,
 } sl_backend_kind;
 
+/* How stream mode reads experts. */
+typedef enum sl_io_engine {
+    SL_IO_AUTO = 0,    /* io_uring with direct_io when built with liburing, else threads */
+    SL_IO_THREADS = 1, /* reader threads in pread */
+    SL_IO_URING = 2,   /* one io_uring, every read of a step in flight at once */
+} sl_io_engine;
+
 /* CUDA backend settings; all zero gives the defaults. Results are bitwise the same either way
  * for no_pdl; int4_float_act changes int4 products within the activations' int8 rounding. */
 typedef struct sl_cuda_params {
@@ -120,8 +127,19 @@ typedef struct sl_model_params {
     /* Writes every MoE layer's picks of every token to this file as a routing trace (the format
      * of src/moe/trace.h: one step per forward chunk; sluice trace-replay reads it), or NULL */
     const char *router_trace;
+    /* Benchmarks: every MoE layer's picks from this routing trace instead of its router (a trace
+     * of as many experts and picks a token; the output is not the model's), or NULL */
+    const char *route_replay;
     /* Keeps this run's expert requests in memory too, for sl_model_cache_oracle */
     int32_t keep_routes;
+    sl_io_engine io_engine; /* stream: see sl_io_engine */
+    /* stream: the MoE step waits for all of a group's reads before computing any expert,
+     * instead of computing the cached ones while the misses read (for measurements) */
+    int32_t no_overlap;
+    /* stream: cache_mem from the memory available (cache_experts and cache_mem unset): what
+     * /proc/meminfo says is available, less the resident weights, a KV cache estimate and a
+     * reserve for the page cache; sl_model_info.cache_auto says what it came to */
+    int32_t cache_mem_auto;
 } sl_model_params;
 
 /* Counters since load (or the last sl_model_reset_stats). Times in seconds. */
@@ -152,6 +170,9 @@ typedef struct sl_stats {
      * of them it picked, and the distinct experts those steps picked (recall: hits / needed,
      * precision: hits / experts) */
     int64_t pred_experts, pred_hits, pred_needed;
+    /* stream: experts read ahead by sl_experts_prefetch, those a fetch then needed, and their
+     * bytes (all read, and the used ones'): prefetch_bytes - prefetch_used_bytes is waste */
+    int64_t prefetch_reads, prefetch_used, prefetch_bytes, prefetch_used_bytes;
 } sl_stats;
 
 typedef struct sl_session_params {
@@ -198,6 +219,11 @@ typedef struct sl_model_info {
     const char *features;       /* what the family computes beyond the plain decoder, in words
                                  * (attention sinks, sliding windows, RoPE scaling, ...), or
                                  * NULL */
+    const char *io_engine;      /* stream: "threads", "io_uring (registered buffers)", ... */
+    /* stream with cache_mem_auto: what it came to (bytes; all 0 otherwise): the memory
+     * available, the budget given to the slots, and that budget's share of all the experts */
+    int64_t cache_auto_avail, cache_auto_bytes;
+    double cache_auto_share;
 } sl_model_info;
 
 /* What a MODEL path can be. */

@@ -307,7 +307,7 @@ if "$BIN" generate "$TMP/p8" --ids "$ids" -n 12 --experts stream --cache-experts
     --stats --router-trace "$TMP/tp.sltrace" >/dev/null 2>"$TMP/err" &&
     "$BIN" trace-replay "$TMP/tp.sltrace" --cache-experts 3 --policy decay --prefetch >"$TMP/tr" 2>&1; then
     want=$(grep "pre-gating" "$TMP/err" | grep -o "recall [0-9.]*%" | grep -o "[0-9.]*%")
-    got=$(grep " decay " "$TMP/tr" | awk '{print $11}')
+    got=$(grep " decay " "$TMP/tr" | awk '{print $12}')
     if [ -n "$want" ] && [ "$got" = "$want" ]; then
         ok "--router-trace with --prefetch: predictions replayed at the run's recall ($want)"
     else
@@ -332,6 +332,22 @@ expect_fail "trace-replay: a cut record" "cut.sltrace: truncated record at byte 
     "$BIN" trace-replay "$TMP/cut.sltrace"
 expect_fail "--router-trace: unwritable" "cannot create the routing trace" \
     "$BIN" generate "$TMP/p8" --ids 1 -n 1 --router-trace /nonexistent/dir/t.sltrace
+# --route-replay of a run's own trace is that run, bit for bit (the trace's picks are the routers'),
+# and pre-gating reads ahead without changing a bit, from the routers or from the trace.
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 8 --experts stream --cache-experts 2 \
+    --route-replay "$TMP/t.sltrace" >"$TMP/tr1" 2>"$TMP/err" && cmp -s "$TMP/tg" "$TMP/tr1" &&
+    "$BIN" generate "$TMP/p8" --ids "$ids" -n 8 --experts stream --cache-experts 2 --prefetch 2 \
+        --stats >"$TMP/tr2" 2>"$TMP/err2" && cmp -s "$TMP/tg" "$TMP/tr2" &&
+    grep -q "pre-gating .* recall" "$TMP/err2" &&
+    "$BIN" generate "$TMP/p8" --ids "$ids" -n 8 --experts stream --cache-experts 2 --prefetch 2 \
+        --route-replay "$TMP/t.sltrace" >"$TMP/tr3" 2>/dev/null && cmp -s "$TMP/tg" "$TMP/tr3"; then
+    ok "--route-replay of the run's own trace, and --prefetch: the same ids"
+else
+    bad "--route-replay / --prefetch: $(cat "$TMP/err" "$TMP/err2")"
+fi
+xz -dc tests/fixtures/trace/e128.sltrace.xz >"$TMP/e128.sltrace"
+expect_fail "--route-replay: another model's trace" "a trace of 128 experts, 8 a token" \
+    "$BIN" generate "$TMP/p8" --ids 1 -n 1 --route-replay "$TMP/e128.sltrace"
 "$BIN" pack "$M" "$TMP/pb" --quant bf16 2>/dev/null
 got=$("$BIN" generate "$TMP/pb" --ids "$ids" -n 12 --experts stream --cache-experts 2 2>/dev/null | tail -n 1)
 if [ "$got" = "$greedy" ]; then ok "bf16 pack streams the reference greedy ids"; else bad "bf16 pack greedy: $got"; fi

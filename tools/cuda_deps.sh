@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Copies what sluice builds against, the headers and libraries of jansson, OpenSSL's libcrypto,
-# PCRE2, utf8proc, libedit and libmicrohttpd, into DIR (default .deps), for a machine that lacks
+# PCRE2, utf8proc, libedit, liburing and libmicrohttpd, into DIR (default .deps), for a machine that lacks
 # the -dev packages and a package mirror (the GPU machine). The whole CLI builds there, `chat`
 # and `serve` included:
 #   tools/cuda_deps.sh      # here: installs the -dev packages if needed (tools/deps.sh), copies
@@ -20,6 +20,11 @@ cp /usr/include/editline/*.h "$D/include/editline/"
 cp -r /usr/include/openssl/. "$D/include/openssl/"
 cp /usr/include/"$M"/openssl/*.h "$D/include/openssl/"
 cp "$L"/{libjansson,libpcre2-8,libutf8proc,libcrypto,libedit,libtinfo,libbsd,libmd}.a "$D/lib/"
+# liburing (io_uring expert reads): its header, its folder of headers, the static library
+mkdir -p "$D/include/liburing"
+cp /usr/include/liburing.h "$D/include/"
+cp -r /usr/include/liburing/. "$D/include/liburing/"
+cp "$L"/liburing.a "$D/lib/"
 # libmicrohttpd.so for the linker, then each shared library under its soname, as loaded at run
 # time (files, not links, so that carrying the folder keeps them).
 mhd=$(readlink -f "$L/libmicrohttpd.so")

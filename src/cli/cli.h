@@ -48,6 +48,9 @@ enum {
     CLI_OPT_CUDA_NO_TENSOR_CORES,
     CLI_OPT_INT4_FLOAT_ACT,
     CLI_OPT_ROUTER_TRACE,
+    CLI_OPT_ROUTE_REPLAY,
+    CLI_OPT_IO_ENGINE,
+    CLI_OPT_NO_OVERLAP,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -66,9 +69,12 @@ enum {
         {"direct-io", no_argument, 0, CLI_OPT_DIRECT_IO},                                          \
         {"io-threads", required_argument, 0, CLI_OPT_IO_THREADS},                                  \
         {"prefetch", required_argument, 0, CLI_OPT_PREFETCH},                                      \
+        {"io-engine", required_argument, 0, CLI_OPT_IO_ENGINE},                                    \
+        {"no-overlap", no_argument, 0, CLI_OPT_NO_OVERLAP},                                        \
         {"stats", no_argument, 0, CLI_OPT_STATS},                                                  \
         {"router-hist", required_argument, 0, CLI_OPT_ROUTER_HIST},                                \
         {"router-trace", required_argument, 0, CLI_OPT_ROUTER_TRACE},                              \
+        {"route-replay", required_argument, 0, CLI_OPT_ROUTE_REPLAY},                              \
         {"backend", required_argument, 0, CLI_OPT_BACKEND},                                        \
         {"gpu-experts", required_argument, 0, CLI_OPT_GPU_EXPERTS},                                \
         {"cuda-graphs", no_argument, 0, CLI_OPT_GRAPHS},                                           \
@@ -87,10 +93,14 @@ enum {
     "                         token through the decode path)\n"                                    \
     "  --experts MODE         mapped (default) | resident | stream (packs, GGUF)\n"                \
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
-    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G\n"                 \
+    "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G; auto: the\n"      \
+    "                         memory available less the core, KV cache and a page-cache reserve\n" \
     "  --cache-policy P       stream: decay (default: frequency with ageing) | lfu | lru\n"        \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
+    "  --io-engine E          stream: auto (default: io_uring with --direct-io where built in)\n"  \
+    "                         | uring | threads\n"                                                 \
+    "  --no-overlap           stream: read a group's misses before computing any of its experts\n" \
     "  --prefetch N           stream: read each token's N likeliest experts of the next MoE\n"     \
     "                         layer ahead, predicted by its router (default 0: off)\n"             \
     "  --stats                print the full statistics table at the end\n"                        \
@@ -98,6 +108,8 @@ enum {
     "  --router-hist FILE     write per-layer expert selection counts as JSON\n"                   \
     "  --router-trace FILE    write every token's experts at every MoE layer as a routing\n"       \
     "                         trace ('sluice trace-replay FILE' replays it)\n"                     \
+    "  --route-replay FILE    benchmarks: the experts each token picks come from this routing\n"   \
+    "                         trace, not the routers (the output is not the model's)\n"            \
     "  --backend B            cpu | cuda (default: cuda when built in and a GPU is present)\n"     \
     "  --gpu-experts N        cuda: expert slots per MoE layer in GPU memory (default: all)\n"     \
     "  --cuda-graphs          cuda: run each decode step as one CUDA graph, replayed while the\n"  \

@@ -25,9 +25,11 @@ static const char replay_help[] =
     "  --halflife H             decay: a use's weight halves every H requests (default 32)\n"
     "  --prefetch               also replay the trace's predictions (kind-1 records): each\n"
     "                           request's predicted experts read into its layer's cache\n"
-    "                           before it (a hit then is a read done ahead); prints the hit\n"
-    "                           rate, the reads per token (prefetches included), and the\n"
-    "                           predictions' recall, precision and wasted reads per token\n"
+    "                           before it, as the engine's --prefetch places them; prints the\n"
+    "                           hit rate then, the share found read ahead (neither hit nor\n"
+    "                           miss, as --stats counts them), the reads per token\n"
+    "                           (prefetches included), and the predictions' recall,\n"
+    "                           precision and wasted reads per token\n"
     "  --expert-bytes SIZE      one expert's bytes (sluice inspect): reads also in MB\n"
     "  -h, --help               this help\n";
 
@@ -139,7 +141,8 @@ int cli_trace_replay(int argc, char **argv) {
            "reads/tok", "belady", "gap");
     if (expert_bytes) printf(" %9s", "MB/tok");
     if (prefetch)
-        printf(" | %7s %9s %7s %7s %9s", "+pref", "reads/tok", "recall", "precis", "waste/tok");
+        printf(" | %7s %7s %9s %7s %7s %9s", "+hits", "ahead", "reads/tok", "recall", "precis",
+               "waste/tok");
     printf("\n");
     int rc = 0;
     for (int i = 0; i < n_sizes && !rc; i++) {
@@ -167,8 +170,9 @@ int cli_trace_replay(int argc, char **argv) {
                    reads, ho, ho - h);
             if (expert_bytes) printf(" %9.2f", reads * (double)expert_bytes / 1e6);
             if (prefetch)
-                printf(" | %6.1f%% %9.2f %6.1f%% %6.1f%% %9.2f", pct(pre.hits, pre.requests),
-                       (double)(pre.requests - pre.hits + pre.inserts) / tokens,
+                printf(" | %6.1f%% %6.1f%% %9.2f %6.1f%% %6.1f%% %9.2f",
+                       pct(pre.hits, pre.requests), pct(pre.prefetch_used, pre.requests),
+                       (double)(pre.requests - pre.hits - pre.prefetch_used + pre.inserts) / tokens,
                        pct(pre.predicted_right, pre.requested),
                        pct(pre.predicted_right, pre.predicted), (double)pre.wasted / tokens);
             printf("\n");

@@ -240,6 +240,15 @@ void cli_print_stats(const sl_model *m, FILE *f) {
             rate((double)s.prefill_bytes_read / 1e6, (double)s.prompt_tokens));
     fprintf(f, "  per decode step    %.2f MB\n",
             rate((double)dec_bytes / 1e6, (double)s.gen_tokens));
+    if (s.prefetch_reads) {
+        const double toks = (double)(s.prompt_tokens + s.gen_tokens);
+        fprintf(f,
+                "prefetched experts   %lld (%.2f per token), used %.1f%%, %.2f MB wasted per "
+                "token\n",
+                (long long)s.prefetch_reads, rate((double)s.prefetch_reads, toks),
+                100.0 * (double)s.prefetch_used / (double)s.prefetch_reads,
+                rate((double)(s.prefetch_bytes - s.prefetch_used_bytes) / 1e6, toks));
+    }
     if (s.gpu_expert_requests)
         fprintf(
             f, "GPU expert cache     %lld requests, hits %lld (%.1f%%), %.1f MB copied in %.3f s\n",

@@ -126,7 +126,14 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         if (cli_parse_int(arg, "--cache-experts", 1, 1 << 20, &v)) return -1;
         o->mp.cache_experts = (int32_t)v;
         return 1;
-    case CLI_OPT_CACHE_MEM: return cli_parse_size(arg, "--cache-mem", &o->mp.cache_mem) ? -1 : 1;
+    case CLI_OPT_CACHE_MEM:
+        if (!strcmp(arg, "auto")) {
+            o->mp.cache_mem_auto = 1;
+            o->mp.cache_mem = 0;
+            return 1;
+        }
+        o->mp.cache_mem_auto = 0;
+        return cli_parse_size(arg, "--cache-mem", &o->mp.cache_mem) ? -1 : 1;
     case CLI_OPT_CACHE_POLICY: {
         static const char *const policies[] = {"decay", "lfu", "lru", NULL}; /* sl_cache_policy */
         int i = cli_parse_choice(arg, "--cache-policy", policies);
@@ -144,6 +151,14 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         if (cli_parse_int(arg, "--prefetch", 0, 1 << 16, &v)) return -1;
         o->mp.prefetch = (int32_t)v;
         return 1;
+    case CLI_OPT_IO_ENGINE: {
+        static const char *const engines[] = {"auto", "threads", "uring", NULL}; /* sl_io_engine */
+        int i = cli_parse_choice(arg, "--io-engine", engines);
+        if (i < 0) return -1;
+        o->mp.io_engine = (sl_io_engine)i;
+        return 1;
+    }
+    case CLI_OPT_NO_OVERLAP: o->mp.no_overlap = 1; return 1;
     case CLI_OPT_BACKEND: {
         static const char *const kinds[] = {"auto", "cpu", "cuda", NULL}; /* sl_backend_kind */
         int i = cli_parse_choice(arg, "--backend", kinds);
@@ -167,6 +182,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
     case 'v': o->verbose = 1; return 1;
     case CLI_OPT_ROUTER_HIST: o->router_hist = arg; return 1;
     case CLI_OPT_ROUTER_TRACE: o->mp.router_trace = arg; return 1;
+    case CLI_OPT_ROUTE_REPLAY: o->mp.route_replay = arg; return 1;
     default: return 0;
     }
 }
@@ -175,8 +191,10 @@ int cli_model_opts_check(const cli_model_opts *o) {
     if (o->mp.experts == SL_EXPERTS_STREAM) return 0;
     /* A slot budget is a bound on memory that the other modes cannot keep: an error, not a
      * warning. The policy and the readers only change how the stream mode works. */
-    if (o->mp.cache_experts || o->mp.cache_mem || o->mp.direct_io)
+    if (o->mp.cache_experts || o->mp.cache_mem || o->mp.cache_mem_auto || o->mp.direct_io)
         return cli_error("--cache-experts, --cache-mem and --direct-io need --experts stream");
+    if (o->mp.io_engine || o->mp.no_overlap)
+        cli_warn("--io-engine and --no-overlap do nothing without --experts stream");
     if (o->policy_set) cli_warn("--cache-policy does nothing without --experts stream");
     if (o->mp.io_threads) cli_warn("--io-threads does nothing without --experts stream");
     if (o->mp.prefetch) cli_warn("--prefetch does nothing without --experts stream");
@@ -203,6 +221,12 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
         if (o->mp.cuda.no_tensor_cores)
             cli_warn("--cuda-no-tensor-cores does nothing on the CPU backend%s", why);
     }
+    if (in.cache_auto_bytes)
+        fprintf(stderr,
+                "sluice: cache-mem auto: %.1f GiB of %.1f GiB available -> %d slots a layer "
+                "(%.0f%%)\n",
+                (double)in.cache_auto_bytes / (1 << 30), (double)in.cache_auto_avail / (1 << 30),
+                in.cache_slots, 100.0 * in.cache_auto_share);
     if (!o->verbose) return;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fprintf(stderr,
@@ -223,6 +247,9 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
                 o->mp.cache_policy == SL_CACHE_LRU     ? "LRU"
                 : o->mp.cache_policy == SL_CACHE_DECAY ? "decayed LFU"
                                                        : "LFU");
+    if (!strcmp(in.experts_mode, "stream") && in.io_engine)
+        fprintf(stderr, "sluice: expert reads: %s%s\n", in.io_engine,
+                o->mp.no_overlap ? ", no overlap" : ", overlapped with compute");
     if (!strcmp(in.backend, "cuda"))
         fprintf(stderr, "sluice: GPU expert slots %d per MoE layer%s\n", in.gpu_expert_slots,
                 in.graphs ? ", CUDA graphs" : "");

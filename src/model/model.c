@@ -375,6 +375,51 @@ static void describe_types(const sl_model *m, char *buf, size_t cap) {
     }
 }
 
+/* A (name: value kB) line of /proc/meminfo in bytes, or -1. */
+static int64_t meminfo(const char *name) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t v = -1;
+    const size_t n = strlen(name);
+    while (v < 0 && fgets(line, sizeof line, f))
+        if (!strncmp(line, name, n) && line[n] == ':')
+            v = (int64_t)strtoll(line + n + 1, NULL, 10) * 1024;
+    fclose(f);
+    return v;
+}
+
+/* The resident core: every tensor but the routed experts (and n-gram tables). */
+static int64_t resident_bytes(const sl_model *m) {
+    int64_t resident = 0;
+    for (int32_t i = 0; i < m->ck.n_entries; i++) {
+        const sl_tensor *t = m->ck.entries[i].t;
+        if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
+        if (sl_ckpt_past_layers(&m->ck, t->name, m->cfg.n_layers)) continue;
+        const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
+        if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
+        resident += (int64_t)t->nbytes;
+        resident += (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
+    }
+    return resident;
+}
+
+/* --cache-mem auto: what /proc/meminfo calls available, less the resident core, a session's KV
+ * cache at the default context (min(positions, 4096)) with 64 MiB of scratch, and a reserve for
+ * the page cache (10% of the memory, at least 1 GiB): the expert reads and everything else the
+ * machine runs need it. The store clamps it to [top-k, all experts] a layer. 0 when unknown. */
+static int64_t auto_cache_mem(const sl_model *m, int64_t *avail) {
+    const int64_t total = meminfo("MemTotal"), av = meminfo("MemAvailable");
+    *avail = av;
+    if (total <= 0 || av <= 0) return 0;
+    const sl_config *c = &m->cfg;
+    const int64_t ctx = SL_MIN(c->max_position > 0 ? c->max_position : 4096, 4096);
+    const int64_t kv = 2 * (int64_t)c->n_layers * ctx * c->n_kv_heads * c->head_dim * 4;
+    const int64_t reserve = SL_MAX(total / 10, (int64_t)1 << 30);
+    const int64_t b = av - resident_bytes(m) - kv - ((int64_t)64 << 20) - reserve;
+    return SL_MAX(b, (int64_t)1); /* too little: the store gives the top-k minimum */
+}
+
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -424,10 +469,16 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
         m->cfg.expert_layout = m->family->expert_layout(&m->cfg, &m->ck);
     if ((st = m->family->bind(m, err))) goto fail;
     const sl_config *c = &m->cfg;
+    int64_t cache_mem = p.cache_mem;
+    const int auto_mem = p.experts == SL_EXPERTS_STREAM && p.cache_mem_auto && !p.cache_experts;
+    if (auto_mem) cache_mem = m->cache_auto_bytes = auto_cache_mem(m, &m->cache_auto_avail);
     const sl_store_params sp = {.mode = p.experts,
                                 .policy = p.cache_policy,
                                 .cache_experts = p.cache_experts,
-                                .cache_mem = p.cache_mem,
+                                .cache_mem = cache_mem,
+                                .cache_clamp = auto_mem,
+                                .io_engine = p.io_engine,
+                                .no_overlap = p.no_overlap,
                                 .direct_io = p.direct_io,
                                 .io_threads = p.io_threads,
                                 .io_timeout_ms = p.io_timeout_ms,
@@ -450,6 +501,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
+    if (!st) sl_experts_engine_desc(&m->experts, m->io_engine, sizeof m->io_engine);
     if (!st) describe_router(m, m->router, sizeof m->router);
     m->prefetch = SL_MIN(SL_MAX(p.prefetch, 0), c->n_experts_used);
     if (!st)
@@ -467,6 +519,13 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                                   c->n_experts_used, err);
         m->trace_on = !st;
     }
+    if (!st && p.route_replay) {
+        st = c->n_experts > 0
+                 ? sl_route_replay_load(&m->replay, p.route_replay, c->n_experts, c->n_experts_used,
+                                        err)
+                 : sl_fail(err, SL_ERR_ARG, "%s: the model has no routed experts", p.route_replay);
+        m->replay_on = !st;
+    }
     if (st) goto fail;
     *out = m;
     return SL_OK;
@@ -478,6 +537,7 @@ fail:
 void sl_model_free(sl_model *m) {
     if (!m) return;
     sl_trace_writer_free(&m->trace);
+    sl_route_replay_free(&m->replay);
     if (m->be.device) {
         if (m->be.ops->unpin) pin_store(m, 0);
         sl_dev_cache_free(&m->dev, &m->be);
@@ -502,16 +562,7 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         if (c->layer_is_moe[l] && first_moe < 0) first_moe = l;
         shared |= m->layers[l].sh_gate.data != NULL;
     }
-    int64_t resident = 0;
-    for (int32_t i = 0; i < m->ck.n_entries; i++) {
-        const sl_tensor *t = m->ck.entries[i].t;
-        if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
-        if (sl_ckpt_past_layers(&m->ck, t->name, c->n_layers)) continue;
-        const size_t len = strlen(t->name); /* FP8 block scales: counted with their weights */
-        if (len > 10 && strcmp(t->name + len - 10, "_scale_inv") == 0) continue;
-        resident += (int64_t)t->nbytes;
-        resident += (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
-    }
+    const int64_t resident = resident_bytes(m);
     const char *weights = "-";
     int64_t expert_bytes = 0;
     int32_t slots = 0;
@@ -563,7 +614,13 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .backend = m->be.ops->name,
         .gpu_expert_slots = m->be.device ? m->dev.n_slots : 0,
         .graphs = m->graphs,
+        .io_engine = m->experts.pool ? m->io_engine : NULL,
     };
+    if (m->cache_auto_bytes && n_moe && c->n_experts) {
+        info->cache_auto_avail = m->cache_auto_avail;
+        info->cache_auto_bytes = (int64_t)slots * n_moe * expert_bytes;
+        info->cache_auto_share = (double)slots / c->n_experts;
+    }
     if (m->family->info) m->family->info(m, info);
 }
 
@@ -606,7 +663,8 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .store = &m->experts,
                             .dev = &m->dev,
                             .stats = &m->stats,
-                            .trace = m->trace_on ? &m->trace : NULL};
+                            .trace = m->trace_on ? &m->trace : NULL,
+                            .replay = m->replay_on ? &m->replay : NULL};
     size_t moe_dev, moe_host;
     sl_moe_layout(&s->moe, &md, &env, NULL, NULL, &moe_dev, &moe_host);
     uint8_t *dev = carve(cv, moe_dev, 1), *host = carve(hv, moe_host, 1);
@@ -1059,6 +1117,10 @@ void sl_model_get_stats(const sl_model *m, sl_stats *out) {
     out->expert_hits = m->experts.hits;
     out->bytes_read = m->experts.bytes_read;
     out->read_time = m->experts.read_time;
+    out->prefetch_reads = m->experts.prefetch_reads;
+    out->prefetch_used = m->experts.prefetch_used;
+    out->prefetch_bytes = m->experts.prefetch_bytes;
+    out->prefetch_used_bytes = m->experts.prefetch_used_bytes;
     out->gpu_expert_requests = m->dev.requests;
     out->gpu_expert_hits = m->dev.hits;
     out->gpu_bytes_copied = m->dev.bytes;
@@ -1069,6 +1131,8 @@ void sl_model_reset_stats(sl_model *m) {
     memset(&m->stats, 0, sizeof m->stats);
     m->experts.requests = m->experts.hits = m->experts.bytes_read = 0;
     m->experts.read_time = 0;
+    m->experts.prefetch_reads = m->experts.prefetch_used = 0;
+    m->experts.prefetch_bytes = m->experts.prefetch_used_bytes = 0;
     m->dev.requests = m->dev.hits = m->dev.bytes = 0;
     m->dev.time = 0;
 }

@@ -66,16 +66,20 @@ struct sl_model {
     sl_dev_cache dev; /* experts in backend memory (CUDA); unused on the CPU backend */
     void **uploads;   /* backend copies of the weights (CUDA), released with the model */
     int32_t n_uploads;
-    float norm_offset; /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
-    int32_t kind;      /* sl_model_kind: where it was loaded from */
-    char types[768];   /* sl_model_info.types */
-    char router[160];  /* sl_model_info.router */
-    int32_t graphs;    /* decode steps recorded as backend graphs (sl_session_forward) */
-    int32_t prefetch;  /* sl_model_params.prefetch, clamped to the experts a token picks */
-    sl_stats stats;    /* phase times and token counts; expert counters live in the store */
+    float norm_offset;                          /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
+    int32_t kind;                               /* sl_model_kind: where it was loaded from */
+    char types[768];                            /* sl_model_info.types */
+    char io_engine[96];                         /* sl_model_info.io_engine */
+    int64_t cache_auto_avail, cache_auto_bytes; /* sl_model_info.cache_auto_* */
+    char router[160];                           /* sl_model_info.router */
+    int32_t graphs;   /* decode steps recorded as backend graphs (sl_session_forward) */
+    int32_t prefetch; /* sl_model_params.prefetch, clamped to the experts a token picks */
+    sl_stats stats;   /* phase times and token counts; expert counters live in the store */
     /* the routing trace (params.router_trace, keep_routes); trace_on: open */
     sl_trace_writer trace;
     int32_t trace_on;
+    sl_route_replay replay; /* params.route_replay, loaded (replay_on) */
+    int32_t replay_on;
     /* the pack's format version (1: no checksums) */
     int32_t pack_version;
 };

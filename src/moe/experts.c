@@ -12,6 +12,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A stream slot's read (sl_expert_layer.sio). */
+typedef enum { SLOT_IDLE = 0, SLOT_FLIGHT, SLOT_QUARANTINE } sl_slot_state;
+typedef struct sl_slot_io {
+    int32_t pending;   /* its jobs still out (the engine's lock) */
+    int8_t state;      /* sl_slot_state: FLIGHT until settled; QUARANTINE: abandoned, its slot
+                        * emptied but not reusable until the reads are back */
+    int8_t prefetched; /* filled by a prefetch and no fetch has used it yet */
+    int32_t item;      /* the item of the layer's last start it serves, or -1 */
+    double deadline;   /* sl_now() when its reads time out (< 0: never) */
+} sl_slot_io;
+
+/* The io_uring engine (below; stubs without liburing). */
+static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_error *err);
+static void uring_free(sl_expert_store *s);
+
 /* ------------------------------------------------------------ binding */
 
 static sl_status store_init(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
@@ -146,6 +161,11 @@ struct sl_reader_pool {
     int32_t in_flight;   /* reads taken and not back: the batch's, or abandoned ones */
     uint64_t batch;      /* the batch being waited on; a result of another one is stale */
     const char *stalled; /* the file of an abandoned read still out, for messages */
+    int32_t abandoned;   /* reads given up on (timed out) and not back yet */
+    /* asynchronous reads (slots'): a ring of q_cap, taken after the batch's */
+    sl_read_job **queue;
+    int64_t q_head, q_tail;
+    int32_t q_cap;
     int quit, orphaned;
     void **orphans; /* freed by the last thread out */
     int32_t n_orphans, cap_orphans;
@@ -154,7 +174,7 @@ struct sl_reader_pool {
 static void pool_destroy(sl_reader_pool *p) {
     for (int32_t i = 0; i < p->n_orphans; i++)
         free(p->orphans[i]);
-    free(p->orphans), free(p->threads), free(p->bounce);
+    free(p->orphans), free(p->threads), free(p->bounce), free(p->queue);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
@@ -191,9 +211,32 @@ static void *reader_main(void *arg) {
     pthread_mutex_lock(&p->mu);
     uint8_t *bounce = p->bounce + (size_t)p->started++ * SL_BOUNCE;
     for (;;) {
-        while (!p->quit && p->next >= p->n_jobs)
+        while (!p->quit && p->next >= p->n_jobs && p->q_head == p->q_tail)
             pthread_cond_wait(&p->work, &p->mu);
         if (p->quit) break;
+        if (p->next >= p->n_jobs) { /* a slot's read: its job lives as long as the slot */
+            sl_read_job *jp = p->queue[p->q_head++ % p->q_cap];
+            if (jp->cancel) { /* given up before it started */
+                jp->err = SL_READ_TIMEOUT;
+                (*jp->pending)--;
+                pthread_cond_broadcast(&p->done);
+                continue;
+            }
+            jp->running = 1;
+            sl_read_job j = *jp;
+            p->in_flight++;
+            pthread_mutex_unlock(&p->mu);
+            const int r = run_job(p, &j, bounce, 0);
+            pthread_mutex_lock(&p->mu);
+            p->in_flight--;
+            jp->running = 0;
+            jp->err = jp->abandoned ? SL_READ_TIMEOUT : r;
+            jp->crc = j.crc;
+            if (jp->abandoned && --p->abandoned == 0) p->stalled = NULL;
+            (*jp->pending)--;
+            pthread_cond_broadcast(&p->done);
+            continue;
+        }
         const int32_t i = p->next++;
         sl_read_job j = p->jobs[i];
         const uint64_t batch = p->batch;
@@ -205,8 +248,8 @@ static void *reader_main(void *arg) {
         if (batch == p->batch) {
             p->jobs[i].err = r;
             p->jobs[i].crc = j.crc;
-            if (++p->finished == p->n_jobs) pthread_cond_signal(&p->done);
-        } else if (p->in_flight == 0) {
+            if (++p->finished == p->n_jobs) pthread_cond_broadcast(&p->done);
+        } else if (--p->abandoned == 0) {
             p->stalled = NULL; /* the last abandoned read is back: batches may run again */
         }
     }
@@ -218,7 +261,8 @@ static void *reader_main(void *arg) {
 
 static void pool_free(sl_reader_pool *p);
 
-static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans, sl_error *err) {
+static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans, int32_t q_cap,
+                            sl_error *err) {
     sl_reader_pool *p = sl_calloc(1, sizeof *p, err);
     if (!p) return SL_ERR_NOMEM;
     pthread_condattr_t ca;
@@ -232,8 +276,10 @@ static sl_status pool_start(sl_reader_pool **out, int32_t n, int32_t max_orphans
     p->bounce = aligned_alloc(SL_PACK_PAGE, (size_t)n * SL_BOUNCE);
     p->orphans = sl_calloc((size_t)SL_MAX(max_orphans, 1), sizeof(void *), err);
     p->cap_orphans = max_orphans;
+    p->q_cap = SL_MAX(q_cap, 1);
+    p->queue = sl_calloc((size_t)p->q_cap, sizeof(sl_read_job *), err);
     *out = p;
-    if (!p->threads || !p->bounce || !p->orphans)
+    if (!p->threads || !p->bounce || !p->orphans || !p->queue)
         return sl_fail(err, SL_ERR_NOMEM, "out of memory for the reader pool");
     for (int32_t i = 0; i < n; i++) {
         pthread_mutex_lock(&p->mu);
@@ -274,7 +320,7 @@ static void pool_adopt(sl_reader_pool *p, void *mem) {
 
 static int pool_stalled(sl_reader_pool *p) {
     pthread_mutex_lock(&p->mu);
-    const int stalled = p->in_flight > 0;
+    const int stalled = p->abandoned > 0;
     pthread_mutex_unlock(&p->mu);
     return stalled;
 }
@@ -282,7 +328,7 @@ static int pool_stalled(sl_reader_pool *p) {
 /* The file of the abandoned read still out, or NULL. */
 static const char *pool_stalled_file(sl_reader_pool *p) {
     pthread_mutex_lock(&p->mu);
-    const char *path = p->in_flight > 0 ? p->stalled : NULL;
+    const char *path = p->abandoned > 0 ? p->stalled : NULL;
     pthread_mutex_unlock(&p->mu);
     return path;
 }
@@ -292,7 +338,7 @@ static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n, int32_t ti
     for (int32_t i = 0; i < n; i++)
         jobs[i].err = SL_READ_PENDING;
     pthread_mutex_lock(&p->mu);
-    if (p->in_flight > 0) {
+    if (p->abandoned > 0) {
         for (int32_t i = 0; i < n; i++)
             jobs[i].err = SL_READ_STALLED;
         pthread_mutex_unlock(&p->mu);
@@ -318,7 +364,10 @@ static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n, int32_t ti
     if (p->finished < n) { /* abandon what is out; what never started fails with it */
         for (int32_t i = 0; i < n; i++) {
             if (jobs[i].err != SL_READ_PENDING) continue;
-            if (i < p->next && !p->stalled) p->stalled = jobs[i].path;
+            if (i < p->next) {
+                p->abandoned++;
+                if (!p->stalled) p->stalled = jobs[i].path;
+            }
             jobs[i].err = SL_READ_TIMEOUT;
         }
         p->batch++;
@@ -326,6 +375,77 @@ static void pool_run(sl_reader_pool *p, sl_read_job *jobs, int32_t n, int32_t ti
     p->jobs = NULL;
     p->n_jobs = p->next = 0;
     pthread_mutex_unlock(&p->mu);
+}
+
+/* Queues n slot reads (jobs that live as long as their slot), each counted in its pending. */
+static void pool_submit(sl_reader_pool *p, sl_read_job *const *jobs, int32_t n) {
+    pthread_mutex_lock(&p->mu);
+    for (int32_t i = 0; i < n; i++) {
+        sl_read_job *j = jobs[i];
+        j->cancel = j->abandoned = j->running = 0;
+        j->err = SL_READ_PENDING;
+        (*j->pending)++;
+        SL_ASSERT(p->q_tail - p->q_head < p->q_cap);
+        p->queue[p->q_tail++ % p->q_cap] = j;
+    }
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits until pending (the count of a slot's n jobs) is 0, at most until deadline (seconds of
+ * sl_now; < 0: none). At the deadline the jobs still out are given up on: those not started
+ * never will be, those running are abandoned (the pool stalls until they are back). Returns 1
+ * then, else 0. */
+static int pool_wait(sl_reader_pool *p, int32_t *pending, sl_read_job *jobs, int32_t n,
+                     double deadline) {
+    pthread_mutex_lock(&p->mu);
+    struct timespec ts;
+    if (deadline >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const double left = deadline - sl_now();
+        const double when = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + SL_MAX(left, 0.0);
+        ts.tv_sec = (time_t)when;
+        ts.tv_nsec = (long)((when - (double)ts.tv_sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    }
+    int late = 0;
+    while (*pending > 0 && !late) {
+        if (deadline < 0)
+            pthread_cond_wait(&p->done, &p->mu);
+        else
+            late = pthread_cond_timedwait(&p->done, &p->mu, &ts) == ETIMEDOUT && *pending > 0;
+    }
+    for (int32_t i = 0; late && i < n; i++) {
+        sl_read_job *j = &jobs[i];
+        if (j->err != SL_READ_PENDING || j->cancel || j->abandoned) continue;
+        if (j->running) {
+            j->abandoned = 1;
+            p->abandoned++;
+            if (!p->stalled) p->stalled = j->path;
+        } else {
+            j->cancel = 1; /* its thread counts it back without reading */
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return late;
+}
+
+/* The reads of a slot still out (pending), read under the pool's lock. */
+static int32_t pool_pending(sl_reader_pool *p, const int32_t *pending) {
+    pthread_mutex_lock(&p->mu);
+    const int32_t n = *pending;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+/* Stops the threads taking more work; whether a read is still running. */
+static int pool_quit(sl_reader_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    __atomic_store_n(&p->quit, 1, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&p->work);
+    const int busy = p->in_flight > 0;
+    pthread_mutex_unlock(&p->mu);
+    return busy;
 }
 
 void sl_experts_read(sl_expert_store *s, sl_read_job *jobs, int32_t n) {
@@ -505,6 +625,7 @@ static sl_status make_slots(sl_expert_layer *L, uint64_t blob, const sl_store_pa
     int64_t n = p->cache_experts;
     if (n <= 0 && p->cache_mem > 0) n = p->cache_mem / ((int64_t)blob * n_moe);
     if (n <= 0 && p->cache_mem <= 0) n = E;
+    if (p->cache_clamp) n = SL_MAX(n, p->min_slots);
     if (n < p->min_slots && p->cache_experts > 0)
         return sl_fail(err, SL_ERR_ARG,
                        "expert cache of %lld slot%s per layer is smaller than the %d "
@@ -528,6 +649,26 @@ static sl_status make_slots(sl_expert_layer *L, uint64_t blob, const sl_store_pa
         return sl_fail(err, SL_ERR_NOMEM, "out of memory for %d expert slots", n_slots);
     for (int32_t i = 0; i < n_slots; i++)
         blob_views(L, &L->slot_views[i], L->slot_mem + (uint64_t)i * blob);
+    return SL_OK;
+}
+
+/* A stream layer's per-slot reads and the last start's items (not for relayout layers, whose
+ * fetches read synchronously through the staging buffer). */
+static sl_status slot_io_init(sl_expert_layer *L, sl_error *err) {
+    const int32_t n = L->slots.n_slots;
+    L->per = L->ext ? L->n_pieces * L->n_parts : L->n_parts;
+    L->slot_jobs = sl_calloc((size_t)n * (size_t)L->per, sizeof(sl_read_job), err);
+    L->sio = sl_calloc((size_t)n, sizeof(sl_slot_io), err);
+    L->req_slot = sl_calloc((size_t)n, sizeof(int32_t), err);
+    L->req_key = sl_calloc((size_t)n, sizeof(int32_t), err);
+    L->req_state = sl_calloc((size_t)n, 1, err);
+    L->req_bad = sl_calloc((size_t)n, sizeof(sl_read_job), err);
+    if (!L->slot_jobs || !L->sio || !L->req_slot || !L->req_key || !L->req_state || !L->req_bad)
+        return SL_ERR_NOMEM;
+    for (int32_t i = 0; i < n; i++)
+        L->sio[i].item = -1;
+    for (int32_t i = 0; i < n * L->per; i++)
+        L->slot_jobs[i].pending = &L->sio[i / L->per].pending;
     return SL_OK;
 }
 
@@ -587,7 +728,7 @@ static sl_status open_layer(sl_expert_store *s, int32_t l, const char *dir, int6
         if (!(L->shift = sl_calloc((size_t)np, sizeof(sl_crc32c_shift), err))) return SL_ERR_NOMEM;
         for (int32_t k = 1; L->crc && k < np; k++)
             sl_crc32c_shift_init(&L->shift[k], k < np - 1 ? part : B - (uint64_t)(np - 1) * part);
-        return SL_OK;
+        return slot_io_init(L, err);
     }
     close(L->fd);
     L->fd = -1;
@@ -697,7 +838,10 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
     const uint64_t want = p->read_part ? p->read_part : SL_READ_PART;
     L->n_parts = (int32_t)SL_MIN(SL_MAX((big + want - 1) / want, (uint64_t)1), SL_READ_MAX_PARTS);
     if (rl && (st = stage_reserve(s, L->raw_bytes, p, err))) return st;
-    if (p->mode == SL_EXPERTS_STREAM) return make_slots(L, blob, p, n_moe, err);
+    if (p->mode == SL_EXPERTS_STREAM) {
+        if ((st = make_slots(L, blob, p, n_moe, err))) return st;
+        return rl ? SL_OK : slot_io_init(L, err);
+    }
     if (!(L->resident = expert_alloc((size_t)E * blob)))
         return sl_fail(err, SL_ERR_NOMEM, "%s: out of memory for resident experts", L->path);
     for (int32_t e = 0; e < E; e++) {
@@ -720,6 +864,20 @@ static sl_status open_files_layer(sl_expert_store *s, int32_t l, const sl_expert
         if (rl) relayout_blob(L, s->stage, &L->views[e]);
     }
     return SL_OK;
+}
+
+/* Stream mode's readers: the engine, and the pool (every engine's: n-gram rows, and the
+ * threads engine's slot reads) with room for every slot's reads in its queue. */
+static sl_status store_start_io(sl_expert_store *s, const sl_store_params *p, sl_error *err) {
+    int64_t q = 0;
+    for (int32_t l = 0; l < s->n_layers; l++)
+        q += (int64_t)s->layers[l].slots.n_slots * s->layers[l].per;
+    s->overlap = !p->no_overlap;
+    s->engine = SL_IO_THREADS;
+    sl_status st = pool_start(&s->pool, p->io_threads > 0 ? p->io_threads : 8, 3 * s->n_layers,
+                              (int32_t)SL_MIN(q, INT32_MAX), err);
+    if (st) return st;
+    return uring_start(s, p, err);
 }
 
 sl_status sl_experts_open_files(sl_expert_store *s, int32_t n_layers, int32_t n_experts,
@@ -749,8 +907,7 @@ sl_status sl_experts_open_files(sl_expert_store *s, int32_t n_layers, int32_t n_
         st = open_files_layer(s, l, &src[l], p, n_moe, err);
         if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
     }
-    if (!st && p->mode == SL_EXPERTS_STREAM)
-        st = pool_start(&s->pool, p->io_threads > 0 ? p->io_threads : 8, n_layers, err);
+    if (!st && p->mode == SL_EXPERTS_STREAM) st = store_start_io(s, p, err);
     return st;
 }
 
@@ -767,8 +924,7 @@ sl_status sl_experts_open_packed(sl_expert_store *s, const char *dir, int32_t n_
         st = open_layer(s, l, dir, hidden, inter, p, n_moe, err);
         if (p->progress) p->progress(p->progress_user, "experts", ++done, n_moe);
     }
-    if (!st && p->mode == SL_EXPERTS_STREAM)
-        st = pool_start(&s->pool, p->io_threads > 0 ? p->io_threads : 8, n_layers, err);
+    if (!st && p->mode == SL_EXPERTS_STREAM) st = store_start_io(s, p, err);
     return st;
 }
 
@@ -776,12 +932,17 @@ void sl_experts_free(sl_expert_store *s) {
     if (!s) return;
     /* A read stuck past its timeout may still land in a layer's slots: they go with the pool,
      * freed when that read comes back (sl_reader_pool). */
-    const int stuck = s->pool && pool_stalled(s->pool);
+    uring_free(s);
+    const int stuck = s->pool && pool_quit(s->pool);
     for (int32_t l = 0; s->layers && l < s->n_layers; l++) {
         sl_expert_layer *L = &s->layers[l];
-        if (stuck) {
+        if (stuck) { /* and the jobs and counts its thread writes when it is back */
             pool_adopt(s->pool, L->slot_mem);
+            pool_adopt(s->pool, L->slot_jobs);
+            pool_adopt(s->pool, L->sio);
             L->slot_mem = NULL;
+            L->slot_jobs = NULL;
+            L->sio = NULL;
         }
     }
     pool_free(s->pool);
@@ -791,7 +952,8 @@ void sl_experts_free(sl_expert_store *s) {
         if (L->map) munmap(L->map, L->map_size);
         free(L->resident), free(L->views), free(L->hist), free(L->slot_mem), free(L->crc);
         free(L->verified), free(L->slot_views), free(L->path), free(L->shift), free(L->ext);
-        free(L->relayout), free(L->raw_ext);
+        free(L->relayout), free(L->raw_ext), free(L->slot_jobs), free(L->sio), free(L->req_slot);
+        free(L->req_key), free(L->req_state), free(L->req_bad);
         sl_slot_cache_free(&L->slots);
     }
     for (int32_t i = 0; i < s->n_files; i++) {
@@ -808,11 +970,6 @@ void sl_experts_free(sl_expert_store *s) {
 int sl_experts_cached(const sl_expert_store *s, int32_t layer, int32_t e) {
     const sl_expert_layer *L = &s->layers[layer];
     return L->slots.n_slots == 0 || sl_slot_lookup(&L->slots, e) >= 0;
-}
-
-int32_t sl_experts_prefetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n) {
-    (void)s, (void)layer, (void)ids, (void)n; /* TODO(io branch): asynchronous reads */
-    return 0;
 }
 
 int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer) {
@@ -927,8 +1084,506 @@ static sl_status fetch_relayout(sl_expert_store *s, sl_expert_layer *L, int32_t 
     return st;
 }
 
-sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
-                           const sl_expert **out, sl_error *err) {
+/* ------------------------------------------------------------ io_uring */
+
+#ifdef SL_HAVE_URING
+#include <liburing.h>
+
+/* Most reads in the kernel at once, the ring's depth: every part of every miss and prefetch of
+ * a step fits (top-8 x 4 parts x 2 layers is 64). */
+#define SL_URING_DEPTH 256
+/* A registered buffer's limit (the kernel's): layers' slots go in as chunks of this. */
+#define SL_URING_BUF ((uint64_t)1 << 30)
+
+/*
+ * The io_uring engine: a slot's parts go into one ring, all of a step's reads in flight at once,
+ * and come back in the calls that look at them (fetch_start, prefetch, ready, wait: this thread,
+ * no reader threads), which check each part's CRC32C as it completes. The descriptors are
+ * registered, and the slots as fixed buffers where the memory lock limit allows. Reads beyond
+ * the ring's depth wait in a backlog; a short read goes on from where it stopped; a read past
+ * its timeout is abandoned (its slot quarantined) and the engine stalls, as the threads do,
+ * until its completion comes.
+ */
+struct sl_uring {
+    struct io_uring ring;
+    int32_t in_kernel; /* reads submitted, completion not yet seen */
+    int32_t abandoned; /* of them, given up on */
+    const char *stalled;
+    int files; /* descriptors registered: fixed[fd] is the index */
+    int32_t *fixed, n_fixed_fd;
+    int bufs;          /* slots registered as fixed buffers */
+    int buf_errno;     /* why not (0: not tried or done) */
+    int32_t *buf_base; /* [n_layers] the index of a layer's first chunk, -1: none */
+    sl_read_job **backlog;
+    int64_t b_head, b_tail;
+    int32_t b_cap;
+};
+
+static int unaligned(const sl_read_job *j) {
+    const uint64_t off = j->offset + j->done, len = j->len - j->done;
+    return j->align &&
+           ((uintptr_t)(j->dst + j->done) % j->align || off % j->align || len % j->align);
+}
+
+/* Finishes job on this thread (what io_uring cannot read: O_DIRECT from an unaligned point),
+ * with the store's bounce buffer. */
+static void uring_finish_sync(sl_expert_store *s, sl_read_job *j) {
+    j->err = read_full(j->fd, j->dst + j->done, j->len - j->done, j->offset + j->done, j->align,
+                       s->bounce, SL_BOUNCE, NULL);
+    if (!j->err && j->sum) j->crc = sl_crc32c(0, j->dst, (size_t)j->len);
+    (*j->pending)--;
+}
+
+/* The backlog into the ring, as far as it has room, then one submit. */
+static void uring_flush(sl_expert_store *s) {
+    struct sl_uring *u = s->uring;
+    int queued = 0;
+    while (u->b_head < u->b_tail && u->in_kernel < SL_URING_DEPTH) {
+        sl_read_job *j = u->backlog[u->b_head % u->b_cap];
+        if (j->cancel) { /* given up on before it was submitted */
+            u->b_head++;
+            j->err = SL_READ_TIMEOUT;
+            (*j->pending)--;
+            continue;
+        }
+        if (unaligned(j)) {
+            u->b_head++;
+            uring_finish_sync(s, j);
+            continue;
+        }
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+        if (!sqe) break;
+        u->b_head++;
+        uint8_t *dst = j->dst + j->done;
+        const unsigned len = (unsigned)SL_MIN(j->len - j->done, (uint64_t)1 << 30);
+        const uint64_t off = j->offset + j->done;
+        int buf = -1;
+        for (int32_t l = 0; u->bufs && l < s->n_layers && buf < 0; l++) {
+            const sl_expert_layer *L = &s->layers[l];
+            if (u->buf_base[l] < 0 || dst < L->slot_mem) continue;
+            const uint64_t at = (uint64_t)(dst - L->slot_mem);
+            if (at >= (uint64_t)L->slots.n_slots * L->hdr.blob_bytes) continue;
+            if (at / SL_URING_BUF == (at + len - 1) / SL_URING_BUF)
+                buf = u->buf_base[l] + (int)(at / SL_URING_BUF);
+            else
+                break; /* straddles two chunks: a plain read */
+        }
+        const int fixed_fd = u->files && j->fd < u->n_fixed_fd ? u->fixed[j->fd] : -1;
+        const int fd = fixed_fd >= 0 ? fixed_fd : j->fd;
+        if (buf >= 0)
+            io_uring_prep_read_fixed(sqe, fd, dst, len, off, buf);
+        else
+            io_uring_prep_read(sqe, fd, dst, len, off);
+        if (fixed_fd >= 0) sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data(sqe, j);
+        j->running = 1;
+        u->in_kernel++;
+        queued++;
+    }
+    if (queued) io_uring_submit(&u->ring);
+}
+
+static void uring_push(struct sl_uring *u, sl_read_job *j) {
+    SL_ASSERT(u->b_tail - u->b_head < u->b_cap);
+    u->backlog[u->b_tail++ % u->b_cap] = j;
+}
+
+/* One completion: an abandoned read's end, a short read going on, or the part's result (its
+ * sum computed here, while the bytes are fresh). */
+static void uring_complete(sl_expert_store *s, sl_read_job *j, int res) {
+    struct sl_uring *u = s->uring;
+    u->in_kernel--;
+    j->running = 0;
+    if (j->abandoned) {
+        if (--u->abandoned == 0) u->stalled = NULL;
+        j->err = SL_READ_TIMEOUT;
+        (*j->pending)--;
+        return;
+    }
+    if (res == -EINTR || res == -EAGAIN) {
+        uring_push(u, j);
+        return;
+    }
+    if (res <= 0) {
+        j->err = res < 0 ? -res : SL_READ_SHORT;
+        (*j->pending)--;
+        return;
+    }
+    j->done += (uint64_t)res;
+    if (j->done < j->len) { /* short: the rest (sl_read_full's retries) */
+        uring_push(u, j);
+        return;
+    }
+    j->err = 0;
+    if (j->sum) j->crc = sl_crc32c(0, j->dst, (size_t)j->len);
+    (*j->pending)--;
+}
+
+/* Every completion there is; block: wait for one first. Then the backlog goes in. */
+static void uring_reap(sl_expert_store *s, int block) {
+    struct sl_uring *u = s->uring;
+    if (!u) return;
+    struct io_uring_cqe *cqe;
+    if (block && u->in_kernel > 0) (void)io_uring_wait_cqe(&u->ring, &cqe);
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&u->ring, head, cqe) {
+        uring_complete(s, (sl_read_job *)io_uring_cqe_get_data(cqe), cqe->res);
+        n++;
+    }
+    io_uring_cq_advance(&u->ring, n);
+    uring_flush(s);
+}
+
+static void uring_submit(sl_expert_store *s, sl_read_job *const *jobs, int32_t n) {
+    struct sl_uring *u = s->uring;
+    for (int32_t i = 0; i < n; i++) {
+        sl_read_job *j = jobs[i];
+        j->cancel = j->abandoned = j->running = 0;
+        j->done = 0;
+        j->err = SL_READ_PENDING;
+        (*j->pending)++;
+        uring_push(u, j);
+    }
+    uring_flush(s);
+}
+
+static int uring_wait(sl_expert_store *s, int32_t *pending, sl_read_job *jobs, int32_t n,
+                      double deadline) {
+    struct sl_uring *u = s->uring;
+    uring_reap(s, 0);
+    while (*pending > 0) {
+        const double left = deadline < 0 ? 1.0 : deadline - sl_now();
+        if (left <= 0) break;
+        struct __kernel_timespec ts = {.tv_sec = (long long)left,
+                                       .tv_nsec =
+                                           (long long)((left - (double)(long long)left) * 1e9)};
+        struct io_uring_cqe *cqe;
+        (void)io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+        uring_reap(s, 0);
+    }
+    if (*pending == 0) return 0;
+    for (int32_t i = 0; i < n; i++) { /* past the deadline: given up on */
+        sl_read_job *j = &jobs[i];
+        if (j->err != SL_READ_PENDING || j->cancel || j->abandoned) continue;
+        if (j->running) {
+            j->abandoned = 1;
+            u->abandoned++;
+            if (!u->stalled) u->stalled = j->path;
+        } else {
+            j->cancel = 1; /* in the backlog: dropped when it comes up */
+        }
+    }
+    uring_flush(s);
+    return 1;
+}
+
+static int uring_stalled(sl_expert_store *s) {
+    uring_reap(s, 0);
+    return s->uring->abandoned > 0;
+}
+
+static void uring_desc(const sl_expert_store *s, char *buf, size_t cap) {
+    const struct sl_uring *u = s->uring;
+    if (u->bufs)
+        snprintf(buf, cap, "io_uring (depth %d, %sregistered buffers)", SL_URING_DEPTH,
+                 u->files ? "registered files, " : "");
+    else
+        snprintf(buf, cap, "io_uring (depth %d, %sbuffers not registered: %s%s)", SL_URING_DEPTH,
+                 u->files ? "registered files, " : "",
+                 u->buf_errno ? strerror(u->buf_errno) : "none",
+                 u->buf_errno == ENOMEM || u->buf_errno == EPERM ? ", RLIMIT_MEMLOCK?" : "");
+}
+
+static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_error *err) {
+    const int want = p->io_engine == SL_IO_URING || (p->io_engine == SL_IO_AUTO && p->direct_io);
+    if (!want) return SL_OK;
+    struct sl_uring *u = sl_calloc(1, sizeof *u, err);
+    if (!u) return SL_ERR_NOMEM;
+    int r = io_uring_queue_init(SL_URING_DEPTH, &u->ring, 0);
+    if (r < 0) {
+        free(u);
+        if (p->io_engine == SL_IO_AUTO) return SL_OK; /* the threads, then */
+        return sl_fail(err, SL_ERR_IO, "--io-engine uring: io_uring_queue_init: %s", strerror(-r));
+    }
+    s->uring = u;
+    s->engine = SL_IO_URING;
+    int64_t q = 0;
+    for (int32_t l = 0; l < s->n_layers; l++)
+        q += (int64_t)s->layers[l].slots.n_slots * s->layers[l].per;
+    u->b_cap = (int32_t)SL_MAX(SL_MIN(q, INT32_MAX), 1);
+    u->backlog = sl_calloc((size_t)u->b_cap, sizeof(sl_read_job *), err);
+    u->buf_base = sl_calloc((size_t)SL_MAX(s->n_layers, 1), sizeof(int32_t), err);
+    if (!u->backlog || !u->buf_base) return SL_ERR_NOMEM;
+    /* the descriptors: the layers' and the files' */
+    int fds[4096], n_fds = 0, max_fd = -1;
+    for (int32_t l = 0; l < s->n_layers && n_fds < 4096; l++)
+        if (s->layers[l].fd >= 0 && s->layers[l].sio) fds[n_fds++] = s->layers[l].fd;
+    for (int32_t i = 0; i < s->n_files && n_fds < 4096; i++)
+        if (s->fds[i] >= 0) fds[n_fds++] = s->fds[i];
+    for (int i = 0; i < n_fds; i++)
+        max_fd = SL_MAX(max_fd, fds[i]);
+    if (n_fds && (u->fixed = sl_calloc((size_t)max_fd + 1, sizeof(int32_t), err))) {
+        for (int i = 0; i <= max_fd; i++)
+            u->fixed[i] = -1;
+        for (int i = 0; i < n_fds; i++)
+            u->fixed[fds[i]] = i;
+        u->n_fixed_fd = max_fd + 1;
+        u->files = io_uring_register_files(&u->ring, fds, (unsigned)n_fds) == 0;
+    }
+    /* the slots, in chunks of at most SL_URING_BUF */
+    int32_t n_iov = 0;
+    for (int32_t l = 0; l < s->n_layers; l++) {
+        const sl_expert_layer *L = &s->layers[l];
+        const uint64_t bytes = L->sio ? (uint64_t)L->slots.n_slots * L->hdr.blob_bytes : 0;
+        n_iov += (int32_t)((bytes + SL_URING_BUF - 1) / SL_URING_BUF);
+    }
+    struct iovec *iov = n_iov ? sl_calloc((size_t)n_iov, sizeof *iov, err) : NULL;
+    n_iov = 0;
+    for (int32_t l = 0; iov && l < s->n_layers; l++) {
+        const sl_expert_layer *L = &s->layers[l];
+        const uint64_t bytes = L->sio ? (uint64_t)L->slots.n_slots * L->hdr.blob_bytes : 0;
+        u->buf_base[l] = bytes ? n_iov : -1;
+        for (uint64_t at = 0; at < bytes; at += SL_URING_BUF)
+            iov[n_iov++] =
+                (struct iovec){L->slot_mem + at, (size_t)SL_MIN(SL_URING_BUF, bytes - at)};
+    }
+    if (iov) {
+        r = io_uring_register_buffers(&u->ring, iov, (unsigned)n_iov);
+        u->bufs = r == 0;
+        u->buf_errno = r < 0 ? -r : 0;
+        free(iov);
+    }
+    return SL_OK;
+}
+
+/* Reads still in the kernel when the store goes: a short wait, then their memory is left to
+ * them (never freed) rather than written after being reused. */
+static void uring_free(sl_expert_store *s) {
+    struct sl_uring *u = s->uring;
+    if (!u) return;
+    const double until = sl_now() + 0.05;
+    while (u->in_kernel > u->abandoned && sl_now() < until) {
+        struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = 5000000};
+        struct io_uring_cqe *cqe;
+        (void)io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+        uring_reap(s, 0);
+    }
+    if (u->in_kernel > 0)
+        for (int32_t l = 0; l < s->n_layers; l++) { /* leaked on purpose */
+            s->layers[l].slot_mem = NULL;
+            s->layers[l].slot_jobs = NULL;
+            s->layers[l].sio = NULL;
+        }
+    io_uring_queue_exit(&u->ring);
+    free(u->backlog), free(u->buf_base), free(u->fixed), free(u);
+    s->uring = NULL;
+}
+#else
+struct sl_uring {
+    int unused;
+};
+static sl_status uring_start(sl_expert_store *s, const sl_store_params *p, sl_error *err) {
+    if (p->io_engine == SL_IO_URING)
+        return sl_fail(err, SL_ERR_ARG,
+                       "--io-engine uring: this build has no io_uring "
+                       "(liburing was missing when it was built)");
+    (void)s;
+    return SL_OK;
+}
+static void uring_free(sl_expert_store *s) {
+    (void)s;
+}
+static void uring_desc(const sl_expert_store *s, char *buf, size_t cap) {
+    (void)s;
+    snprintf(buf, cap, "io_uring");
+}
+static void uring_submit(sl_expert_store *s, sl_read_job *const *jobs, int32_t n) {
+    (void)s, (void)jobs, (void)n;
+}
+static int uring_wait(sl_expert_store *s, int32_t *pending, sl_read_job *jobs, int32_t n,
+                      double deadline) {
+    (void)s, (void)pending, (void)jobs, (void)n, (void)deadline;
+    return 0;
+}
+static void uring_reap(sl_expert_store *s, int block) {
+    (void)s, (void)block;
+}
+static int uring_stalled(sl_expert_store *s) {
+    (void)s;
+    return 0;
+}
+#endif
+
+const char *sl_experts_engine_desc(const sl_expert_store *s, char *buf, size_t cap) {
+    if (!s->pool)
+        snprintf(buf, cap, "none");
+    else if (s->engine == SL_IO_URING)
+        uring_desc(s, buf, cap);
+    else
+        snprintf(buf, cap, "threads (%d readers)", s->pool->n_threads);
+    return buf;
+}
+
+/* ------------------------------------------------------ asynchronous */
+
+/* The engine under the slots' reads: the pool's threads, or io_uring (uring_*). */
+static void io_submit(sl_expert_store *s, sl_read_job *const *jobs, int32_t n) {
+    if (n <= 0) return;
+    if (s->engine == SL_IO_URING)
+        uring_submit(s, jobs, n);
+    else
+        pool_submit(s->pool, jobs, n);
+}
+
+static int io_wait(sl_expert_store *s, sl_expert_layer *L, int32_t slot, double deadline) {
+    sl_read_job *jobs = &L->slot_jobs[(size_t)slot * (size_t)L->per];
+    if (s->engine == SL_IO_URING)
+        return uring_wait(s, &L->sio[slot].pending, jobs, L->per, deadline);
+    return pool_wait(s->pool, &L->sio[slot].pending, jobs, L->per, deadline);
+}
+
+/* Reads of slot still out; io_uring first reaps what has come back, without waiting. */
+static int32_t io_pending(sl_expert_store *s, sl_expert_layer *L, int32_t slot) {
+    if (s->engine == SL_IO_URING) {
+        uring_reap(s, 0);
+        return L->sio[slot].pending;
+    }
+    return pool_pending(s->pool, &L->sio[slot].pending);
+}
+
+static int io_stalled(sl_expert_store *s) {
+    return pool_stalled(s->pool) || (s->engine == SL_IO_URING && uring_stalled(s));
+}
+
+/* A blob's reads into slot (its jobs, L->per of them): a pack's parts, or each piece's parts. */
+static void slot_jobs_fill(sl_expert_store *s, sl_expert_layer *L, int32_t slot, int32_t e) {
+    sl_read_job *jobs = &L->slot_jobs[(size_t)slot * (size_t)L->per];
+    uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
+    int32_t *pending = &L->sio[slot].pending;
+    if (L->ext) {
+        add_piece_jobs(s, L, e, dst, jobs);
+    } else {
+        const uint64_t at = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
+        for (int32_t k = 0; k < L->n_parts; k++) {
+            const uint64_t off = (uint64_t)k * L->part_bytes;
+            jobs[k] = (sl_read_job){
+                .fd = L->fd,
+                .offset = at + off,
+                .len = k < L->n_parts - 1 ? L->part_bytes : L->hdr.blob_bytes - off,
+                .dst = dst + off,
+                .align = L->align,
+                .sum = L->crc != NULL,
+                .path = L->path,
+            };
+        }
+    }
+    for (int32_t k = 0; k < L->per; k++)
+        jobs[k].pending = pending;
+}
+
+/* Starts slot's read of expert e (its key already inserted): the jobs go to *batch. */
+static void slot_issue(sl_expert_store *s, sl_expert_layer *L, int32_t slot, int32_t e,
+                       int prefetched, int32_t item, sl_read_job **batch, int32_t *n_batch) {
+    slot_jobs_fill(s, L, slot, e);
+    sl_slot_io *io = &L->sio[slot];
+    io->state = SLOT_FLIGHT;
+    io->prefetched = (int8_t)prefetched;
+    io->item = item;
+    io->deadline = s->io_timeout_ms < 0 ? -1.0 : sl_now() + 1e-3 * s->io_timeout_ms;
+    for (int32_t k = 0; k < L->per; k++)
+        batch[(*n_batch)++] = &L->slot_jobs[(size_t)slot * (size_t)L->per + k];
+}
+
+/* A slot whose reads are all back: its parts' errors and sums judged. Ready, it counts its
+ * bytes; failed, it is emptied (nothing ever computes on its bytes; the next fetch of the
+ * expert reads it again) and, serving an item, the item fails with what failed. */
+static void slot_settle(sl_expert_store *s, sl_expert_layer *L, int32_t slot) {
+    sl_slot_io *io = &L->sio[slot];
+    if (io->state == SLOT_QUARANTINE) { /* abandoned: already emptied and reported */
+        io->state = SLOT_IDLE;
+        return;
+    }
+    io->state = SLOT_IDLE;
+    const int32_t e = L->slots.slot_key[slot];
+    const sl_read_job *part = &L->slot_jobs[(size_t)slot * (size_t)L->per];
+    sl_read_job blob = {.offset = part->offset, .len = L->hdr.blob_bytes, .crc = part->crc};
+    for (int32_t k = 0; k < L->per && !blob.err; k++)
+        if ((blob.err = part[k].err)) blob.offset = part[k].offset, blob.path = part[k].path;
+    if (L->ext)
+        for (int p = blob.len = 0; p < SL_EX_PARTS; p++)
+            blob.len += L->piece_len[p];
+    for (int32_t k = 1; k < L->n_parts && !blob.err && L->crc; k++)
+        blob.crc = sl_crc32c_combine(&L->shift[k], blob.crc, part[k].crc);
+    if (!blob.err && L->crc && e >= 0 && blob.crc != L->crc[e]) blob.err = SL_READ_CRC;
+    if (!blob.err) {
+        s->bytes_read += (int64_t)blob.len;
+        if (io->item >= 0) L->req_state[io->item] = 1;
+        return;
+    }
+    sl_slot_drop(&L->slots, slot);
+    io->prefetched = 0;
+    if (io->item >= 0) {
+        L->req_state[io->item] = 2;
+        L->req_bad[io->item] = blob;
+        if (!blob.path) L->req_bad[io->item].path = L->path;
+    }
+}
+
+/* Settles every slot of the layer whose reads are back (none waited for). */
+static void layer_sweep(sl_expert_store *s, sl_expert_layer *L) {
+    if (s->engine == SL_IO_URING) uring_reap(s, 0);
+    for (int32_t i = 0; i < L->slots.n_slots; i++)
+        if (L->sio[i].state != SLOT_IDLE && io_pending(s, L, i) == 0) slot_settle(s, L, i);
+}
+
+/* The error of item i (failed) of the layer's last start. */
+static sl_status item_error(sl_expert_store *s, sl_expert_layer *L, int32_t layer, int32_t i,
+                            sl_error *err) {
+    const sl_read_job *b = &L->req_bad[i];
+    char why[256];
+    return sl_fail(err, sl_experts_read_status(b->err),
+                   "%s: layer %d, expert %d (%llu bytes at %llu): %s", b->path ? b->path : L->path,
+                   layer, L->req_key[i], (unsigned long long)b->len, (unsigned long long)b->offset,
+                   sl_experts_read_error(s, b, why, sizeof why));
+}
+
+static sl_status stalled_error(sl_expert_store *s, const sl_expert_layer *L, int32_t layer,
+                               sl_error *err) {
+    char why[256];
+    const sl_read_job j = {.err = SL_READ_STALLED};
+    return sl_fail(err, SL_ERR_TIMEOUT, "%s: layer %d: %s", L->path, layer,
+                   sl_experts_read_error(s, &j, why, sizeof why));
+}
+
+/* Waits for slot's reads, at most until its deadline; late, its reads are given up on: the slot
+ * is emptied and kept out of use (quarantined) until they are back. Returns 1 then. */
+static int slot_wait(sl_expert_store *s, sl_expert_layer *L, int32_t slot) {
+    sl_slot_io *io = &L->sio[slot];
+    if (io->state == SLOT_IDLE) return 0;
+    const double t0 = sl_now();
+    const int late = io_wait(s, L, slot, io->deadline);
+    s->read_time += sl_now() - t0;
+    if (!late) {
+        slot_settle(s, L, slot);
+        return 0;
+    }
+    if (io->item >= 0) {
+        L->req_state[io->item] = 2;
+        L->req_bad[io->item] = (sl_read_job){
+            .err = SL_READ_TIMEOUT,
+            .path = L->slot_jobs[(size_t)slot * (size_t)L->per].path,
+            .offset = L->slot_jobs[(size_t)slot * (size_t)L->per].offset,
+            .len = L->hdr.blob_bytes,
+        };
+    }
+    sl_slot_drop(&L->slots, slot);
+    io->prefetched = 0;
+    io->state = io_pending(s, L, slot) ? SLOT_QUARANTINE : SLOT_IDLE;
+    return 1;
+}
+
+sl_status sl_experts_fetch_start(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
+                                 const sl_expert **out, sl_error *err) {
     SL_ASSERT(layer >= 0 && layer < s->n_layers);
     sl_expert_layer *L = &s->layers[layer];
     SL_ASSERT(L->n_experts > 0 && n <= sl_experts_capacity(s, layer));
@@ -942,100 +1597,145 @@ sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids
             out[i] = &L->views[ids[i]];
         return SL_OK;
     }
-    /* Reads stalled past the timeout: fail before touching the cache, naming the file. */
-    int any_miss = 0;
-    for (int32_t i = 0; i < n && !any_miss; i++)
-        any_miss = sl_slot_lookup(C, ids[i]) < 0;
-    if (any_miss && pool_stalled(s->pool)) {
-        char why[256];
-        const sl_read_job j = {.err = SL_READ_STALLED};
-        return sl_fail(err, SL_ERR_TIMEOUT, "%s: layer %d: %s", L->path, layer,
-                       sl_experts_read_error(s, &j, why, sizeof why));
+    if (L->sio) {
+        /* the previous request's items are done with; what has come back is settled */
+        for (int32_t i = 0; i < L->req_n; i++)
+            if (L->sio[L->req_slot[i]].item == i) L->sio[L->req_slot[i]].item = -1;
+        L->req_n = 0;
+        layer_sweep(s, L);
     }
+    /* Reads stalled past the timeout: fail before touching the cache, naming the file. */
+    int32_t n_miss = 0;
+    for (int32_t i = 0; i < n; i++)
+        n_miss += sl_slot_lookup(C, ids[i]) < 0;
+    if (n_miss && io_stalled(s)) return stalled_error(s, L, layer, err);
     s->requests += n;
     sl_slot_begin(C);
-    int32_t n_miss = 0;
     /* Pin every slot already holding a requested expert, then place the misses. */
     for (int32_t i = 0; i < n; i++) {
         const int32_t slot = sl_slot_lookup(C, ids[i]);
         if (slot >= 0) sl_slot_pin(C, slot);
     }
+    if (!L->sio) { /* relayout: read here, through the staging buffer */
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t slot = sl_slot_lookup(C, ids[i]);
+            if (slot >= 0) {
+                s->hits++;
+                sl_slot_use(C, slot);
+            } else {
+                slot = sl_slot_victim(C);
+                SL_ASSERT(slot >= 0);
+                sl_slot_insert(C, slot, ids[i]);
+                s->miss_slot[m++] = slot;
+            }
+            out[i] = &L->slot_views[slot];
+        }
+        return m ? fetch_relayout(s, L, layer, m, err) : SL_OK;
+    }
+    /* Slots whose reads are out (prefetches of experts not asked for) cannot take a miss: when
+     * too few others are free, wait for some of those to come back. */
+    int32_t free_slots = 0;
+    for (int32_t i = 0; i < C->n_slots; i++)
+        free_slots += C->pin[i] != C->tick && L->sio[i].state == SLOT_IDLE;
+    for (int32_t i = 0; i < C->n_slots && free_slots < n_miss; i++) {
+        if (C->pin[i] == C->tick || L->sio[i].state == SLOT_IDLE) continue;
+        if (slot_wait(s, L, i)) return stalled_error(s, L, layer, err);
+        free_slots++;
+    }
+    for (int32_t i = 0; i < C->n_slots; i++)
+        if (L->sio[i].state != SLOT_IDLE) sl_slot_pin(C, i);
+    sl_read_job **batch = (sl_read_job **)s->jobs; /* scratch: a fetch's job pointers */
+    int32_t n_batch = 0;
     for (int32_t i = 0; i < n; i++) {
         const int32_t e = ids[i];
         int32_t slot = sl_slot_lookup(C, e);
+        sl_slot_io *io = NULL;
+        L->req_key[i] = e;
         if (slot >= 0) {
-            s->hits++;
-            sl_slot_use(C, slot);
+            io = &L->sio[slot];
+            if (io->prefetched) {
+                /* a prefetch's: from now on as if this fetch had inserted it */
+                io->prefetched = 0;
+                s->prefetch_used++;
+                s->prefetch_used_bytes += (int64_t)L->hdr.blob_bytes;
+                sl_slot_insert(C, slot, e);
+            } else {
+                s->hits++;
+                sl_slot_use(C, slot);
+            }
         } else {
             slot = sl_slot_victim(C);
             SL_ASSERT(slot >= 0);
             sl_slot_insert(C, slot, e);
-            uint8_t *dst = L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes;
-            if (L->relayout) { /* read below, in rounds through the staging buffer */
-                s->miss_slot[n_miss++] = slot;
-                out[i] = &L->slot_views[slot];
-                continue;
-            }
-            if (L->ext) {
-                add_piece_jobs(s, L, e, dst, &s->jobs[n_miss * L->n_pieces * L->n_parts]);
-                s->miss_slot[n_miss++] = slot;
-                out[i] = &L->slot_views[slot];
-                continue;
-            }
-            const uint64_t at = L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes;
-            for (int32_t k = 0; k < L->n_parts; k++) {
-                const uint64_t off = (uint64_t)k * L->part_bytes;
-                s->jobs[n_miss * L->n_parts + k] = (sl_read_job){
-                    .fd = L->fd,
-                    .offset = at + off,
-                    .len = k < L->n_parts - 1 ? L->part_bytes : L->hdr.blob_bytes - off,
-                    .dst = dst + off,
-                    .align = L->align,
-                    .sum = L->crc != NULL,
-                    .path = L->path,
-                };
-            }
-            s->miss_slot[n_miss++] = slot;
+            slot_issue(s, L, slot, e, 0, i, batch, &n_batch);
+            io = &L->sio[slot];
         }
+        io->item = i;
+        L->req_slot[i] = slot;
+        L->req_state[i] = io->state == SLOT_IDLE ? 1 : 0;
         out[i] = &L->slot_views[slot];
     }
-    if (!n_miss) return SL_OK;
-    if (L->relayout) return fetch_relayout(s, L, layer, n_miss, err);
-    /* A blob's jobs: its parts (a pack), or each piece's parts (files). */
-    const int32_t per = L->ext ? L->n_pieces * L->n_parts : L->n_parts;
-    double t0 = sl_now();
-    sl_experts_read(s, s->jobs, n_miss * per);
-    s->read_time += sl_now() - t0;
-    sl_status st = SL_OK;
-    for (int32_t j = 0; j < n_miss; j++) {
-        const int32_t slot = s->miss_slot[j];
-        const int32_t e = C->slot_key[slot];
-        /* The blob's parts: the first that failed, else their sums joined and compared. */
-        const sl_read_job *part = &s->jobs[j * per];
-        sl_read_job blob = {.offset = part->offset, .len = L->hdr.blob_bytes, .crc = part->crc};
-        for (int32_t k = 0; k < per && !blob.err; k++)
-            if ((blob.err = part[k].err)) blob.offset = part[k].offset, blob.path = part[k].path;
-        if (L->ext)
-            for (int p = blob.len = 0; p < SL_EX_PARTS; p++)
-                blob.len += L->piece_len[p];
-        for (int32_t k = 1; k < L->n_parts && !blob.err && L->crc; k++)
-            blob.crc = sl_crc32c_combine(&L->shift[k], blob.crc, part[k].crc);
-        if (!blob.err && L->crc && blob.crc != L->crc[e]) blob.err = SL_READ_CRC;
-        if (!blob.err) {
-            s->bytes_read += (int64_t)blob.len;
-            continue;
-        }
-        /* A failed slot is emptied so nothing ever computes on its bytes, and the next fetch
-         * of the expert reads it again. */
-        sl_slot_drop(C, slot);
-        if (!st) {
-            char why[256];
-            st = sl_fail(err, sl_experts_read_status(blob.err),
-                         "%s: layer %d, expert %d (%llu bytes at %llu): %s",
-                         blob.path ? blob.path : L->path, layer, e, (unsigned long long)blob.len,
-                         (unsigned long long)blob.offset,
-                         sl_experts_read_error(s, &blob, why, sizeof why));
-        }
+    L->req_n = n;
+    io_submit(s, batch, n_batch);
+    return SL_OK;
+}
+
+int sl_experts_fetch_ready(sl_expert_store *s, int32_t layer, int32_t i) {
+    sl_expert_layer *L = &s->layers[layer];
+    if (!L->sio || L->req_state[i]) return 1;
+    const int32_t slot = L->req_slot[i];
+    if (io_pending(s, L, slot)) return 0;
+    slot_settle(s, L, slot);
+    return 1;
+}
+
+sl_status sl_experts_fetch_wait(sl_expert_store *s, int32_t layer, int32_t i, sl_error *err) {
+    sl_expert_layer *L = &s->layers[layer];
+    if (!L->sio) return SL_OK; /* nothing streamed, or read at start (relayout) */
+    SL_ASSERT(i >= 0 && i < L->req_n);
+    if (L->req_state[i] == 0) slot_wait(s, L, L->req_slot[i]);
+    SL_ASSERT(L->req_state[i] != 0);
+    return L->req_state[i] == 1 ? SL_OK : item_error(s, L, layer, i, err);
+}
+
+sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
+                           const sl_expert **out, sl_error *err) {
+    sl_status st = sl_experts_fetch_start(s, layer, ids, n, out, err);
+    sl_expert_layer *L = &s->layers[layer];
+    if (st || !L->sio) return st;
+    /* every item waited for, even after a failure (each failed slot is emptied now); the
+     * first failure in request order reported */
+    for (int32_t i = 0; i < n; i++) {
+        if (L->req_state[i] == 0) slot_wait(s, L, L->req_slot[i]);
+        if (!st && L->req_state[i] == 2) st = item_error(s, L, layer, i, err);
     }
     return st;
+}
+
+int32_t sl_experts_prefetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n) {
+    SL_ASSERT(layer >= 0 && layer < s->n_layers);
+    sl_expert_layer *L = &s->layers[layer];
+    sl_slot_cache *C = &L->slots;
+    if (!C->n_slots || !L->sio || io_stalled(s)) return 0;
+    layer_sweep(s, L);
+    /* slots in flight keep their reads: pinned for the rest of this request's time */
+    for (int32_t i = 0; i < C->n_slots; i++)
+        if (L->sio[i].state != SLOT_IDLE) sl_slot_pin(C, i);
+    sl_read_job **batch = (sl_read_job **)s->jobs;
+    int32_t n_batch = 0, started = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        SL_ASSERT(e >= 0 && e < L->n_experts);
+        if (sl_slot_lookup(C, e) >= 0) continue;
+        const int32_t slot = sl_slot_victim(C);
+        if (slot < 0) break;
+        sl_slot_insert(C, slot, e);
+        slot_issue(s, L, slot, e, 1, -1, batch, &n_batch);
+        s->prefetch_reads++;
+        s->prefetch_bytes += (int64_t)L->hdr.blob_bytes;
+        started++;
+    }
+    io_submit(s, batch, n_batch);
+    return started;
 }

@@ -79,6 +79,16 @@ typedef struct sl_expert_layer {
     uint64_t raw_bytes;  /* a raw image, 64-byte aligned */
     uint64_t piece_off[SL_EX_PARTS], piece_len[SL_EX_PARTS];
     int32_t n_pieces, piece[SL_EX_PARTS]; /* the pieces present (non-empty), in order */
+    /* stream (not relayout): each slot's reads, per of them a blob ([n_slots x per]), and their
+     * state (struct sl_slot_io, experts.c); the last fetch_start's items: their slots, experts,
+     * state (0 in flight, 1 ready, 2 failed) and, failed, what failed */
+    int32_t per;
+    struct sl_read_job *slot_jobs;
+    struct sl_slot_io *sio;
+    int32_t req_n;
+    int32_t *req_slot, *req_key;
+    int8_t *req_state;
+    struct sl_read_job *req_bad;
 } sl_expert_layer;
 
 /* What a read came to, besides 0 (done) and an errno. */
@@ -104,6 +114,12 @@ typedef struct sl_read_job {
     uint32_t crc;     /* out, with sum */
     const char *path; /* the file, for messages */
     int err;          /* 0, an errno, or an SL_READ_ code */
+    /* asynchronous reads (a slot's, sl_experts_fetch_start / sl_experts_prefetch): the slot's
+     * count of reads out, decremented when this one is back; the rest is the engine's, under
+     * its lock: cancel (given up before it started), abandoned (given up while running) */
+    int32_t *pending;
+    uint8_t cancel, abandoned, running;
+    uint64_t done; /* io_uring: bytes already read (a short read goes on from there) */
 } sl_read_job;
 
 /* The reader threads (experts.c). Heap-allocated: when a read hangs in the kernel past its
@@ -143,8 +159,14 @@ typedef struct sl_expert_store {
     uint8_t *stage;
     int32_t n_stage;
     uint64_t stage_bytes;
-    /* counters (read by sl_model_get_stats) */
+    sl_io_engine engine;    /* stream: the engine reads go through (never AUTO once open) */
+    int32_t overlap;        /* the MoE step computes cached experts while misses read */
+    struct sl_uring *uring; /* engine URING */
+    /* counters (read by sl_model_get_stats). hits: requested experts already cached, not
+     * counting those a prefetch brought (prefetch_used); bytes_read counts every blob read,
+     * prefetched ones too (prefetch_bytes of them) */
     int64_t requests, hits, bytes_read;
+    int64_t prefetch_reads, prefetch_used, prefetch_bytes, prefetch_used_bytes;
     double read_time;
 } sl_expert_store;
 
@@ -161,10 +183,13 @@ typedef struct sl_store_params {
     int64_t cache_mem;
     int32_t direct_io;
     int32_t io_threads;
-    int32_t io_timeout_ms; /* 0: SL_IO_TIMEOUT_MS; < 0: no limit */
-    int32_t min_slots;     /* top-k: fewer slots cannot serve one token */
-    uint32_t pack_version; /* the manifest's: every experts file must say the same (0: any) */
-    uint64_t read_part;    /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
+    int32_t io_timeout_ms;  /* 0: SL_IO_TIMEOUT_MS; < 0: no limit */
+    int32_t min_slots;      /* top-k: fewer slots cannot serve one token */
+    uint32_t pack_version;  /* the manifest's: every experts file must say the same (0: any) */
+    uint64_t read_part;     /* stream: bytes per part of a blob's read (0: SL_READ_PART; tests) */
+    sl_io_engine io_engine; /* stream: AUTO (io_uring with direct_io where built), THREADS, URING */
+    int32_t no_overlap;     /* the MoE step waits for all of a group's reads before computing */
+    int32_t cache_clamp; /* cache_mem below top-k slots a layer gives top-k (auto), not an error */
     sl_progress_fn progress;
     void *progress_user;
 } sl_store_params;
@@ -232,10 +257,37 @@ int32_t sl_experts_capacity(const sl_expert_store *s, int32_t layer);
 sl_status sl_experts_fetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
                            const sl_expert **out, sl_error *err);
 
-/* Starts reading those of experts ids[0..n) of a layer that are neither cached nor in flight,
- * into slots of that layer, without waiting; returns how many reads started (0 outside stream
- * mode). */
+/*
+ * sl_experts_fetch in two halves, so that the caller computes on what is cached while the
+ * misses read. Start places the hits (pinned), picks the misses' slots and issues all their
+ * reads at once, then returns: out[i] is expert ids[i]'s view from now on (valid as
+ * sl_experts_fetch says), its bytes only once item i is ready. An expert a prefetch is reading
+ * counts as a hit whose bytes are in flight; one whose prefetch failed before is read again. Errors
+ * here: a stalled read still out (nothing touched), a timeout while waiting for a slot to free.
+ */
+sl_status sl_experts_fetch_start(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n,
+                                 const sl_expert **out, sl_error *err);
+/* Waits until item i of the layer's last start is ready (read, checksum matched) or failed: the
+ * errors of sl_experts_fetch for that expert, its slot emptied. At most the I/O timeout from
+ * when its read was issued; a read abandoned then keeps its slot out of use until it is back. */
+sl_status sl_experts_fetch_wait(sl_expert_store *s, int32_t layer, int32_t i, sl_error *err);
+/* Whether item i of the layer's last start is ready or failed (its wait returns at once). */
+int sl_experts_fetch_ready(sl_expert_store *s, int32_t layer, int32_t i);
+
+/*
+ * Starts reads of those of ids[0..n) of layer not cached and not in flight into slots of that
+ * layer the policy gives up (each placed as sl_slot_insert places a miss), without waiting;
+ * never into a slot the layer's current request pinned or one whose read is in flight. Returns
+ * how many it started: 0 outside stream mode, for layers laid out on read (relayout), while a
+ * stalled read is out, or when no slot is free. A prefetched read that fails is dropped
+ * silently (its slot emptied); a fetch that needs it then reads it again, or, when the read
+ * was still in flight as the fetch claimed it, reports its error as for a miss.
+ */
 int32_t sl_experts_prefetch(sl_expert_store *s, int32_t layer, const int32_t *ids, int32_t n);
+
+/* The I/O engine's name ("threads", "io_uring"), and for io_uring whether the slots are
+ * registered buffers: a line for a run's first lines, into buf. */
+const char *sl_experts_engine_desc(const sl_expert_store *s, char *buf, size_t cap);
 
 /* Runs n reads (other files than experts too: PLE n-gram rows) with the store's reader pool,
  * in parallel in stream mode, one after another otherwise; waits for all of them, at most the

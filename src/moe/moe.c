@@ -53,6 +53,11 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->h_pred_ids = sl_carve(&hv, P ? nl * npred : 0, sizeof(int32_t));
     ms->h_pred_n = sl_carve(&hv, P ? nl : 0, sizeof(int32_t));
     ms->pred_mark = sl_carve(&hv, P ? E : 0, 1);
+    ms->replay_pos = sl_carve(&hv, env->replay ? nl : 0, sizeof(int64_t));
+    ms->moe_ord = sl_carve(&hv, env->replay ? nl : 0, sizeof(int32_t));
+    if (env->replay && host)
+        for (int32_t l = 0, m = 0; l < d->n_layers; l++)
+            ms->moe_ord[l] = env->store->layers[l].n_experts > 0 ? m++ : -1;
     *dev_bytes = cv.off;
     *host_bytes = hv.off;
 }
@@ -278,6 +283,18 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
     int32_t *ids = ms->h_pred_ids + (size_t)nl * cap;
     int32_t n = 0;
     memset(ms->pred_mark, 0, (size_t)E);
+    if (ms->env.replay) { /* the trace's predictions, made by the traced model's routers */
+        for (int32_t t = 0; t < T; t++) {
+            int32_t np;
+            const uint16_t *p =
+                sl_route_replay_pred(ms->env.replay, ms->moe_ord[nl], ms->replay_pos[nl] + t, &np);
+            for (int32_t r = 0; r < SL_MIN(np, P); r++)
+                if (!ms->pred_mark[p[r]]) ms->pred_mark[p[r]] = 1, ids[n++] = p[r];
+        }
+        ms->h_pred_n[nl] = n;
+        sl_experts_prefetch(ms->env.store, nl, ids, n);
+        return;
+    }
     for (int32_t t = 0; t < T; t++) {
         float *lg = ms->h_pred_logits + (size_t)t * (size_t)E;
         if (sb)
@@ -348,6 +365,16 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                               .k = k,
                               .cfg = ms->d.route};
     be->ops->moe_route(be, &ra);
+    if (ms->env.replay) { /* the trace's picks in place of the router's (weights stay its) */
+        const sl_route_replay *rp = ms->env.replay;
+        for (int32_t t = 0; t < T; t++) {
+            const uint16_t *p = sl_route_replay_picks(rp, ms->moe_ord[l], ms->replay_pos[l] + t);
+            for (int32_t r = 0; r < k; r++)
+                ms->topk_ids[t * k + r] = p[r];
+        }
+        ms->replay_pos[l] += T;
+        be->ops->to_dev(be, ids_dev, ms->topk_ids, (size_t)(T * k) * sizeof(int32_t));
+    }
     if (ms->d.weight_input) { /* the weights go into the inputs; the sums then take 1 */
         be->ops->scale_rows(be, ms->xw, io->x, ms->topk_w, T * k, k, (int32_t)H);
         be->ops->fill(be, ms->topk_w, 1.0f, (size_t)T * (size_t)k);
@@ -431,8 +458,14 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
         /* The previous group's queued copies read host slots this fetch may refill (and the
          * router's to_host above already waited for those of earlier calls). */
         if (j0 && dev->layers) be->ops->sync(be);
-        sl_status st = sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
-        if (!j0 && predict) predict_next(ms, w, io, T); /* behind this layer's own misses */
+        /* On the host, with overlap: the group's misses are read while its cached experts
+         * compute, then each run of misses computes once its reads are in. The device path
+         * maps the whole group at once, so it waits for every read first. */
+        const int overlap = !dev->layers && store->overlap;
+        sl_status st =
+            overlap ? sl_experts_fetch_start(store, l, ms->expert_list + j0, nj, ms->fetched, err)
+                    : sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
+        if (!st && !j0 && predict) predict_next(ms, w, io, T); /* behind this layer's misses */
         if (!st && dev->layers) {
             sl_dev_cache_map(dev, be, l, ms->expert_list + j0, nj, ms->fetched);
             if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */
@@ -442,16 +475,28 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
         if (st) return st;
         /* A token's experts all mapped at once: the fused kernels of the no-sync path (same
          * bits as the batches), on the table rows the mapping just wrote. */
-        if (T == 1 && nj == n_used && (ahead || fused_experts(ms, io, l, ids_dev, 1))) {
+        if (!overlap && T == 1 && nj == n_used && (ahead || fused_experts(ms, io, l, ids_dev, 1))) {
             fused = 1;
         } else { /* runs of experts whose rows fit the activation buffers (one expert's do: a
-                  * token picks it at most once) */
+                  * token picks it at most once); with overlap a run is its first expert
+                  * (waited for) and those after it already in */
             for (int32_t a = 0, z; a < nj; a = z) {
+                if (overlap) {
+                    const double tw = sl_now();
+                    st = sl_experts_fetch_wait(store, l, a, err);
+                    stats->t_expert_io += sl_now() - tw;
+                    t2 += sl_now() - tw;
+                    if (st) return st;
+                }
                 int32_t rows = 0;
                 for (z = a;
-                     z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_rows;
-                     z++)
+                     z < nj && rows + ms->expert_count[ms->expert_list[j0 + z]] <= ms->d.max_rows &&
+                     (z == a || !overlap || sl_experts_fetch_ready(store, l, z));
+                     z++) {
+                    if (overlap && z > a && (st = sl_experts_fetch_wait(store, l, z, err)))
+                        return st; /* ready: failed or in, at once */
                     rows += ms->expert_count[ms->expert_list[j0 + z]];
+                }
                 in_place = experts_batched(ms, io, ms->expert_list + j0 + a, ms->fetched + a, z - a,
                                            rows, T * k);
             }

@@ -23,6 +23,7 @@
 
 #include "moe/dev_cache.h"
 #include "moe/experts.h"
+#include "moe/replay.h"
 #include "moe/trace.h"
 
 /* What the scratch is sized for. */
@@ -62,6 +63,8 @@ typedef struct sl_moe_env {
     sl_dev_cache *dev;
     sl_stats *stats;
     sl_trace_writer *trace; /* every token's picks go here (NULL: none) */
+    /* benchmarks: routing from a trace instead of the routers (NULL: the routers') */
+    const sl_route_replay *replay;
 } sl_moe_env;
 
 /* A MoE layer's tensors besides its routed experts (those are in the store). */
@@ -136,6 +139,9 @@ typedef struct sl_moe_scratch {
     int32_t *h_pred_ids;  /* host [n_layers, min(D P, E)] */
     int32_t *h_pred_n;    /* host [n_layers] */
     uint8_t *pred_mark;   /* host [E] */
+    /* Replayed routing (env.replay): each layer's tokens so far, and its MoE layer ordinal */
+    int64_t *replay_pos; /* host [n_layers] */
+    int32_t *moe_ord;    /* host [n_layers] */
 } sl_moe_scratch;
 
 /* Sets the dims and env and carves the buffers from dev (backend memory) and host (host

@@ -15,6 +15,12 @@
  *   readfull FILE               sl_read_full with O_DIRECT alignment under short reads
  *                               (SLUICE_FAULT=short): every byte as a plain read gives it
  *   downgrade PACK              rewrites PACK at format 1 (no checksums), as older sluice wrote
+ *   prefetch-stall PACK ENGINE  (layer 1's second read stalled past a 300 ms timeout) a
+ *                               prefetched read stalled: the fetch that needs it fails in time
+ *                               naming the file; another fails at once while it is out; once it
+ *                               is back, both read exactly
+ *   prefetch-eio PACK ENGINE    (layer 1's second read fails) a prefetch that failed is dropped
+ *                               silently; the fetch that needs it reads it again, exactly
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -197,6 +203,81 @@ static int cmd_readfull(const char *path) {
     return bad;
 }
 
+static int open_store(sl_expert_store *s, const char *pack, const char *engine) {
+    uint8_t moe[4] = {1, 1, 1, 1};
+    sl_error err = {0};
+    sl_store_params p = {.mode = SL_EXPERTS_STREAM,
+                         .cache_experts = 4,
+                         .min_slots = 2,
+                         .io_threads = 3,
+                         .io_timeout_ms = 300,
+                         .io_engine = !strcmp(engine, "uring") ? SL_IO_URING : SL_IO_THREADS};
+    if (sl_experts_open_packed(s, pack, 4, moe, 8, 256, 192, &p, &err)) {
+        printf("skip: %s\n", err.msg);
+        return 77;
+    }
+    return 0;
+}
+
+/* Expert e of layer 1 in its slot equals the file's bytes. */
+static int same_blob(const sl_expert_store *s, int32_t e) {
+    const sl_expert_layer *L = &s->layers[1];
+    const int32_t slot = sl_slot_lookup(&L->slots, e);
+    uint8_t *want = malloc(L->hdr.blob_bytes);
+    int fd = open(L->path, O_RDONLY);
+    const int ok =
+        slot >= 0 && want && fd >= 0 &&
+        pread(fd, want, L->hdr.blob_bytes,
+              (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
+            (ssize_t)L->hdr.blob_bytes &&
+        !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes, L->hdr.blob_bytes);
+    if (fd >= 0) close(fd);
+    free(want);
+    return ok;
+}
+
+static int cmd_prefetch(const char *pack, const char *engine, int stall) {
+    sl_expert_store s;
+    int r = open_store(&s, pack, engine);
+    if (r) {
+        sl_experts_free(&s);
+        return r;
+    }
+    sl_error err = {0};
+    const sl_expert *out[4];
+    int bad = 0;
+    if (sl_experts_prefetch(&s, 1, (int32_t[]){3}, 1) != 1)
+        bad = fail("prefetch: none started%s%s", "", "");
+    if (stall) {
+        const double t0 = now();
+        sl_status st = sl_experts_fetch(&s, 1, (int32_t[]){3}, 1, out, &err);
+        const double dt = now() - t0;
+        if (!bad && (st != SL_ERR_TIMEOUT || !strstr(err.msg, "experts-001.bin") ||
+                     !strstr(err.msg, "expert 3") || dt > 1.0))
+            bad = fail("stalled prefetch, fetched: '%s'%s", err.msg, "");
+        err = (sl_error){0};
+        st = sl_experts_fetch(&s, 1, (int32_t[]){5}, 1, out, &err);
+        if (!bad && (st != SL_ERR_TIMEOUT || !strstr(err.msg, "still stalled")))
+            bad = fail("while it is out: '%s'%s", err.msg, "");
+        struct timespec ts = {2, 0};
+        nanosleep(&ts, NULL);
+    } else {
+        struct timespec ts = {0, 200000000L};
+        nanosleep(&ts, NULL);
+        if (!bad && sl_experts_fetch(&s, 1, (int32_t[]){5}, 1, out, &err) != SL_OK)
+            bad = fail("a fetch after a failed prefetch: '%s'%s", err.msg, "");
+        if (!bad && sl_slot_lookup(&s.layers[1].slots, 3) >= 0)
+            bad = fail("the failed prefetch is still cached%s%s", "", "");
+    }
+    err = (sl_error){0};
+    if (!bad && sl_experts_fetch(&s, 1, (int32_t[]){3, 5}, 2, out, &err) != SL_OK)
+        bad = fail("after it: '%s'%s", err.msg, "");
+    if (!bad && (!same_blob(&s, 3) || !same_blob(&s, 5))) bad = fail("bytes differ%s%s", "", "");
+    if (!bad) printf("ok: prefetch %s (%s)\n", stall ? "stalled" : "failed", engine);
+    sl_experts_free(&s);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     const char *cmd = argc > 1 ? argv[1] : "";
     if (!strcmp(cmd, "inflight") && argc == 5) return cmd_inflight(argv[2], argv[3], argv[4]);
@@ -205,6 +286,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "stuck-free") && argc == 6)
         return cmd_stuck_free(argv[2], argv[3], atoi(argv[4]), argv[5]);
     if (!strcmp(cmd, "readfull") && argc == 3) return cmd_readfull(argv[2]);
+    if (!strcmp(cmd, "prefetch-stall") && argc == 4) return cmd_prefetch(argv[2], argv[3], 1);
+    if (!strcmp(cmd, "prefetch-eio") && argc == 4) return cmd_prefetch(argv[2], argv[3], 0);
     if (!strcmp(cmd, "downgrade") && argc == 3) {
         sl_error err = {0};
         if (sl_pack_convert(argv[2], 1, NULL, NULL, &err))

@@ -133,7 +133,7 @@ rc=$?
 if [ $rc -eq 77 ]; then
     ok "O_DIRECT short reads: skipped ($(cat "$TMP/out"))"
 elif [ $rc -eq 0 ] && "${SHORT_DIRECT[@]}" "$BIN" generate "$K" --ids $IDS -n 6 --experts stream \
-    --direct-io >"$TMP/gen" 2>"$TMP/err" && cmp -s "$TMP/gen" "$TMP/gen.ref"; then
+    --direct-io --io-engine threads >"$TMP/gen" 2>"$TMP/err" && cmp -s "$TMP/gen" "$TMP/gen.ref"; then
     ok "O_DIRECT short reads: aligned retries, same output"
 else
     bad "O_DIRECT short reads: $(cat "$TMP/out" "$TMP/err")"
@@ -149,6 +149,21 @@ if "${STUCK2[@]}" "$DRV" stuck-free "$K" $IDS 300 experts-002.bin >"$TMP/out" 2>
 else
     bad "read stuck for good: $(cat "$TMP/out")"
 fi
+
+# Prefetched reads that stall or fail. The shim wraps pread, which io_uring's reads never go
+# through: the threads engine only (io_uring's paths: tests/unit/test_prefetch.c).
+for eng in threads; do
+    "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=stall SLUICE_FAULT_STALL_MS=1500 \
+        SLUICE_FAULT_AFTER=1 SLUICE_FAULT_COUNT=1 "$DRV" prefetch-stall "$K" $eng >"$TMP/out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then ok "stalled prefetch ($eng): $(tail -n 1 "$TMP/out")"
+    else bad "stalled prefetch ($eng): $(cat "$TMP/out")"; fi
+    "${SH[@]}" SLUICE_FAULT_FILE=experts-001 SLUICE_FAULT=eio SLUICE_FAULT_AFTER=1 \
+        SLUICE_FAULT_COUNT=1 "$DRV" prefetch-eio "$K" $eng >"$TMP/out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 77 ]; then ok "failed prefetch ($eng): $(tail -n 1 "$TMP/out")"
+    else bad "failed prefetch ($eng): $(cat "$TMP/out")"; fi
+done
 
 # Qwen4-Exp's n-gram rows go through the same readers (streamed) and carry a checksum each.
 Q=$TMP/q4

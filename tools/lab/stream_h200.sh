@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 30 on the H200 host, experts on its own disk: Qwen3.5-397B-A17B layer shapes (4 layers,
+# int4, 14.5 GB of experts) written and packed to the local disk, routed by the trained model's
+# trace (tests/fixtures/trace/e512), decoded with a slot cache of 10%, 25% and 50% of the experts,
+# cold (--direct-io), each I/O feature alone and all together; the disk's O_DIRECT bandwidth
+# and the compute bound (every expert in memory) beside them.
+#   MODE=cuda: the CUDA backend, GPU expert slots = host slots (the disk feeds the host slots,
+#              pinned, and the GPU copies from them)
+#   MODE=cpu:  the CPU backend on 2 pinned cores (taskset -c 0,1): a quiet machine
+# Carry .deps.txz (tools/cuda_deps.sh).   OUT=/some/dir MODE=cuda|cpu [N=32] [ROUNDS=1]
+. tools/lab/device_env.sh
+S=build-cuda/sluice
+( [ -d $W/q35-int4 ] || { python3 tools/make_synth.py $W/q35 --preset qwen3.5-397b-a17b --layers 4 \
+    --zero-experts > /dev/null && echo synth done; } ) > $OUT/synth.log 2>&1 &
+PS=$!
+[ -x $S ] || { make CUDA=1 -j14 $S > $OUT/build.log 2>&1; el "built $?"; grep -E ' error' $OUT/build.log | head; }
+wait $PS
+if [ ! -d $W/q35-int4 ]; then
+    $S pack $W/q35 $W/q35-int4 --quant int4 > $OUT/pack.log 2>&1; el "packed $?"; rm -rf $W/q35
+fi
+[ -f $W/e512.sltrace ] || xz -dc tests/fixtures/trace/e512.sltrace.xz > $W/e512.sltrace
+df -h $W | tail -1
+if [ "$MODE" = cuda ]; then
+    EXTRA="--backend cuda" GPU=1 TASK="" T=16
+else
+    EXTRA="--backend cpu" GPU=0 TASK="taskset -c 0,1" T=2
+fi
+for slots in ${SLOTS:-51 128 256}; do
+    g=""; [ $GPU = 1 ] && g="--gpu-experts $slots"
+    el "slots $slots"
+    BIN=$S N=${N:-32} T=$T TASKSET="$TASK" COMPUTE=$([ $slots = 51 ] && echo 1) COMPUTE_FLAGS="$EXTRA" \
+        tools/bench_stream_trace.sh $W/q35-int4 $W/e512.sltrace $slots ${ROUNDS:-1} \
+        "base=--io-engine threads --no-overlap $EXTRA $g" \
+        "overlap=--io-engine threads $EXTRA $g" \
+        "prefetch=--io-engine threads --no-overlap --prefetch 10 $EXTRA $g" \
+        "uring=--io-engine uring --no-overlap $EXTRA $g" \
+        "all=--io-engine uring --prefetch 10 $EXTRA $g" 2>>$OUT/rounds.log | tee -a $OUT/table_$MODE.txt
+done
+el done
