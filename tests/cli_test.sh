@@ -290,8 +290,8 @@ else
 fi
 engine=$(grep -o "hits [0-9]* ([0-9.]*%)" "$TMP/err" | head -n 1 | grep -o "[0-9.]*%")
 oracle=$(grep "optimal (Belady)" "$TMP/err" | grep -o "[0-9.]*%")
-"$BIN" trace-replay "$TMP/t.sltrace" --cache-experts 2 --policy lfu >"$TMP/tr" 2>&1
-row=$(grep " lfu " "$TMP/tr")
+"$BIN" trace-replay "$TMP/t.sltrace" --cache-experts 2 --policy decay >"$TMP/tr" 2>&1
+row=$(grep " decay " "$TMP/tr")
 if [ -n "$engine" ] && [ -n "$oracle" ] && [ "$(echo "$row" | awk '{print $3}')" = "$engine" ] &&
     [ "$(echo "$row" | awk '{print $6}')" = "$oracle" ]; then
     ok "trace-replay: the run's hit rate ($engine) and --stats's optimum ($oracle)"
@@ -303,6 +303,31 @@ if "$BIN" trace-replay "$TMP/t1.sltrace" >"$TMP/tr" 2>&1 && [ "$(grep -c " lfu \
     ok "trace-replay: every policy at 10/25/50% of the experts; --help"
 else
     bad "trace-replay default table: $(cat "$TMP/tr")"
+fi
+# Pre-gating's predictions go into the trace too (kind 1): replayed, the recall --stats gives.
+if "$BIN" generate "$TMP/p8" --ids "$ids" -n 12 --experts stream --cache-experts 3 --prefetch 2 \
+    --stats --router-trace "$TMP/tp.sltrace" >/dev/null 2>"$TMP/err" &&
+    "$BIN" trace-replay "$TMP/tp.sltrace" --cache-experts 3 --policy decay --prefetch >"$TMP/tr" 2>&1; then
+    want=$(grep "pre-gating" "$TMP/err" | grep -o "recall [0-9.]*%" | grep -o "[0-9.]*%")
+    got=$(grep " decay " "$TMP/tr" | awk '{print $12}')
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then
+        ok "--router-trace with --prefetch: predictions replayed at the run's recall ($want)"
+    else
+        bad "--router-trace predictions: recall '$got', want '$want': $(cat "$TMP/tr")"
+    fi
+else
+    bad "--router-trace --prefetch: $(cat "$TMP/err" "$TMP/tr")"
+fi
+# The default policy earns its place on a trained model's routing (tests/fixtures/trace): at 10,
+# 25 and 50% of the experts, decay above LRU above LFU, and the optimum above all.
+if xz -dc "$FIX/trace/e128.sltrace.xz" >"$TMP/e128.sltrace" &&
+    "$BIN" trace-replay "$TMP/e128.sltrace" >"$TMP/tr" 2>&1 &&
+    awk '$2 ~ /^(lfu|lru|decay)$/ { h[$2] = $3 + 0; b = $6 + 0 }
+         $2 == "decay" { n++; if (!(h["decay"] > h["lru"] && h["lru"] > h["lfu"] && b > h["decay"])) bad = 1 }
+         END { exit !(n == 3 && !bad) }' "$TMP/tr"; then
+    ok "trace-replay on a trained model's trace: decay > lru > lfu, Belady above"
+else
+    bad "trace-replay e128: $(cat "$TMP/tr")"
 fi
 head -c 30 "$TMP/t.sltrace" >"$TMP/cut.sltrace"
 expect_fail "trace-replay: a cut record" "cut.sltrace: truncated record at byte 24" \

@@ -95,7 +95,7 @@ enum {
     "  --cache-experts N      stream: expert slots per MoE layer\n"                                \
     "  --cache-mem SIZE       stream: slot budget for all layers, e.g. 512M, 4G; auto: the\n"      \
     "                         memory available less the core, KV cache and a page-cache reserve\n" \
-    "  --cache-policy P       stream: lfu (default) | lru | decay (frequency with ageing)\n"       \
+    "  --cache-policy P       stream: decay (default: frequency with ageing) | lfu | lru\n"        \
     "  --direct-io            stream: read experts with O_DIRECT (no page cache)\n"                \
     "  --io-threads N         stream: parallel expert reads (default 8)\n"                         \
     "  --io-engine E          stream: auto (default: io_uring with --direct-io where built in)\n"  \

@@ -21,15 +21,25 @@ static const char replay_help[] =
     "\n"
     "  --cache-experts N[,N..]  slots per MoE layer\n"
     "  --cache-frac F[,F..]     slots per MoE layer as a fraction of the experts\n"
-    "  --policy P               lfu | lru | decay | all (default all)\n"
-    "  --halflife H             decay: a use's weight halves every H requests (default 64)\n"
+    "  --policy P               lfu | lru | decay (the engine's default) | all (default all)\n"
+    "  --halflife H             decay: a use's weight halves every H requests (default 32)\n"
     "  --prefetch               also replay the trace's predictions (kind-1 records): each\n"
     "                           request's predicted experts read into its layer's cache\n"
-    "                           before it; prints their recall, precision and wasted reads\n"
+    "                           before it, as the engine's --prefetch places them; prints the\n"
+    "                           hit rate then, the share found read ahead (neither hit nor\n"
+    "                           miss, as --stats counts them), the reads per token\n"
+    "                           (prefetches included), and the predictions' recall,\n"
+    "                           precision and wasted reads per token\n"
     "  --expert-bytes SIZE      one expert's bytes (sluice inspect): reads also in MB\n"
     "  -h, --help               this help\n";
 
-static const char *const policy_names[] = {"lfu", "lru", "decay", NULL}; /* sl_cache_policy */
+/* The policies in the table's order, and --policy's names. */
+static const struct {
+    const char *name;
+    sl_cache_policy policy;
+} policies[] = {{"lfu", SL_CACHE_LFU}, {"lru", SL_CACHE_LRU}, {"decay", SL_CACHE_DECAY}};
+static const char *const policy_names[] = {"lfu", "lru", "decay", NULL};
+#define N_POLICIES 3
 
 enum { OPT_EXPERTS = CLI_OPT_COMMAND, OPT_FRAC, OPT_POLICY, OPT_HALFLIFE, OPT_PREFETCH, OPT_BYTES };
 
@@ -86,6 +96,7 @@ int cli_trace_replay(int argc, char **argv) {
                 break;
             }
             if ((policy = cli_parse_choice(optarg, "--policy", policy_names)) < 0) return 1;
+            policy = (int)policies[policy].policy;
             break;
         case OPT_HALFLIFE:
             if (cli_parse_int(optarg, "--halflife", 1, 1 << 30, &v)) return 1;
@@ -129,7 +140,9 @@ int cli_trace_replay(int argc, char **argv) {
     printf("%6s %-6s %7s %15s %11s %7s %6s", "slots", "policy", "hits", "layers min-max",
            "reads/tok", "belady", "gap");
     if (expert_bytes) printf(" %9s", "MB/tok");
-    if (prefetch) printf(" | %7s %7s %7s %9s", "+pref", "recall", "precis", "waste/tok");
+    if (prefetch)
+        printf(" | %7s %7s %9s %7s %7s %9s", "+hits", "ahead", "reads/tok", "recall", "precis",
+               "waste/tok");
     printf("\n");
     int rc = 0;
     for (int i = 0; i < n_sizes && !rc; i++) {
@@ -140,11 +153,12 @@ int cli_trace_replay(int argc, char **argv) {
             rc = cli_error("%s", err.msg);
             break;
         }
-        for (int p = 0; policy_names[p]; p++) {
-            if (policy >= 0 && p != policy) continue;
+        for (int i_p = 0; i_p < N_POLICIES; i_p++) {
+            const sl_cache_policy p = policies[i_p].policy;
+            if (policy >= 0 && (int)p != policy) continue;
             sl_sim_result res, pre;
-            if (sl_cache_sim(&r, S, (sl_cache_policy)p, halflife, 0, &res, &err) ||
-                (prefetch && sl_cache_sim(&r, S, (sl_cache_policy)p, halflife, 1, &pre, &err))) {
+            if (sl_cache_sim(&r, S, p, halflife, 0, &res, &err) ||
+                (prefetch && sl_cache_sim(&r, S, p, halflife, 1, &pre, &err))) {
                 rc = cli_error("%s", err.msg);
                 break;
             }
@@ -152,11 +166,13 @@ int cli_trace_replay(int argc, char **argv) {
             char range[32];
             snprintf(range, sizeof range, "%.1f-%.1f%%", 100 * res.layer_min, 100 * res.layer_max);
             const double reads = (double)(res.requests - res.hits) / tokens;
-            printf("%6d %-6s %6.1f%% %15s %11.2f %6.1f%% %6.1f", S, policy_names[p], h, range,
+            printf("%6d %-6s %6.1f%% %15s %11.2f %6.1f%% %6.1f", S, policies[i_p].name, h, range,
                    reads, ho, ho - h);
             if (expert_bytes) printf(" %9.2f", reads * (double)expert_bytes / 1e6);
             if (prefetch)
-                printf(" | %6.1f%% %6.1f%% %6.1f%% %9.2f", pct(pre.hits, pre.requests),
+                printf(" | %6.1f%% %6.1f%% %9.2f %6.1f%% %6.1f%% %9.2f",
+                       pct(pre.hits, pre.requests), pct(pre.prefetch_used, pre.requests),
+                       (double)(pre.requests - pre.hits - pre.prefetch_used + pre.inserts) / tokens,
                        pct(pre.predicted_right, pre.requested),
                        pct(pre.predicted_right, pre.predicted), (double)pre.wasted / tokens);
             printf("\n");

@@ -135,7 +135,7 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         o->mp.cache_mem_auto = 0;
         return cli_parse_size(arg, "--cache-mem", &o->mp.cache_mem) ? -1 : 1;
     case CLI_OPT_CACHE_POLICY: {
-        static const char *const policies[] = {"lfu", "lru", "decay", NULL}; /* sl_cache_policy */
+        static const char *const policies[] = {"decay", "lfu", "lru", NULL}; /* sl_cache_policy */
         int i = cli_parse_choice(arg, "--cache-policy", policies);
         if (i < 0) return -1;
         o->mp.cache_policy = (sl_cache_policy)i;

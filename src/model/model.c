@@ -942,8 +942,9 @@ static sl_status check_finite(sl_session *s, const float *logits, int32_t T, int
  * met (sl_moe_settle's have nowhere else to go). */
 static sl_status trace_before(sl_model *m, int32_t rows, sl_error *err) {
     if (!m->trace_on) return SL_OK;
+    /* a record a row and layer, and with pre-gating at most as many again for the predictions */
     const size_t per = (size_t)m->cfg.n_layers * sl_trace_record_bytes(m->cfg.n_experts_used);
-    return sl_trace_writer_reserve(&m->trace, (size_t)rows * per, err);
+    return sl_trace_writer_reserve(&m->trace, (size_t)rows * per * (m->prefetch > 0 ? 2 : 1), err);
 }
 
 static sl_status trace_after(sl_model *m, sl_error *err) {

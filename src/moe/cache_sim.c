@@ -97,8 +97,11 @@ static void fold_layer(sl_sim_result *out, int64_t req, int64_t hits) {
 /* ------------------------------------------------------------- policies */
 
 /* One group of at most n_slots experts, the store's way (sl_experts_fetch): every hit pinned,
- * then the hits used and the misses placed. Returns the hits. */
-static int64_t store_group(sl_slot_cache *c, const int32_t *ids, int32_t n) {
+ * then the hits used and the misses placed. A slot a prefetch filled (pf[slot]) and not used
+ * since is no hit: the store counts it as the prefetch's read used (*used), inserted anew by
+ * this request. Returns the hits. */
+static int64_t store_group(sl_slot_cache *c, uint8_t *pf, const int32_t *ids, int32_t n,
+                           int64_t *used) {
     int64_t hits = 0;
     sl_slot_begin(c);
     for (int32_t i = 0; i < n; i++) {
@@ -107,14 +110,19 @@ static int64_t store_group(sl_slot_cache *c, const int32_t *ids, int32_t n) {
     }
     for (int32_t i = 0; i < n; i++) {
         const int32_t s = sl_slot_lookup(c, ids[i]);
-        if (s >= 0) {
+        if (s >= 0 && pf[s]) {
+            pf[s] = 0;
+            (*used)++;
+            sl_slot_insert(c, s, ids[i]);
+        } else if (s >= 0) {
             hits++;
             sl_slot_use(c, s);
-            continue;
+        } else {
+            const int32_t v = sl_slot_victim(c);
+            SL_ASSERT(v >= 0);
+            sl_slot_insert(c, v, ids[i]);
+            pf[v] = 0;
         }
-        const int32_t v = sl_slot_victim(c);
-        SL_ASSERT(v >= 0);
-        sl_slot_insert(c, v, ids[i]);
     }
     return hits;
 }
@@ -127,8 +135,9 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
     const int32_t S = SL_MIN(n_slots, r->n_experts);
     int32_t *list = sl_calloc((size_t)r->n_experts, sizeof(int32_t), err);
     uint8_t *want = sl_calloc((size_t)r->n_experts, 1, err);
-    if (!list || !want) {
-        free(list), free(want);
+    uint8_t *pf = sl_calloc((size_t)S, 1, err);
+    if (!list || !want || !pf) {
+        free(list), free(want), free(pf);
         return SL_ERR_NOMEM;
     }
     sl_status st = SL_OK;
@@ -138,6 +147,7 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
         sl_slot_cache c;
         if ((st = sl_slot_cache_init(&c, S, r->n_experts, policy, err))) break;
         if (halflife > 0) c.halflife = halflife;
+        memset(pf, 0, (size_t)S);
         int64_t req = 0, hits = 0;
         for (int64_t i = 0; i < L->n_req; i++) {
             const uint16_t *ids = L->ids + L->off[i];
@@ -145,7 +155,8 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
             if (prefetch && L->poff[i + 1] > L->poff[i]) {
                 for (int32_t j = 0; j < n; j++)
                     want[ids[j]] = 1;
-                sl_slot_begin(&c);
+                /* as sl_experts_prefetch places them: within the time of the layer's last
+                 * request (no sl_slot_begin), so what that request used stays pinned */
                 for (int64_t q = L->poff[i]; q < L->poff[i + 1]; q++) {
                     const int32_t e = L->pids[q];
                     out->predicted++;
@@ -154,6 +165,7 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
                     const int32_t v = sl_slot_victim(&c);
                     if (v < 0) continue; /* every slot holds a prediction already */
                     sl_slot_insert(&c, v, e);
+                    pf[v] = 1;
                     out->inserts++;
                     out->wasted += !want[e];
                 }
@@ -168,14 +180,14 @@ sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy po
             for (int32_t j = 0; j < n; j++)
                 if (sl_slot_lookup(&c, ids[j]) < 0) list[nc + nm++] = ids[j];
             for (int32_t j0 = 0; j0 < n; j0 += S)
-                hits += store_group(&c, list + j0, SL_MIN(S, n - j0));
+                hits += store_group(&c, pf, list + j0, SL_MIN(S, n - j0), &out->prefetch_used);
             req += n;
         }
         sl_slot_cache_free(&c);
         out->requests += req, out->hits += hits;
         fold_layer(out, req, hits);
     }
-    free(list), free(want);
+    free(list), free(want), free(pf);
     return st;
 }
 

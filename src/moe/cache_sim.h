@@ -49,12 +49,17 @@ typedef struct sl_sim_result {
      * experts requested (of requests with a prediction); predicted experts read in (they were
      * not cached), and of those the ones their request did not ask for */
     int64_t predicted, predicted_right, requested, inserts, wasted;
+    /* requested experts found where a prefetch had read them: neither hits nor misses (the
+     * store's prefetch_used); the misses are requests - hits - prefetch_used */
+    int64_t prefetch_used;
 } sl_sim_result;
 
 /* Replays every layer through a cache of n_slots slots (1 <= n_slots, at most n_experts are
  * used) under policy (halflife: SL_CACHE_DECAY's, in requests; <= 0: the default). prefetch:
- * before each request, its predicted experts not cached are read into the cache as a request of
- * their own (not counted as hits or misses; a later request that finds them hits). */
+ * before each request, its predicted experts not cached are read into the cache as the store's
+ * sl_experts_prefetch places them: victims by policy among the slots the layer's last request
+ * did not use; a request that finds one counts it as the store does, a prefetch used, neither
+ * hit nor miss, and inserts it anew. */
 sl_status sl_cache_sim(const sl_requests *r, int32_t n_slots, sl_cache_policy policy,
                        double halflife, int prefetch, sl_sim_result *out, sl_error *err);
 

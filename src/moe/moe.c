@@ -313,6 +313,11 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
         }
     }
     ms->h_pred_n[nl] = n;
+    /* the prediction into the routing trace (kind 1, records of up to k ids: trace-replay
+     * --prefetch); a write error sticks in the writer */
+    for (int32_t i = 0; ms->env.trace && i < n; i += ms->d.k)
+        sl_trace_writer_add(ms->env.trace, nl, SL_TRACE_PREDICT, ids + i, SL_MIN(ms->d.k, n - i),
+                            NULL);
     sl_experts_prefetch(ms->env.store, nl, ids, n);
 }
 

@@ -37,7 +37,9 @@ typedef struct sl_slot_cache {
     double halflife; /* in requests (sl_slot_begin), SL_SLOT_HALFLIFE unless set after init */
 } sl_slot_cache;
 
-#define SL_SLOT_HALFLIFE 64.0
+/* The halflife that did best on a trained model's routing (tests/fixtures/trace, 128 and 512
+ * experts: 16-64 within a point or two, 32 best; tools/lab/README.md) */
+#define SL_SLOT_HALFLIFE 32.0
 
 /* Every slot empty. n_slots >= 1. */
 sl_status sl_slot_cache_init(sl_slot_cache *c, int32_t n_slots, int32_t n_keys,

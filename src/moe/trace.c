@@ -198,6 +198,12 @@ sl_status sl_trace_writer_reserve(sl_trace_writer *w, size_t bytes, sl_error *er
     size_t cap = w->cap ? w->cap : 1 << 16;
     while (cap - w->len < bytes)
         cap *= 2;
+    if (cap > SL_TRACE_KEEP_MAX) { /* a long run (a server): stop keeping, rather than grow */
+        free(w->mem);
+        w->mem = NULL, w->keep = 0, w->len = w->cap = 0;
+        w->dropped = 1;
+        return w->st;
+    }
     uint8_t *m = realloc(w->mem, cap);
     if (!m) return sl_fail(err, SL_ERR_NOMEM, "routing trace in memory: %zu bytes", cap);
     w->mem = m, w->cap = cap;

@@ -24,6 +24,9 @@
 #define SL_TRACE_MAGIC  "SLTRACE1"
 #define SL_TRACE_HEADER 24
 #define SL_TRACE_MAX_K  64
+/* The most a writer keeps in memory (sl_trace_writer_reserve): past it, nothing (a server's
+ * --stats would otherwise grow without end; 256 MiB is ~10^7 token-layers of top-8) */
+#define SL_TRACE_KEEP_MAX ((size_t)256 << 20)
 
 enum { SL_TRACE_PICKS = 0, SL_TRACE_PREDICT = 1 };
 
@@ -57,6 +60,7 @@ typedef struct sl_trace_writer {
     int32_t n_layers, n_experts, k;
     uint32_t step; /* the step the next records carry (the caller advances it) */
     int keep;      /* records kept in memory too */
+    int dropped;   /* they were, until they outgrew SL_TRACE_KEEP_MAX */
     uint8_t *mem;  /* keep: the whole trace so far, header included */
     size_t len, cap;
     int64_t records;
@@ -67,7 +71,8 @@ typedef struct sl_trace_writer {
 /* Opens a writer (path NULL: memory only; keep 0: file only) and writes the header. */
 sl_status sl_trace_writer_open(sl_trace_writer *w, const char *path, int keep, int32_t n_layers,
                                int32_t n_experts, int32_t k, sl_error *err);
-/* Room for `bytes` more of records in memory (nothing without keep). */
+/* Room for `bytes` more of records in memory (nothing without keep); past SL_TRACE_KEEP_MAX
+ * the memory is dropped instead (keep 0, dropped 1), not an error. */
 sl_status sl_trace_writer_reserve(sl_trace_writer *w, size_t bytes, sl_error *err);
 /* Bytes one record of n ids takes. */
 static inline size_t sl_trace_record_bytes(int32_t n) {

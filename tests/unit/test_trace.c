@@ -238,7 +238,7 @@ TEST(test_trace_belady) {
         const int64_t want = best_hits((const int(*)[8])reqs, n, 0, S, 0);
         CHECKF(res.hits == want, "trial %d: belady %lld, exhaustive %lld", trial,
                (long long)res.hits, (long long)want);
-        for (int p = SL_CACHE_LFU; p <= SL_CACHE_DECAY; p++) {
+        for (int p = 0; p < 3; p++) {
             sl_sim_result pr;
             CHECK(sl_cache_sim(&r, S, (sl_cache_policy)p, 0, 0, &pr, &err) == SL_OK);
             CHECK(pr.requests == res.requests && pr.hits <= res.hits);
@@ -263,7 +263,18 @@ TEST(test_trace_prefetch) {
     CHECK(res.inserts == 1 && res.wasted == 1);
     /* 5 took the oldest slot, 0's (0 and 1 tie; the lower slot): the third request hits 1 only */
     CHECKF(res.requests == 6 && res.hits == 1, "hits %lld", (long long)res.hits);
+    CHECK(sl_cache_sim(&r, 4, SL_CACHE_LRU, 0, 1, &res, &err) == SL_OK && res.prefetch_used == 0);
     CHECK(sl_cache_sim(&r, 4, SL_CACHE_LRU, 0, 0, &res, &err) == SL_OK && res.hits == 2);
+    /* {0,1} {2,3} {5,1}, the third predicted {5}: read ahead into 0's slot (the second
+     * request's stay pinned), then found there: a prefetch used, neither hit nor miss */
+    static const int q2[3][8] = {{0, 1, -1}, {2, 3, -1}, {5, 1, -1}};
+    one_layer(&r, &L, 8, q2, 3);
+    static uint16_t pids2[1] = {5};
+    static int64_t poff2[4] = {0, 0, 0, 1};
+    L.pids = pids2, L.poff = poff2;
+    CHECK(sl_cache_sim(&r, 4, SL_CACHE_LRU, 0, 1, &res, &err) == SL_OK);
+    CHECKF(res.hits == 1 && res.prefetch_used == 1 && res.inserts == 1 && res.wasted == 0,
+           "hits %lld used %lld", (long long)res.hits, (long long)res.prefetch_used);
 }
 
 TEST(test_slot_cache_decay_order) {
