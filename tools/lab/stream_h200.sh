@@ -7,6 +7,8 @@
 #   MODE=cuda: the CUDA backend, GPU expert slots = host slots (the disk feeds the host slots,
 #              pinned, and the GPU copies from them)
 #   MODE=cpu:  the CPU backend on 2 pinned cores (taskset -c 0,1): a quiet machine
+#   On CUDA the misses are mapped to the GPU as a group (no overlap within a layer): no
+#   "overlap" row; a row with 10 predictions a token instead of 4.
 # Carry .deps.txz (tools/cuda_deps.sh).   OUT=/some/dir MODE=cuda|cpu [N=32] [ROUNDS=1]
 . tools/lab/device_env.sh
 S=build-cuda/sluice
@@ -25,10 +27,11 @@ if [ ! -d $W/q35-int4 ]; then
 fi
 [ -f $W/e512.sltrace ] || xz -dc tests/fixtures/trace/e512.sltrace.xz > $W/e512.sltrace
 df -h $W | tail -1
+export OMP_WAIT_POLICY=passive # spinning OpenMP threads starve the readers (BENCHMARKS 18)
 if [ "$MODE" = cuda ]; then
-    EXTRA="--backend cuda" GPU=1 TASK="" T=16
+    EXTRA="--backend cuda" GPU=1 TASK="" T=16 P10=1 OVERLAP=""
 else
-    EXTRA="--backend cpu" GPU=0 TASK="taskset -c 0,1" T=2
+    EXTRA="--backend cpu" GPU=0 TASK="taskset -c 0,1" T=2 P10="" OVERLAP=1
 fi
 # the compute bound: every expert in memory, the same routing
 COMP=$($TASK $S generate $W/q35-int4 --ids $(seq -s, 101 116) -n ${N:-32} -t $T --experts resident \
@@ -40,9 +43,10 @@ for slots in ${SLOTS:-51 128 256}; do
     BIN=$S N=${N:-32} T=$T TASKSET="$TASK" COMP=$COMP \
         tools/bench_stream_trace.sh $W/q35-int4 $W/e512.sltrace $slots ${ROUNDS:-1} \
         "base=--io-engine threads --no-overlap $EXTRA $g" \
-        "overlap=--io-engine threads $EXTRA $g" \
+        ${OVERLAP:+"overlap=--io-engine threads $EXTRA $g"} \
         "prefetch4=--io-engine threads --no-overlap --prefetch 4 $EXTRA $g" \
         "uring=--io-engine uring --no-overlap $EXTRA $g" \
-        "all=--io-engine uring --prefetch 4 $EXTRA $g" 2>>$OUT/rounds.log | tee -a $OUT/table_$MODE.txt
+        "all=--io-engine uring --prefetch 4 $EXTRA $g" \
+        ${P10:+"all_p10=--io-engine uring --prefetch 10 $EXTRA $g"} 2>>$OUT/rounds.log | tee -a $OUT/table_$MODE.txt
 done
 el done
