@@ -3,7 +3,8 @@
 # cache with --direct-io, its routers replaced by a routing trace (--route-replay), each
 # configuration against the bounds: the disk's (its O_DIRECT bandwidth at depth, over the bytes
 # a decode step of the first configuration reads: no read ahead, nothing wasted) and the
-# compute's (the same run with every expert in memory).
+# compute's (the same run with every expert in memory). The disk: fio where installed (apt-get
+# install fio), else tools/lab/disk_bw.py (Python threads: lower, ~60% of fio's figure here).
 #
 #   tools/bench_stream_trace.sh PACK TRACE SLOTS ROUNDS CONFIG...
 #     SLOTS    slots per layer (--cache-experts), e.g. 51 (10% of 512)
@@ -13,7 +14,7 @@
 #        COMP (the compute bound in tok/s, measured before)
 #
 # Rounds alternate the configurations (a,b,c,a,b,c,...); each line gives the median of the
-# rounds. The disk is measured each round (tools/lab/disk_bw.py).
+# rounds. The disk is measured each round.
 set -euo pipefail
 PACK=$1 TRACE=$2 SLOTS=$3 ROUNDS=$4
 shift 4
@@ -31,11 +32,16 @@ for name in os.listdir(sys.argv[1]):
     os.close(fd)
 PY
 }
-disk_mbs() { # O_DIRECT reads of 2 MiB at random offsets, 16 and 32 in flight: the better
-    local a b
-    a=$(python3 tools/lab/disk_bw.py "$PACK"/experts-*.bin --qd 16 --block 2M --seconds 3)
-    b=$(python3 tools/lab/disk_bw.py "$PACK"/experts-*.bin --qd 32 --block 2M --seconds 3)
-    echo $((a > b ? a : b))
+disk_mbs() { # O_DIRECT reads of 8 MiB (an expert blob's size) at random offsets, 32 in flight
+    local f
+    f=$(ls "$PACK"/experts-*.bin | head -1)
+    if command -v fio >/dev/null; then
+        fio --name=disk --filename="$f" --readonly --direct=1 --ioengine=io_uring --rw=randread \
+            --bs=8M --iodepth=32 --runtime=4 --time_based --output-format=terse 2>/dev/null |
+            awk -F';' '{printf "%.0f\n", $7 * 1.024 / 1000 * 1000 / 1000}'
+    else
+        python3 tools/lab/disk_bw.py "$PACK"/experts-*.bin --qd 32 --block 8M --seconds 4
+    fi
 }
 run() { # flags... -> "tok/s hit% MB/step readMB/s recall%"
     drop_cache
