@@ -11,7 +11,7 @@
 #     CONFIG   label=flags, e.g. base="--no-overlap --io-engine threads" all="--prefetch 10"
 #   env: BIN (build/sluice), N (decode tokens, 32), T (threads, 2), TASKSET (e.g. "taskset -c 0,1"),
 #        COMPUTE=1 (also the compute bound: --experts resident), COMPUTE_FLAGS (its extra flags),
-#        COMP (the compute bound in tok/s, measured before)
+#        COMP (the compute bound in tok/s, measured before), WARM (see IDS below)
 #
 # Rounds alternate the configurations (a,b,c,a,b,c,...); each line gives the median of the
 # rounds. The disk is measured each round.
@@ -21,7 +21,10 @@ shift 4
 BIN=${BIN:-build/sluice}
 N=${N:-32}
 T=${T:-2}
-IDS=$(seq -s, 101 116)
+# WARM=W: a W-token prompt through the decode path (--batch 1), so the timed steps meet a cache
+# in its steady state instead of an empty one
+IDS=$(seq -s, 101 $((100 + ${WARM:-16})))
+PROMPT_BATCH=${WARM:+--batch 1}
 
 drop_cache() {
     python3 - "$PACK" <<'PY'
@@ -46,11 +49,11 @@ disk_mbs() { # O_DIRECT reads of 8 MiB (an expert blob's size) at random offsets
 run() { # flags... -> "tok/s hit% MB/step readMB/s recall%"
     drop_cache
     ${TASKSET:-} "$BIN" generate "$PACK" --ids "$IDS" -n "$N" -t "$T" --experts stream \
-        --cache-experts "$SLOTS" --direct-io --route-replay "$TRACE" --stats "$@" 2>&1 >/dev/null |
+        --cache-experts "$SLOTS" --direct-io --route-replay "$TRACE" --stats $PROMPT_BATCH "$@" 2>&1 >/dev/null |
         awk '/^decode steps/ {gsub(/\(/, "", $4); tps = $4}
              /^expert requests/ {gsub(/[()%]/, "", $6); hit = $6}
              /per decode step/ {mb = $4}
-             /^expert bytes read/ {gsub(/\(/, "", $9); bw = $9}
+             /^expert bytes read/ {gsub(/\(/, "", $11); bw = $11}
              /pre-gating/ {gsub(/[%,]/, "", $9); rec = $9}
              END {printf "%s %s %s %s %s\n", tps, hit, mb, bw, rec == "" ? "-" : rec}'
 }

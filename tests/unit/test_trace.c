@@ -4,6 +4,7 @@
  * answer is known (and against an exhaustive search), the policies' replays, prefetch counts.
  */
 #include "moe/cache_sim.h"
+#include "moe/replay.h"
 #include "moe/slot_cache.h"
 #include "test.h"
 
@@ -349,4 +350,47 @@ TEST(test_trace_engine_paths) {
     CHECK(!memcmp(a.step, b.step, (size_t)a.n_records * 4) && a.step[a.n_records - 1] == 5);
     CHECK(c.step[c.n_records - 1] == 1); /* chunks of 4, then 2 */
     sl_trace_free(&a), sl_trace_free(&b), sl_trace_free(&c);
+}
+
+/* --route-replay's tables (moe/replay.h): the traced model's MoE layers packed (a dense layer
+ * has no records), each layer's tokens in order, predictions where every token of every MoE
+ * layer but the first has one, tokens around again at the end; a trace for other experts or
+ * picks, or with a token short of its picks, refused. */
+TEST(test_route_replay_load) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/replay.sltrace", test_tmpdir());
+    tbuf t;
+    hdr(&t, 3, 10, 2);
+    const int p0[3][2] = {{1, 2}, {3, 4}, {5, 6}}, p2[3][2] = {{7, 8}, {9, 0}, {2, 1}};
+    const int q2[3][2] = {{8, 7}, {9, 1}, {4, 5}};
+    for (int s = 0; s < 3; s++) {
+        rec(&t, (uint32_t)s, 0, SL_TRACE_PICKS, 2, p0[s]);
+        rec(&t, (uint32_t)s, 2, SL_TRACE_PREDICT, 2, q2[s]);
+        rec(&t, (uint32_t)s, 2, SL_TRACE_PICKS, 2, p2[s]);
+    }
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(t.b, 1, t.n, f) == t.n);
+    fclose(f);
+    sl_route_replay r;
+    sl_error err = {0};
+    CHECK(sl_route_replay_load(&r, path, 10, 2, &err) == SL_OK);
+    CHECK(r.t_layers == 2 && r.n_tokens == 3 && r.pred);
+    CHECK(sl_route_replay_picks(&r, 0, 1)[0] == 3 && sl_route_replay_picks(&r, 1, 2)[1] == 1);
+    CHECK(sl_route_replay_picks(&r, 2, 4)[0] == 3); /* MoE layer 2 is trace layer 0, token 1 */
+    int32_t n;
+    const uint16_t *q = sl_route_replay_pred(&r, 1, 1, &n);
+    CHECK(n == 2 && q[0] == 9 && q[1] == 1);
+    sl_route_replay_pred(&r, 0, 0, &n);
+    CHECK(n == 0); /* the first MoE layer has no prediction */
+    sl_route_replay_free(&r);
+    CHECK(sl_route_replay_load(&r, path, 12, 2, &err) == SL_ERR_ARG);
+    CHECK(strstr(err.msg, "a trace of 10 experts, 2 a token") != NULL);
+    hdr(&t, 1, 10, 2);
+    rec(&t, 0, 0, SL_TRACE_PICKS, 1, p0[0]);
+    f = fopen(path, "wb");
+    CHECK(f && fwrite(t.b, 1, t.n, f) == t.n);
+    fclose(f);
+    err = (sl_error){0};
+    CHECK(sl_route_replay_load(&r, path, 10, 2, &err) == SL_ERR_FORMAT);
+    CHECK(strstr(err.msg, "a replay needs all 2") != NULL);
 }
