@@ -273,13 +273,6 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
     const sl_backend *be = ms->env.be;
     const int32_t E = ms->d.n_experts, P = SL_MIN(ms->d.prefetch, E), nl = w->next_layer;
     const size_t cap = SL_MIN((size_t)SL_MAX(ms->d.decode_rows, 1) * (size_t)P, (size_t)E);
-    be->ops->matmul(be, ms->pred_logits, io->x, w->next_router, w->next_router_bias, T);
-    be->ops->to_host(be, ms->h_pred_logits, ms->pred_logits, (size_t)T * (size_t)E * sizeof(float));
-    /* DeepSeek's selection bias joins where it is host memory (a device's prediction does without)
-     */
-    const sl_tensor *sbt = w->next_select_bias;
-    const float *sb =
-        sbt && !be->device && sbt->dtype == SL_DTYPE_F32 ? (const float *)sbt->data : NULL;
     int32_t *ids = ms->h_pred_ids + (size_t)nl * cap;
     int32_t n = 0;
     memset(ms->pred_mark, 0, (size_t)E);
@@ -295,6 +288,12 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
         sl_experts_prefetch(ms->env.store, nl, ids, n);
         return;
     }
+    be->ops->matmul(be, ms->pred_logits, io->x, w->next_router, w->next_router_bias, T);
+    be->ops->to_host(be, ms->h_pred_logits, ms->pred_logits, (size_t)T * (size_t)E * sizeof(float));
+    /* DeepSeek's selection bias joins where it is host memory (a device predicts without it) */
+    const sl_tensor *sbt = w->next_select_bias;
+    const float *sb =
+        sbt && !be->device && sbt->dtype == SL_DTYPE_F32 ? (const float *)sbt->data : NULL;
     for (int32_t t = 0; t < T; t++) {
         float *lg = ms->h_pred_logits + (size_t)t * (size_t)E;
         if (sb)
