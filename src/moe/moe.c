@@ -256,13 +256,6 @@ static void shared_expert(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_
     ms->env.stats->t_expert_compute += sl_now() - t0;
 }
 
-/*
- * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
- * each expert's weights are fetched and streamed through once per chunk;
- * each (token, rank) result lands in its own row of expert_out, and the rows
- * are summed per token in router-rank order, so the sum never depends on the
- * chunk, the grouping or where the weights came from.
- */
 /* Pre-gating: the next MoE layer's router applied to this layer's input predicts its picks (the
  * residual stream changes little from one layer to the next: 79-85% of the picks of a trained
  * model's routers, tests/fixtures/trace/README.md), and the predicted experts not cached start
@@ -336,6 +329,13 @@ static void score_prediction(sl_moe_scratch *ms, int32_t l, int32_t n_used) {
     ms->h_pred_n[l] = 0;
 }
 
+/*
+ * Routed experts for a chunk of T tokens. Tokens are grouped by expert so
+ * each expert's weights are fetched and streamed through once per chunk;
+ * each (token, rank) result lands in its own row of expert_out, and the rows
+ * are summed per token in router-rank order, so the sum never depends on the
+ * chunk, the grouping or where the weights came from.
+ */
 sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
                          const sl_moe_io *io, int32_t T, sl_error *err) {
     const sl_backend *be = ms->env.be;

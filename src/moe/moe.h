@@ -15,6 +15,11 @@
  *           (fused kernels for one token, else gate/up batch, SwiGLU, down batch)
  *   out = sum_r w[r] * expert_r(x_r) (+ [sigmoid(sh_router . x) *] shared(x))
  *
+ * Streamed experts: a group's misses read while its cached experts compute (the store's
+ * asynchronous fetch), and at decode the next MoE layer's router, applied to x, predicts that
+ * layer's picks so their reads start a layer early (sl_moe_dims.prefetch). A routing trace can
+ * stand in for the routers (env.replay, benchmarks).
+ *
  * A session owns one sl_moe_scratch, carved at its creation (sl_moe_layout):
  * nothing is allocated while a forward pass runs.
  */
