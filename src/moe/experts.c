@@ -396,6 +396,23 @@ static void pool_submit(sl_reader_pool *p, sl_read_job *const *jobs, int32_t n) 
  * sl_now; < 0: none). At the deadline the jobs still out are given up on: those not started
  * never will be, those running are abandoned (the pool stalls until they are back). Returns 1
  * then, else 0. */
+/* Reads of jobs[0..n) still pending past their deadline, for either engine: one in progress is
+ * abandoned (counted, its file named as the stall, its result dropped when it comes back), one
+ * not started yet is cancelled (its engine counts it back without reading). */
+static void give_up(sl_read_job *jobs, int32_t n, int32_t *abandoned, const char **stalled) {
+    for (int32_t i = 0; i < n; i++) {
+        sl_read_job *j = &jobs[i];
+        if (j->err != SL_READ_PENDING || j->cancel || j->abandoned) continue;
+        if (j->running) {
+            j->abandoned = 1;
+            (*abandoned)++;
+            if (!*stalled) *stalled = j->path;
+        } else {
+            j->cancel = 1;
+        }
+    }
+}
+
 static int pool_wait(sl_reader_pool *p, int32_t *pending, sl_read_job *jobs, int32_t n,
                      double deadline) {
     pthread_mutex_lock(&p->mu);
@@ -415,17 +432,7 @@ static int pool_wait(sl_reader_pool *p, int32_t *pending, sl_read_job *jobs, int
         else
             late = pthread_cond_timedwait(&p->done, &p->mu, &ts) == ETIMEDOUT && *pending > 0;
     }
-    for (int32_t i = 0; late && i < n; i++) {
-        sl_read_job *j = &jobs[i];
-        if (j->err != SL_READ_PENDING || j->cancel || j->abandoned) continue;
-        if (j->running) {
-            j->abandoned = 1;
-            p->abandoned++;
-            if (!p->stalled) p->stalled = j->path;
-        } else {
-            j->cancel = 1; /* its thread counts it back without reading */
-        }
-    }
+    if (late) give_up(jobs, n, &p->abandoned, &p->stalled);
     pthread_mutex_unlock(&p->mu);
     return late;
 }
@@ -1271,17 +1278,7 @@ static int uring_wait(sl_expert_store *s, int32_t *pending, sl_read_job *jobs, i
         uring_reap(s, 0);
     }
     if (*pending == 0) return 0;
-    for (int32_t i = 0; i < n; i++) { /* past the deadline: given up on */
-        sl_read_job *j = &jobs[i];
-        if (j->err != SL_READ_PENDING || j->cancel || j->abandoned) continue;
-        if (j->running) {
-            j->abandoned = 1;
-            u->abandoned++;
-            if (!u->stalled) u->stalled = j->path;
-        } else {
-            j->cancel = 1; /* in the backlog: dropped when it comes up */
-        }
-    }
+    give_up(jobs, n, &u->abandoned, &u->stalled); /* past the deadline */
     uring_flush(s);
     return 1;
 }

@@ -261,12 +261,17 @@ static void shared_expert(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_
  * model's routers, tests/fixtures/trace/README.md), and the predicted experts not cached start
  * reading into that layer's slots while this layer computes. Results never change: the next
  * layer fetches what its own router picks and only finds some of it read already. */
+/* Layer l's row of predicted experts: room for every row's picks, at most all experts. */
+static int32_t *pred_ids(const sl_moe_scratch *ms, int32_t l) {
+    const size_t D = (size_t)SL_MAX(ms->d.decode_rows, 1), P = (size_t)ms->d.prefetch;
+    return ms->h_pred_ids + (size_t)l * SL_MIN(D * P, (size_t)ms->d.n_experts);
+}
+
 static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_moe_io *io,
                          int32_t T) {
     const sl_backend *be = ms->env.be;
     const int32_t E = ms->d.n_experts, P = SL_MIN(ms->d.prefetch, E), nl = w->next_layer;
-    const size_t cap = SL_MIN((size_t)SL_MAX(ms->d.decode_rows, 1) * (size_t)P, (size_t)E);
-    int32_t *ids = ms->h_pred_ids + (size_t)nl * cap;
+    int32_t *ids = pred_ids(ms, nl);
     int32_t n = 0;
     memset(ms->pred_mark, 0, (size_t)E);
     if (ms->env.replay) { /* the trace's predictions, made by the traced model's routers */
@@ -315,11 +320,9 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
 
 /* How many of the experts predicted for layer l it picked (ms->expert_list[0..n_used)). */
 static void score_prediction(sl_moe_scratch *ms, int32_t l, int32_t n_used) {
-    const int32_t E = ms->d.n_experts, P = SL_MIN(ms->d.prefetch, E);
-    const size_t cap = SL_MIN((size_t)SL_MAX(ms->d.decode_rows, 1) * (size_t)P, (size_t)E);
     const int32_t n = ms->h_pred_n[l];
     if (!n) return;
-    const int32_t *ids = ms->h_pred_ids + (size_t)l * cap;
+    const int32_t *ids = pred_ids(ms, l);
     int64_t hits = 0;
     for (int32_t i = 0; i < n; i++)
         hits += ms->expert_count[ids[i]] > 0;

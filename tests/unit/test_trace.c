@@ -278,19 +278,24 @@ TEST(test_trace_prefetch) {
            "hits %lld used %lld", (long long)res.hits, (long long)res.prefetch_used);
 }
 
+/* A request of one key: a hit uses its slot, a miss takes the policy's victim. */
+static void request_one(sl_slot_cache *c, int32_t key) {
+    sl_slot_begin(c);
+    const int32_t slot = sl_slot_lookup(c, key);
+    if (slot < 0)
+        sl_slot_insert(c, sl_slot_victim(c), key);
+    else
+        sl_slot_use(c, slot);
+}
+
 TEST(test_slot_cache_decay_order) {
     sl_slot_cache c;
     sl_error err = {0};
     CHECK(sl_slot_cache_init(&c, 2, 8, SL_CACHE_DECAY, &err) == SL_OK);
     c.halflife = 2;
     /* key 0 used 4 times long ago, key 1 once recently: 0's weight has decayed below 1's */
-    for (int i = 0; i < 4; i++) {
-        sl_slot_begin(&c);
-        if (sl_slot_lookup(&c, 0) < 0)
-            sl_slot_insert(&c, sl_slot_victim(&c), 0);
-        else
-            sl_slot_use(&c, sl_slot_lookup(&c, 0));
-    }
+    for (int i = 0; i < 4; i++)
+        request_one(&c, 0);
     for (int i = 0; i < 12; i++)
         sl_slot_begin(&c);
     sl_slot_begin(&c);
@@ -307,13 +312,8 @@ TEST(test_slot_cache_decay_order) {
     /* plain LFU on the same requests evicts the key with fewer uses, 1 */
     sl_slot_cache_free(&c);
     CHECK(sl_slot_cache_init(&c, 2, 8, SL_CACHE_LFU, &err) == SL_OK);
-    for (int i = 0; i < 4; i++) {
-        sl_slot_begin(&c);
-        if (sl_slot_lookup(&c, 0) < 0)
-            sl_slot_insert(&c, sl_slot_victim(&c), 0);
-        else
-            sl_slot_use(&c, sl_slot_lookup(&c, 0));
-    }
+    for (int i = 0; i < 4; i++)
+        request_one(&c, 0);
     for (int i = 0; i < 13; i++)
         sl_slot_begin(&c);
     sl_slot_insert(&c, sl_slot_victim(&c), 1);
