@@ -3,8 +3,9 @@
 # cache with --direct-io, its routers replaced by a routing trace (--route-replay), each
 # configuration against the bounds: the disk's (its O_DIRECT bandwidth at depth, over the bytes
 # a decode step of the first configuration reads: no read ahead, nothing wasted) and the
-# compute's (the same run with every expert in memory). The disk: fio where installed (apt-get
-# install fio), else tools/lab/disk_bw.py (Python threads: lower, ~60% of fio's figure here).
+# compute's (the same run with every expert in memory). The disk: DISK_PROBE if set (a build of
+# tools/lab/disk_bw.c, for machines without fio), else fio where installed (apt-get install fio),
+# else tools/lab/disk_bw.py (Python threads: lower, ~60% of fio's figure here).
 #
 #   tools/bench_stream_trace.sh PACK TRACE SLOTS ROUNDS CONFIG...
 #     SLOTS    slots per layer (--cache-experts), e.g. 51 (10% of 512)
@@ -38,7 +39,9 @@ PY
 disk_mbs() { # O_DIRECT reads of 8 MiB (an expert blob's size) at random offsets, 32 in flight
     local f
     f=$(ls "$PACK"/experts-*.bin | head -1)
-    if command -v fio >/dev/null; then
+    if [ -n "${DISK_PROBE:-}" ]; then # tools/lab/disk_bw.c, the same reads through io_uring
+        "$DISK_PROBE" "$f" 8 32 4
+    elif command -v fio >/dev/null; then
         fio --name=disk --filename="$f" --readonly --direct=1 --ioengine=io_uring --rw=randread \
             --bs=8M --iodepth=32 --runtime=4 --time_based --output-format=terse 2>/dev/null |
             awk -F';' '{printf "%.0f\n", $7 * 1.024 / 1000 * 1000 / 1000}'

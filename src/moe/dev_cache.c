@@ -92,59 +92,75 @@ void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be) {
     memset(d, 0, sizeof *d);
 }
 
-void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
-                      int32_t n, const sl_expert **views) {
+int32_t sl_dev_cache_lookup(sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n,
+                            const sl_expert **views) {
     sl_dev_layer *L = &d->layers[layer];
     sl_slot_cache *C = &L->slots;
-    const double t0 = sl_now();
+    int32_t missing = 0;
     sl_slot_begin(C);
     for (int32_t i = 0; i < n; i++) {
-        const int32_t e = ids[i];
-        int32_t s = sl_slot_lookup(C, e);
+        const int32_t s = sl_slot_lookup(C, ids[i]);
         d->requests++;
         if (s >= 0) {
             d->hits++;
             sl_slot_use(C, s);
+            views[i] = &L->views[s];
         } else {
-            s = sl_slot_victim(C);
-            SL_ASSERT(s >= 0);
-            const int32_t old = sl_slot_insert(C, s, e);
-            if (old >= 0) { /* the evicted expert's row: zero, so no longer used */
-                static const sl_expert_ptrs none;
-                be->ops->to_dev(be, &L->table[old], &none, sizeof none);
-            }
-            const sl_tensor *src[3] = {&views[i]->gate, &views[i]->up, &views[i]->down};
-            const sl_tensor *bsrc[3] = {&views[i]->gate_bias, &views[i]->up_bias,
-                                        &views[i]->down_bias};
-            uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
-            const sl_expert *v = &L->views[s];
-            const sl_expert_ptrs row = {{v->gate.data, v->gate.scales, v->gate.biases, v->up.data,
-                                         v->up.scales, v->up.biases, v->down.data, v->down.scales,
-                                         v->down.biases}};
-            be->ops->to_dev(be, &L->table[e], &row, sizeof row);
-            /* The store's host copy stays put until its next fetch of this layer, and the
-             * MoE block syncs before that (sl_dev_cache_map's contract): no wait here. */
-            for (int j = 0; j < 3; j++) {
-                be->ops->to_dev_async(be, base + d->off[3 * j], src[j]->data, src[j]->nbytes);
-                if (src[j]->scales) {
-                    be->ops->to_dev_async(be, base + d->off[3 * j + 1], src[j]->scales,
-                                          scale_bytes(src[j]));
-                    if (src[j]->biases)
-                        be->ops->to_dev_async(be, base + d->off[3 * j + 2], src[j]->biases,
-                                              scale_bytes(src[j]));
-                }
-                d->bytes +=
-                    (int64_t)(src[j]->nbytes + (src[j]->biases ? 2 : 1) * scale_bytes(src[j]));
-                if (bsrc[j]->data) {
-                    be->ops->to_dev_async(be, base + d->off[SL_EX_GATE_LB + j], bsrc[j]->data,
-                                          bsrc[j]->nbytes);
-                    d->bytes += (int64_t)bsrc[j]->nbytes;
-                }
-            }
+            missing++;
         }
-        views[i] = &L->views[s];
+    }
+    return missing;
+}
+
+const sl_expert *sl_dev_cache_put(sl_dev_cache *d, const sl_backend *be, int32_t layer, int32_t e,
+                                  const sl_expert *view) {
+    sl_dev_layer *L = &d->layers[layer];
+    sl_slot_cache *C = &L->slots;
+    const double t0 = sl_now();
+    const int32_t s = sl_slot_victim(C);
+    SL_ASSERT(s >= 0);
+    const int32_t old = sl_slot_insert(C, s, e);
+    if (old >= 0) { /* the evicted expert's row: zero, so no longer used */
+        static const sl_expert_ptrs none;
+        be->ops->to_dev(be, &L->table[old], &none, sizeof none);
+    }
+    const sl_tensor *src[3] = {&view->gate, &view->up, &view->down};
+    const sl_tensor *bsrc[3] = {&view->gate_bias, &view->up_bias, &view->down_bias};
+    uint8_t *base = L->mem + (size_t)s * d->slot_bytes;
+    const sl_expert *v = &L->views[s];
+    const sl_expert_ptrs row = {{v->gate.data, v->gate.scales, v->gate.biases, v->up.data,
+                                 v->up.scales, v->up.biases, v->down.data, v->down.scales,
+                                 v->down.biases}};
+    be->ops->to_dev(be, &L->table[e], &row, sizeof row);
+    /* The store's host copy stays put until its next fetch of this layer, and the MoE block
+     * syncs before that (the contract in dev_cache.h): no wait here. */
+    for (int j = 0; j < 3; j++) {
+        be->ops->to_dev_async(be, base + d->off[3 * j], src[j]->data, src[j]->nbytes);
+        if (src[j]->scales) {
+            be->ops->to_dev_async(be, base + d->off[3 * j + 1], src[j]->scales,
+                                  scale_bytes(src[j]));
+            if (src[j]->biases)
+                be->ops->to_dev_async(be, base + d->off[3 * j + 2], src[j]->biases,
+                                      scale_bytes(src[j]));
+        }
+        d->bytes += (int64_t)(src[j]->nbytes + (src[j]->biases ? 2 : 1) * scale_bytes(src[j]));
+        if (bsrc[j]->data) {
+            be->ops->to_dev_async(be, base + d->off[SL_EX_GATE_LB + j], bsrc[j]->data,
+                                  bsrc[j]->nbytes);
+            d->bytes += (int64_t)bsrc[j]->nbytes;
+        }
     }
     d->time += sl_now() - t0;
+    return v;
+}
+
+void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
+                      int32_t n, const sl_expert **views) {
+    const sl_slot_cache *C = &d->layers[layer].slots;
+    if (!sl_dev_cache_lookup(d, layer, ids, n, views)) return;
+    for (int32_t i = 0; i < n; i++) /* ids are distinct: a put evicts none of the others */
+        if (sl_slot_lookup(C, ids[i]) < 0)
+            views[i] = sl_dev_cache_put(d, be, layer, ids[i], views[i]);
 }
 
 sl_status sl_dev_cache_fill(sl_dev_cache *d, const sl_backend *be, sl_expert_store *store,

@@ -40,9 +40,22 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
 void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be);
 /* Replaces the host views in[0..n) of experts ids[] (as the store's fetch gave them) by views
  * into backend memory, copying the misses in; n <= n_slots. The copies are queued: the
- * caller syncs the backend before the store's next fetch of this layer may overwrite them. */
+ * caller syncs the backend before the store's next fetch of this layer may overwrite them.
+ * The same as sl_dev_cache_lookup, then sl_dev_cache_put for each expert it lacks. */
 void sl_dev_cache_map(sl_dev_cache *d, const sl_backend *be, int32_t layer, const int32_t *ids,
                       int32_t n, const sl_expert **views);
+
+/* A request of the layer for experts ids[0..n) (distinct, n <= n_slots) in two halves, so that
+ * each miss copies in as soon as its host bytes are there. Lookup starts the request: each
+ * expert the cache holds is pinned and views[i] set to its backend view; the others' views are
+ * left as they were. Returns how many it lacks. */
+int32_t sl_dev_cache_lookup(sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n,
+                            const sl_expert **views);
+/* Copies expert e of the request (host view `view`, as the store's fetch gave it) into a slot
+ * the policy gives up, never one the request pinned, and returns its backend view. The copies
+ * are queued, as sl_dev_cache_map's. */
+const sl_expert *sl_dev_cache_put(sl_dev_cache *d, const sl_backend *be, int32_t layer, int32_t e,
+                                  const sl_expert *view);
 
 /* Whether experts ids[0..n) of the layer all have slots now. */
 int sl_dev_cache_has(const sl_dev_cache *d, int32_t layer, const int32_t *ids, int32_t n);

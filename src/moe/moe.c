@@ -47,12 +47,18 @@ void sl_moe_layout(sl_moe_scratch *ms, const sl_moe_dims *d, const sl_moe_env *e
     ms->expert_count = sl_carve(&hv, E, sizeof(int32_t));
     ms->expert_start = sl_carve(&hv, E, sizeof(int32_t));
     ms->fetched = sl_carve(&hv, E, sizeof(sl_expert *));
+    const size_t Ed = env->dev && env->dev->layers ? E : 0;
+    ms->miss_ids = sl_carve(&hv, Ed, sizeof(int32_t));
+    ms->miss_at = sl_carve(&hv, Ed, sizeof(int32_t));
+    ms->miss_views = sl_carve(&hv, Ed, sizeof(sl_expert *));
+    ms->miss_put = sl_carve(&hv, Ed, 1);
     const size_t P = (size_t)SL_MAX(d->prefetch, 0), npred = SL_MIN(D * P, E);
     ms->pred_logits = sl_carve(&cv, P ? D * E : 0, sizeof(float));
     ms->h_pred_logits = sl_carve(&hv, P ? D * E : 0, sizeof(float));
     ms->h_pred_ids = sl_carve(&hv, P ? nl * npred : 0, sizeof(int32_t));
     ms->h_pred_n = sl_carve(&hv, P ? nl : 0, sizeof(int32_t));
     ms->pred_mark = sl_carve(&hv, P ? E : 0, 1);
+    ms->pf_ids = sl_carve(&hv, P && Ed ? E : 0, sizeof(int32_t));
     ms->replay_pos = sl_carve(&hv, env->replay ? nl : 0, sizeof(int64_t));
     ms->moe_ord = sl_carve(&hv, env->replay ? nl : 0, sizeof(int32_t));
     if (env->replay && host)
@@ -267,6 +273,19 @@ static int32_t *pred_ids(const sl_moe_scratch *ms, int32_t l) {
     return ms->h_pred_ids + (size_t)l * SL_MIN(D * P, (size_t)ms->d.n_experts);
 }
 
+/* Reads of the predicted experts ids[0..n) of layer l into the store, but for those the device
+ * cache holds already (the store reads a device's experts only to copy them there). */
+static void prefetch(sl_moe_scratch *ms, int32_t l, const int32_t *ids, int32_t n) {
+    const sl_dev_cache *dev = ms->env.dev;
+    if (dev->layers) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (sl_slot_lookup(&dev->layers[l].slots, ids[i]) < 0) ms->pf_ids[m++] = ids[i];
+        ids = ms->pf_ids, n = m;
+    }
+    sl_experts_prefetch(ms->env.store, l, ids, n);
+}
+
 static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_moe_io *io,
                          int32_t T) {
     const sl_backend *be = ms->env.be;
@@ -283,7 +302,7 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
                 if (!ms->pred_mark[p[r]]) ms->pred_mark[p[r]] = 1, ids[n++] = p[r];
         }
         ms->h_pred_n[nl] = n;
-        sl_experts_prefetch(ms->env.store, nl, ids, n);
+        prefetch(ms, nl, ids, n);
         return;
     }
     be->ops->matmul(be, ms->pred_logits, io->x, w->next_router, w->next_router_bias, T);
@@ -315,7 +334,7 @@ static void predict_next(sl_moe_scratch *ms, const sl_moe_weights *w, const sl_m
     for (int32_t i = 0; ms->env.trace && i < n; i += ms->d.k)
         sl_trace_writer_add(ms->env.trace, nl, SL_TRACE_PREDICT, ids + i, SL_MIN(ms->d.k, n - i),
                             NULL);
-    sl_experts_prefetch(ms->env.store, nl, ids, n);
+    prefetch(ms, nl, ids, n);
 }
 
 /* How many of the experts predicted for layer l it picked (ms->expert_list[0..n_used)). */
@@ -330,6 +349,57 @@ static void score_prediction(sl_moe_scratch *ms, int32_t l, int32_t n_used) {
     ms->env.stats->pred_hits += hits;
     ms->env.stats->pred_needed += n_used;
     ms->h_pred_n[l] = 0;
+}
+
+/* Miss m of dev_fetch, once its read is in (waited for, if still out), into a device slot. */
+static sl_status copy_in(sl_moe_scratch *ms, int32_t l, int32_t m, sl_error *err) {
+    sl_status st = ms->env.store->overlap ? sl_experts_fetch_wait(ms->env.store, l, m, err) : SL_OK;
+    if (st) return st;
+    ms->fetched[ms->miss_at[m]] =
+        sl_dev_cache_put(ms->env.dev, ms->env.be, l, ms->miss_ids[m], ms->miss_views[m]);
+    ms->miss_put[m] = 1;
+    return SL_OK;
+}
+
+/* The device path's fetch of experts ids[0..n) of layer l into ms->fetched: those the device
+ * cache holds are pinned there, the others read through the store (its cache, else the disk)
+ * and each copied into a device slot as soon as its read lands, while the later ones still
+ * read; the copies are queued (sl_dev_cache_map's contract). Pre-gating (predict) starts
+ * behind the misses' reads. */
+static sl_status dev_fetch(sl_moe_scratch *ms, int32_t l, const int32_t *ids, int32_t n,
+                           int predict, const sl_moe_weights *w, const sl_moe_io *io, int32_t T,
+                           sl_error *err) {
+    sl_expert_store *store = ms->env.store;
+    sl_dev_cache *dev = ms->env.dev;
+    const sl_expert **views = ms->fetched;
+    for (int32_t i = 0; i < n; i++)
+        views[i] = NULL;
+    const int32_t nm = sl_dev_cache_lookup(dev, l, ids, n, views);
+    for (int32_t i = 0, m = 0; m < nm; i++)
+        if (!views[i]) ms->miss_at[m] = i, ms->miss_ids[m++] = ids[i];
+    const int overlap = store->overlap;
+    sl_status st = SL_OK;
+    if (nm)
+        st = overlap ? sl_experts_fetch_start(store, l, ms->miss_ids, nm, ms->miss_views, err)
+                     : sl_experts_fetch(store, l, ms->miss_ids, nm, ms->miss_views, err);
+    if (!st && predict) predict_next(ms, w, io, T);
+    if (st) return st;
+    memset(ms->miss_put, 0, (size_t)nm);
+    /* In the order the reads land: every read that is in copies in, and when none is, the
+     * first still out is waited for. Without overlap every read is in already. */
+    for (int32_t left = nm; left > 0;) {
+        int32_t first = -1, put = 0;
+        for (int32_t m = 0; m < nm; m++)
+            if (!ms->miss_put[m]) {
+                if (first < 0) first = m;
+                if (overlap && !sl_experts_fetch_ready(store, l, m)) continue;
+                if ((st = copy_in(ms, l, m, err))) return st;
+                put++;
+            }
+        if (!put && (st = copy_in(ms, l, first, err))) return st;
+        left -= SL_MAX(put, 1);
+    }
+    return SL_OK;
 }
 
 /*
@@ -464,15 +534,17 @@ sl_status sl_moe_forward(sl_moe_scratch *ms, int32_t l, const sl_moe_weights *w,
         if (j0 && dev->layers) be->ops->sync(be);
         /* On the host, with overlap: the group's misses are read while its cached experts
          * compute, then each run of misses computes once its reads are in. The device path
-         * maps the whole group at once, so it waits for every read first. */
+         * copies each miss in as its read lands (dev_fetch), then computes the group. */
         const int overlap = !dev->layers && store->overlap;
-        sl_status st =
-            overlap ? sl_experts_fetch_start(store, l, ms->expert_list + j0, nj, ms->fetched, err)
-                    : sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
-        if (!st && !j0 && predict) predict_next(ms, w, io, T); /* behind this layer's misses */
-        if (!st && dev->layers) {
-            sl_dev_cache_map(dev, be, l, ms->expert_list + j0, nj, ms->fetched);
-            if (be->ops->copy_join) be->ops->copy_join(be); /* the experts read the copies */
+        sl_status st;
+        if (dev->layers) {
+            st = dev_fetch(ms, l, ms->expert_list + j0, nj, !j0 && predict, w, io, T, err);
+            if (!st && be->ops->copy_join) be->ops->copy_join(be); /* the experts read them */
+        } else {
+            st = overlap
+                     ? sl_experts_fetch_start(store, l, ms->expert_list + j0, nj, ms->fetched, err)
+                     : sl_experts_fetch(store, l, ms->expert_list + j0, nj, ms->fetched, err);
+            if (!st && !j0 && predict) predict_next(ms, w, io, T); /* behind this layer's misses */
         }
         double t2 = sl_now();
         stats->t_expert_io += t2 - t1;

@@ -137,6 +137,11 @@ typedef struct sl_moe_scratch {
     int32_t *expert_count;     /* host [E] rows per expert */
     int32_t *expert_start;     /* host [E] scratch for the counting sort */
     const sl_expert **fetched; /* host [E] */
+    /* The device path (env.dev has layers): the experts of a group its cache lacks, their
+     * places in the group, their host views and whether each is copied in yet */
+    int32_t *miss_ids, *miss_at;  /* host [E] */
+    const sl_expert **miss_views; /* host [E] */
+    uint8_t *miss_put;            /* host [E] */
     /* Pre-gating (d.prefetch > 0): the next layer's router logits of a decode step's rows, and
      * per layer the experts predicted for its coming step (scored when it runs) */
     float *pred_logits;   /* [D, E] */
@@ -144,6 +149,7 @@ typedef struct sl_moe_scratch {
     int32_t *h_pred_ids;  /* host [n_layers, min(D P, E)] */
     int32_t *h_pred_n;    /* host [n_layers] */
     uint8_t *pred_mark;   /* host [E] */
+    int32_t *pf_ids;      /* host [E]: those of a prediction the device cache lacks */
     /* Replayed routing (env.replay): each layer's tokens so far, and its MoE layer ordinal */
     int64_t *replay_pos; /* host [n_layers] */
     int32_t *moe_ord;    /* host [n_layers] */

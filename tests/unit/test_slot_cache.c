@@ -175,15 +175,15 @@ TEST(test_dev_cache_eviction_order) {
         CHECK(!dc_cached(f, 2) && dc_cached(f, 0) && dc_cached(f, 1) && dc_cached(f, 3));
         dc_map(f, (int32_t[]){4}, 1); /* evicts 3 (1 use) */
         CHECK(!dc_cached(f, 3) && dc_cached(f, 4));
-        /* Unlike the store, the device cache pins as it goes (the MoE step hands it the
-         * store's cached experts first): 5, before the hit 4, takes the least used slot, 4's;
-         * 4 then misses and takes 1's (2 uses against 0's 3). */
+        /* As the store, the device cache pins a request's hits before it places the misses:
+         * 5, listed before the hit 4, takes the least used unpinned slot, 1's (2 uses against
+         * 0's 3), not 4's (1 use). */
         dc_map(f, (int32_t[]){5, 4}, 2);
         CHECK(dc_cached(f, 5) && dc_cached(f, 4) && !dc_cached(f, 1) && dc_cached(f, 0));
-        CHECK(f->dev.requests == 10 && f->dev.hits == 3);
+        CHECK(f->dev.requests == 10 && f->dev.hits == 4);
         /* the no-sync path's counts: uses and recency as a hit's */
         sl_dev_cache_count(&f->dev, 1, (int32_t[]){5}, 1);
-        CHECK(f->dev.requests == 11 && f->dev.hits == 4);
+        CHECK(f->dev.requests == 11 && f->dev.hits == 5);
     } else {
         CHECK(0);
     }
@@ -198,6 +198,32 @@ TEST(test_dev_cache_eviction_order) {
         dc_map(f, (int32_t[]){2, 4, 5}, 3); /* 2 used first: evicts 0, then 3 */
         CHECK(dc_cached(f, 2) && dc_cached(f, 4) && dc_cached(f, 5) && !dc_cached(f, 0) &&
               !dc_cached(f, 3));
+    } else {
+        CHECK(0);
+    }
+    if (f) dc_close(f);
+    free(f);
+}
+
+/* The MoE step's two halves (dev_fetch): lookup pins the hits and leaves the misses' views, which
+ * are put in any order, each copied in with its own expert's bytes, never over a hit. */
+TEST(test_dev_cache_lookup_put) {
+    dc_fixture *f = calloc(1, sizeof *f);
+    if (f && dc_open(f, 3, SL_CACHE_LRU)) {
+        dc_map(f, (int32_t[]){0, 1, 2}, 3); /* full, all used at once: ties go to the lowest slot */
+        const int32_t ids[3] = {4, 0, 5};
+        const sl_expert *v[3] = {NULL, NULL, NULL};
+        CHECK(sl_dev_cache_lookup(&f->dev, 1, ids, 3, v) == 2);
+        CHECK(v[0] == NULL && v[1] != NULL && v[2] == NULL);
+        CHECK(((const float *)v[1]->gate.data)[0] == 1.0f);
+        /* 5 lands first and takes the lowest unpinned slot, 1's; 4 then takes 2's; 0 stays */
+        v[2] = sl_dev_cache_put(&f->dev, &f->be, 1, 5, &f->ex[5]);
+        v[0] = sl_dev_cache_put(&f->dev, &f->be, 1, 4, &f->ex[4]);
+        CHECK(((const float *)v[2]->down.data)[0] == 6.0f);
+        CHECK(((const float *)v[0]->up.data)[DC_H * DC_I - 1] == 5.0f);
+        CHECK(dc_cached(f, 0) && dc_cached(f, 4) && dc_cached(f, 5) && !dc_cached(f, 1) &&
+              !dc_cached(f, 2));
+        CHECK(f->dev.requests == 6 && f->dev.hits == 1);
     } else {
         CHECK(0);
     }

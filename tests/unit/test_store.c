@@ -122,6 +122,8 @@ TEST(test_pack_modes_and_cache_sizes_bitwise) {
                 {SL_EXPERTS_STREAM, k, SL_CACHE_LFU, 1, SL_BACKEND_CPU_DEVICE, 1},
                 {SL_EXPERTS_STREAM, k, SL_CACHE_LRU, 1, SL_BACKEND_CPU_DEVICE, k},
                 {SL_EXPERTS_MAPPED, 0, SL_CACHE_LFU, 3, SL_BACKEND_CPU_DEVICE, k + 1},
+                /* more device slots than host ones: the store reads only what the device lacks */
+                {SL_EXPERTS_STREAM, k, SL_CACHE_DECAY, 1, SL_BACKEND_CPU_DEVICE, k + 2},
             };
             for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
                 sl_model_params vp = {.n_threads = 2,

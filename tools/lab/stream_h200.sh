@@ -5,10 +5,12 @@
 # cold (--direct-io), each I/O feature alone and all together; the disk's O_DIRECT bandwidth
 # and the compute bound (every expert in memory) beside them.
 #   MODE=cuda: the CUDA backend, GPU expert slots = host slots (the disk feeds the host slots,
-#              pinned, and the GPU copies from them)
+#              pinned, and each miss copies to the GPU as its read lands)
 #   MODE=cpu:  the CPU backend on 2 pinned cores (taskset -c 0,1): a quiet machine
-#   On CUDA the misses are mapped to the GPU as a group (no overlap within a layer): no
-#   "overlap" row; a row with 10 predictions a token instead of 4.
+#   PREP=1:    only build (and for cuda run make test-cuda), synthesize and pack, then stop: the
+#              table in a second call while the machine is still warm
+#   WARM=W:    a W-token prompt through the decode path first (steady state, not a cold cache)
+# The disk is probed with tools/lab/disk_bw.c (the host has no fio).
 # Carry .deps.txz (tools/cuda_deps.sh).   OUT=/some/dir MODE=cuda|cpu [N=32] [ROUNDS=1]
 . tools/lab/device_env.sh
 S=build-cuda/sluice
@@ -17,21 +19,28 @@ S=build-cuda/sluice
 PS=$!
 if [ "$MODE" = cuda ]; then
     [ -x $S ] || { make CUDA=1 -j14 $S > $OUT/build.log 2>&1; el "built $?"; grep -E ' error' $OUT/build.log | head; }
+    if [ -n "${PREP:-}" ]; then
+        make CUDA=1 -j14 test-cuda > $OUT/test_cuda.log 2>&1; el "test-cuda $?"
+        grep -E 'passed|failed|FAIL' $OUT/test_cuda.log | tail -8
+    fi
 else # the CPU backend needs no CUDA build
     S=build/sluice
     make -j14 $S > $OUT/build.log 2>&1; el "built $?"; grep -E ' error' $OUT/build.log | head
 fi
+[ -x build-cuda/disk_bw ] || cc -O2 -o build-cuda/disk_bw tools/lab/disk_bw.c -I$DEPS/include $DEPS/lib/liburing.a
+export DISK_PROBE=$PWD/build-cuda/disk_bw
 wait $PS
 if [ ! -d $W/q35-int4 ]; then
     $S pack $W/q35 $W/q35-int4 --quant int4 > $OUT/pack.log 2>&1; el "packed $?"; rm -rf $W/q35
 fi
 [ -f $W/e512.sltrace ] || xz -dc tests/fixtures/trace/e512.sltrace.xz > $W/e512.sltrace
 df -h $W | tail -1
+[ -n "${PREP:-}" ] && { el prepared; exit 0; }
 export OMP_WAIT_POLICY=passive # spinning OpenMP threads starve the readers (BENCHMARKS 18)
 if [ "$MODE" = cuda ]; then
-    EXTRA="--backend cuda" GPU=1 TASK="" T=16 P10=1 OVERLAP=""
+    EXTRA="--backend cuda" GPU=1 TASK="" T=16 P10=1
 else
-    EXTRA="--backend cpu" GPU=0 TASK="taskset -c 0,1" T=2 P10="" OVERLAP=1
+    EXTRA="--backend cpu" GPU=0 TASK="taskset -c 0,1" T=2 P10=""
 fi
 # the compute bound: every expert in memory, the same routing
 COMP=$($TASK $S generate $W/q35-int4 --ids $(seq -s, 101 116) -n ${N:-32} -t $T --experts resident \
@@ -43,7 +52,7 @@ for slots in ${SLOTS:-51 128 256}; do
     BIN=$S N=${N:-32} T=$T TASKSET="$TASK" COMP=$COMP \
         tools/bench_stream_trace.sh $W/q35-int4 $W/e512.sltrace $slots ${ROUNDS:-1} \
         "base=--io-engine threads --no-overlap $EXTRA $g" \
-        ${OVERLAP:+"overlap=--io-engine threads $EXTRA $g"} \
+        "overlap=--io-engine threads $EXTRA $g" \
         "prefetch4=--io-engine threads --no-overlap --prefetch 4 $EXTRA $g" \
         "uring=--io-engine uring --no-overlap $EXTRA $g" \
         "all=--io-engine uring --prefetch 4 $EXTRA $g" \
