@@ -7,7 +7,7 @@
  *   make -j2 && cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc tools/lab/policy_lab.c \
  *       build/libsluice.a -lm -fopenmp -ljansson -lcrypto -lpcre2-8 -lutf8proc -luring \
  *       -o /tmp/policy_lab
- *   /tmp/policy_lab TRACE sweep|table|budget|prefetch
+ *   [MARKOV_LAG=L] /tmp/policy_lab TRACE sweep|table|oracle|rate|budget|prefetch [HALFLIFE]
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +32,9 @@ enum {
     P_FUTRATE,   /* an oracle of rates: uses in the next b requests (ties: decay, halflife a) */
     P_MARKOV,    /* decay + b x P(key in the next request | this request), from transitions */
 };
+
+/* MARKOV: transitions counted from each of the last markov_lag requests (1: the next only) */
+static int markov_lag = 1;
 
 typedef struct pol {
     int kind;
@@ -278,8 +281,8 @@ static res run_layer(const sl_req_layer *L, int S, int K, const pol *p, const pf
         c.i = i;
         if (c.trans) { /* learn the transitions from the last request to this one, then
                         * estimate the next from this one (known now, before misses) */
-            if (i > 0)
-                for (int64_t qa = L->off[i - 1]; qa < L->off[i]; qa++) {
+            for (int d = 1; d <= markov_lag && d <= i; d++)
+                for (int64_t qa = L->off[i - d]; qa < L->off[i - d + 1]; qa++) {
                     const int a = L->ids[qa];
                     c.row[a] += 1;
                     for (int j = 0; j < n; j++)
@@ -429,6 +432,7 @@ int main(int argc, char **argv) {
     const int K = R.n_experts, k = R.k;
     const int sizes[3] = {(int)(0.1 * K + 0.5), K / 4, K / 2};
     const char *mode = argv[2];
+    if (getenv("MARKOV_LAG")) markov_lag = atoi(getenv("MARKOV_LAG"));
     if (!strcmp(mode, "sweep")) { /* decay's halflife per size */
         const double hl[] = {2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
         for (int z = 0; z < 3; z++) {
