@@ -79,6 +79,11 @@ static inline int32_t blk_row_calls(const sl_session *s, int32_t T) {
     return s->rows ? T : 1;
 }
 
+/* The hand-off at a boundary of a split model (sl_model_part): the residual rows s->b.x [T, H]
+ * go to the next partition's x through sl_backend_transfer, and the session, with the sessions
+ * of a batched step's rows, enters that partition. The caller then norms them there. */
+void blk_part_cross(sl_session *s, int32_t T);
+
 /* s->b.xn -> s->b.out for T tokens at position s->pos (or one each of s->rows); appends K/V to
  * layer l's cache. Every query sees every position up to its own, or only those of sel (when
  * not NULL, never with rows). */

@@ -52,6 +52,22 @@ typedef struct sl_layer {
 
 typedef struct sl_family sl_family;
 
+/*
+ * A partition of the pipeline split (issue 31, model/split.h): layers [layer0, layer1) on a
+ * backend of its own, with its own expert cache in that backend's memory. The embedding runs on
+ * partition 0, the final norm and the head on the last; each token's residual rows cross each
+ * boundary once (blk_part_cross). One partition (the default) is the model's own backend and
+ * cache, and the forward pass is the unsplit one. On the CPU, partitions are separate CPU
+ * backends (logical partitions, to test the split on one machine); on CUDA they are to be the
+ * GPUs of one host.
+ */
+typedef struct sl_model_part {
+    int32_t layer0, layer1;
+    const sl_backend *be; /* partition 0: &sl_model.be; else &own_be */
+    sl_backend own_be;
+    int64_t bytes; /* what the plan put here (sl_split_bytes) */
+} sl_model_part;
+
 struct sl_model {
     sl_config cfg;
     sl_ckpt ck;
@@ -82,6 +98,9 @@ struct sl_model {
     int32_t replay_on;
     /* the pack's format version (1: no checksums) */
     int32_t pack_version;
+    int32_t n_parts;      /* partitions of the pipeline split (1: none) */
+    sl_model_part *parts; /* [n_parts] */
+    char split[256];      /* sl_model_info.split */
 };
 
 /*
@@ -119,17 +138,43 @@ typedef struct sl_session_buf {
     const float *head_x; /* [head_rows, H], backend memory */
     int32_t head_rows;
     float *h_hidden; /* host [H] */
+    float *h_stage;  /* host [B, H]: a split model's residual rows on their way between two
+                      * device partitions without a peer copy (sl_backend_transfer) */
 } sl_session_buf;
+
+/*
+ * What a session keeps per partition of a split model (sl_model_part): the buffers below are
+ * carved per partition from that partition's backend, and the session's fields of the same names
+ * are the current partition's (sl_session_enter swaps them). With one partition there is none
+ * of this: the session's fields are all.
+ */
+typedef struct sl_session_part {
+    const sl_backend *be;
+    int32_t layer0, layer1;
+    float *kcache, *vcache, *rope_cos, *rope_sin, *delta_state, *conv_state;
+    size_t delta_state_n, conv_state_n;
+    sl_session_buf b;
+    sl_moe_scratch moe;
+    void *fam;
+    void *arena, *host_arena;
+} sl_session_part;
 
 struct sl_session {
     sl_model *model;
     int32_t max_ctx, max_batch, pos;
-    float *kcache, *vcache;     /* [n_layers, max_ctx, nkv*hd] */
+    /* The current partition (sl_session_part): its backend, which every block computes on, and
+     * its layers, whose rows of the caches and states below are the partition's own (layer l
+     * at l - layer0). One partition: the model's backend, all layers. */
+    const sl_backend *be;
+    int32_t layer0, layer1;
+    int32_t part, n_parts;
+    sl_session_part *parts; /* [n_parts] when n_parts > 1, else NULL */
+    float *kcache, *vcache;     /* [layer1 - layer0, max_ctx, nkv*hd] */
     float *rope_cos, *rope_sin; /* [max_ctx, rot_dim / 2] */
     /* Recurrent state of the linear-attention layers (indexed by layer; empty when none);
      * it cannot be rewound, only reset. */
-    float *delta_state;                 /* [n_layers, nv, dk, dv] */
-    float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
+    float *delta_state;                 /* [layer1 - layer0, nv, dk, dv] */
+    float *conv_state;                  /* [layer1 - layer0, conv_dim, K - 1] */
     size_t delta_state_n, conv_state_n; /* element counts */
     sl_session_buf b;
     sl_moe_scratch moe; /* the MoE step's buffers, carved with b */
@@ -212,6 +257,10 @@ struct sl_family {
      * need a relayout. */
     int32_t (*expert_layout)(const sl_config *c, const sl_ckpt *ck);
 };
+
+/* Makes partition p the session's current one (a split model's forward pass, at its start and at
+ * each boundary): the current partition's fields go back to it, p's come in. */
+void sl_session_enter(sl_session *s, int32_t p);
 
 /* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */
 sl_route_cfg sl_config_route(const sl_config *c);

@@ -1,0 +1,20 @@
+/* Bytes between two backends' memories (ops.h, sl_backend_transfer). */
+#include "kernels/ops.h"
+
+#include <string.h>
+
+void sl_backend_transfer(const sl_backend *to, void *dst, const sl_backend *from, const void *src,
+                         size_t bytes, void *stage) {
+    if (!to->device && !from->device) /* both host memory (CPU partitions) */
+        memcpy(dst, src, bytes);
+    else if (!to->device) /* to_host waits for the work queued on from */
+        from->ops->to_host(from, dst, src, bytes);
+    else if (!from->device)
+        to->ops->to_dev(to, dst, src, bytes);
+    else if (to->ops->copy_peer && to->ops == from->ops)
+        to->ops->copy_peer(to, dst, from, src, bytes);
+    else {
+        from->ops->to_host(from, stage, src, bytes);
+        to->ops->to_dev(to, dst, stage, bytes);
+    }
+}
