@@ -61,12 +61,15 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
 }
 
 /* Every weight the families bind (absent ones have data == NULL), for upload_weights: the
- * shared layers', then the family's own. */
-static int32_t model_weights(sl_model *m, sl_tensor **out) {
-    int32_t n = 0;
-#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
-    W(m->embed), W(m->norm), W(m->lm_head);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+ * shared layers', then the family's own; with layer, the layer each serves (-1: the embedding,
+ * n_layers: the final norm and the head). */
+static int32_t model_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
+    int32_t n = 0, l = -1;
+#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, layer ? (void)(layer[n] = l) : (void)0, n++)
+    W(m->embed);
+    l = m->cfg.n_layers;
+    W(m->norm), W(m->lm_head);
+    for (l = 0; l < m->cfg.n_layers; l++) {
         sl_layer *L = &m->layers[l];
         W(L->attn_norm), W(L->wq), W(L->wk), W(L->wv), W(L->wo), W(L->bq), W(L->bk), W(L->bv);
         W(L->bo), W(L->q_norm), W(L->k_norm), W(L->sinks), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
@@ -77,29 +80,42 @@ static int32_t model_weights(sl_model *m, sl_tensor **out) {
             W(L->sh_router);
     }
 #undef W
-    if (m->family->weights) n += m->family->weights(m, out ? out + n : NULL);
+    if (m->family->weights)
+        n += m->family->weights(m, out ? out + n : NULL, layer ? layer + n : NULL);
     return n;
 }
 
-/* Copies every bound weight (data, and scales/biases of quantised ones) into backend memory
- * and points the model's tensors there. A tensor bound twice (a tied head) is copied once. */
+/* The partition that runs layer l (-1: the embedding's, 0; n_layers: the head's, the last). */
+static int32_t part_of(const sl_model *m, int32_t l) {
+    int32_t q = 0;
+    while (q + 1 < m->n_parts && l >= m->parts[q].layer1)
+        q++;
+    return q;
+}
+
+/* Copies every bound weight (data, and scales/biases of quantised ones) into the backend memory
+ * of its layer's partition and points the model's tensors there. A tensor bound twice (a tied
+ * head) is copied once a partition. */
 static sl_status upload_weights(sl_model *m, sl_error *err) {
-    const sl_backend *be = &m->be;
-    const int32_t n = model_weights(m, NULL);
+    const int32_t n = model_weights(m, NULL, NULL);
     sl_tensor **ts = calloc((size_t)n, sizeof *ts);
     const void **src = calloc((size_t)n, sizeof *src);
+    int32_t *layer = calloc((size_t)n, sizeof *layer);
     m->uploads = calloc((size_t)n, sizeof *m->uploads);
-    if (!ts || !src || !m->uploads) {
-        free(ts), free(src);
+    m->upload_part = calloc((size_t)n, sizeof *m->upload_part);
+    if (!ts || !src || !layer || !m->uploads || !m->upload_part) {
+        free(ts), free(src), free(layer);
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     }
-    model_weights(m, ts);
+    model_weights(m, ts, layer);
     sl_status st = SL_OK;
     for (int32_t i = 0; !st && i < n; i++) {
         sl_tensor *t = ts[i];
         if (!t->data) continue;
+        const int32_t q = part_of(m, layer[i]);
+        const sl_backend *be = m->parts[q].be;
         int32_t j = 0;
-        while (j < m->n_uploads && src[j] != t->data)
+        while (j < m->n_uploads && (src[j] != t->data || m->upload_part[j] != q))
             j++;
         /* scales and biases (Q8/Q4; FP8 has scales alone) of sb bytes each after the data */
         const size_t sb = sl_tensor_scale_bytes(t);
@@ -116,6 +132,7 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
             if (sb_s) be->ops->to_dev(be, d + data_bytes, t->scales, sb_s);
             if (sb_b) be->ops->to_dev(be, d + data_bytes + sb_s, t->biases, sb_b);
             src[j] = t->data;
+            m->upload_part[m->n_uploads] = q;
             m->uploads[m->n_uploads++] = d;
         }
         uint8_t *d = m->uploads[j];
@@ -125,6 +142,7 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
     }
     free(ts);
     free(src);
+    free(layer);
     return st;
 }
 
@@ -488,11 +506,14 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
                        "%s: its forward pass is its own (not the shared decoder), which does not "
                        "run split over partitions yet: run it on one",
                        c->arch);
-    if (n > 1 && m->be.device)
+    /* The CUDA backend's side is to come: a backend per GPU (sl_backend_cuda_init(gpu q)) whose
+     * calls each make its GPU current, copy_peer, pinning the store for every GPU, budgets
+     * from each GPU's free memory. */
+    if (n > 1 && m->be.device && strcmp(m->be.ops->name, "cpu") != 0)
         return sl_fail(err, SL_ERR_UNSUPPORTED,
-                       "a split over %d partitions runs on the CPU backend only for now (a device "
-                       "backend needs a backend, weights and expert cache per partition)",
-                       n);
+                       "a split over %d partitions runs on the CPU backend only for now (the %s "
+                       "backend does not run one yet)",
+                       n, m->be.ops->name);
     m->parts = sl_calloc((size_t)n, sizeof *m->parts, err);
     int64_t *bytes = sl_calloc((size_t)c->n_layers, sizeof *bytes, err);
     int32_t *first = sl_calloc((size_t)n + 1, sizeof *first, err);
@@ -508,13 +529,15 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
         P->layer0 = first[q], P->layer1 = first[q + 1];
         P->bytes = sl_split_bytes(&sp, first, q);
         if (q == 0) {
-            P->be = &m->be;
+            P->be = &m->be, P->dev = &m->dev;
             continue;
         }
-        /* a CPU backend like the model's: the same threads, ISA and product path */
+        /* a CPU backend like the model's: the same threads, ISA, product path, and memory of
+         * its own or not (SL_BACKEND_CPU_DEVICE: the device path's weights and expert cache) */
         sl_backend_cpu_init(&P->own_be, m->be.n_threads, m->be.isa);
         P->own_be.int4_float_act = m->be.int4_float_act;
-        P->be = &P->own_be;
+        P->own_be.device = m->be.device;
+        P->be = &P->own_be, P->dev = &P->own_dev;
     }
     size_t k = 0;
     for (int32_t q = 0; !st && n > 1 && q < n && k < sizeof m->split; q++)
@@ -601,11 +624,16 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     if (!st) st = split_model(m, &p, err);
     /* A backend with memory of its own gets the weights and a cache of expert slots there,
      * filled from the store's host memory, which is pinned for fast copies. */
-    if (!st && m->be.device && !(st = upload_weights(m, err)))
-        st = sl_dev_cache_init(&m->dev, &m->be, &m->experts, p.gpu_experts, p.cache_policy, err);
+    if (!st && m->be.device) st = upload_weights(m, err);
+    for (int32_t q = 0; !st && m->be.device && q < m->n_parts; q++) {
+        const sl_model_part *P = &m->parts[q];
+        st = sl_dev_cache_init_range(P->dev, P->be, &m->experts, P->layer0, P->layer1,
+                                     p.gpu_experts, p.cache_policy, err);
+    }
     if (!st && m->be.device && m->be.ops->pin) pin_store(m, 1);
     /* A slot per expert: all of them in GPU memory now, so decode needs no host step. */
-    if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
+    for (int32_t q = 0; !st && m->be.device && q < m->n_parts; q++)
+        st = sl_dev_cache_fill(m->parts[q].dev, m->parts[q].be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st) sl_experts_engine_desc(&m->experts, m->io_engine, sizeof m->io_engine);
@@ -649,9 +677,14 @@ void sl_model_free(sl_model *m) {
     if (m->be.device) {
         if (m->be.ops->unpin) pin_store(m, 0);
         sl_dev_cache_free(&m->dev, &m->be);
-        for (int32_t i = 0; i < m->n_uploads; i++)
-            m->be.ops->release(&m->be, m->uploads[i]);
+        for (int32_t q = 1; q < m->n_parts; q++)
+            sl_dev_cache_free(&m->parts[q].own_dev, &m->parts[q].own_be);
+        for (int32_t i = 0; i < m->n_uploads; i++) {
+            const sl_backend *be = m->parts ? m->parts[m->upload_part[i]].be : &m->be;
+            be->ops->release(be, m->uploads[i]);
+        }
         free(m->uploads);
+        free(m->upload_part);
         sl_backend_cuda_free(&m->be);
     }
     sl_experts_free(&m->experts);
@@ -772,7 +805,7 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .prefetch = m->experts.mode == SL_EXPERTS_STREAM ? m->prefetch : 0};
     const sl_moe_env env = {.be = s->be,
                             .store = &m->experts,
-                            .dev = &m->dev,
+                            .dev = m->parts[s->part].dev,
                             .stats = &m->stats,
                             .trace = m->trace_on ? &m->trace : NULL,
                             .replay = m->replay_on ? &m->replay : NULL};
@@ -1322,10 +1355,13 @@ void sl_model_get_stats(const sl_model *m, sl_stats *out) {
     out->prefetch_used = m->experts.prefetch_used;
     out->prefetch_bytes = m->experts.prefetch_bytes;
     out->prefetch_used_bytes = m->experts.prefetch_used_bytes;
-    out->gpu_expert_requests = m->dev.requests;
-    out->gpu_expert_hits = m->dev.hits;
-    out->gpu_bytes_copied = m->dev.bytes;
-    out->gpu_copy_time = m->dev.time;
+    for (int32_t q = 0; q < m->n_parts; q++) { /* each partition's expert cache */
+        const sl_dev_cache *d = m->parts[q].dev;
+        out->gpu_expert_requests += d->requests;
+        out->gpu_expert_hits += d->hits;
+        out->gpu_bytes_copied += d->bytes;
+        out->gpu_copy_time += d->time;
+    }
 }
 
 void sl_model_reset_stats(sl_model *m) {
@@ -1334,8 +1370,11 @@ void sl_model_reset_stats(sl_model *m) {
     m->experts.read_time = 0;
     m->experts.prefetch_reads = m->experts.prefetch_used = 0;
     m->experts.prefetch_bytes = m->experts.prefetch_used_bytes = 0;
-    m->dev.requests = m->dev.hits = m->dev.bytes = 0;
-    m->dev.time = 0;
+    for (int32_t q = 0; q < m->n_parts; q++) {
+        sl_dev_cache *d = m->parts[q].dev;
+        d->requests = d->hits = d->bytes = 0;
+        d->time = 0;
+    }
 }
 
 sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_error *err) {

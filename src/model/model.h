@@ -64,7 +64,9 @@ typedef struct sl_family sl_family;
 typedef struct sl_model_part {
     int32_t layer0, layer1;
     const sl_backend *be; /* partition 0: &sl_model.be; else &own_be */
+    sl_dev_cache *dev;    /* partition 0: &sl_model.dev; else &own_dev (its layers' slots) */
     sl_backend own_be;
+    sl_dev_cache own_dev;
     int64_t bytes; /* what the plan put here (sl_split_bytes) */
 } sl_model_part;
 
@@ -80,7 +82,8 @@ struct sl_model {
     void *fam;         /* what the family adds (its bind hook's, freed by its free_model) */
     sl_expert_store experts;
     sl_dev_cache dev; /* experts in backend memory (CUDA); unused on the CPU backend */
-    void **uploads;   /* backend copies of the weights (CUDA), released with the model */
+    void **uploads;        /* backend copies of the weights (CUDA), released with the model */
+    int32_t *upload_part;  /* [n_uploads] the partition whose backend holds each */
     int32_t n_uploads;
     float norm_offset;                          /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t kind;                               /* sl_model_kind: where it was loaded from */
@@ -210,9 +213,12 @@ struct sl_family {
     /* After binding and the expert store: what the family reads beside the checkpoint's
      * tensors (from dir; streamed: experts are read per token, so should its tables be). */
     sl_status (*open)(sl_model *m, const char *dir, int streamed, sl_error *err);
-    /* Its weights (the tensors it bound into m->fam) into out[n...] when out is not NULL;
-     * returns the count. They go to backend memory with the shared ones. */
-    int32_t (*weights)(sl_model *m, sl_tensor **out);
+    /* Its weights (the tensors it bound into m->fam) into out[n...] when out is not NULL, and
+     * (layer not NULL) the layer each serves into layer[n...] (-1: the embedding's side, n_layers:
+     * the head's);
+     * returns the count. They go to backend memory with the shared ones, each to its layer's
+     * partition. */
+    int32_t (*weights)(sl_model *m, sl_tensor **out, int32_t *layer);
     void (*free_model)(sl_model *m); /* releases m->fam and what open opened */
     /* The figures sl_model_get_info reports for the family's own parts. */
     void (*info)(const sl_model *m, sl_model_info *info);

@@ -134,12 +134,12 @@ static sl_status gemma4_bind(sl_model *m, sl_error *err) {
     return st;
 }
 
-static int32_t gemma4_weights(sl_model *m, sl_tensor **out) {
+static int32_t gemma4_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
     g4_model *gm = g4_mod(m);
-    int32_t n = 0;
-#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
+    int32_t n = 0, l = -1;
+#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, layer ? (void)(layer[n] = l) : (void)0, n++)
     W(gm->ple_embed), W(gm->ple_model), W(gm->ple_pnorm), W(gm->ones);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    for (l = 0; l < m->cfg.n_layers; l++) {
         g4_layer *G = &gm->layers[l];
         W(G->post_attn_norm), W(G->post_ffn_norm), W(G->post_ffn_norm1), W(G->pre_ffn_norm2);
         W(G->post_ffn_norm2), W(G->router_scale), W(G->ple_gate);

@@ -56,18 +56,20 @@ static sl_status qwen4_exp_open(sl_model *m, const char *dir, int streamed, sl_e
     return q4_cfg(m)->n_ple_layers ? q4_ple_open_tables(m, dir, streamed, err) : SL_OK;
 }
 
-static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out) {
+static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
     q4_model *qm = q4_mod(m);
-    int32_t n = 0;
-#define W(t)     (out ? (void)(out[n] = &(t)) : (void)0, n++)
+    int32_t n = 0, l = -1;
+#define W(t)     (out ? (void)(out[n] = &(t)) : (void)0, layer ? (void)(layer[n] = l) : (void)0, n++)
 #define HYPER(h) (W((h).norm), W((h).down), W((h).up), W((h).inject))
+    l = m->cfg.n_layers; /* the final mixer: the head's side */
     HYPER(qm->hc_final);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    for (l = 0; l < m->cfg.n_layers; l++) {
         q4_layer *L = &qm->layers[l];
         HYPER(L->hc_attn);
         HYPER(L->hc_ffn);
         W(L->idx_qk), W(L->idx_k), W(L->idx_q_norm), W(L->idx_k_norm);
     }
+    l = -1; /* the PLE tables' weights: whole-model ones here (the family runs unsplit) */
     for (int32_t i = 0; i < q4_cfg(m)->n_ple_layers; i++) {
         sl_ple *P = &qm->ples[i];
         W(P->key_proj), W(P->value_proj), W(P->norm_key), W(P->norm_query), W(P->norm_conv);
