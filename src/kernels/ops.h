@@ -419,9 +419,9 @@ void sl_backend_cuda_free(sl_backend *be);
 /* The one way bytes cross between two backends' memories: a split model's residual rows at a
  * partition boundary (model/model.h, sl_model_part). Host memory on either side (the CPU
  * backend) is read or written by the other side's to_host / to_dev; two device backends use
- * the receiver's copy_peer, or else stage through host memory at stage (bytes long). */
+ * the receiver's copy_peer, or else go through host memory at stage, stage_bytes at a time. */
 void sl_backend_transfer(const sl_backend *to, void *dst, const sl_backend *from, const void *src,
-                         size_t bytes, void *stage);
+                         size_t bytes, void *stage, size_t stage_bytes);
 /* Whether this build has the CUDA backend and a GPU is present. */
 int sl_backend_cuda_available(void);
 /* The best ISA this processor runs. */

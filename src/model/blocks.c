@@ -477,15 +477,20 @@ void blk_residual_norm(sl_session *s, const sl_tensor *w, int32_t T) {
     b->x = b->x_alt, b->x_alt = t;
 }
 
-void blk_part_cross(sl_session *s, int32_t T) {
+float *blk_residual_of(sl_session *s) {
+    return s->b.x;
+}
+
+void blk_part_cross(sl_session *s, int32_t T, blk_part_buf buf, size_t row) {
     const sl_backend *from = s->be;
-    const float *x = s->b.x;
+    const float *src = buf(s);
     const int32_t p = s->part + 1;
     for (int32_t i = 0; s->rows && i < T; i++)
         sl_session_enter(s->rows[i], p);
     sl_session_enter(s, p);
-    const size_t bytes = (size_t)T * (size_t)s->model->cfg.hidden_size * sizeof(float);
-    sl_backend_transfer(s->be, s->b.x, from, x, bytes, s->b.h_stage);
+    const size_t stage = (size_t)s->max_batch * (size_t)s->model->cfg.hidden_size * sizeof(float);
+    sl_backend_transfer(s->be, buf(s), from, src, (size_t)T * row * sizeof(float), s->b.h_stage,
+                        stage);
 }
 
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
@@ -520,7 +525,7 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         if (st) return st;
         if (l + 1 == s->layer1 && l + 1 < c->n_layers) { /* a partition boundary */
             s->be->ops->axpy(s->be, b->x, 1.0f, b->out, (size_t)T * (size_t)H);
-            blk_part_cross(s, T);
+            blk_part_cross(s, T, blk_residual_of, (size_t)H);
             s->be->ops->rmsnorm(s->be, b->xn, b->x, &m->layers[l + 1].attn_norm, T, H, eps, off);
             continue;
         }

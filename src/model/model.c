@@ -501,7 +501,7 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
                        "%d partitions of a model of %d layers: give 1 to %d (each partition runs "
                        "one layer at least)",
                        n, c->n_layers, c->n_layers);
-    if (n > 1 && m->family->forward != blk_prenorm_decoder)
+    if (n > 1 && m->family->forward != blk_prenorm_decoder && !m->family->splits)
         return sl_fail(err, SL_ERR_UNSUPPORTED,
                        "%s: its forward pass is its own (not the shared decoder), which does not "
                        "run split over partitions yet: run it on one",

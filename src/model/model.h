@@ -141,8 +141,8 @@ typedef struct sl_session_buf {
     const float *head_x; /* [head_rows, H], backend memory */
     int32_t head_rows;
     float *h_hidden; /* host [H] */
-    float *h_stage;  /* host [B, H]: a split model's residual rows on their way between two
-                      * device partitions without a peer copy (sl_backend_transfer) */
+    float *h_stage;  /* host [B, H] when split: what crosses a boundary on its way between two
+                      * device partitions without a peer copy (sl_backend_transfer), in pieces */
 } sl_session_buf;
 
 /*
@@ -234,6 +234,10 @@ struct sl_family {
     /* T <= max_batch ids at position s->pos; writes T rows (or the last) of logits. */
     sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                          int all_logits, sl_error *err);
+    /* The family's own forward runs split over partitions (sl_model_part): it crosses each
+     * boundary (blk_part_cross) and its session state is per partition. blk_prenorm_decoder
+     * does. */
+    int splits;
     /* Optional: layer l's attention sublayer (b->xn -> b->out) when it is the family's own
      * (MLA), so that blk_prenorm_decoder runs the rest of the decoder as for every family.
      * It must honour sl_session.rows (blk_row_session): sl_batch_decode runs every family

@@ -201,7 +201,7 @@ static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const q4_layer *L = &q4_mod(m)->layers[l];
     const q4_session *b = q4_ses(s);
     const int32_t ihd = qc->idx_head_dim, R = qc->idx_ratio;
@@ -223,7 +223,7 @@ void q4_qsa_select(sl_session *s, int32_t l, int32_t T, blk_attn_sel *out) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const q4_layer *L = &q4_mod(m)->layers[l];
     q4_session *b = q4_ses(s);
     const int32_t ih = qc->idx_heads, ihd = qc->idx_head_dim, R = qc->idx_ratio;

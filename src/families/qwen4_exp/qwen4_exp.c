@@ -69,9 +69,10 @@ static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
         HYPER(L->hc_ffn);
         W(L->idx_qk), W(L->idx_k), W(L->idx_q_norm), W(L->idx_k_norm);
     }
-    l = -1; /* the PLE tables' weights: whole-model ones here (the family runs unsplit) */
     for (int32_t i = 0; i < q4_cfg(m)->n_ple_layers; i++) {
         sl_ple *P = &qm->ples[i];
+        for (l = 0; l < m->cfg.n_layers && qm->layers[l].ple != P; l++) /* the layer it serves */
+            ;
         W(P->key_proj), W(P->value_proj), W(P->norm_key), W(P->norm_query), W(P->norm_conv);
         W(P->conv);
     }
@@ -150,7 +151,7 @@ static void qwen4_exp_layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
 }
 
 static sl_status qwen4_exp_session_init(sl_session *s, sl_error *err) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const float one = 1.0f;
     (void)err;
     for (int32_t i = 0; i < SL_MAX(q4_cfg(s->model)->idx_ratio, 1); i++)
@@ -159,7 +160,7 @@ static sl_status qwen4_exp_session_init(sl_session *s, sl_error *err) {
 }
 
 static void qwen4_exp_reset(sl_session *s) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const q4_config *qc = q4_cfg(s->model);
     q4_session *b = q4_ses(s);
     if (!qc->n_ple_layers) return;
@@ -178,13 +179,18 @@ static int qwen4_exp_rewind(sl_session *s, int32_t pos) {
 
 /* ------------------------------------------------------------- forward */
 
+/* What crosses a partition boundary (blk_part_cross): the hc residual streams. */
+static float *hres_of(sl_session *s) {
+    return q4_ses(s)->hres;
+}
+
 static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                                    int all_logits, sl_error *err) {
     sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
     const q4_model *qm = q4_mod(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     q4_session *b = q4_ses(s);
     const size_t H = (size_t)c->hidden_size, hc = (size_t)qc->hc_count;
 
@@ -210,6 +216,13 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
         q4_hyper_mix(s, &L->hc_ffn, T);
         if ((st = blk_ffn(s, l, T, err))) return st;
         q4_hyper_inject(s, T);
+        if (l + 1 == s->layer1 && l + 1 < c->n_layers) {
+            /* a partition boundary: the residual streams cross; the next partition's PLE
+             * history (its own) takes this chunk's tokens too */
+            blk_part_cross(s, T, hres_of, hc * H);
+            be = s->be, b = q4_ses(s);
+            if (qc->n_ple_layers) q4_ple_history(s, ids, T);
+        }
     }
     /* Only the rows whose logits are wanted go through the final mixer and head. */
     const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
@@ -253,5 +266,6 @@ const sl_family sl_family_qwen4_exp = {
     .session_reset = qwen4_exp_reset,
     .session_rewind = qwen4_exp_rewind,
     .forward = qwen4_exp_forward,
+    .splits = 1,
     .own_norms = 1,
 };
