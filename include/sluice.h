@@ -143,8 +143,7 @@ typedef struct sl_model_params {
     /* The pipeline split (issue 31): the layers in this many contiguous partitions balanced by
      * memory, each on a backend of its own, the residual rows crossing each boundary once
      * (0 or 1: none). CPU backend only for now (logical partitions, for tests; CUDA is to map
-     * them to the GPUs of one host); the families whose forward pass is the shared decoder.
-     * Results are the unsplit model's bits. */
+     * them to the GPUs of one host). Results are the unsplit model's bits. */
     int32_t n_parts;
 } sl_model_params;
 

@@ -481,6 +481,12 @@ float *blk_residual_of(sl_session *s) {
     return s->b.x;
 }
 
+void blk_part_move(const sl_session *s, const sl_backend *from, void *dst, const void *src,
+                   size_t bytes) {
+    const size_t stage = (size_t)s->max_batch * (size_t)s->model->cfg.hidden_size * sizeof(float);
+    sl_backend_transfer(s->be, dst, from, src, bytes, s->b.h_stage, stage);
+}
+
 void blk_part_cross(sl_session *s, int32_t T, blk_part_buf buf, size_t row) {
     const sl_backend *from = s->be;
     const float *src = buf(s);
@@ -488,9 +494,7 @@ void blk_part_cross(sl_session *s, int32_t T, blk_part_buf buf, size_t row) {
     for (int32_t i = 0; s->rows && i < T; i++)
         sl_session_enter(s->rows[i], p);
     sl_session_enter(s, p);
-    const size_t stage = (size_t)s->max_batch * (size_t)s->model->cfg.hidden_size * sizeof(float);
-    sl_backend_transfer(s->be, buf(s), from, src, (size_t)T * row * sizeof(float), s->b.h_stage,
-                        stage);
+    blk_part_move(s, from, buf(s), src, (size_t)T * row * sizeof(float));
 }
 
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,

@@ -503,8 +503,8 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
                        n, c->n_layers, c->n_layers);
     if (n > 1 && m->family->forward != blk_prenorm_decoder && !m->family->splits)
         return sl_fail(err, SL_ERR_UNSUPPORTED,
-                       "%s: its forward pass is its own (not the shared decoder), which does not "
-                       "run split over partitions yet: run it on one",
+                       "%s: its forward pass is its own, and does not run split over partitions "
+                       "yet: run it on one",
                        c->arch);
     /* The CUDA backend's side is to come: a backend per GPU (sl_backend_cuda_init(gpu q)) whose
      * calls each make its GPU current, copy_peer, pinning the store for every GPU, budgets

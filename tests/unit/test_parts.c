@@ -1,11 +1,14 @@
 /*
- * The pipeline split (issue 31) on logical partitions: every fixture whose family runs the
- * shared decoder, split into 2 and 3 partitions (CPU backends of their own, or as devices with
+ * The pipeline split (issue 31) on logical partitions: every fixture, split into 2 and 3
+ * partitions (CPU backends of their own, or as devices with
  * their own weights and expert caches), gives the unsplit model's bits: prefill in chunks,
  * token-by-token decode, batched decode of sequences at different positions, and a rewind.
  */
 #include <dirent.h>
 #include <jansson.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kernels/ops.h"
 #include "sluice.h"
@@ -153,8 +156,8 @@ TEST(test_parts_bits) {
     char fam[600];
     snprintf(fam, sizeof fam, "%s/fam", test_fixtures);
     each_case(fam, check_refusals);
-    /* every fixture but gemma4's (a forward pass of its own, not split yet) */
-    CHECKF(n_split >= 30, "only %d fixtures split", n_split);
+    /* every fixture: all families run split */
+    CHECKF(n_split >= 32, "only %d fixtures split", n_split);
 }
 
 TEST(test_parts_errors) {
@@ -200,4 +203,57 @@ TEST(test_parts_transfer) {
     CHECK(!memcmp(src, back, 3 * sizeof(float)) && isnan(back[3]));
     d1.ops->release(&d1, a);
     d2.ops->release(&d2, b);
+}
+
+/* Gemma 4 with its last two layers sharing earlier layers' K/V (num_kv_shared_layers = 2, on
+ * gemma4_a's weights): each boundary relays the shared caches' new rows, through partitions
+ * that only pass them on (4 partitions of 4 layers), on the CPU and as devices. */
+TEST(test_parts_gemma4_kv_shared) {
+    char src[600], dir[700], path[800], from[1400];
+    snprintf(src, sizeof src, "%s/fam/gemma4_a", test_fixtures);
+    snprintf(dir, sizeof dir, "%s/gemma4_kv_shared", test_tmpdir());
+    CHECK(mkdir(dir, 0755) == 0);
+    static const char *const files[] = {"model.safetensors", "ref.json", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *abs = realpath(src, NULL);
+        snprintf(from, sizeof from, "%s/%s", abs ? abs : src, files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        free(abs);
+        if (access(from, F_OK) == 0) CHECK(symlink(from, path) == 0);
+    }
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t je;
+    json_t *c = json_load_file(path, 0, &je);
+    CHECK(c != NULL);
+    if (!c) return;
+    json_t *t = json_object_get(c, "text_config");
+    json_object_set_new(t ? t : c, "num_kv_shared_layers", json_integer(2));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(json_dump_file(c, path, 0) == 0);
+    json_decref(c);
+
+    int32_t ids[64];
+    const int32_t n = prompt_ids(dir, ids, 64);
+    int32_t V;
+    const sl_model_params one = {.n_threads = 2};
+    float *ref = test_logits(dir, &one, ids, n, n, NULL, &V);
+    CHECK(ref != NULL && n >= 4);
+    for (int32_t P = 2; ref && P <= 4; P++)
+        for (int dev = 0; dev < 2; dev++) {
+            const sl_model_params p = {.n_threads = 2,
+                                       .n_parts = P,
+                                       .backend = dev ? SL_BACKEND_CPU_DEVICE : SL_BACKEND_CPU};
+            float *lg = test_logits(dir, &p, ids, n, 3, NULL, &V);
+            CHECKF(lg && !memcmp(lg, ref, (size_t)n * (size_t)V * sizeof(float)),
+                   "%d partitions%s: prefill logits differ", P, dev ? " (device)" : "");
+            free(lg);
+            sl_model *m = NULL;
+            sl_error err = {0};
+            CHECK(sl_model_load(dir, &p, &m, &err) == SL_OK);
+            CHECKF(m && same_steps(m, ids, n, ref, V), "%d partitions%s: decode differs", P,
+                   dev ? " (device)" : "");
+            sl_model_free(m);
+        }
+    free(ref);
 }
