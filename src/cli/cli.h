@@ -129,7 +129,7 @@ enum {
     "                         (slower; for parity checks)\n"                                       \
     "  --parts N              split the layers into N partitions by memory, each on a backend\n"   \
     "                         of its own, as over the GPUs of one host (testing, CPU only for\n"   \
-    "                         now: N CPU backends; the same results)\n"                           \
+    "                         now: N CPU backends; the same results)\n"                            \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

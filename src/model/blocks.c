@@ -412,8 +412,8 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const sl_layer *L = &s->model->layers[l];
     sl_session_buf *b = &s->b;
     if (!L->is_moe) {
-        sl_moe_swiglu_mlp(s->be, b->out, b->xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down,
-                          b->gate, b->up, T);
+        sl_moe_swiglu_mlp(s->be, b->out, b->xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down, b->gate,
+                          b->up, T);
         return SL_OK;
     }
     const int shared = L->sh_gate.data != NULL;

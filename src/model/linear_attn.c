@@ -151,7 +151,8 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
             .b = b->lin_b + ho,
             .A_log = &L->A_log,
             .dt_bias = &L->dt_bias,
-            .state = r->delta_state + (size_t)(l - r->layer0) * (size_t)nv * (size_t)dk * (size_t)dv,
+            .state =
+                r->delta_state + (size_t)(l - r->layer0) * (size_t)nv * (size_t)dk * (size_t)dv,
             .T = Tc,
             .nk = nk,
             .nv = nv,

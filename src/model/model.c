@@ -464,8 +464,8 @@ static void split_bytes(const sl_model *m, int32_t gpu_experts, int64_t *layer, 
         if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
         const int32_t l = layer_of(&m->ck, t->name);
         if (l >= c->n_layers) continue;
-        const int64_t n =
-            (int64_t)t->nbytes + (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
+        const int64_t n = (int64_t)t->nbytes +
+                          (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
         if (l >= 0)
             layer[l] += n;
         else if (strstr(t->name, "embed_tokens"))
@@ -485,7 +485,8 @@ static void split_bytes(const sl_model *m, int32_t gpu_experts, int64_t *layer, 
         layer[l] += c->layer_is_linear && c->layer_is_linear[l] ? lin : kv;
         const sl_expert_layer *E = &m->experts.layers[l];
         if (m->be.device && l < m->experts.n_layers && E->n_experts) {
-            const int32_t slots = gpu_experts > 0 ? SL_MIN(gpu_experts, E->n_experts) : E->n_experts;
+            const int32_t slots =
+                gpu_experts > 0 ? SL_MIN(gpu_experts, E->n_experts) : E->n_experts;
             layer[l] += (int64_t)slots * (int64_t)E->hdr.blob_bytes;
         }
     }

@@ -81,9 +81,9 @@ struct sl_model {
     sl_layer *layers;  /* [n_layers] */
     void *fam;         /* what the family adds (its bind hook's, freed by its free_model) */
     sl_expert_store experts;
-    sl_dev_cache dev; /* experts in backend memory (CUDA); unused on the CPU backend */
-    void **uploads;        /* backend copies of the weights (CUDA), released with the model */
-    int32_t *upload_part;  /* [n_uploads] the partition whose backend holds each */
+    sl_dev_cache dev;     /* experts in backend memory (CUDA); unused on the CPU backend */
+    void **uploads;       /* backend copies of the weights (CUDA), released with the model */
+    int32_t *upload_part; /* [n_uploads] the partition whose backend holds each */
     int32_t n_uploads;
     float norm_offset;                          /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t kind;                               /* sl_model_kind: where it was loaded from */
@@ -171,10 +171,10 @@ struct sl_session {
     const sl_backend *be;
     int32_t layer0, layer1;
     int32_t part, n_parts;
-    sl_session_part *parts; /* [n_parts] when n_parts > 1, else NULL */
+    sl_session_part *parts;     /* [n_parts] when n_parts > 1, else NULL */
     float *kcache, *vcache;     /* [layer1 - layer0, max_ctx, nkv*hd] */
     float *rope_cos, *rope_sin; /* [max_ctx, rot_dim / 2] */
-    /* Recurrent state of the linear-attention layers (indexed by layer; empty when none);
+    /* Recurrent state of the linear-attention layers (layer l at l - layer0; empty when none);
      * it cannot be rewound, only reset. */
     float *delta_state;                 /* [layer1 - layer0, nv, dk, dv] */
     float *conv_state;                  /* [layer1 - layer0, conv_dim, K - 1] */

@@ -22,8 +22,9 @@ static double mib(int64_t b) {
 
 /*
  * Dynamic programming over (partitions so far, layers so far): best[q][j] is the least largest
- * share with layers [0, j) on partitions [0, q), each of them holding one layer at least; from[q][j]
- * the j' < j where partition q - 1 then began. O(N L^2): a few thousand steps for real models.
+ * share with layers [0, j) on partitions [0, q), each of them holding one layer at least;
+ * from[q][j] the j' < j where partition q - 1 then began. O(N L^2): a few thousand steps for real
+ * models.
  */
 sl_status sl_split_plan(const sl_split_params *p, int32_t *first, sl_error *err) {
     const int32_t L = p->n_layers, N = p->n_parts;

@@ -39,8 +39,8 @@ static int same_steps(sl_model *m, const int32_t *ids, int32_t n, const float *r
     sl_session *s = NULL, *s2 = NULL;
     sl_batch *bt = NULL;
     float *row = malloc(2 * Vs * sizeof(float));
-    int ok = row && !sl_session_create(m, &sp, &s, &err) &&
-             !sl_session_create(m, &sp, &s2, &err) && !sl_batch_create(m, 2, &bt, &err);
+    int ok = row && !sl_session_create(m, &sp, &s, &err) && !sl_session_create(m, &sp, &s2, &err) &&
+             !sl_batch_create(m, 2, &bt, &err);
     for (int32_t t = 0; ok && t < n; t++)
         ok = !sl_session_forward(s, &ids[t], 1, row, 0, &err) &&
              !memcmp(row, ref + (size_t)t * Vs, Vs * sizeof(float));
@@ -194,10 +194,10 @@ TEST(test_parts_transfer) {
         src[i] = (float)i * 0.5f - 3.0f;
     float *a = d1.ops->alloc(&d1, sizeof src), *b = d2.ops->alloc(&d2, sizeof src);
     memset(dst, 0xff, sizeof dst), memset(back, 0xff, sizeof back);
-    sl_backend_transfer(&h, mid, &h, src, sizeof src, stage, sizeof stage);       /* host, host */
-    sl_backend_transfer(&d1, a, &h, mid, sizeof src, stage, sizeof stage);        /* to a device */
-    sl_backend_transfer(&d2, b, &d1, a, sizeof src, stage, sizeof stage);         /* device, device */
-    sl_backend_transfer(&h, dst, &d2, b, sizeof src, stage, sizeof stage);        /* back */
+    sl_backend_transfer(&h, mid, &h, src, sizeof src, stage, sizeof stage); /* host, host */
+    sl_backend_transfer(&d1, a, &h, mid, sizeof src, stage, sizeof stage);  /* to a device */
+    sl_backend_transfer(&d2, b, &d1, a, sizeof src, stage, sizeof stage);   /* device, device */
+    sl_backend_transfer(&h, dst, &d2, b, sizeof src, stage, sizeof stage);  /* back */
     sl_backend_transfer(&h, back, &d2, b, 3 * sizeof(float), stage, sizeof stage); /* a part */
     CHECK(!memcmp(src, dst, sizeof src));
     CHECK(!memcmp(src, back, 3 * sizeof(float)) && isnan(back[3]));

@@ -266,7 +266,8 @@ static sl_status gemma4_session_init(sl_session *s, sl_error *err) {
                                 .head_dim = g->max_head_dim};
     sl_status st;
     if (s->be->ops->reserve && (st = s->be->ops->reserve(s->be, &ra, err))) return st;
-    s->be->ops->to_dev(s->be, b->ones, g4_mod(m)->ones_data, (size_t)g->max_head_dim * sizeof(float));
+    s->be->ops->to_dev(s->be, b->ones, g4_mod(m)->ones_data,
+                       (size_t)g->max_head_dim * sizeof(float));
     return fill_rope(s, err);
 }
 
@@ -452,8 +453,7 @@ static void cross(sl_session *s, int32_t l, int32_t T) {
     g4_session *b = g4_ses(s);
     if (P) blk_part_move(s, from, b->ple, a->ple, (size_t)T * LP * sizeof(float));
     for (int32_t src = 0; src <= l; src++) {
-        if (g->layers[src].kv_src != src || !kv_used(g, src, s->layer0, m->cfg.n_layers))
-            continue;
+        if (g->layers[src].kv_src != src || !kv_used(g, src, s->layer0, m->cfg.n_layers)) continue;
         const g4_kind *K = &g->kind[g->layers[src].kind];
         const size_t row = (size_t)K->n_kv_heads * (size_t)K->head_dim;
         const size_t at = (size_t)s->pos * row, n = (size_t)T * row * sizeof(float);
