@@ -458,6 +458,7 @@ static int32_t layer_of(const sl_ckpt *ck, const char *name) {
 static void split_bytes(const sl_model *m, int32_t gpu_experts, int64_t *layer, int64_t *first,
                         int64_t *last) {
     const sl_config *c = &m->cfg;
+    int64_t embed = 0;
     *first = *last = 0;
     for (int32_t i = 0; i < m->ck.n_entries; i++) {
         const sl_tensor *t = m->ck.entries[i].t;
@@ -469,11 +470,11 @@ static void split_bytes(const sl_model *m, int32_t gpu_experts, int64_t *layer, 
         if (l >= 0)
             layer[l] += n;
         else if (strstr(t->name, "embed_tokens"))
-            *first += n;
+            *first += n, embed += strstr(t->name, "embed_tokens.") ? n : 0;
         else
             *last += n;
     }
-    if (c->tie_word_embeddings) *last += (int64_t)c->vocab_size * c->hidden_size * 4;
+    if (c->tie_word_embeddings) *last += embed; /* the head's copy on the last partition */
     const int64_t ctx = SL_MIN(c->max_position > 0 ? c->max_position : 4096, 4096);
     const int64_t kv = 2 * ctx * c->n_kv_heads * c->head_dim * 4;
     const int64_t lin = ((int64_t)c->lin_n_value_heads * c->lin_key_dim * c->lin_value_dim +
@@ -483,8 +484,8 @@ static void split_bytes(const sl_model *m, int32_t gpu_experts, int64_t *layer, 
                         4;
     for (int32_t l = 0; l < c->n_layers; l++) {
         layer[l] += c->layer_is_linear && c->layer_is_linear[l] ? lin : kv;
-        const sl_expert_layer *E = &m->experts.layers[l];
-        if (m->be.device && l < m->experts.n_layers && E->n_experts) {
+        const sl_expert_layer *E = l < m->experts.n_layers ? &m->experts.layers[l] : NULL;
+        if (m->be.device && E && E->n_experts) {
             const int32_t slots =
                 gpu_experts > 0 ? SL_MIN(gpu_experts, E->n_experts) : E->n_experts;
             layer[l] += (int64_t)slots * (int64_t)E->hdr.blob_bytes;
