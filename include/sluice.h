@@ -145,6 +145,9 @@ typedef struct sl_model_params {
      * (0 or 1: none). CPU backend only for now (logical partitions, for tests; CUDA is to map
      * them to the GPUs of one host). Results are the unsplit model's bits. */
     int32_t n_parts;
+    /* With n_parts: the memory of each partition in bytes, which the plan must fit (an error
+     * says where it does not); 0: no limit (CUDA is to take each GPU's free memory) */
+    int64_t part_mem;
 } sl_model_params;
 
 /* Counters since load (or the last sl_model_reset_stats). Times in seconds. */

@@ -52,6 +52,7 @@ enum {
     CLI_OPT_IO_ENGINE,
     CLI_OPT_NO_OVERLAP,
     CLI_OPT_PARTS,
+    CLI_OPT_PART_MEM,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -83,7 +84,8 @@ enum {
         {"cuda-int4-float-act", no_argument, 0, CLI_OPT_CUDA_INT4_FLOAT_ACT},                      \
         {"cuda-no-tensor-cores", no_argument, 0, CLI_OPT_CUDA_NO_TENSOR_CORES},                    \
         {"int4-float-act", no_argument, 0, CLI_OPT_INT4_FLOAT_ACT},                                \
-        {"parts", required_argument, 0, CLI_OPT_PARTS}, {                                          \
+        {"parts", required_argument, 0, CLI_OPT_PARTS},                                            \
+        {"part-mem", required_argument, 0, CLI_OPT_PART_MEM}, {                                    \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -130,6 +132,7 @@ enum {
     "  --parts N              split the layers into N partitions by memory, each on a backend\n"   \
     "                         of its own, as over the GPUs of one host (testing, CPU only for\n"   \
     "                         now: N CPU backends; the same results)\n"                            \
+    "  --part-mem SIZE        with --parts: each partition's memory, which the split must fit\n"   \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

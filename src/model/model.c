@@ -516,11 +516,18 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
                        "a split over %d partitions runs on the CPU backend only for now (the %s "
                        "backend does not run one yet)",
                        n, m->be.ops->name);
+    if (p->part_mem < 0)
+        return sl_fail(err, SL_ERR_ARG, "a partition's memory of %lld bytes",
+                       (long long)p->part_mem);
     m->parts = sl_calloc((size_t)n, sizeof *m->parts, err);
     int64_t *bytes = sl_calloc((size_t)c->n_layers, sizeof *bytes, err);
     int32_t *first = sl_calloc((size_t)n + 1, sizeof *first, err);
-    sl_status st = m->parts && bytes && first ? SL_OK : SL_ERR_NOMEM;
-    sl_split_params sp = {.n_layers = c->n_layers, .layer_bytes = bytes, .n_parts = n};
+    int64_t *budget = p->part_mem ? sl_calloc((size_t)n, sizeof *budget, err) : NULL;
+    sl_status st = m->parts && bytes && first && (budget || !p->part_mem) ? SL_OK : SL_ERR_NOMEM;
+    sl_split_params sp = {
+        .n_layers = c->n_layers, .layer_bytes = bytes, .n_parts = n, .budget = budget};
+    for (int32_t q = 0; budget && q < n; q++)
+        budget[q] = p->part_mem;
     if (!st) {
         m->n_parts = n;
         split_bytes(m, p->gpu_experts, bytes, &sp.first_bytes, &sp.last_bytes);
@@ -548,6 +555,7 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
                               (double)m->parts[q].bytes / 1e6);
     free(bytes);
     free(first);
+    free(budget);
     return st;
 }
 
