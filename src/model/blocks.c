@@ -508,10 +508,10 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     /* Each residual add is fused with the norm that follows it (the next sublayer's, or the
      * final one). A backend with add_rmsnorm_next may fold it into the sublayer's first GEMV;
      * the residual then goes to the other buffer, and the two swap (an even number of times a
-     * pass, so b->x ends where it began). A split model's partition ends with the add alone:
-     * the residual crosses, and the next partition norms it, as the first does after the
-     * embedding (add_rmsnorm is what axpy and rmsnorm give, so the bits are the unsplit
-     * pass's). */
+     * pass, so b->x ends where it began; a split model's partitions each have theirs). At a
+     * partition boundary the residual and the FFN's output cross before their add, so that the
+     * next partition runs the add and norm the unsplit pass runs, fused as the backend fuses
+     * them: the same bits on any backend. */
     blk_embed(s, b->x, ids, T);
     s->be->ops->rmsnorm(s->be, b->xn, b->x, &m->layers[0].attn_norm, T, H, eps, off);
     for (int32_t l = 0; l < c->n_layers; l++) {
@@ -528,10 +528,10 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         sl_status st = blk_ffn(s, l, T, err);
         if (st) return st;
         if (l + 1 == s->layer1 && l + 1 < c->n_layers) { /* a partition boundary */
-            s->be->ops->axpy(s->be, b->x, 1.0f, b->out, (size_t)T * (size_t)H);
+            const sl_backend *from = s->be;
+            const float *out = b->out;
             blk_part_cross(s, T, blk_residual_of, (size_t)H);
-            s->be->ops->rmsnorm(s->be, b->xn, b->x, &m->layers[l + 1].attn_norm, T, H, eps, off);
-            continue;
+            blk_part_move(s, from, b->out, out, (size_t)T * (size_t)H * sizeof(float));
         }
         blk_residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
     }
