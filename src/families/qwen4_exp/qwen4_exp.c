@@ -114,7 +114,8 @@ static void qwen4_exp_layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
     const size_t ple_conv = pb ? (size_t)(qc->ple_conv_kernel - 1) * NG : 0;
     const size_t ib = qc->idx_heads ? B : 0, ihd = (size_t)qc->idx_head_dim;
     const size_t nblk = qc->idx_heads ? (size_t)(s->max_ctx / qc->idx_ratio) + 1 : 0;
-    const size_t nidx = qc->idx_heads ? (size_t)c->n_layers : 0;
+    /* the indexer's caches: the partition's layers' (all of them unsplit), layer l at l - layer0 */
+    const size_t nidx = qc->idx_heads ? (size_t)(s->layer1 - s->layer0) : 0;
     const size_t stride = qc->idx_heads ? (size_t)(qc->idx_budget + qc->idx_ratio - 1) : 0;
     b->ones = sl_carve(cv, (size_t)SL_MAX(qc->idx_ratio, 1), sizeof(float));
     b->h_qsa_scores = sl_carve(hv, nblk, sizeof(float));
