@@ -140,6 +140,14 @@ typedef struct sl_model_params {
      * /proc/meminfo says is available, less the resident weights, a KV cache estimate and a
      * reserve for the page cache; sl_model_info.cache_auto says what it came to */
     int32_t cache_mem_auto;
+    /* The pipeline split (issue 31): the layers in this many contiguous partitions balanced by
+     * memory, each on a backend of its own, the residual rows crossing each boundary once
+     * (0 or 1: none). CPU backend only for now (logical partitions, for tests; CUDA is to map
+     * them to the GPUs of one host). Results are the unsplit model's bits. */
+    int32_t n_parts;
+    /* With n_parts: the memory of each partition in bytes, which the plan must fit (an error
+     * says where it does not); 0: no limit (CUDA is to take each GPU's free memory) */
+    int64_t part_mem;
 } sl_model_params;
 
 /* Counters since load (or the last sl_model_reset_stats). Times in seconds. */
@@ -224,6 +232,8 @@ typedef struct sl_model_info {
      * available, the budget given to the slots, and that budget's share of all the experts */
     int64_t cache_auto_avail, cache_auto_bytes;
     double cache_auto_share;
+    int32_t n_parts;   /* partitions of the pipeline split (sl_model_params.n_parts; 1: none) */
+    const char *split; /* n_parts > 1: "layers 0-1 (1.2 MB) | layers 2-3 (1.1 MB)", or NULL */
 } sl_model_info;
 
 /* What a MODEL path can be. */

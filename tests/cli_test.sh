@@ -80,6 +80,30 @@ check_modes() {
     [ $same = 1 ] && ok "$name: resident and streamed experts give the mapped bits"
 }
 
+# check_parts NAME MODEL REFDIR: the pipeline split (--parts, logical partitions on the CPU)
+# gives the unsplit bits: logits split in 2 and 3 (as many as there are layers), mapped and
+# streamed through top-k slots in chunks of 3, and the greedy ids through the KV cache.
+check_parts() {
+    local name=$1 model=$2 dir=$3 same=1 P layers mode k
+    layers=$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_hidden_layers"])' "$dir/config.json")
+    k=$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_experts_per_tok"])' "$dir/config.json")
+    ids=$(json_field "$dir/ref.json" ids)
+    "$BIN" logits "$model" --ids "$ids" --out "$TMP/p1.f32" 2>/dev/null
+    want=$("$BIN" generate "$model" --ids "$ids" -n 4 2>/dev/null | tail -n 1)
+    for P in 2 3; do
+        [ "$P" -le "$layers" ] || continue
+        for mode in "" "--experts stream --cache-experts K --batch 3"; do
+            mode=${mode//K/$k}
+            # shellcheck disable=SC2086
+            "$BIN" logits "$model" --ids "$ids" --out "$TMP/pp.f32" --parts $P $mode 2>"$TMP/err" &&
+                cmp -s "$TMP/p1.f32" "$TMP/pp.f32" || { same=0; bad "$name --parts $P $mode: $(cat "$TMP/err")"; }
+        done
+        got=$("$BIN" generate "$model" --ids "$ids" -n 4 --parts $P 2>"$TMP/err" | tail -n 1)
+        [ -n "$want" ] && [ "$got" = "$want" ] || { same=0; bad "$name --parts $P generate: got '$got' want '$want'"; }
+    done
+    [ $same = 1 ] && ok "$name: split over 2 and 3 partitions, the unsplit bits"
+}
+
 for dir in "$FIX"/*/; do
     dir=${dir%/}
     [ -f "$dir/ref.json" ] || continue
@@ -87,7 +111,19 @@ for dir in "$FIX"/*/; do
     # A Hugging Face directory's experts streamed from its safetensors files.
     check_modes "$(basename "$dir")" "$dir" "$dir" "--experts resident" \
         "--experts stream --cache-experts K --batch 3"
+    check_parts "$(basename "$dir")" "$dir" "$dir"
 done
+expect_fail "--parts 0" "invalid --parts" "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 0
+expect_fail "--parts past the layers" "4 partitions of a model of 3 layers: give 1 to 3" \
+    "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 4
+expect_fail "--part-mem too small" "does not fit in 2 partitions: .* on partition 0, whose budget is 0.1 MiB" \
+    "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 2 --part-mem 100K
+if "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 2 --part-mem 1M -v 2>&1 |
+    grep -q "sluice: 2 partitions: layers 0-"; then
+    ok "-v names the partitions' layers"
+else
+    bad "-v with --parts: no partitions line"
+fi
 # GGUF files llama.cpp's converter made of the fixtures (tests/fixtures/gguf/README.md): the
 # same weights, so the same transformers reference.
 for f in "$FIX"/gguf/*.gguf; do

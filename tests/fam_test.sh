@@ -72,6 +72,18 @@ check_case() {
     done
     [ $same = 1 ] && ok "$name: resident and streamed experts give the mapped bits"
 
+    # the pipeline split (--parts: logical partitions on the CPU): the unsplit bits, mapped and
+    # streamed
+    same=1
+    local layers
+    layers=$("$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.get("text_config", c)["num_hidden_layers"])' "$dir/config.json")
+    for mode in "--parts 2" "--parts $((layers < 3 ? layers : 3)) --experts stream --cache-experts $k --batch 3"; do
+        # shellcheck disable=SC2086
+        "$BIN" logits "$dir" --ids "$ids" --out "$TMP/m.f32" $mode 2>"$TMP/err" &&
+            cmp -s "$TMP/l.f32" "$TMP/m.f32" || { same=0; bad "$name $mode: $(head -c 300 "$TMP/err")"; }
+    done
+    [ $same = 1 ] && ok "$name: split over 2 and 3 partitions, the mapped bits"
+
     # pack to int8 and int4: the distance is printed for the record; the bounds (0.25, 1.0) only
     # catch a broken pack. Tiny random models with one group of 64 per row are far less
     # forgiving than trained ones, and differ by family (gpt-oss int8 0.011, gemma4 0.10-0.15:

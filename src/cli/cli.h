@@ -51,6 +51,8 @@ enum {
     CLI_OPT_ROUTE_REPLAY,
     CLI_OPT_IO_ENGINE,
     CLI_OPT_NO_OVERLAP,
+    CLI_OPT_PARTS,
+    CLI_OPT_PART_MEM,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -81,7 +83,9 @@ enum {
         {"cuda-no-pdl", no_argument, 0, CLI_OPT_CUDA_NO_PDL},                                      \
         {"cuda-int4-float-act", no_argument, 0, CLI_OPT_CUDA_INT4_FLOAT_ACT},                      \
         {"cuda-no-tensor-cores", no_argument, 0, CLI_OPT_CUDA_NO_TENSOR_CORES},                    \
-        {"int4-float-act", no_argument, 0, CLI_OPT_INT4_FLOAT_ACT}, {                              \
+        {"int4-float-act", no_argument, 0, CLI_OPT_INT4_FLOAT_ACT},                                \
+        {"parts", required_argument, 0, CLI_OPT_PARTS},                                            \
+        {"part-mem", required_argument, 0, CLI_OPT_PART_MEM}, {                                    \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -125,6 +129,10 @@ enum {
     "  --int4-float-act       int4 products on float activations on any backend (and int8\n"       \
     "                         ones on the CPU): the exact product of the dequantised weights\n"    \
     "                         (slower; for parity checks)\n"                                       \
+    "  --parts N              split the layers into N partitions by memory, each on a backend\n"   \
+    "                         of its own, as over the GPUs of one host (testing, CPU only for\n"   \
+    "                         now: N CPU backends; the same results)\n"                            \
+    "  --part-mem SIZE        with --parts: each partition's memory, which the split must fit\n"   \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

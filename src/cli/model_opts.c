@@ -175,6 +175,11 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
     case CLI_OPT_CUDA_INT4_FLOAT_ACT: o->mp.cuda.int4_float_act = 1; return 1;
     case CLI_OPT_CUDA_NO_TENSOR_CORES: o->mp.cuda.no_tensor_cores = 1; return 1;
     case CLI_OPT_INT4_FLOAT_ACT: o->mp.int4_float_act = 1; return 1;
+    case CLI_OPT_PARTS:
+        if (cli_parse_int(arg, "--parts", 1, 1024, &v)) return -1;
+        o->mp.n_parts = (int32_t)v;
+        return 1;
+    case CLI_OPT_PART_MEM: return cli_parse_size(arg, "--part-mem", &o->mp.part_mem) ? -1 : 1;
     case CLI_OPT_STATS: /* its table has the oracle's hit rate, from the run's requests */
         o->stats = 1;
         o->mp.keep_routes = 1;
@@ -253,6 +258,7 @@ void cli_model_report(const sl_model *m, const cli_model_opts *o, int64_t ctx) {
     if (!strcmp(in.backend, "cuda"))
         fprintf(stderr, "sluice: GPU expert slots %d per MoE layer%s\n", in.gpu_expert_slots,
                 in.graphs ? ", CUDA graphs" : "");
+    if (in.split) fprintf(stderr, "sluice: %d partitions: %s\n", in.n_parts, in.split);
 }
 
 int cli_model_finish(sl_model *m, const cli_model_opts *o) {

@@ -169,11 +169,15 @@ static sl_status ds3_bind(sl_model *m, sl_error *err) {
     return st;
 }
 
-static int32_t ds3_weights(sl_model *m, sl_tensor **out) {
+static int32_t ds3_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
     ds3_layer *fl = m->fam;
     int32_t n = 0;
-    for (int32_t l = 0; l < m->cfg.n_layers; l++)
-        n += blk_mla_weights(&fl[l].mla, out ? out + n : NULL);
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+        const int32_t k = blk_mla_weights(&fl[l].mla, out ? out + n : NULL);
+        for (int32_t i = 0; layer && i < k; i++)
+            layer[n + i] = l;
+        n += k;
+    }
     return n;
 }
 

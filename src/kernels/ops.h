@@ -392,6 +392,13 @@ typedef struct sl_ops {
      * / sqrt(d); q is [n_heads, d], keys [n_blocks, d]. */
     void (*qsa_scores)(const sl_backend *be, float *scores, const float *q, const float *keys,
                        int32_t n_heads, int32_t n_blocks, int32_t d);
+    /* Optional: bytes from src, in the memory of src_be (another backend of this kind: another
+     * GPU of the host), to dst in this backend's, after the work queued on src_be and before
+     * the work queued here from now on (CUDA: an event on src_be's stream, waited for on this
+     * one, and cudaMemcpyPeerAsync; or NCCL send/recv). NULL: sl_backend_transfer goes through
+     * host memory. */
+    void (*copy_peer)(const sl_backend *be, void *dst, const sl_backend *src_be, const void *src,
+                      size_t bytes);
 } sl_ops;
 
 struct sl_backend {
@@ -409,6 +416,12 @@ void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa);
  * fails with a message when sluice was built without CUDA or no GPU is usable. */
 sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p, sl_error *err);
 void sl_backend_cuda_free(sl_backend *be);
+/* The one way bytes cross between two backends' memories: a split model's residual rows at a
+ * partition boundary (model/model.h, sl_model_part). Host memory on either side (the CPU
+ * backend) is read or written by the other side's to_host / to_dev; two device backends use
+ * the receiver's copy_peer, or else go through host memory at stage, stage_bytes at a time. */
+void sl_backend_transfer(const sl_backend *to, void *dst, const sl_backend *from, const void *src,
+                         size_t bytes, void *stage, size_t stage_bytes);
 /* Whether this build has the CUDA backend and a GPU is present. */
 int sl_backend_cuda_available(void);
 /* The best ISA this processor runs. */

@@ -313,7 +313,7 @@ sl_status blk_bind_hybrid(sl_model *m, blk_linear_proj proj, sl_error *err) {
 void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     const sl_layer *L = &m->layers[l];
     sl_session_buf *b = &s->b;
@@ -357,8 +357,8 @@ void blk_attention(sl_session *s, int32_t l, int32_t T, const blk_attn_sel *sel)
     for (int32_t i = 0; i < calls; i++) {
         const sl_session *r = blk_row_session(s, i);
         const size_t qo = (size_t)i * q_row, ko = (size_t)i * kv_row;
-        float *kc = r->kcache + (size_t)l * (size_t)r->max_ctx * kv_row;
-        float *vc = r->vcache + (size_t)l * (size_t)r->max_ctx * kv_row;
+        float *kc = r->kcache + (size_t)(l - r->layer0) * (size_t)r->max_ctx * kv_row;
+        float *vc = r->vcache + (size_t)(l - r->layer0) * (size_t)r->max_ctx * kv_row;
         const sl_qkv_args qa = {
             .q = b->q + qo,
             .k = b->k + ko,
@@ -412,15 +412,17 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const sl_layer *L = &s->model->layers[l];
     sl_session_buf *b = &s->b;
     if (!L->is_moe) {
-        sl_moe_swiglu_mlp(&s->model->be, b->out, b->xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down,
-                          b->gate, b->up, T);
+        sl_moe_swiglu_mlp(s->be, b->out, b->xn, &L->mlp_gate, &L->mlp_up, &L->mlp_down, b->gate,
+                          b->up, T);
         return SL_OK;
     }
     const int shared = L->sh_gate.data != NULL;
-    int32_t nl = l + 1; /* the next MoE layer, whose picks this layer's input predicts */
-    while (nl < s->model->cfg.n_layers && !s->model->layers[nl].is_moe)
+    /* the next MoE layer, whose picks this layer's input predicts: of this partition (the
+     * predictions are kept in its MoE scratch) */
+    int32_t nl = l + 1;
+    while (nl < s->layer1 && !s->model->layers[nl].is_moe)
         nl++;
-    const sl_layer *N = nl < s->model->cfg.n_layers ? &s->model->layers[nl] : NULL;
+    const sl_layer *N = nl < s->layer1 ? &s->model->layers[nl] : NULL;
     const sl_moe_weights w = {.router = &L->router,
                               .router_bias = L->router_bias.data ? &L->router_bias : NULL,
                               .select_bias = L->select_bias.data ? &L->select_bias : NULL,
@@ -439,14 +441,14 @@ sl_status blk_ffn(sl_session *s, int32_t l, int32_t T, sl_error *err) {
 }
 
 void blk_embed(sl_session *s, float *y, const int32_t *ids, int32_t T) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     be->ops->to_dev(be, s->b.ids, ids, (size_t)T * sizeof(int32_t));
     be->ops->embed(be, y, &s->model->embed, s->b.ids, T);
 }
 
 void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
     const sl_model *m = s->model;
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     s->b.head_x = x; /* for the finite check of sl_session_forward, logits or not */
     s->b.head_rows = rows;
     if (!logits) return;
@@ -462,7 +464,7 @@ void blk_head(sl_session *s, const float *x, int32_t rows, float *logits) {
 
 void blk_residual_norm(sl_session *s, const sl_tensor *w, int32_t T) {
     const sl_model *m = s->model;
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     sl_session_buf *b = &s->b;
     const int32_t H = m->cfg.hidden_size;
     if (!be->ops->add_rmsnorm_next) {
@@ -475,12 +477,30 @@ void blk_residual_norm(sl_session *s, const sl_tensor *w, int32_t T) {
     b->x = b->x_alt, b->x_alt = t;
 }
 
+float *blk_residual_of(sl_session *s) {
+    return s->b.x;
+}
+
+void blk_part_move(const sl_session *s, const sl_backend *from, void *dst, const void *src,
+                   size_t bytes) {
+    const size_t stage = (size_t)s->max_batch * (size_t)s->model->cfg.hidden_size * sizeof(float);
+    sl_backend_transfer(s->be, dst, from, src, bytes, s->b.h_stage, stage);
+}
+
+void blk_part_cross(sl_session *s, int32_t T, blk_part_buf buf, size_t row) {
+    const sl_backend *from = s->be;
+    const float *src = buf(s);
+    const int32_t p = s->part + 1;
+    for (int32_t i = 0; s->rows && i < T; i++)
+        sl_session_enter(s->rows[i], p);
+    sl_session_enter(s, p);
+    blk_part_move(s, from, buf(s), src, (size_t)T * row * sizeof(float));
+}
+
 sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                               int all_logits, sl_error *err) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
-    const sl_backend *be = &m->be;
-    const sl_ops *op = be->ops;
     sl_session_buf *b = &s->b;
     const int32_t H = c->hidden_size;
     const float eps = c->rms_norm_eps, off = m->norm_offset;
@@ -488,9 +508,12 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
     /* Each residual add is fused with the norm that follows it (the next sublayer's, or the
      * final one). A backend with add_rmsnorm_next may fold it into the sublayer's first GEMV;
      * the residual then goes to the other buffer, and the two swap (an even number of times a
-     * pass, so b->x ends where it began). */
+     * pass, so b->x ends where it began; a split model's partitions each have theirs). At a
+     * partition boundary the residual and the FFN's output cross before their add, so that the
+     * next partition runs the add and norm the unsplit pass runs, fused as the backend fuses
+     * them: the same bits on any backend. */
     blk_embed(s, b->x, ids, T);
-    op->rmsnorm(be, b->xn, b->x, &m->layers[0].attn_norm, T, H, eps, off);
+    s->be->ops->rmsnorm(s->be, b->xn, b->x, &m->layers[0].attn_norm, T, H, eps, off);
     for (int32_t l = 0; l < c->n_layers; l++) {
         const sl_layer *L = &m->layers[l];
         const double t0 = sl_now();
@@ -504,6 +527,12 @@ sl_status blk_prenorm_decoder(sl_session *s, const int32_t *ids, int32_t T, floa
         blk_residual_norm(s, &L->ffn_norm, T);
         sl_status st = blk_ffn(s, l, T, err);
         if (st) return st;
+        if (l + 1 == s->layer1 && l + 1 < c->n_layers) { /* a partition boundary */
+            const sl_backend *from = s->be;
+            const float *out = b->out;
+            blk_part_cross(s, T, blk_residual_of, (size_t)H);
+            blk_part_move(s, from, b->out, out, (size_t)T * (size_t)H * sizeof(float));
+        }
         blk_residual_norm(s, l + 1 < c->n_layers ? &m->layers[l + 1].attn_norm : &m->norm, T);
     }
     /* Only the rows whose logits are wanted go through the head. */

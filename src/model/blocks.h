@@ -79,6 +79,19 @@ static inline int32_t blk_row_calls(const sl_session *s, int32_t T) {
     return s->rows ? T : 1;
 }
 
+/* The hand-off at a boundary of a split model (sl_model_part), after layer s->layer1 - 1: the
+ * session, with the sessions of a batched step's rows, enters the next partition, and the rows
+ * of what crosses ([T, row] floats at buf(s), the residual stream: blk_residual_of, s->b.x)
+ * go from the buffer of the partition left to the same buffer of the one entered, through
+ * sl_backend_transfer. The caller goes on there (the shared decoder norms x first). */
+typedef float *(*blk_part_buf)(sl_session *s);
+float *blk_residual_of(sl_session *s);
+void blk_part_cross(sl_session *s, int32_t T, blk_part_buf buf, size_t row);
+/* Once entered: more bytes across, from src in the memory of the partition left (from) to dst
+ * in the current one's. */
+void blk_part_move(const sl_session *s, const sl_backend *from, void *dst, const void *src,
+                   size_t bytes);
+
 /* s->b.xn -> s->b.out for T tokens at position s->pos (or one each of s->rows); appends K/V to
  * layer l's cache. Every query sees every position up to its own, or only those of sel (when
  * not NULL, never with rows). */

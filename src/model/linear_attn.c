@@ -101,7 +101,7 @@ static void split_fused(const sl_backend *be, sl_session_buf *b, const sl_config
 void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     const sl_layer *L = &m->layers[l];
     sl_session_buf *b = &s->b;
@@ -129,7 +129,7 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
     const int32_t calls = blk_row_calls(s, T), Tc = T / calls;
     for (int32_t i = 0; i < calls; i++) {
         const sl_session *r = blk_row_session(s, i);
-        float *conv_state = r->conv_state + (size_t)l * cd * (size_t)(K - 1);
+        float *conv_state = r->conv_state + (size_t)(l - r->layer0) * cd * (size_t)(K - 1);
         op->conv1d_silu(be, b->lin_conv + (size_t)i * cd, b->lin_mixed + (size_t)i * cd, Tc,
                         (int32_t)cd, &L->conv_w, K, 1, conv_state);
     }
@@ -151,7 +151,8 @@ void blk_linear_attention(sl_session *s, int32_t l, int32_t T) {
             .b = b->lin_b + ho,
             .A_log = &L->A_log,
             .dt_bias = &L->dt_bias,
-            .state = r->delta_state + (size_t)l * (size_t)nv * (size_t)dk * (size_t)dv,
+            .state =
+                r->delta_state + (size_t)(l - r->layer0) * (size_t)nv * (size_t)dk * (size_t)dv,
             .T = Tc,
             .nk = nk,
             .nv = nv,

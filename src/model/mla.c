@@ -167,8 +167,9 @@ void blk_mla_layout(const sl_session *s, const blk_mla_dims *d, blk_mla_buf *b, 
     const size_t Bt = B > 1 ? B : 0;
     b->tin = sl_carve(dev, nh * Bt * SL_MAX(dn, kv), sizeof(float));
     b->tout = sl_carve(dev, nh * Bt * SL_MAX(kv, dv), sizeof(float));
+    /* the session's current partition's layers (all of them, unsplit) */
     b->cache =
-        sl_carve(dev, (size_t)s->model->cfg.n_layers * (size_t)s->max_ctx * row, sizeof(float));
+        sl_carve(dev, (size_t)(s->layer1 - s->layer0) * (size_t)s->max_ctx * row, sizeof(float));
     b->ys = sl_carve(host, nh, sizeof(float *));
     b->xs = sl_carve(host, nh, sizeof(float *));
     b->ws = sl_carve(host, nh, sizeof(sl_tensor));
@@ -188,7 +189,7 @@ static void per_head_matmul(const sl_session *s, float *y, size_t y_stride, size
                             const float *x, size_t x_stride, size_t x_ld, int64_t k,
                             const sl_tensor *w, int64_t w_rows_per_head, int64_t w_row0,
                             int64_t w_head_stride, int32_t nh, int32_t T, const blk_mla_buf *b) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     float **ys = b->ys;
     const float **xs = b->xs;
@@ -219,7 +220,7 @@ void blk_mla(sl_session *s, int32_t l, int32_t T, const blk_mla_dims *d, const b
              const blk_mla_buf *b) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     sl_session_buf *sb = &s->b;
     const int32_t nh = d->n_heads, dn = d->nope_dim, dr = d->rope_dim, dv = d->v_dim;
@@ -255,7 +256,7 @@ void blk_mla(sl_session *s, int32_t l, int32_t T, const blk_mla_dims *d, const b
         const sl_latent_attn_args a = {
             .out = b->olat + (size_t)i * (size_t)nh * (size_t)kv,
             .q = b->qabs + (size_t)i * (size_t)nh * (size_t)row,
-            .cache = rb->cache + (size_t)l * (size_t)r->max_ctx * (size_t)row,
+            .cache = rb->cache + (size_t)(l - r->layer0) * (size_t)r->max_ctx * (size_t)row,
             .kv = b->kva + (size_t)i * (size_t)row,
             .kv_norm = &L->kv_a_norm,
             .T = Tc,

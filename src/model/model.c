@@ -19,6 +19,7 @@
 #include "model/blocks.h"
 #include "model/gguf_ckpt.h"
 #include "model/rope.h"
+#include "model/split.h"
 
 /* A packed model's config is the "config" object of its manifest; *version its format. */
 /* A pack's manifest: its config into cfg, its format version, and (gv, may be NULL) the values
@@ -60,12 +61,15 @@ static sl_status load_manifest_config(sl_config *cfg, const char *path, int32_t 
 }
 
 /* Every weight the families bind (absent ones have data == NULL), for upload_weights: the
- * shared layers', then the family's own. */
-static int32_t model_weights(sl_model *m, sl_tensor **out) {
-    int32_t n = 0;
-#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
-    W(m->embed), W(m->norm), W(m->lm_head);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+ * shared layers', then the family's own; with layer, the layer each serves (-1: the embedding,
+ * n_layers: the final norm and the head). */
+static int32_t model_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
+    int32_t n = 0, l = -1;
+#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, layer ? (void)(layer[n] = l) : (void)0, n++)
+    W(m->embed);
+    l = m->cfg.n_layers;
+    W(m->norm), W(m->lm_head);
+    for (l = 0; l < m->cfg.n_layers; l++) {
         sl_layer *L = &m->layers[l];
         W(L->attn_norm), W(L->wq), W(L->wk), W(L->wv), W(L->wo), W(L->bq), W(L->bk), W(L->bv);
         W(L->bo), W(L->q_norm), W(L->k_norm), W(L->sinks), W(L->in_qkvz), W(L->in_ba), W(L->in_qkv);
@@ -76,29 +80,42 @@ static int32_t model_weights(sl_model *m, sl_tensor **out) {
             W(L->sh_router);
     }
 #undef W
-    if (m->family->weights) n += m->family->weights(m, out ? out + n : NULL);
+    if (m->family->weights)
+        n += m->family->weights(m, out ? out + n : NULL, layer ? layer + n : NULL);
     return n;
 }
 
-/* Copies every bound weight (data, and scales/biases of quantised ones) into backend memory
- * and points the model's tensors there. A tensor bound twice (a tied head) is copied once. */
+/* The partition that runs layer l (-1: the embedding's, 0; n_layers: the head's, the last). */
+static int32_t part_of(const sl_model *m, int32_t l) {
+    int32_t q = 0;
+    while (q + 1 < m->n_parts && l >= m->parts[q].layer1)
+        q++;
+    return q;
+}
+
+/* Copies every bound weight (data, and scales/biases of quantised ones) into the backend memory
+ * of its layer's partition and points the model's tensors there. A tensor bound twice (a tied
+ * head) is copied once a partition. */
 static sl_status upload_weights(sl_model *m, sl_error *err) {
-    const sl_backend *be = &m->be;
-    const int32_t n = model_weights(m, NULL);
+    const int32_t n = model_weights(m, NULL, NULL);
     sl_tensor **ts = calloc((size_t)n, sizeof *ts);
     const void **src = calloc((size_t)n, sizeof *src);
+    int32_t *layer = calloc((size_t)n, sizeof *layer);
     m->uploads = calloc((size_t)n, sizeof *m->uploads);
-    if (!ts || !src || !m->uploads) {
-        free(ts), free(src);
+    m->upload_part = calloc((size_t)n, sizeof *m->upload_part);
+    if (!ts || !src || !layer || !m->uploads || !m->upload_part) {
+        free(ts), free(src), free(layer);
         return sl_fail(err, SL_ERR_NOMEM, "out of memory");
     }
-    model_weights(m, ts);
+    model_weights(m, ts, layer);
     sl_status st = SL_OK;
     for (int32_t i = 0; !st && i < n; i++) {
         sl_tensor *t = ts[i];
         if (!t->data) continue;
+        const int32_t q = part_of(m, layer[i]);
+        const sl_backend *be = m->parts[q].be;
         int32_t j = 0;
-        while (j < m->n_uploads && src[j] != t->data)
+        while (j < m->n_uploads && (src[j] != t->data || m->upload_part[j] != q))
             j++;
         /* scales and biases (Q8/Q4; FP8 has scales alone) of sb bytes each after the data */
         const size_t sb = sl_tensor_scale_bytes(t);
@@ -115,6 +132,7 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
             if (sb_s) be->ops->to_dev(be, d + data_bytes, t->scales, sb_s);
             if (sb_b) be->ops->to_dev(be, d + data_bytes + sb_s, t->biases, sb_b);
             src[j] = t->data;
+            m->upload_part[m->n_uploads] = q;
             m->uploads[m->n_uploads++] = d;
         }
         uint8_t *d = m->uploads[j];
@@ -124,6 +142,7 @@ static sl_status upload_weights(sl_model *m, sl_error *err) {
     }
     free(ts);
     free(src);
+    free(layer);
     return st;
 }
 
@@ -420,6 +439,126 @@ static int64_t auto_cache_mem(const sl_model *m, int64_t *avail) {
     return SL_MAX(b, (int64_t)1); /* too little: the store gives the top-k minimum */
 }
 
+/* ---- the pipeline split (model/split.h) ---- */
+
+/* The layer a checkpoint tensor belongs to ("<prefix>layers.N. ..."), or -1. */
+static int32_t layer_of(const sl_ckpt *ck, const char *name) {
+    const size_t pl = strlen(ck->prefix);
+    if (strncmp(name, ck->prefix, pl) != 0 || strncmp(name + pl, "layers.", 7) != 0) return -1;
+    char *end;
+    const long l = strtol(name + pl + 7, &end, 10);
+    return end != name + pl + 7 && *end == '.' && l >= 0 && l < INT32_MAX ? (int32_t)l : -1;
+}
+
+/* What each layer puts on its partition, for the planner: its resident tensors (every tensor of
+ * the checkpoint named after the layer but the routed experts, the family's own included), its
+ * rows of the KV cache at the default context (as auto_cache_mem counts it) or its recurrent
+ * state, and on a device backend its expert slots. The embedding goes to partition 0, the rest
+ * (final norm, head) to the last. */
+static void split_bytes(const sl_model *m, int32_t gpu_experts, int64_t *layer, int64_t *first,
+                        int64_t *last) {
+    const sl_config *c = &m->cfg;
+    int64_t embed = 0;
+    *first = *last = 0;
+    for (int32_t i = 0; i < m->ck.n_entries; i++) {
+        const sl_tensor *t = m->ck.entries[i].t;
+        if (sl_ckpt_is_expert_name(t->name) || strstr(t->name, ".ngram_embedding.")) continue;
+        const int32_t l = layer_of(&m->ck, t->name);
+        if (l >= c->n_layers) continue;
+        const int64_t n = (int64_t)t->nbytes +
+                          (int64_t)(sl_tensor_scale_bytes(t) * (size_t)(!!t->scales + !!t->biases));
+        if (l >= 0)
+            layer[l] += n;
+        else if (strstr(t->name, "embed_tokens"))
+            *first += n, embed += strstr(t->name, "embed_tokens.") ? n : 0;
+        else
+            *last += n;
+    }
+    if (c->tie_word_embeddings) *last += embed; /* the head's copy on the last partition */
+    const int64_t ctx = SL_MIN(c->max_position > 0 ? c->max_position : 4096, 4096);
+    const int64_t kv = 2 * ctx * c->n_kv_heads * c->head_dim * 4;
+    const int64_t lin = ((int64_t)c->lin_n_value_heads * c->lin_key_dim * c->lin_value_dim +
+                         (2 * (int64_t)c->lin_n_key_heads * c->lin_key_dim +
+                          (int64_t)c->lin_n_value_heads * c->lin_value_dim) *
+                             SL_MAX(c->lin_conv_kernel - 1, 0)) *
+                        4;
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        layer[l] += c->layer_is_linear && c->layer_is_linear[l] ? lin : kv;
+        const sl_expert_layer *E = l < m->experts.n_layers ? &m->experts.layers[l] : NULL;
+        if (m->be.device && E && E->n_experts) {
+            const int32_t slots =
+                gpu_experts > 0 ? SL_MIN(gpu_experts, E->n_experts) : E->n_experts;
+            layer[l] += (int64_t)slots * (int64_t)E->hdr.blob_bytes;
+        }
+    }
+}
+
+/* The model's partitions: one (the model's backend, every layer), or n planned by memory, each
+ * on a backend of its own. */
+static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *err) {
+    const sl_config *c = &m->cfg;
+    const int32_t n = p->n_parts ? p->n_parts : 1;
+    if (n < 1 || n > c->n_layers)
+        return sl_fail(err, SL_ERR_ARG,
+                       "%d partitions of a model of %d layers: give 1 to %d (each partition runs "
+                       "one layer at least)",
+                       n, c->n_layers, c->n_layers);
+    if (n > 1 && m->family->forward != blk_prenorm_decoder && !m->family->splits)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "%s: its forward pass is its own, and does not run split over partitions "
+                       "yet: run it on one",
+                       c->arch);
+    /* The CUDA backend's side is to come: a backend per GPU (sl_backend_cuda_init(gpu q)) whose
+     * calls each make its GPU current, copy_peer, pinning the store for every GPU, budgets
+     * from each GPU's free memory. */
+    if (n > 1 && m->be.device && strcmp(m->be.ops->name, "cpu") != 0)
+        return sl_fail(err, SL_ERR_UNSUPPORTED,
+                       "a split over %d partitions runs on the CPU backend only for now (the %s "
+                       "backend does not run one yet)",
+                       n, m->be.ops->name);
+    if (p->part_mem < 0)
+        return sl_fail(err, SL_ERR_ARG, "a partition's memory of %lld bytes",
+                       (long long)p->part_mem);
+    m->parts = sl_calloc((size_t)n, sizeof *m->parts, err);
+    int64_t *bytes = sl_calloc((size_t)c->n_layers, sizeof *bytes, err);
+    int32_t *first = sl_calloc((size_t)n + 1, sizeof *first, err);
+    int64_t *budget = p->part_mem ? sl_calloc((size_t)n, sizeof *budget, err) : NULL;
+    sl_status st = m->parts && bytes && first && (budget || !p->part_mem) ? SL_OK : SL_ERR_NOMEM;
+    sl_split_params sp = {
+        .n_layers = c->n_layers, .layer_bytes = bytes, .n_parts = n, .budget = budget};
+    for (int32_t q = 0; budget && q < n; q++)
+        budget[q] = p->part_mem;
+    if (!st) {
+        m->n_parts = n;
+        split_bytes(m, p->gpu_experts, bytes, &sp.first_bytes, &sp.last_bytes);
+        st = sl_split_plan(&sp, first, err);
+    }
+    for (int32_t q = 0; !st && q < n; q++) {
+        sl_model_part *P = &m->parts[q];
+        P->layer0 = first[q], P->layer1 = first[q + 1];
+        P->bytes = sl_split_bytes(&sp, first, q);
+        if (q == 0) {
+            P->be = &m->be, P->dev = &m->dev;
+            continue;
+        }
+        /* a CPU backend like the model's: the same threads, ISA, product path, and memory of
+         * its own or not (SL_BACKEND_CPU_DEVICE: the device path's weights and expert cache) */
+        sl_backend_cpu_init(&P->own_be, m->be.n_threads, m->be.isa);
+        P->own_be.int4_float_act = m->be.int4_float_act;
+        P->own_be.device = m->be.device;
+        P->be = &P->own_be, P->dev = &P->own_dev;
+    }
+    size_t k = 0;
+    for (int32_t q = 0; !st && n > 1 && q < n && k < sizeof m->split; q++)
+        k += (size_t)snprintf(m->split + k, sizeof m->split - k, "%slayers %d-%d (%.1f MB)",
+                              q ? " | " : "", m->parts[q].layer0, m->parts[q].layer1 - 1,
+                              (double)m->parts[q].bytes / 1e6);
+    free(bytes);
+    free(first);
+    free(budget);
+    return st;
+}
+
 sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -492,13 +631,19 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     else
         st = blk_bind_experts(m, &sp, err);
     if (!st && m->family->open) st = m->family->open(m, dir, p.experts == SL_EXPERTS_STREAM, err);
+    if (!st) st = split_model(m, &p, err);
     /* A backend with memory of its own gets the weights and a cache of expert slots there,
      * filled from the store's host memory, which is pinned for fast copies. */
-    if (!st && m->be.device && !(st = upload_weights(m, err)))
-        st = sl_dev_cache_init(&m->dev, &m->be, &m->experts, p.gpu_experts, p.cache_policy, err);
+    if (!st && m->be.device) st = upload_weights(m, err);
+    for (int32_t q = 0; !st && m->be.device && q < m->n_parts; q++) {
+        const sl_model_part *P = &m->parts[q];
+        st = sl_dev_cache_init_range(P->dev, P->be, &m->experts, P->layer0, P->layer1,
+                                     p.gpu_experts, p.cache_policy, err);
+    }
     if (!st && m->be.device && m->be.ops->pin) pin_store(m, 1);
     /* A slot per expert: all of them in GPU memory now, so decode needs no host step. */
-    if (!st && m->be.device) st = sl_dev_cache_fill(&m->dev, &m->be, &m->experts, err);
+    for (int32_t q = 0; !st && m->be.device && q < m->n_parts; q++)
+        st = sl_dev_cache_fill(m->parts[q].dev, m->parts[q].be, &m->experts, err);
     if (!st) sl_model_reset_stats(m);
     if (!st) describe_types(m, m->types, sizeof m->types);
     if (!st) sl_experts_engine_desc(&m->experts, m->io_engine, sizeof m->io_engine);
@@ -506,6 +651,7 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
     m->prefetch = SL_MIN(SL_MAX(p.prefetch, 0), c->n_experts_used);
     if (!st)
         m->graphs = p.graphs && m->be.ops->graph_begin && m->family->graph_steps &&
+                    m->n_parts == 1 && /* a graph records one backend's step */
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
                                         c->moe_weight_input, c->expert_glu);
     if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
@@ -541,14 +687,20 @@ void sl_model_free(sl_model *m) {
     if (m->be.device) {
         if (m->be.ops->unpin) pin_store(m, 0);
         sl_dev_cache_free(&m->dev, &m->be);
-        for (int32_t i = 0; i < m->n_uploads; i++)
-            m->be.ops->release(&m->be, m->uploads[i]);
+        for (int32_t q = 1; q < m->n_parts; q++)
+            sl_dev_cache_free(&m->parts[q].own_dev, &m->parts[q].own_be);
+        for (int32_t i = 0; i < m->n_uploads; i++) {
+            const sl_backend *be = m->parts ? m->parts[m->upload_part[i]].be : &m->be;
+            be->ops->release(be, m->uploads[i]);
+        }
         free(m->uploads);
+        free(m->upload_part);
         sl_backend_cuda_free(&m->be);
     }
     sl_experts_free(&m->experts);
     if (m->family && m->family->free_model) m->family->free_model(m);
     free(m->layers);
+    free(m->parts);
     sl_ckpt_close(&m->ck);
     sl_config_free(&m->cfg);
     free(m);
@@ -615,6 +767,8 @@ void sl_model_get_info(const sl_model *m, sl_model_info *info) {
         .gpu_expert_slots = m->be.device ? m->dev.n_slots : 0,
         .graphs = m->graphs,
         .io_engine = m->experts.pool ? m->io_engine : NULL,
+        .n_parts = m->n_parts,
+        .split = m->n_parts > 1 ? m->split : NULL,
     };
     if (m->cache_auto_bytes && n_moe && c->n_experts) {
         info->cache_auto_avail = m->cache_auto_avail;
@@ -645,8 +799,8 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                             .max_batch = s->max_batch,
                             /* a device's prefill: each expert once a chunk (memory is cheap
                              * there against reading an expert's weights k times) */
-                            .max_rows = m->be.device ? s->max_batch * SL_MAX(c->n_experts_used, 1)
-                                                     : s->max_batch,
+                            .max_rows = s->be->device ? s->max_batch * SL_MAX(c->n_experts_used, 1)
+                                                      : s->max_batch,
                             .shared = c->shared_intermediate_size > 0,
                             .route = sl_config_route(c),
                             .weight_input = c->moe_weight_input,
@@ -659,9 +813,9 @@ static void layout_moe(sl_session *s, carver *cv, carver *hv) {
                              * them pays) */
                             .decode_rows = s->batch ? SL_MIN(s->max_batch, 32) : 0,
                             .prefetch = m->experts.mode == SL_EXPERTS_STREAM ? m->prefetch : 0};
-    const sl_moe_env env = {.be = &m->be,
+    const sl_moe_env env = {.be = s->be,
                             .store = &m->experts,
-                            .dev = &m->dev,
+                            .dev = m->parts[s->part].dev,
                             .stats = &m->stats,
                             .trace = m->trace_on ? &m->trace : NULL,
                             .replay = m->replay_on ? &m->replay : NULL};
@@ -678,10 +832,10 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     const size_t nkv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     const size_t I = (size_t)SL_MAX(c->intermediate_size,
                                     SL_MAX(c->moe_intermediate_size, c->shared_intermediate_size));
-    const size_t kv =
-        s->model->family->own_kv_cache ? 0 : (size_t)c->n_layers * (size_t)s->max_ctx * nkv;
+    const size_t nl = (size_t)(s->layer1 - s->layer0); /* the current partition's layers */
+    const size_t kv = s->model->family->own_kv_cache ? 0 : nl * (size_t)s->max_ctx * nkv;
     const size_t rope = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
-    const size_t nlin = c->n_linear_layers ? (size_t)c->n_layers : 0;
+    const size_t nlin = c->n_linear_layers ? nl : 0;
     const size_t nv = (size_t)c->lin_n_value_heads;
     const size_t kd = (size_t)c->lin_n_key_heads * (size_t)c->lin_key_dim;
     const size_t vd = nv * (size_t)c->lin_value_dim, cd = 2 * kd + vd;
@@ -690,7 +844,7 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     sl_session_buf *b = &s->b;
     const size_t V = (size_t)c->vocab_size;
     b->ids = carve(cv, B, sizeof(int32_t));
-    b->logits = s->model->be.device ? carve(cv, B * V, sizeof(float)) : NULL;
+    b->logits = s->be->device ? carve(cv, B * V, sizeof(float)) : NULL;
     if (s->model->family->session_layout) s->model->family->session_layout(s, cv, hv);
     s->delta_state_n = nlin * nv * (size_t)c->lin_key_dim * (size_t)c->lin_value_dim;
     s->conv_state_n = nlin * cd * Km1;
@@ -725,15 +879,16 @@ static void layout(sl_session *s, carver *cv, carver *hv) {
     b->up = carve(cv, B * I, sizeof(float));
     b->ffn_out = carve(cv, B * H, sizeof(float));
     layout_moe(s, cv, hv);
-    b->attn_scratch = carve(cv, (size_t)s->model->be.n_threads * (size_t)s->max_ctx, sizeof(float));
+    b->attn_scratch = carve(cv, (size_t)s->be->n_threads * (size_t)s->max_ctx, sizeof(float));
     b->h_hidden = carve(hv, H, sizeof(float));
+    b->h_stage = carve(hv, s->n_parts > 1 ? B * H : 0, sizeof(float));
 }
 
 /* cos/sin of pos * inv_freq (model/rope.h: the config's scaling type, in float32 as
  * transformers computes them); built on the host, then copied to backend memory. */
 static sl_status fill_rope(sl_session *s, sl_error *err) {
     const sl_config *c = &s->model->cfg;
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const size_t n = (size_t)s->max_ctx * (size_t)(c->rot_dim / 2);
     float *cs = malloc(2 * n * sizeof(float));
     if (!cs) return sl_fail(err, SL_ERR_NOMEM, "out of memory");
@@ -744,11 +899,80 @@ static sl_status fill_rope(sl_session *s, sl_error *err) {
     return SL_OK;
 }
 
-/* A session, or (batch) the rows of sl_batch_decode's steps. */
+/* ---- a split model's partitions in a session (sl_session_part) ---- */
+
+static void part_save(sl_session *s) {
+    sl_session_part *P = &s->parts[s->part];
+    P->be = s->be, P->layer0 = s->layer0, P->layer1 = s->layer1;
+    P->kcache = s->kcache, P->vcache = s->vcache;
+    P->rope_cos = s->rope_cos, P->rope_sin = s->rope_sin;
+    P->delta_state = s->delta_state, P->conv_state = s->conv_state;
+    P->delta_state_n = s->delta_state_n, P->conv_state_n = s->conv_state_n;
+    P->b = s->b, P->moe = s->moe, P->fam = s->fam;
+    P->arena = s->arena, P->host_arena = s->host_arena;
+}
+
+static void part_load(sl_session *s, int32_t p) {
+    const sl_session_part *P = &s->parts[p];
+    s->part = p;
+    s->be = P->be, s->layer0 = P->layer0, s->layer1 = P->layer1;
+    s->kcache = P->kcache, s->vcache = P->vcache;
+    s->rope_cos = P->rope_cos, s->rope_sin = P->rope_sin;
+    s->delta_state = P->delta_state, s->conv_state = P->conv_state;
+    s->delta_state_n = P->delta_state_n, s->conv_state_n = P->conv_state_n;
+    s->b = P->b, s->moe = P->moe, s->fam = P->fam;
+    s->arena = P->arena, s->host_arena = P->host_arena;
+}
+
+void sl_session_enter(sl_session *s, int32_t p) {
+    if (p == s->part) return;
+    part_save(s);
+    part_load(s, p);
+}
+
+/* The current partition's buffers (the whole session's with one): carved from an arena of its
+ * backend and one of host memory, then what is filled once (RoPE tables, the family's). */
+static sl_status part_new(sl_session *s, sl_error *err) {
+    sl_model *m = s->model;
+    const sl_backend *be = s->be;
+    carver cv = {0}, hv = {0};
+    layout(s, &cv, &hv);
+    s->arena = be->ops->alloc(be, cv.off);
+    s->host_arena = sl_calloc(1, hv.off, err); /* zeroed: the MoE step's flags start clear */
+    if (!s->arena || !s->host_arena)
+        return sl_fail(err, SL_ERR_NOMEM, "out of %s memory for a session of %d tokens",
+                       s->arena     ? "host"
+                       : be->device ? "GPU"
+                                    : "host",
+                       s->max_ctx);
+    cv = (carver){.base = s->arena};
+    hv = (carver){.base = s->host_arena};
+    layout(s, &cv, &hv);
+    /* x of the widest product a chunk runs: a dense one (hidden, attention output or
+     * intermediate wide), or the routed experts' batch (each token's rows k times) */
+    const sl_config *c = &m->cfg;
+    const int64_t wide = SL_MAX(SL_MAX(c->hidden_size, (int64_t)c->n_heads * c->head_dim),
+                                SL_MAX(c->intermediate_size, c->shared_intermediate_size));
+    const int64_t routed =
+        (int64_t)SL_MAX(c->n_experts_used, 1) * SL_MAX(c->hidden_size, c->moe_intermediate_size);
+    const sl_reserve_args ra = {.max_batch = s->max_batch,
+                                .max_ctx = s->max_ctx,
+                                .n_heads = c->n_heads,
+                                .head_dim = c->head_dim,
+                                .max_x = (int64_t)s->max_batch * SL_MAX(wide, routed)};
+    sl_status st;
+    if ((be->ops->reserve && (st = be->ops->reserve(be, &ra, err))) || (st = fill_rope(s, err)))
+        return st;
+    if (m->family->session_init && (st = m->family->session_init(s, err))) return st;
+    return SL_OK;
+}
+
+/* A session, or (batch) the rows of sl_batch_decode's steps: its buffers on each partition of
+ * the model, the session's own fields the first partition's. */
 static sl_status session_new(sl_model *m, const sl_session_params *params, int batch,
                              sl_session **out, sl_error *err) {
     *out = NULL;
-    sl_status st;
+    sl_status st = SL_OK;
     sl_session_params p = params ? *params : (sl_session_params){0};
     if (p.max_ctx < 0 || p.max_batch < 0)
         return sl_fail(err, SL_ERR_ARG, "context and batch sizes must be positive");
@@ -761,43 +985,32 @@ static sl_status session_new(sl_model *m, const sl_session_params *params, int b
     s->max_ctx = p.max_ctx;
     s->max_batch = p.max_batch;
     s->batch = batch;
-    if (m->family->session_size && !(s->fam = sl_calloc(1, m->family->session_size, err))) {
+    s->n_parts = m->n_parts;
+    if (s->n_parts > 1 && !(s->parts = sl_calloc((size_t)s->n_parts, sizeof *s->parts, err))) {
         free(s);
         return SL_ERR_NOMEM;
     }
-    carver cv = {0}, hv = {0};
-    layout(s, &cv, &hv);
-    const sl_backend *be = &m->be;
-    s->arena = be->ops->alloc(be, cv.off);
-    s->host_arena = sl_calloc(1, hv.off, err); /* zeroed: the MoE step's flags start clear */
-    if (!s->arena || !s->host_arena) {
-        sl_session_free(s);
-        return sl_fail(err, SL_ERR_NOMEM, "out of %s memory for a session of %d tokens",
-                       s->arena     ? "host"
-                       : be->device ? "GPU"
-                                    : "host",
-                       p.max_ctx);
+    /* the family's session state, one a partition */
+    const size_t fs = m->family->session_size;
+    uint8_t *fam = fs ? sl_calloc((size_t)s->n_parts, fs, err) : NULL;
+    if (fs && !fam) {
+        free(s->parts);
+        free(s);
+        return SL_ERR_NOMEM;
     }
-    cv = (carver){.base = s->arena};
-    hv = (carver){.base = s->host_arena};
-    layout(s, &cv, &hv);
-    /* x of the widest product a chunk runs: a dense one (hidden, attention output or
-     * intermediate wide), or the routed experts' batch (each token's rows k times) */
-    const sl_config *c = &m->cfg;
-    const int64_t wide = SL_MAX(SL_MAX(c->hidden_size, (int64_t)c->n_heads * c->head_dim),
-                                SL_MAX(c->intermediate_size, c->shared_intermediate_size));
-    const int64_t routed =
-        (int64_t)SL_MAX(c->n_experts_used, 1) * SL_MAX(c->hidden_size, c->moe_intermediate_size);
-    const sl_reserve_args ra = {.max_batch = p.max_batch,
-                                .max_ctx = p.max_ctx,
-                                .n_heads = m->cfg.n_heads,
-                                .head_dim = m->cfg.head_dim,
-                                .max_x = (int64_t)p.max_batch * SL_MAX(wide, routed)};
-    if ((be->ops->reserve && (st = be->ops->reserve(be, &ra, err))) || (st = fill_rope(s, err))) {
-        sl_session_free(s);
-        return st;
+    for (int32_t q = 0; q < s->n_parts; q++) {
+        const sl_model_part *P = &m->parts[q];
+        s->part = q;
+        s->be = P->be, s->layer0 = P->layer0, s->layer1 = P->layer1;
+        s->fam = fam ? fam + (size_t)q * fs : NULL;
+        s->b = (sl_session_buf){0}, s->moe = (sl_moe_scratch){0};
+        s->arena = s->host_arena = NULL;
+        st = part_new(s, err);
+        if (s->parts) part_save(s);
+        if (st) break;
     }
-    if (m->family->session_init && (st = m->family->session_init(s, err))) {
+    if (s->parts) part_load(s, 0);
+    if (st) {
         sl_session_free(s);
         return st;
     }
@@ -813,19 +1026,37 @@ sl_status sl_session_create(sl_model *m, const sl_session_params *params, sl_ses
 
 void sl_session_free(sl_session *s) {
     if (!s) return;
-    if (s->arena) s->model->be.ops->release(&s->model->be, s->arena);
-    free(s->host_arena);
-    free(s->fam);
+    if (s->parts) part_save(s);
+    void *fam = s->parts ? s->parts[0].fam : s->fam; /* one allocation for all partitions */
+    for (int32_t q = 0; q < s->n_parts; q++) {
+        const sl_session_part *P = s->parts ? &s->parts[q] : NULL;
+        const sl_backend *be = P ? P->be : s->be;
+        void *arena = P ? P->arena : s->arena, *host_arena = P ? P->host_arena : s->host_arena;
+        if (arena) be->ops->release(be, arena);
+        free(host_arena);
+    }
+    free(fam);
+    free(s->parts);
     free(s);
 }
 
+/* Each partition's MoE scratch in turn (the current one's is the session's own field). */
+static void each_moe(sl_session *s, void (*fn)(sl_moe_scratch *)) {
+    fn(&s->moe);
+    for (int32_t q = 0; s->parts && q < s->n_parts; q++)
+        if (q != s->part) fn(&s->parts[q].moe);
+}
+
 void sl_session_reset(sl_session *s) {
-    const sl_backend *be = &s->model->be;
     s->pos = 0;
-    sl_moe_forget_steps(&s->moe);
-    if (s->delta_state_n) be->ops->fill(be, s->delta_state, 0.0f, s->delta_state_n);
-    if (s->conv_state_n) be->ops->fill(be, s->conv_state, 0.0f, s->conv_state_n);
-    if (s->model->family->session_reset) s->model->family->session_reset(s);
+    for (int32_t q = s->n_parts - 1; q >= 0; q--) { /* ends on partition 0 */
+        sl_session_enter(s, q);
+        const sl_backend *be = s->be;
+        sl_moe_forget_steps(&s->moe);
+        if (s->delta_state_n) be->ops->fill(be, s->delta_state, 0.0f, s->delta_state_n);
+        if (s->conv_state_n) be->ops->fill(be, s->conv_state, 0.0f, s->conv_state_n);
+        if (s->model->family->session_reset) s->model->family->session_reset(s);
+    }
 }
 
 int32_t sl_session_pos(const sl_session *s) {
@@ -842,7 +1073,7 @@ int sl_session_rewind(sl_session *s, int32_t pos) {
     if (s->model->cfg.n_linear_layers > 0) return 1;
     if (s->model->family->session_rewind && s->model->family->session_rewind(s, pos)) return 1;
     s->pos = pos;
-    sl_moe_forget_steps(&s->moe);
+    each_moe(s, sl_moe_forget_steps);
     return 0;
 }
 
@@ -888,7 +1119,7 @@ static const char *nonfinite_name(float x) {
 
 /* Row r of the chunk's final hidden state, copied to the host. */
 static const float *hidden_row(sl_session *s, int32_t r) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be; /* the head's partition's */
     const size_t H = (size_t)s->model->cfg.hidden_size;
     be->ops->to_host(be, s->b.h_hidden, s->b.head_x + (size_t)r * H, H * sizeof(float));
     return s->b.h_hidden;
@@ -954,6 +1185,16 @@ static sl_status trace_after(sl_model *m, sl_error *err) {
     return m->trace.st;
 }
 
+/* The first failure any partition's backend met, or SL_OK. */
+static sl_status parts_status(const sl_model *m, sl_error *err) {
+    sl_status st = SL_OK;
+    for (int32_t q = 0; !st && q < m->n_parts; q++) {
+        const sl_backend *be = m->parts[q].be;
+        if (be->ops->status) st = be->ops->status(be, err);
+    }
+    return st;
+}
+
 sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float *logits,
                              int all_logits, sl_error *err) {
     const sl_config *c = &s->model->cfg;
@@ -983,15 +1224,15 @@ sl_status sl_session_forward(sl_session *s, const int32_t *ids, int32_t n, float
             dst = logits + (size_t)done * V;
         else if (logits && last_chunk)
             dst = logits;
-        const sl_backend *be = &s->model->be;
+        sl_session_enter(s, 0);
         s->b.head_x = NULL;
         sl_status st = trace_before(s->model, T, err);
         if (!st)
             st = T == 1 && s->model->graphs
                      ? graph_step(s, ids + done, dst, err)
                      : s->model->family->forward(s, ids + done, T, dst, all_logits, err);
-        if (!st && be->ops->status) st = be->ops->status(be, err);
-        if (!st) sl_moe_settle(&s->moe);
+        if (!st) st = parts_status(s->model, err);
+        if (!st) each_moe(s, sl_moe_settle);
         if (!st) st = trace_after(s->model, err);
         if (!st) st = check_finite(s, dst, T, all_logits, err);
         if (st) return st;
@@ -1082,15 +1323,18 @@ sl_status sl_batch_decode(sl_batch *bt, sl_session *const *rows, const int32_t *
     }
     sl_status st = sl_ckpt_check(&m->ck, err);
     if (st) return st;
-    const sl_backend *be = &m->be;
     const double t0 = sl_now();
+    /* the rows' sessions follow the batch's through the partitions (blk_part_cross) */
+    sl_session_enter(s, 0);
+    for (int32_t i = 0; i < n; i++)
+        sl_session_enter(rows[i], 0);
     s->b.head_x = NULL;
     if ((st = trace_before(m, n, err))) return st;
     s->rows = rows;
     st = m->family->forward(s, ids, n, logits, 1, err);
     s->rows = NULL;
-    if (!st && be->ops->status) st = be->ops->status(be, err);
-    if (!st) sl_moe_settle(&s->moe);
+    if (!st) st = parts_status(m, err);
+    if (!st) each_moe(s, sl_moe_settle);
     if (!st) st = trace_after(m, err);
     const sl_isa isa = sl_cpu_best_isa();
     for (int32_t i = 0; !st && logits && i < n; i++) {
@@ -1104,7 +1348,7 @@ sl_status sl_batch_decode(sl_batch *bt, sl_session *const *rows, const int32_t *
     for (int32_t i = 0; i < n; i++) {
         rows[i]->pos++;
         /* its next step alone has no previous step of its own to compare picks with */
-        sl_moe_forget_steps(&rows[i]->moe);
+        each_moe(rows[i], sl_moe_forget_steps);
     }
     m->stats.gen_tokens += n;
     m->stats.decode_time += sl_now() - t0;
@@ -1121,10 +1365,13 @@ void sl_model_get_stats(const sl_model *m, sl_stats *out) {
     out->prefetch_used = m->experts.prefetch_used;
     out->prefetch_bytes = m->experts.prefetch_bytes;
     out->prefetch_used_bytes = m->experts.prefetch_used_bytes;
-    out->gpu_expert_requests = m->dev.requests;
-    out->gpu_expert_hits = m->dev.hits;
-    out->gpu_bytes_copied = m->dev.bytes;
-    out->gpu_copy_time = m->dev.time;
+    for (int32_t q = 0; q < m->n_parts; q++) { /* each partition's expert cache */
+        const sl_dev_cache *d = m->parts[q].dev;
+        out->gpu_expert_requests += d->requests;
+        out->gpu_expert_hits += d->hits;
+        out->gpu_bytes_copied += d->bytes;
+        out->gpu_copy_time += d->time;
+    }
 }
 
 void sl_model_reset_stats(sl_model *m) {
@@ -1133,8 +1380,11 @@ void sl_model_reset_stats(sl_model *m) {
     m->experts.read_time = 0;
     m->experts.prefetch_reads = m->experts.prefetch_used = 0;
     m->experts.prefetch_bytes = m->experts.prefetch_used_bytes = 0;
-    m->dev.requests = m->dev.hits = m->dev.bytes = 0;
-    m->dev.time = 0;
+    for (int32_t q = 0; q < m->n_parts; q++) {
+        sl_dev_cache *d = m->parts[q].dev;
+        d->requests = d->hits = d->bytes = 0;
+        d->time = 0;
+    }
 }
 
 sl_status sl_model_write_router_hist(const sl_model *m, const char *path, sl_error *err) {

@@ -52,6 +52,24 @@ typedef struct sl_layer {
 
 typedef struct sl_family sl_family;
 
+/*
+ * A partition of the pipeline split (issue 31, model/split.h): layers [layer0, layer1) on a
+ * backend of its own, with its own expert cache in that backend's memory. The embedding runs on
+ * partition 0, the final norm and the head on the last; each token's residual rows cross each
+ * boundary once (blk_part_cross). One partition (the default) is the model's own backend and
+ * cache, and the forward pass is the unsplit one. On the CPU, partitions are separate CPU
+ * backends (logical partitions, to test the split on one machine); on CUDA they are to be the
+ * GPUs of one host.
+ */
+typedef struct sl_model_part {
+    int32_t layer0, layer1;
+    const sl_backend *be; /* partition 0: &sl_model.be; else &own_be */
+    sl_dev_cache *dev;    /* partition 0: &sl_model.dev; else &own_dev (its layers' slots) */
+    sl_backend own_be;
+    sl_dev_cache own_dev;
+    int64_t bytes; /* what the plan put here (sl_split_bytes) */
+} sl_model_part;
+
 struct sl_model {
     sl_config cfg;
     sl_ckpt ck;
@@ -63,8 +81,9 @@ struct sl_model {
     sl_layer *layers;  /* [n_layers] */
     void *fam;         /* what the family adds (its bind hook's, freed by its free_model) */
     sl_expert_store experts;
-    sl_dev_cache dev; /* experts in backend memory (CUDA); unused on the CPU backend */
-    void **uploads;   /* backend copies of the weights (CUDA), released with the model */
+    sl_dev_cache dev;     /* experts in backend memory (CUDA); unused on the CPU backend */
+    void **uploads;       /* backend copies of the weights (CUDA), released with the model */
+    int32_t *upload_part; /* [n_uploads] the partition whose backend holds each */
     int32_t n_uploads;
     float norm_offset;                          /* RMSNorm weight offset: 0 (w) or 1 (1 + w) */
     int32_t kind;                               /* sl_model_kind: where it was loaded from */
@@ -82,6 +101,9 @@ struct sl_model {
     int32_t replay_on;
     /* the pack's format version (1: no checksums) */
     int32_t pack_version;
+    int32_t n_parts;      /* partitions of the pipeline split (1: none) */
+    sl_model_part *parts; /* [n_parts] */
+    char split[256];      /* sl_model_info.split */
 };
 
 /*
@@ -119,17 +141,43 @@ typedef struct sl_session_buf {
     const float *head_x; /* [head_rows, H], backend memory */
     int32_t head_rows;
     float *h_hidden; /* host [H] */
+    float *h_stage;  /* host [B, H] when split: what crosses a boundary on its way between two
+                      * device partitions without a peer copy (sl_backend_transfer), in pieces */
 } sl_session_buf;
+
+/*
+ * What a session keeps per partition of a split model (sl_model_part): the buffers below are
+ * carved per partition from that partition's backend, and the session's fields of the same names
+ * are the current partition's (sl_session_enter swaps them). With one partition there is none
+ * of this: the session's fields are all.
+ */
+typedef struct sl_session_part {
+    const sl_backend *be;
+    int32_t layer0, layer1;
+    float *kcache, *vcache, *rope_cos, *rope_sin, *delta_state, *conv_state;
+    size_t delta_state_n, conv_state_n;
+    sl_session_buf b;
+    sl_moe_scratch moe;
+    void *fam;
+    void *arena, *host_arena;
+} sl_session_part;
 
 struct sl_session {
     sl_model *model;
     int32_t max_ctx, max_batch, pos;
-    float *kcache, *vcache;     /* [n_layers, max_ctx, nkv*hd] */
+    /* The current partition (sl_session_part): its backend, which every block computes on, and
+     * its layers, whose rows of the caches and states below are the partition's own (layer l
+     * at l - layer0). One partition: the model's backend, all layers. */
+    const sl_backend *be;
+    int32_t layer0, layer1;
+    int32_t part, n_parts;
+    sl_session_part *parts;     /* [n_parts] when n_parts > 1, else NULL */
+    float *kcache, *vcache;     /* [layer1 - layer0, max_ctx, nkv*hd] */
     float *rope_cos, *rope_sin; /* [max_ctx, rot_dim / 2] */
-    /* Recurrent state of the linear-attention layers (indexed by layer; empty when none);
+    /* Recurrent state of the linear-attention layers (layer l at l - layer0; empty when none);
      * it cannot be rewound, only reset. */
-    float *delta_state;                 /* [n_layers, nv, dk, dv] */
-    float *conv_state;                  /* [n_layers, conv_dim, K - 1] */
+    float *delta_state;                 /* [layer1 - layer0, nv, dk, dv] */
+    float *conv_state;                  /* [layer1 - layer0, conv_dim, K - 1] */
     size_t delta_state_n, conv_state_n; /* element counts */
     sl_session_buf b;
     sl_moe_scratch moe; /* the MoE step's buffers, carved with b */
@@ -165,9 +213,12 @@ struct sl_family {
     /* After binding and the expert store: what the family reads beside the checkpoint's
      * tensors (from dir; streamed: experts are read per token, so should its tables be). */
     sl_status (*open)(sl_model *m, const char *dir, int streamed, sl_error *err);
-    /* Its weights (the tensors it bound into m->fam) into out[n...] when out is not NULL;
-     * returns the count. They go to backend memory with the shared ones. */
-    int32_t (*weights)(sl_model *m, sl_tensor **out);
+    /* Its weights (the tensors it bound into m->fam) into out[n...] when out is not NULL, and
+     * (layer not NULL) the layer each serves into layer[n...] (-1: the embedding's side, n_layers:
+     * the head's);
+     * returns the count. They go to backend memory with the shared ones, each to its layer's
+     * partition. */
+    int32_t (*weights)(sl_model *m, sl_tensor **out, int32_t *layer);
     void (*free_model)(sl_model *m); /* releases m->fam and what open opened */
     /* The figures sl_model_get_info reports for the family's own parts. */
     void (*info)(const sl_model *m, sl_model_info *info);
@@ -183,6 +234,10 @@ struct sl_family {
     /* T <= max_batch ids at position s->pos; writes T rows (or the last) of logits. */
     sl_status (*forward)(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                          int all_logits, sl_error *err);
+    /* The family's own forward runs split over partitions (sl_model_part): it crosses each
+     * boundary (blk_part_cross) and its session state is per partition. blk_prenorm_decoder
+     * does. */
+    int splits;
     /* Optional: layer l's attention sublayer (b->xn -> b->out) when it is the family's own
      * (MLA), so that blk_prenorm_decoder runs the rest of the decoder as for every family.
      * It must honour sl_session.rows (blk_row_session): sl_batch_decode runs every family
@@ -212,6 +267,10 @@ struct sl_family {
      * need a relayout. */
     int32_t (*expert_layout)(const sl_config *c, const sl_ckpt *ck);
 };
+
+/* Makes partition p the session's current one (a split model's forward pass, at its start and at
+ * each boundary): the current partition's fields go back to it, p's come in. */
+void sl_session_enter(sl_session *s, int32_t p);
 
 /* The router rule of config c (its route_* keys and norm_topk_prob; config.c). */
 sl_route_cfg sl_config_route(const sl_config *c);

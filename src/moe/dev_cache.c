@@ -18,6 +18,12 @@ static const sl_expert *sample_view(const sl_expert_layer *L) {
 
 sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expert_store *store,
                             int32_t n_slots, sl_cache_policy policy, sl_error *err) {
+    return sl_dev_cache_init_range(d, be, store, 0, store->n_layers, n_slots, policy, err);
+}
+
+sl_status sl_dev_cache_init_range(sl_dev_cache *d, const sl_backend *be,
+                                  const sl_expert_store *store, int32_t layer0, int32_t layer1,
+                                  int32_t n_slots, sl_cache_policy policy, sl_error *err) {
     memset(d, 0, sizeof *d);
     d->n_layers = store->n_layers;
     d->n_experts = store->n_experts;
@@ -46,7 +52,7 @@ sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expe
         off = align64(off + part[i]);
     }
     d->slot_bytes = off;
-    for (int32_t l = 0; l < d->n_layers; l++) {
+    for (int32_t l = SL_MAX(layer0, 0); l < SL_MIN(layer1, d->n_layers); l++) {
         const sl_expert_layer *HL = &store->layers[l];
         const sl_expert *ex = HL->n_experts ? sample_view(HL) : NULL;
         if (!ex) continue;

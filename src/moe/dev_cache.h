@@ -37,6 +37,11 @@ typedef struct sl_dev_cache {
 /* Slots for every MoE layer of the store, n_slots each (clamped to [1, n_experts]). */
 sl_status sl_dev_cache_init(sl_dev_cache *d, const sl_backend *be, const sl_expert_store *store,
                             int32_t n_slots, sl_cache_policy policy, sl_error *err);
+/* ... for the MoE layers in [layer0, layer1) alone (a partition of a split model, whose backend
+ * runs those): the others have none, as dense layers. */
+sl_status sl_dev_cache_init_range(sl_dev_cache *d, const sl_backend *be,
+                                  const sl_expert_store *store, int32_t layer0, int32_t layer1,
+                                  int32_t n_slots, sl_cache_policy policy, sl_error *err);
 void sl_dev_cache_free(sl_dev_cache *d, const sl_backend *be);
 /* Replaces the host views in[0..n) of experts ids[] (as the store's fetch gave them) by views
  * into backend memory, copying the misses in; n <= n_slots. The copies are queued: the

@@ -134,12 +134,12 @@ static sl_status gemma4_bind(sl_model *m, sl_error *err) {
     return st;
 }
 
-static int32_t gemma4_weights(sl_model *m, sl_tensor **out) {
+static int32_t gemma4_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
     g4_model *gm = g4_mod(m);
-    int32_t n = 0;
-#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, n++)
-    W(gm->ple_embed), W(gm->ple_model), W(gm->ple_pnorm), W(gm->ones);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    int32_t n = 0, l = -1;
+#define W(t) (out ? (void)(out[n] = &(t)) : (void)0, layer ? (void)(layer[n] = l) : (void)0, n++)
+    W(gm->ple_embed), W(gm->ple_model), W(gm->ple_pnorm); /* ones: the sessions' (ones_of) */
+    for (l = 0; l < m->cfg.n_layers; l++) {
         g4_layer *G = &gm->layers[l];
         W(G->post_attn_norm), W(G->post_ffn_norm), W(G->post_ffn_norm1), W(G->pre_ffn_norm2);
         W(G->post_ffn_norm2), W(G->router_scale), W(G->ple_gate);
@@ -160,11 +160,22 @@ static void gemma4_free(sl_model *m) {
 
 /* ------------------------------------------------------------- session */
 
-/* Floats of layer l's K (or V) cache; 0 for a KV-shared layer. */
+/* Whether some layer in [l0, l1) attends layer src's K/V (src itself, or a KV-shared one). */
+static int kv_used(const g4_config *g, int32_t src, int32_t l0, int32_t l1) {
+    for (int32_t j = l0; j < l1; j++)
+        if (g->layers[j].kv_src == src) return 1;
+    return 0;
+}
+
+/* Floats of layer l's K (or V) cache in the session's current partition: 0 for a KV-shared
+ * layer, and for one no layer of the partition or after it attends (a split model's partition
+ * keeps the caches its layers read, their own and earlier layers' they share, and relays
+ * those that later partitions share). */
 static size_t kv_floats(const sl_session *s, int32_t l) {
     const g4_config *g = g4_cfg(s->model);
     const g4_kind *K = &g->kind[g->layers[l].kind];
-    return g->layers[l].kv_src == l
+    return g->layers[l].kv_src == l && l < s->layer1 &&
+                   kv_used(g, l, s->layer0, s->model->cfg.n_layers)
                ? (size_t)s->max_ctx * (size_t)K->n_kv_heads * (size_t)K->head_dim
                : 0;
 }
@@ -201,6 +212,7 @@ static void gemma4_layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
     b->ple_tok = sl_carve(cv, B * LP, sizeof(float));
     b->ple_in = sl_carve(cv, B * (size_t)g->ple_dim, sizeof(float));
     b->ple_g = sl_carve(cv, B * (size_t)g->ple_dim, sizeof(float));
+    b->ones = sl_carve(cv, (size_t)g->max_head_dim, sizeof(float));
 }
 
 /* cos/sin of pos * inv_freq per attention kind, in float32 as Gemma4TextRotaryEmbedding
@@ -208,7 +220,7 @@ static void gemma4_layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
  * 1 / theta^(2i / head_dim) for i < rope_angles, divided by factor, then zeros). */
 static sl_status fill_rope(sl_session *s, sl_error *err) {
     const g4_config *g = g4_cfg(s->model);
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     g4_session *b = g4_ses(s);
     for (int k = 0; k < G4_KINDS; k++) {
         const g4_kind *K = &g->kind[k];
@@ -253,11 +265,20 @@ static sl_status gemma4_session_init(sl_session *s, sl_error *err) {
                                 .n_heads = m->cfg.n_heads,
                                 .head_dim = g->max_head_dim};
     sl_status st;
-    if (m->be.ops->reserve && (st = m->be.ops->reserve(&m->be, &ra, err))) return st;
+    if (s->be->ops->reserve && (st = s->be->ops->reserve(s->be, &ra, err))) return st;
+    s->be->ops->to_dev(s->be, b->ones, g4_mod(m)->ones_data,
+                       (size_t)g->max_head_dim * sizeof(float));
     return fill_rope(s, err);
 }
 
 /* ------------------------------------------------------------- forward */
+
+/* The scale-free norms' weight in the session's backend memory (each partition's own). */
+static sl_tensor ones_of(const sl_session *s) {
+    sl_tensor t = g4_mod(s->model)->ones;
+    t.data = g4_ses(s)->ones;
+    return t;
+}
 
 /* Layer l's self-attention: s->b.xn -> s->b.out. */
 static void attention(sl_session *s, int32_t l, int32_t T) {
@@ -266,7 +287,7 @@ static void attention(sl_session *s, int32_t l, int32_t T) {
     const g4_config *g = g4_cfg(m);
     const g4_layer_cfg *lc = &g->layers[l];
     const g4_kind *K = &g->kind[lc->kind];
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     const sl_layer *L = &m->layers[l];
     g4_session *b = g4_ses(s);
@@ -301,7 +322,8 @@ static void attention(sl_session *s, int32_t l, int32_t T) {
         const int32_t Ts[3] = {T, T, T};
         op->matmul_batch(be, y, x, w, Ts, K->no_v ? 2 : 3);
         if (K->no_v) op->copy2d(be, b->v, (size_t)nkv * hd, b->k, (size_t)nkv * hd, T, nkv * hd);
-        op->rmsnorm(be, b->v, b->v, &g4_mod(m)->ones, T * nkv, hd, eps, 0.0f);
+        const sl_tensor ones = ones_of(s);
+        op->rmsnorm(be, b->v, b->v, &ones, T * nkv, hd, eps, 0.0f);
     } else {
         /* KV-shared: only the queries; keys and values are the source layer's */
         op->matmul(be, b->q, s->b.xn, &L->wq, NULL, T);
@@ -329,7 +351,7 @@ static void attention(sl_session *s, int32_t l, int32_t T) {
 
 /* down(gelu_tanh(gate x) * up x) of layer l's MLP, x [T, H] -> y [T, H]. */
 static void mlp(sl_session *s, int32_t l, const float *x, float *y, int32_t T) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const sl_layer *L = &s->model->layers[l];
     g4_session *b = g4_ses(s);
     const size_t I = (size_t)g4_mod(s->model)->layers[l].mlp_inter;
@@ -350,7 +372,7 @@ static void per_layer_inputs(sl_session *s, int32_t T) {
     const sl_config *c = &m->cfg;
     const g4_config *g = g4_cfg(m);
     const g4_model *gm = g4_mod(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     g4_session *b = g4_ses(s);
     const size_t n = (size_t)T * (size_t)c->n_layers * (size_t)g->ple_dim;
     be->ops->embed(be, b->ple_tok, &gm->ple_embed, s->b.ids, T);
@@ -367,7 +389,7 @@ static void per_layer_inputs(sl_session *s, int32_t T) {
 static sl_status feed_forward(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     const sl_layer *L = &m->layers[l];
     const g4_layer *G = &g4_mod(m)->layers[l];
@@ -407,7 +429,7 @@ static void per_layer_input(sl_session *s, int32_t l, int32_t T) {
     const sl_config *c = &m->cfg;
     const g4_config *g = g4_cfg(m);
     const g4_layer *G = &g4_mod(m)->layers[l];
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     g4_session *b = g4_ses(s);
     const size_t P = (size_t)g->ple_dim, LP = (size_t)c->n_layers * P;
@@ -419,13 +441,34 @@ static void per_layer_input(sl_session *s, int32_t l, int32_t T) {
     op->axpy(be, s->b.x, 1.0f, s->b.out, (size_t)T * (size_t)c->hidden_size);
 }
 
+/* A partition boundary after layer l (sl_model_part): the residual and the per-layer inputs
+ * cross, and the chunk's new K/V rows of the layers whose caches later layers share. */
+static void cross(sl_session *s, int32_t l, int32_t T) {
+    const sl_model *m = s->model;
+    const g4_config *g = g4_cfg(m);
+    const size_t P = (size_t)g->ple_dim, LP = (size_t)m->cfg.n_layers * P;
+    const sl_backend *from = s->be;
+    const g4_session *a = g4_ses(s); /* the partition left's; its memory stays */
+    blk_part_cross(s, T, blk_residual_of, (size_t)m->cfg.hidden_size);
+    g4_session *b = g4_ses(s);
+    if (P) blk_part_move(s, from, b->ple, a->ple, (size_t)T * LP * sizeof(float));
+    for (int32_t src = 0; src <= l; src++) {
+        if (g->layers[src].kv_src != src || !kv_used(g, src, s->layer0, m->cfg.n_layers)) continue;
+        const g4_kind *K = &g->kind[g->layers[src].kind];
+        const size_t row = (size_t)K->n_kv_heads * (size_t)K->head_dim;
+        const size_t at = (size_t)s->pos * row, n = (size_t)T * row * sizeof(float);
+        blk_part_move(s, from, b->kcache + b->kv_off[src] + at, a->kcache + a->kv_off[src] + at, n);
+        blk_part_move(s, from, b->vcache + b->kv_off[src] + at, a->vcache + a->kv_off[src] + at, n);
+    }
+}
+
 static sl_status gemma4_forward(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                                 int all_logits, sl_error *err) {
     sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const g4_config *g = g4_cfg(m);
     const g4_model *gm = g4_mod(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ops *op = be->ops;
     sl_session_buf *sb = &s->b;
     const int32_t H = c->hidden_size;
@@ -449,6 +492,10 @@ static sl_status gemma4_forward(sl_session *s, const int32_t *ids, int32_t T, fl
         if (st) return st;
         if (g->ple_dim) per_layer_input(s, l, T);
         if (G->scalar != 1.0f) op->activate(be, sb->x, sb->x, n, 1.0f, G->scalar, SL_ACT_NONE);
+        if (l + 1 == s->layer1 && l + 1 < c->n_layers) {
+            cross(s, l, T);
+            be = s->be, op = be->ops;
+        }
     }
     /* Only the rows whose logits are wanted go through the final norm and the head. */
     const int32_t first = all_logits ? 0 : T - 1;
@@ -510,6 +557,7 @@ const sl_family sl_family_gemma4 = {
     .session_layout = gemma4_layout,
     .session_init = gemma4_session_init,
     .forward = gemma4_forward,
+    .splits = 1,
     .own_attention_config = 1,
     .own_kv_cache = 1,
     .experts_module = "experts",

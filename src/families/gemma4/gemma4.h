@@ -69,7 +69,7 @@ typedef struct g4_model {
     sl_tensor ple_model; /* [L * P, H] per_layer_model_projection */
     sl_tensor ple_pnorm; /* [P] per_layer_projection_norm */
     sl_tensor ones;      /* [max_head_dim] F32 ones: the weight of the scale-free norms */
-    float *ones_data;    /* its host memory */
+    float *ones_data;    /* its host memory (each session's copy: g4_session.ones) */
     float embed_scale;   /* sqrt(H), the embedding's factor */
     float ple_scale;     /* sqrt(P), embed_tokens_per_layer's */
     char notes[256];     /* sl_model_info.features */
@@ -78,7 +78,8 @@ typedef struct g4_model {
 /* What the family adds to a session (sl_session.fam). B = max_batch. */
 typedef struct g4_session {
     float *q, *k, *v, *attn;   /* [B, max_q], [B, max_kv] x 2, [B, max_q] */
-    float *kcache, *vcache;    /* every non-shared layer's [max_ctx, nkv * head_dim] */
+    float *kcache, *vcache;    /* [max_ctx, nkv * head_dim] of every non-shared layer the
+                                * partition's layers attend (kv_floats) */
     size_t *kv_off;            /* host [n_layers] each layer's offset in them (floats) */
     float *rope_cos[G4_KINDS]; /* [max_ctx, head_dim / 2] per kind */
     float *rope_sin[G4_KINDS];
@@ -88,6 +89,7 @@ typedef struct g4_session {
     float *ple;            /* [B, L * P] per-layer inputs */
     float *ple_tok;        /* [B, L * P] their token-identity part */
     float *ple_in, *ple_g; /* [B, P] layer l's slice, and its gate */
+    float *ones;           /* [max_head_dim] g4_model.ones in the session's backend memory */
 } g4_session;
 
 static inline const g4_config *g4_cfg(const sl_model *m) {

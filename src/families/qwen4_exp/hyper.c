@@ -47,8 +47,8 @@ void q4_grouped_rmsnorm(sl_session *s, float *y, const float *x, const sl_tensor
         wc.shape[0] = (int64_t)H;
         for (int32_t t = 0; t < T; t++) {
             const size_t off = ((size_t)t * (size_t)hc + (size_t)ch) * H;
-            m->be.ops->rmsnorm(&m->be, y + off, x + off, &wc, 1, (int32_t)H, c->rms_norm_eps,
-                               m->norm_offset);
+            s->be->ops->rmsnorm(s->be, y + off, x + off, &wc, 1, (int32_t)H, c->rms_norm_eps,
+                                m->norm_offset);
         }
     }
 }
@@ -57,7 +57,7 @@ void q4_hyper_mix(sl_session *s, const sl_hyper *hy, int32_t T) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     q4_session *b = q4_ses(s);
     const float hc = (float)qc->hc_count;
     const size_t hcH = (size_t)qc->hc_count * (size_t)c->hidden_size;
@@ -77,6 +77,6 @@ void q4_hyper_mix(sl_session *s, const sl_hyper *hy, int32_t T) {
 void q4_hyper_inject(sl_session *s, int32_t T) {
     const sl_model *m = s->model;
     const q4_session *b = q4_ses(s);
-    m->be.ops->hc_inject(&m->be, b->hres, s->b.out, b->hinj, T, q4_cfg(m)->hc_count,
-                         m->cfg.hidden_size);
+    s->be->ops->hc_inject(s->be, b->hres, s->b.out, b->hinj, T, q4_cfg(m)->hc_count,
+                          m->cfg.hidden_size);
 }

@@ -395,7 +395,7 @@ void q4_ple_rows(const q4_config *c, const sl_ple *P, const int32_t *hist, int64
 sl_status q4_ple(sl_session *s, int32_t l, int32_t T, sl_error *err) {
     sl_model *m = s->model;
     const q4_config *c = q4_cfg(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const sl_ple *P = q4_mod(m)->layers[l].ple;
     q4_session *b = q4_ses(s);
     const int32_t G = q4_ngram_heads(c), dim = P->table.dim, D = c->ple_embed_dim;

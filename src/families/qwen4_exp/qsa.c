@@ -201,13 +201,13 @@ static void pool_blocks(sl_session *s, int32_t l, int32_t T) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const q4_layer *L = &q4_mod(m)->layers[l];
     const q4_session *b = q4_ses(s);
     const int32_t ihd = qc->idx_head_dim, R = qc->idx_ratio;
     const size_t nblk = (size_t)(s->max_ctx / R) + 1;
-    const float *keys = b->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
-    float *blocks = b->idx_blocks + (size_t)l * nblk * (size_t)ihd;
+    const float *keys = b->idx_kcache + (size_t)(l - s->layer0) * (size_t)s->max_ctx * (size_t)ihd;
+    float *blocks = b->idx_blocks + (size_t)(l - s->layer0) * nblk * (size_t)ihd;
     for (int32_t bk = s->pos / R; (bk + 1) * R <= s->pos + T; bk++) {
         float *k = blocks + (size_t)bk * (size_t)ihd;
         /* the mean of the block's R raw keys: their sum, then / R */
@@ -223,15 +223,15 @@ void q4_qsa_select(sl_session *s, int32_t l, int32_t T, blk_attn_sel *out) {
     const sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     const q4_layer *L = &q4_mod(m)->layers[l];
     q4_session *b = q4_ses(s);
     const int32_t ih = qc->idx_heads, ihd = qc->idx_head_dim, R = qc->idx_ratio;
     const int32_t top = qc->idx_budget / R, stride = qc->idx_budget + R - 1;
     const size_t nq = (size_t)ih * (size_t)ihd, row = nq + (size_t)ihd;
     const size_t nblk = (size_t)(s->max_ctx / R) + 1;
-    float *keys = b->idx_kcache + (size_t)l * (size_t)s->max_ctx * (size_t)ihd;
-    const float *blocks = b->idx_blocks + (size_t)l * nblk * (size_t)ihd;
+    float *keys = b->idx_kcache + (size_t)(l - s->layer0) * (size_t)s->max_ctx * (size_t)ihd;
+    const float *blocks = b->idx_blocks + (size_t)(l - s->layer0) * nblk * (size_t)ihd;
 
     if (L->idx_k.data) { /* q and k apart: q straight in place, k through idx_qk */
         be->ops->matmul(be, b->idx_q, s->b.xn, &L->idx_qk, NULL, T);

@@ -56,13 +56,14 @@ static sl_status qwen4_exp_open(sl_model *m, const char *dir, int streamed, sl_e
     return q4_cfg(m)->n_ple_layers ? q4_ple_open_tables(m, dir, streamed, err) : SL_OK;
 }
 
-static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out) {
+static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out, int32_t *layer) {
     q4_model *qm = q4_mod(m);
-    int32_t n = 0;
-#define W(t)     (out ? (void)(out[n] = &(t)) : (void)0, n++)
+    int32_t n = 0, l = -1;
+#define W(t)     (out ? (void)(out[n] = &(t)) : (void)0, layer ? (void)(layer[n] = l) : (void)0, n++)
 #define HYPER(h) (W((h).norm), W((h).down), W((h).up), W((h).inject))
+    l = m->cfg.n_layers; /* the final mixer: the head's side */
     HYPER(qm->hc_final);
-    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    for (l = 0; l < m->cfg.n_layers; l++) {
         q4_layer *L = &qm->layers[l];
         HYPER(L->hc_attn);
         HYPER(L->hc_ffn);
@@ -70,6 +71,8 @@ static int32_t qwen4_exp_weights(sl_model *m, sl_tensor **out) {
     }
     for (int32_t i = 0; i < q4_cfg(m)->n_ple_layers; i++) {
         sl_ple *P = &qm->ples[i];
+        for (l = 0; l < m->cfg.n_layers && qm->layers[l].ple != P; l++) /* the layer it serves */
+            ;
         W(P->key_proj), W(P->value_proj), W(P->norm_key), W(P->norm_query), W(P->norm_conv);
         W(P->conv);
     }
@@ -111,7 +114,8 @@ static void qwen4_exp_layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
     const size_t ple_conv = pb ? (size_t)(qc->ple_conv_kernel - 1) * NG : 0;
     const size_t ib = qc->idx_heads ? B : 0, ihd = (size_t)qc->idx_head_dim;
     const size_t nblk = qc->idx_heads ? (size_t)(s->max_ctx / qc->idx_ratio) + 1 : 0;
-    const size_t nidx = qc->idx_heads ? (size_t)c->n_layers : 0;
+    /* the indexer's caches: the partition's layers' (all of them unsplit), layer l at l - layer0 */
+    const size_t nidx = qc->idx_heads ? (size_t)(s->layer1 - s->layer0) : 0;
     const size_t stride = qc->idx_heads ? (size_t)(qc->idx_budget + qc->idx_ratio - 1) : 0;
     b->ones = sl_carve(cv, (size_t)SL_MAX(qc->idx_ratio, 1), sizeof(float));
     b->h_qsa_scores = sl_carve(hv, nblk, sizeof(float));
@@ -148,7 +152,7 @@ static void qwen4_exp_layout(sl_session *s, sl_carver *cv, sl_carver *hv) {
 }
 
 static sl_status qwen4_exp_session_init(sl_session *s, sl_error *err) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const float one = 1.0f;
     (void)err;
     for (int32_t i = 0; i < SL_MAX(q4_cfg(s->model)->idx_ratio, 1); i++)
@@ -157,7 +161,7 @@ static sl_status qwen4_exp_session_init(sl_session *s, sl_error *err) {
 }
 
 static void qwen4_exp_reset(sl_session *s) {
-    const sl_backend *be = &s->model->be;
+    const sl_backend *be = s->be;
     const q4_config *qc = q4_cfg(s->model);
     q4_session *b = q4_ses(s);
     if (!qc->n_ple_layers) return;
@@ -176,13 +180,18 @@ static int qwen4_exp_rewind(sl_session *s, int32_t pos) {
 
 /* ------------------------------------------------------------- forward */
 
+/* What crosses a partition boundary (blk_part_cross): the hc residual streams. */
+static float *hres_of(sl_session *s) {
+    return q4_ses(s)->hres;
+}
+
 static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T, float *logits,
                                    int all_logits, sl_error *err) {
     sl_model *m = s->model;
     const sl_config *c = &m->cfg;
     const q4_config *qc = q4_cfg(m);
     const q4_model *qm = q4_mod(m);
-    const sl_backend *be = &m->be;
+    const sl_backend *be = s->be;
     q4_session *b = q4_ses(s);
     const size_t H = (size_t)c->hidden_size, hc = (size_t)qc->hc_count;
 
@@ -208,6 +217,13 @@ static sl_status qwen4_exp_forward(sl_session *s, const int32_t *ids, int32_t T,
         q4_hyper_mix(s, &L->hc_ffn, T);
         if ((st = blk_ffn(s, l, T, err))) return st;
         q4_hyper_inject(s, T);
+        if (l + 1 == s->layer1 && l + 1 < c->n_layers) {
+            /* a partition boundary: the residual streams cross; the next partition's PLE
+             * history (its own) takes this chunk's tokens too */
+            blk_part_cross(s, T, hres_of, hc * H);
+            be = s->be, b = q4_ses(s);
+            if (qc->n_ple_layers) q4_ple_history(s, ids, T);
+        }
     }
     /* Only the rows whose logits are wanted go through the final mixer and head. */
     const int32_t first = all_logits ? 0 : T - 1, rows = T - first;
@@ -251,5 +267,6 @@ const sl_family sl_family_qwen4_exp = {
     .session_reset = qwen4_exp_reset,
     .session_rewind = qwen4_exp_rewind,
     .forward = qwen4_exp_forward,
+    .splits = 1,
     .own_norms = 1,
 };
