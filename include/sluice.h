@@ -142,12 +142,16 @@ typedef struct sl_model_params {
     int32_t cache_mem_auto;
     /* The pipeline split (issue 31): the layers in this many contiguous partitions balanced by
      * memory, each on a backend of its own, the residual rows crossing each boundary once
-     * (0 or 1: none). CPU backend only for now (logical partitions, for tests; CUDA is to map
-     * them to the GPUs of one host). Results are the unsplit model's bits. */
+     * (0 or 1: none). On the CPU backend, CPU backends of their own (logical partitions, for
+     * tests); on CUDA, backends of their own on the model's GPU, or one GPU each (part_gpus).
+     * Results are the unsplit model's bits. */
     int32_t n_parts;
     /* With n_parts: the memory of each partition in bytes, which the plan must fit (an error
-     * says where it does not); 0: no limit (CUDA is to take each GPU's free memory) */
+     * says where it does not); 0: no limit, or with part_gpus each GPU's free memory */
     int64_t part_mem;
+    /* CUDA: partition q on GPU q (the GPUs of one host, --gpus N), each budget at most that
+     * GPU's free memory less a reserve for the sessions; 0: every partition on GPU 0 */
+    int32_t part_gpus;
 } sl_model_params;
 
 /* Counters since load (or the last sl_model_reset_stats). Times in seconds. */

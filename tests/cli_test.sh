@@ -116,6 +116,9 @@ done
 expect_fail "--parts 0" "invalid --parts" "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 0
 expect_fail "--parts past the layers" "4 partitions of a model of 3 layers: give 1 to 3" \
     "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 4
+expect_fail "--gpus on the CPU backend" "partitions on GPUs of their own need the CUDA backend" \
+    "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --gpus 2 --backend cpu
+expect_fail "--gpus 0" "invalid --gpus" "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --gpus 0
 expect_fail "--part-mem too small" "does not fit in 2 partitions: .* on partition 0, whose budget is 0.1 MiB" \
     "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 2 --part-mem 100K
 if "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 2 --part-mem 1M -v 2>&1 |

@@ -53,6 +53,7 @@ enum {
     CLI_OPT_NO_OVERLAP,
     CLI_OPT_PARTS,
     CLI_OPT_PART_MEM,
+    CLI_OPT_GPUS,
     CLI_OPT_COMMAND = 512 /* first code of a command's own options */
 };
 
@@ -85,7 +86,8 @@ enum {
         {"cuda-no-tensor-cores", no_argument, 0, CLI_OPT_CUDA_NO_TENSOR_CORES},                    \
         {"int4-float-act", no_argument, 0, CLI_OPT_INT4_FLOAT_ACT},                                \
         {"parts", required_argument, 0, CLI_OPT_PARTS},                                            \
-        {"part-mem", required_argument, 0, CLI_OPT_PART_MEM}, {                                    \
+        {"part-mem", required_argument, 0, CLI_OPT_PART_MEM},                                      \
+        {"gpus", required_argument, 0, CLI_OPT_GPUS}, {                                            \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -129,10 +131,15 @@ enum {
     "  --int4-float-act       int4 products on float activations on any backend (and int8\n"       \
     "                         ones on the CPU): the exact product of the dequantised weights\n"    \
     "                         (slower; for parity checks)\n"                                       \
-    "  --parts N              split the layers into N partitions by memory, each on a backend\n"   \
-    "                         of its own, as over the GPUs of one host (testing, CPU only for\n"   \
-    "                         now: N CPU backends; the same results)\n"                            \
-    "  --part-mem SIZE        with --parts: each partition's memory, which the split must fit\n"   \
+    "  --gpus N               split the layers over GPUs 0..N-1 of this host by memory (CUDA),\n"  \
+    "                         each with its own expert cache; each token's hidden state crosses\n" \
+    "                         each boundary once (peer copies); the same results as one GPU\n"     \
+    "  --parts N              the same split into N partitions, each on a backend of its own,\n"   \
+    "                         all on one device (testing: N CPU backends, or N CUDA backends\n"    \
+    "                         on GPU 0)\n"                                                         \
+    "  --part-mem SIZE        with --parts/--gpus: each partition's memory, which the split "      \
+    "must\n"                                                                                       \
+    "                         fit (--gpus: at most each GPU's free memory less a reserve)\n"       \
     "  -h, --help             this help\n"
 
 typedef struct cli_model_opts {

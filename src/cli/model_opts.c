@@ -180,6 +180,11 @@ int cli_model_option(int c, const char *arg, cli_model_opts *o) {
         o->mp.n_parts = (int32_t)v;
         return 1;
     case CLI_OPT_PART_MEM: return cli_parse_size(arg, "--part-mem", &o->mp.part_mem) ? -1 : 1;
+    case CLI_OPT_GPUS:
+        if (cli_parse_int(arg, "--gpus", 1, 64, &v)) return -1;
+        o->mp.n_parts = (int32_t)v;
+        o->mp.part_gpus = 1;
+        return 1;
     case CLI_OPT_STATS: /* its table has the oracle's hit rate, from the run's requests */
         o->stats = 1;
         o->mp.keep_routes = 1;

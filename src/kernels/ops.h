@@ -416,6 +416,10 @@ void sl_backend_cpu_init(sl_backend *be, int32_t n_threads, sl_isa isa);
  * fails with a message when sluice was built without CUDA or no GPU is usable. */
 sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_cuda_params *p, sl_error *err);
 void sl_backend_cuda_free(sl_backend *be);
+/* GPU gpu's free and total memory in bytes (cudaMemGetInfo); fails as sl_backend_cuda_init does
+ * where there is no such GPU. */
+sl_status sl_backend_cuda_mem(int32_t gpu, int64_t *free_bytes, int64_t *total_bytes,
+                              sl_error *err);
 /* The one way bytes cross between two backends' memories: a split model's residual rows at a
  * partition boundary (model/model.h, sl_model_part). Host memory on either side (the CPU
  * backend) is read or written by the other side's to_host / to_dev; two device backends use

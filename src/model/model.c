@@ -508,26 +508,37 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
                        "%s: its forward pass is its own, and does not run split over partitions "
                        "yet: run it on one",
                        c->arch);
-    /* The CUDA backend's side is to come: a backend per GPU (sl_backend_cuda_init(gpu q)) whose
-     * calls each make its GPU current, copy_peer, pinning the store for every GPU, budgets
-     * from each GPU's free memory. */
-    if (n > 1 && m->be.device && strcmp(m->be.ops->name, "cpu") != 0)
-        return sl_fail(err, SL_ERR_UNSUPPORTED,
-                       "a split over %d partitions runs on the CPU backend only for now (the %s "
-                       "backend does not run one yet)",
-                       n, m->be.ops->name);
+    const int cuda = !strcmp(m->be.ops->name, "cuda");
+    if (p->part_gpus && !cuda)
+        return sl_fail(err, SL_ERR_ARG,
+                       "partitions on GPUs of their own need the CUDA backend (--backend cuda)");
     if (p->part_mem < 0)
         return sl_fail(err, SL_ERR_ARG, "a partition's memory of %lld bytes",
                        (long long)p->part_mem);
+    /* One GPU a partition: each budget at most its GPU's free memory, less what the sessions,
+     * scratch and the CUDA context take besides the planned bytes (a tenth, 2 GiB at least). */
+    int64_t gpu_free[64];
+    if (p->part_gpus && n > 64) return sl_fail(err, SL_ERR_ARG, "%d GPUs: at most 64", n);
+    for (int32_t q = 0; p->part_gpus && n > 1 && q < n; q++) {
+        int64_t total;
+        sl_status st = sl_backend_cuda_mem(q, &gpu_free[q], &total, err);
+        if (st) return st;
+        gpu_free[q] -= SL_MAX(gpu_free[q] / 10, (int64_t)2 << 30);
+        if (gpu_free[q] <= 0)
+            return sl_fail(err, SL_ERR_NOMEM, "GPU %d: no memory free for a partition", q);
+    }
+    const int budgets = p->part_mem || (p->part_gpus && n > 1);
     m->parts = sl_calloc((size_t)n, sizeof *m->parts, err);
     int64_t *bytes = sl_calloc((size_t)c->n_layers, sizeof *bytes, err);
     int32_t *first = sl_calloc((size_t)n + 1, sizeof *first, err);
-    int64_t *budget = p->part_mem ? sl_calloc((size_t)n, sizeof *budget, err) : NULL;
-    sl_status st = m->parts && bytes && first && (budget || !p->part_mem) ? SL_OK : SL_ERR_NOMEM;
+    int64_t *budget = budgets ? sl_calloc((size_t)n, sizeof *budget, err) : NULL;
+    sl_status st = m->parts && bytes && first && (budget || !budgets) ? SL_OK : SL_ERR_NOMEM;
     sl_split_params sp = {
         .n_layers = c->n_layers, .layer_bytes = bytes, .n_parts = n, .budget = budget};
-    for (int32_t q = 0; budget && q < n; q++)
-        budget[q] = p->part_mem;
+    for (int32_t q = 0; budget && q < n; q++) {
+        budget[q] = p->part_mem ? p->part_mem : INT64_MAX;
+        if (p->part_gpus && n > 1) budget[q] = SL_MIN(budget[q], gpu_free[q]);
+    }
     if (!st) {
         m->n_parts = n;
         split_bytes(m, p->gpu_experts, bytes, &sp.first_bytes, &sp.last_bytes);
@@ -541,12 +552,18 @@ static sl_status split_model(sl_model *m, const sl_model_params *p, sl_error *er
             P->be = &m->be, P->dev = &m->dev;
             continue;
         }
+        P->be = &P->own_be, P->dev = &P->own_dev;
+        if (cuda) { /* a CUDA backend of its own: on GPU q, or beside the model's on its GPU */
+            sl_cuda_params cp = p->cuda;
+            cp.int4_float_act |= p->int4_float_act;
+            st = sl_backend_cuda_init(&P->own_be, p->part_gpus ? q : 0, &cp, err);
+            continue;
+        }
         /* a CPU backend like the model's: the same threads, ISA, product path, and memory of
          * its own or not (SL_BACKEND_CPU_DEVICE: the device path's weights and expert cache) */
         sl_backend_cpu_init(&P->own_be, m->be.n_threads, m->be.isa);
         P->own_be.int4_float_act = m->be.int4_float_act;
         P->own_be.device = m->be.device;
-        P->be = &P->own_be, P->dev = &P->own_dev;
     }
     size_t k = 0;
     for (int32_t q = 0; !st && n > 1 && q < n && k < sizeof m->split; q++)
@@ -654,7 +671,8 @@ sl_status sl_model_load(const char *dir, const sl_model_params *params, sl_model
                     m->n_parts == 1 && /* a graph records one backend's step */
                     sl_moe_no_host_step(&m->be, &m->experts, &m->dev, c->n_experts_used,
                                         c->moe_weight_input, c->expert_glu);
-    if (!st && m->be.ops->status) st = m->be.ops->status(&m->be, err);
+    for (int32_t q = 0; !st && q < m->n_parts; q++) /* every partition's backend, as loaded */
+        if (m->parts[q].be->ops->status) st = m->parts[q].be->ops->status(m->parts[q].be, err);
     if (!st && p.router_trace && c->n_experts < 1)
         st = sl_fail(err, SL_ERR_ARG, "%s: the model has no routed experts to trace",
                      p.router_trace);
@@ -695,6 +713,9 @@ void sl_model_free(sl_model *m) {
         }
         free(m->uploads);
         free(m->upload_part);
+        for (int32_t q = 1; q < m->n_parts; q++)
+            if (m->parts[q].own_be.ops && !strcmp(m->parts[q].own_be.ops->name, "cuda"))
+                sl_backend_cuda_free(&m->parts[q].own_be);
         sl_backend_cuda_free(&m->be);
     }
     sl_experts_free(&m->experts);

@@ -155,6 +155,20 @@ static void check_fixture(const char *dir, const char *name) {
                e_ref);
         CHECKF(e_tok <= 1e-5, "%s: token-by-token vs one pass %g", name, e_tok);
     }
+    /* The pipeline split on one GPU: 2 and 3 partitions, CUDA backends of their own, the
+     * residual crossing by copy_peer; bit for bit the unsplit model, in one pass and token by
+     * token (graphs are off when split, so against the op-by-op run). */
+    for (int32_t parts = 2; lg && ln && parts <= 3; parts++) {
+        const sl_model_params gp = {.backend = SL_BACKEND_CUDA, .n_parts = parts};
+        float *lp = logits_of(dir, &gp, ids, n_ids, n_ids, &V, NULL);
+        float *lp1 = logits_of(dir, &gp, ids, n_ids, 1, &V, NULL);
+        const int same = lp && memcmp(lp, lg, n * sizeof(float)) == 0;
+        const int same1 = lp1 && memcmp(lp1, ln, n * sizeof(float)) == 0;
+        printf("  %-24s %d partitions on one GPU: one pass %s, token by token %s\n", name, parts,
+               same ? "bitwise" : "DIFFERENT", same1 ? "bitwise" : "DIFFERENT");
+        CHECKF(same && same1, "%s: %d partitions change the logits", name, parts);
+        free(lp), free(lp1);
+    }
     int32_t *got = calloc((size_t)n_greedy + 1, sizeof(int32_t));
     const int rc = greedy_of(dir, &gpu_g, ids, n_ids, n_greedy, got);
     CHECKF(rc == 0 && memcmp(got, greedy, (size_t)n_greedy * sizeof(int32_t)) == 0,
@@ -195,10 +209,20 @@ static void check_pack(const char *src, const char *name, int int4, int k64, int
                            .experts = SL_EXPERTS_STREAM,
                            .cache_experts = slots,
                            .gpu_experts = slots};
+    sl_model_params few2 = few; /* the same streamed through two partitions' caches */
+    few2.n_parts = 2;
     sl_stats st;
     float *lc = logits_of(dst, &cpu, ids, n, 4, &V, NULL);
     float *la = logits_of(dst, &all, ids, n, 4, &V, NULL);
     float *lf = logits_of(dst, &few, ids, n, 4, &V, &st);
+    float *lf2 = logits_of(dst, &few2, ids, n, 4, &V, NULL);
+    if (la && lf2) {
+        const int same = !memcmp(la, lf2, (size_t)n * (size_t)V * sizeof(float));
+        printf("  %-24s %s: 2 partitions, %d GPU slots each: %s\n", name, q, slots,
+               same ? "bitwise" : "DIFFER");
+        CHECKF(same, "%s %s: 2 partitions with GPU caches change the logits", name, q);
+    }
+    free(lf2);
     CHECKF(lc && la && lf, "%s %s: runs", name, q);
     if (lc && la && lf) {
         const size_t m = (size_t)n * (size_t)V;

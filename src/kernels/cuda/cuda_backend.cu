@@ -113,9 +113,11 @@ static void cu_release(const sl_backend *be, void *p) {
 static void cu_pin(const sl_backend *be, void *host, size_t bytes) {
     (void)be;
     if (!host || !bytes) return;
-    if (cudaHostRegister(host, bytes, cudaHostRegisterDefault) == cudaSuccess) return;
+    /* portable: pinned for every GPU of the process (a split model's copy from the same store) */
+    if (cudaHostRegister(host, bytes, cudaHostRegisterPortable) == cudaSuccess) return;
     (void)cudaGetLastError();
-    if (cudaHostRegister(host, bytes, cudaHostRegisterReadOnly) != cudaSuccess)
+    if (cudaHostRegister(host, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly) !=
+        cudaSuccess)
         (void)cudaGetLastError();
 }
 
@@ -503,6 +505,43 @@ static int cu_graph_end(const sl_backend *be, int launch) {
     return 1;
 }
 
+/* ------------------------------------------------------------- split models */
+
+int cu_multi_gpu;
+
+/* This backend's stream takes bytes from another CUDA backend's memory (the residual rows at a
+ * split model's partition boundary), after all the work queued there: the sender's pending
+ * add_rmsnorm_next is launched (src may be its output), an event recorded on its stream is
+ * waited for on this one, then one copy on this stream: device to device on one GPU (logical
+ * partitions), a peer copy between two (direct where the GPUs allow peer access, else the
+ * driver stages it through the host). */
+static void cu_copy_peer(const sl_backend *be, void *dst, const sl_backend *src_be, const void *src,
+                         size_t bytes) {
+    cu_ctx *c = cu_of(be), *f = cu_of(src_be);
+    if (!bytes || cu_refuse_in_graph(c) || cu_refuse_in_graph(f)) return;
+    cu_bind(f);
+    cu_norm_flush(src_be);
+    CUDA_CHECK(f, cudaEventRecord(f->ev_xfer, f->stream));
+    cu_bind(c);
+    cu_norm_flush(be);
+    CUDA_CHECK(c, cudaStreamWaitEvent(c->stream, f->ev_xfer, 0));
+    if (c->gpu == f->gpu) {
+        CUDA_CHECK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+        return;
+    }
+    const unsigned long long bit = 1ull << (f->gpu & 63);
+    if (!(c->peers_tried & bit)) { /* once per pair: direct reads of f's memory if possible */
+        int ok = 0;
+        c->peers_tried |= bit;
+        if (cudaDeviceCanAccessPeer(&ok, c->gpu, f->gpu) == cudaSuccess && ok) {
+            const cudaError_t e = cudaDeviceEnablePeerAccess(f->gpu, 0);
+            if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) c->peers |= bit;
+        }
+        (void)cudaGetLastError();
+    }
+    CUDA_CHECK(c, cudaMemcpyPeerAsync(dst, c->gpu, src, f->gpu, bytes, c->stream));
+}
+
 /* ------------------------------------------------------------- table */
 
 /* An op that first launches a pending add_rmsnorm_next (cu_norm_flush): every op but the GEMVs
@@ -511,11 +550,22 @@ template <typename F, F f> struct flushed;
 template <typename R, typename... A, R (*f)(const sl_backend *, A...)>
 struct flushed<R (*)(const sl_backend *, A...), f> {
     static R call(const sl_backend *be, A... a) {
+        cu_bind(cu_of(be));
         cu_norm_flush(be);
         return f(be, a...);
     }
 };
 #define FLUSHED(fn) flushed<decltype(&fn), &fn>::call
+/* The GEMVs that may take a pending add_rmsnorm_next over: bound to their GPU, not flushed. */
+template <typename F, F f> struct bound;
+template <typename R, typename... A, R (*f)(const sl_backend *, A...)>
+struct bound<R (*)(const sl_backend *, A...), f> {
+    static R call(const sl_backend *be, A... a) {
+        cu_bind(cu_of(be));
+        return f(be, a...);
+    }
+};
+#define BOUND(fn) bound<decltype(&fn), &fn>::call
 
 static sl_ops make_ops(void) {
     sl_ops o;
@@ -539,13 +589,13 @@ static sl_ops make_ops(void) {
     o.copy2d = FLUSHED(cu_copy2d);
     o.copy_rows = FLUSHED(cu_copy_rows);
     o.fill = FLUSHED(cu_fill);
-    o.matmul = cu_matmul;
-    o.matmul_batch = cu_matmul_batch;
+    o.matmul = BOUND(cu_matmul);
+    o.matmul_batch = BOUND(cu_matmul_batch);
     o.embed = FLUSHED(cu_embed);
     o.rmsnorm = FLUSHED(cu_rmsnorm);
     o.rope = FLUSHED(cu_rope);
     o.add_rmsnorm = FLUSHED(cu_add_rmsnorm);
-    o.add_rmsnorm_next = cu_add_rmsnorm_next; /* flushes, then may wait */
+    o.add_rmsnorm_next = BOUND(cu_add_rmsnorm_next); /* flushes, then may wait */
     o.qkv_prep = FLUSHED(cu_qkv_prep);
     o.attention = FLUSHED(cu_attention);
     o.latent_attention = FLUSHED(cu_latent_attention);
@@ -555,7 +605,8 @@ static sl_ops make_ops(void) {
     o.add_bias = FLUSHED(cu_add_bias);
     o.axpy = FLUSHED(cu_axpy);
     o.weighted_sum = FLUSHED(cu_weighted_sum);
-    o.moe_route = cu_moe_route;
+    o.moe_route = BOUND(cu_moe_route);
+    o.copy_peer = cu_copy_peer; /* binds each side itself */
     o.scale_rows = FLUSHED(cu_scale_rows);
     o.clamp = FLUSHED(cu_clamp);
     o.moe_experts = FLUSHED(cu_moe_experts);
@@ -589,6 +640,7 @@ static void cu_ctx_destroy(cu_ctx *c) {
     if (c->ev_compute) cudaEventDestroy(c->ev_compute);
     if (c->ev_copy) cudaEventDestroy(c->ev_copy);
     if (c->ev_peek) cudaEventDestroy(c->ev_peek);
+    if (c->ev_xfer) cudaEventDestroy(c->ev_xfer);
     if (c->copy) cudaStreamDestroy(c->copy);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->items_host);
@@ -642,7 +694,8 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
         (e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ev_copy, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&c->ev_peek, cudaEventDisableTiming)) != cudaSuccess)
+        (e = cudaEventCreateWithFlags(&c->ev_peek, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->ev_xfer, cudaEventDisableTiming)) != cudaSuccess)
         goto fail;
     what = "matmul_batch items";
     c->items_bytes = (size_t)4 << 20;
@@ -674,6 +727,10 @@ extern "C" sl_status sl_backend_cuda_init(sl_backend *be, int32_t gpu, const sl_
     what = "scratch";
     c->scratch_bytes = CU_SCRATCH_MIN;
     if ((e = cudaMalloc(&c->scratch, c->scratch_bytes)) != cudaSuccess) goto fail;
+    /* a second GPU in the process: from now on every op makes its own GPU current */
+    static int first_gpu = -1;
+    if (first_gpu < 0) first_gpu = gpu;
+    if (gpu != first_gpu) cu_multi_gpu = 1;
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->isa = SL_ISA_SCALAR;
@@ -689,10 +746,35 @@ fail:
 extern "C" void sl_backend_cuda_free(sl_backend *be) {
     cu_ctx *c = be && be->device ? cu_of(be) : NULL;
     if (!c) return;
+    cu_bind(c);
     cu_wait_all(c);
     cu_ctx_destroy(c);
     be->ctx = NULL;
     be->ops = NULL;
+}
+
+extern "C" sl_status sl_backend_cuda_mem(int32_t gpu, int64_t *free_bytes, int64_t *total_bytes,
+                                         sl_error *err) {
+    int n = 0, cur = 0;
+    size_t f = 0, t = 0;
+    *free_bytes = *total_bytes = 0;
+    cu_module_loading();
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        (void)cudaGetLastError();
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: no usable GPU (%s)", cudaGetErrorString(e));
+    }
+    if (gpu < 0 || gpu >= n)
+        return sl_fail(err, SL_ERR_ARG, "CUDA: GPU %d requested, %d present", (int)gpu, n);
+    /* cudaMemGetInfo reads the current GPU's: switch for the call, then back */
+    if ((e = cudaGetDevice(&cur)) != cudaSuccess || (e = cudaSetDevice(gpu)) != cudaSuccess ||
+        (e = cudaMemGetInfo(&f, &t)) != cudaSuccess || (e = cudaSetDevice(cur)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return sl_fail(err, SL_ERR_UNSUPPORTED, "CUDA: GPU %d: %s", (int)gpu,
+                       cudaGetErrorString(e));
+    }
+    *free_bytes = (int64_t)f, *total_bytes = (int64_t)t;
+    return SL_OK;
 }
 
 extern "C" int sl_backend_cuda_available(void) {

@@ -110,7 +110,19 @@ struct cu_ctx {
     int att_path;         /* sl_cuda_att_path (cuda_backend.h): prompt attention's kernel */
     int imma_tile;        /* sl_cuda_set_imma_tile: the int8 GEMM's forced tile height, or 0 */
     unsigned att_smem; /* tiled attention kernels whose shared memory limit is raised, a bit each */
+    /* A split model's partitions (copy_peer): recorded on this backend's stream when a later
+     * partition takes bytes from it; peers: GPUs whose memory this one reads directly, a bit
+     * each (peer access enabled, or found impossible: peers_tried) */
+    cudaEvent_t ev_xfer;
+    unsigned long long peers, peers_tried;
 };
+
+/* Several GPUs in one process (a split model): every op makes its backend's GPU current first
+ * (cu_bind). Set when a backend starts on a GPU other than the first one's. */
+extern int cu_multi_gpu;
+static inline void cu_bind(const cu_ctx *c) {
+    if (cu_multi_gpu) cudaSetDevice(c->gpu);
+}
 
 #define CU_ATT_COUNTS 4096
 /* The scratch a backend starts with: ops called without a session (the op tests) and overlapping
