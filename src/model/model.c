@@ -922,27 +922,25 @@ static sl_status fill_rope(sl_session *s, sl_error *err) {
 
 /* ---- a split model's partitions in a session (sl_session_part) ---- */
 
+/* What a session holds of its current partition, swapped in and out field by field. */
+#define PART_FIELDS(X)                                                                             \
+    X(be)                                                                                          \
+    X(layer0) X(layer1) X(kcache) X(vcache) X(rope_cos) X(rope_sin) X(delta_state) X(conv_state)   \
+        X(delta_state_n) X(conv_state_n) X(b) X(moe) X(fam) X(arena) X(host_arena)
+
 static void part_save(sl_session *s) {
     sl_session_part *P = &s->parts[s->part];
-    P->be = s->be, P->layer0 = s->layer0, P->layer1 = s->layer1;
-    P->kcache = s->kcache, P->vcache = s->vcache;
-    P->rope_cos = s->rope_cos, P->rope_sin = s->rope_sin;
-    P->delta_state = s->delta_state, P->conv_state = s->conv_state;
-    P->delta_state_n = s->delta_state_n, P->conv_state_n = s->conv_state_n;
-    P->b = s->b, P->moe = s->moe, P->fam = s->fam;
-    P->arena = s->arena, P->host_arena = s->host_arena;
+#define SAVE(f) P->f = s->f;
+    PART_FIELDS(SAVE)
+#undef SAVE
 }
 
 static void part_load(sl_session *s, int32_t p) {
     const sl_session_part *P = &s->parts[p];
     s->part = p;
-    s->be = P->be, s->layer0 = P->layer0, s->layer1 = P->layer1;
-    s->kcache = P->kcache, s->vcache = P->vcache;
-    s->rope_cos = P->rope_cos, s->rope_sin = P->rope_sin;
-    s->delta_state = P->delta_state, s->conv_state = P->conv_state;
-    s->delta_state_n = P->delta_state_n, s->conv_state_n = P->conv_state_n;
-    s->b = P->b, s->moe = P->moe, s->fam = P->fam;
-    s->arena = P->arena, s->host_arena = P->host_arena;
+#define LOAD(f) s->f = P->f;
+    PART_FIELDS(LOAD)
+#undef LOAD
 }
 
 void sl_session_enter(sl_session *s, int32_t p) {
