@@ -185,6 +185,9 @@ typedef struct sl_stats {
     /* stream: experts read ahead by sl_experts_prefetch, those a fetch then needed, and their
      * bytes (all read, and the used ones'): prefetch_bytes - prefetch_used_bytes is waste */
     int64_t prefetch_reads, prefetch_used, prefetch_bytes, prefetch_used_bytes;
+    /* A split model (n_parts > 1): buffers moved from one partition to the next, and their
+     * bytes (each token's residual rows and what its family adds, at every boundary) */
+    int64_t part_moves, part_bytes;
 } sl_stats;
 
 typedef struct sl_session_params {

@@ -121,6 +121,13 @@ expect_fail "--gpus on the CPU backend" "partitions on GPUs of their own need th
 expect_fail "--gpus 0" "invalid --gpus" "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --gpus 0
 expect_fail "--part-mem too small" "does not fit in 2 partitions: .* on partition 0, whose budget is 0.1 MiB" \
     "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 2 --part-mem 100K
+# 2 boundaries, the residual and the FFN output at each, in 5 forward calls (a prompt, 4 steps)
+if "$BIN" generate "$FIX/qwen3_gqa_untied" --ids 1,2,3,4 -n 4 --parts 3 --stats 2>&1 |
+    grep -q "^split  *20 moves between partitions"; then
+    ok "--stats counts the moves between partitions"
+else
+    bad "--stats with --parts 3: not 20 moves between partitions"
+fi
 if "$BIN" logits "$FIX/qwen3_gqa_untied" --ids 1 --out "$TMP/l.f32" --parts 2 --part-mem 1M -v 2>&1 |
     grep -q "sluice: 2 partitions: layers 0-"; then
     ok "-v names the partitions' layers"

@@ -264,6 +264,10 @@ void cli_print_stats(const sl_model *m, FILE *f) {
                 "CUDA graphs          %lld decode steps (%lld replayed as recorded), %lld "
                 "dropped\n",
                 (long long)s.graph_steps, (long long)s.graph_replays, (long long)s.graph_fallbacks);
+    if (s.part_moves)
+        fprintf(f, "split                %lld moves between partitions, %.1f KB a token\n",
+                (long long)s.part_moves,
+                rate((double)s.part_bytes / 1e3, (double)(s.prompt_tokens + s.gen_tokens)));
     if (s.ple_rows)
         fprintf(f, "PLE n-gram rows      %lld, %.2f MB in %.3f s (%.1f KB per token)\n",
                 (long long)s.ple_rows, (double)s.ple_bytes / 1e6, s.t_ple_io,

@@ -485,6 +485,8 @@ void blk_part_move(const sl_session *s, const sl_backend *from, void *dst, const
                    size_t bytes) {
     const size_t stage = (size_t)s->max_batch * (size_t)s->model->cfg.hidden_size * sizeof(float);
     sl_backend_transfer(s->be, dst, from, src, bytes, s->b.h_stage, stage);
+    s->model->stats.part_moves++;
+    s->model->stats.part_bytes += (int64_t)bytes;
 }
 
 void blk_part_cross(sl_session *s, int32_t T, blk_part_buf buf, size_t row) {

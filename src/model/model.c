@@ -925,7 +925,8 @@ static sl_status fill_rope(sl_session *s, sl_error *err) {
 /* What a session holds of its current partition, swapped in and out field by field. */
 #define PART_FIELDS(X)                                                                             \
     X(be)                                                                                          \
-    X(layer0) X(layer1) X(kcache) X(vcache) X(rope_cos) X(rope_sin) X(delta_state) X(conv_state)   \
+    X(layer0)                                                                                      \
+    X(layer1) X(kcache) X(vcache) X(rope_cos) X(rope_sin) X(delta_state) X(conv_state)             \
         X(delta_state_n) X(conv_state_n) X(b) X(moe) X(fam) X(arena) X(host_arena)
 
 static void part_save(sl_session *s) {
