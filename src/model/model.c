@@ -926,8 +926,9 @@ static sl_status fill_rope(sl_session *s, sl_error *err) {
 #define PART_FIELDS(X)                                                                             \
     X(be)                                                                                          \
     X(layer0)                                                                                      \
-    X(layer1) X(kcache) X(vcache) X(rope_cos) X(rope_sin) X(delta_state) X(conv_state)             \
-        X(delta_state_n) X(conv_state_n) X(b) X(moe) X(fam) X(arena) X(host_arena)
+    X(layer1)                                                                                      \
+    X(kcache) X(vcache) X(rope_cos) X(rope_sin) X(delta_state) X(conv_state) X(delta_state_n)      \
+        X(conv_state_n) X(b) X(moe) X(fam) X(arena) X(host_arena)
 
 static void part_save(sl_session *s) {
     sl_session_part *P = &s->parts[s->part];

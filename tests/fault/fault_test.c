@@ -33,6 +33,7 @@
 
 #include "model/packer.h"
 #include "moe/experts.h"
+#include "../store_check.h"
 #include "sluice.h"
 
 static double now(void) {
@@ -219,23 +220,6 @@ static int open_store(sl_expert_store *s, const char *pack, const char *engine) 
     return 0;
 }
 
-/* Expert e of layer 1 in its slot equals the file's bytes. */
-static int same_blob(const sl_expert_store *s, int32_t e) {
-    const sl_expert_layer *L = &s->layers[1];
-    const int32_t slot = sl_slot_lookup(&L->slots, e);
-    uint8_t *want = malloc(L->hdr.blob_bytes);
-    int fd = open(L->path, O_RDONLY);
-    const int ok =
-        slot >= 0 && want && fd >= 0 &&
-        pread(fd, want, L->hdr.blob_bytes,
-              (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
-            (ssize_t)L->hdr.blob_bytes &&
-        !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes, L->hdr.blob_bytes);
-    if (fd >= 0) close(fd);
-    free(want);
-    return ok;
-}
-
 static int cmd_prefetch(const char *pack, const char *engine, int stall) {
     sl_expert_store s;
     int r = open_store(&s, pack, engine);
@@ -272,7 +256,8 @@ static int cmd_prefetch(const char *pack, const char *engine, int stall) {
     err = (sl_error){0};
     if (!bad && sl_experts_fetch(&s, 1, (int32_t[]){3, 5}, 2, out, &err) != SL_OK)
         bad = fail("after it: '%s'%s", err.msg, "");
-    if (!bad && (!same_blob(&s, 3) || !same_blob(&s, 5))) bad = fail("bytes differ%s%s", "", "");
+    if (!bad && (!slot_matches_file(&s, 3) || !slot_matches_file(&s, 5)))
+        bad = fail("bytes differ%s%s", "", "");
     if (!bad) printf("ok: prefetch %s (%s)\n", stall ? "stalled" : "failed", engine);
     sl_experts_free(&s);
     return bad;

@@ -10,6 +10,7 @@
 
 #include "model/model.h"
 #include "moe/experts.h"
+#include "../store_check.h"
 #include "test.h"
 
 static const char *const kjv = "models/kjv-moe";
@@ -25,24 +26,6 @@ static sl_status open_kjv(sl_expert_store *s, int32_t slots, sl_io_engine engine
     sl_status st = sl_experts_open_packed(s, kjv, 4, moe, 8, 256, 192, &p, &err);
     if (st) fprintf(stderr, "  open: %s\n", err.msg);
     return st;
-}
-
-/* Expert e of layer 1 in its slot equals the file's bytes. */
-static int same_as_file(const sl_expert_store *s, int32_t e) {
-    const sl_expert_layer *L = &s->layers[1];
-    const int32_t slot = sl_slot_lookup(&L->slots, e);
-    if (slot < 0) return 0;
-    int fd = open(L->path, O_RDONLY);
-    uint8_t *want = malloc(L->hdr.blob_bytes);
-    const int ok =
-        fd >= 0 && want &&
-        pread(fd, want, L->hdr.blob_bytes,
-              (off_t)(L->hdr.data_offset + (uint64_t)e * L->hdr.blob_bytes)) ==
-            (ssize_t)L->hdr.blob_bytes &&
-        !memcmp(want, L->slot_mem + (uint64_t)slot * L->hdr.blob_bytes, L->hdr.blob_bytes);
-    if (fd >= 0) close(fd);
-    free(want);
-    return ok;
 }
 
 /* Time for layer 1's prefetches to come back (settled by the next call on the layer). */
@@ -69,7 +52,7 @@ static void run_engine(sl_io_engine engine) {
     CHECKF(sl_experts_fetch_wait(&s, 1, 1, &err) == SL_OK, "%s", err.msg);
     CHECK(sl_experts_fetch_ready(&s, 1, 0) && sl_experts_fetch_ready(&s, 1, 1));
     CHECK(s.prefetch_used == 2 && s.hits == 0 && s.requests == 2);
-    CHECK(same_as_file(&s, 0) && same_as_file(&s, 1));
+    CHECK(slot_matches_file(&s, 0) && slot_matches_file(&s, 1));
     CHECK(out[0] == &s.layers[1].slot_views[sl_slot_lookup(&s.layers[1].slots, 1)]);
     /* an expert already cached is not prefetched */
     CHECK(sl_experts_prefetch(&s, 1, (int32_t[]){0}, 1) == 0);
@@ -82,7 +65,7 @@ static void run_engine(sl_io_engine engine) {
      * every byte right */
     CHECK(sl_experts_fetch(&s, 1, (int32_t[]){4, 5, 6, 7}, 4, out, &err) == SL_OK);
     for (int32_t e = 4; e < 8; e++)
-        CHECK(same_as_file(&s, e));
+        CHECK(slot_matches_file(&s, e));
     CHECK(s.prefetch_used == 2);
     /* all four slots pinned by that request: no room for a prefetch until the next one */
     CHECK(sl_experts_prefetch(&s, 1, (int32_t[]){0}, 1) == 0);
@@ -99,7 +82,8 @@ static void run_engine(sl_io_engine engine) {
           strstr(err.msg, "layer 1, expert 2") && strstr(err.msg, "checksum mismatch"));
     CHECK(sl_slot_lookup(&s.layers[1].slots, 2) < 0 && sl_slot_lookup(&s.layers[1].slots, 4) >= 0);
     s.layers[1].crc[2] ^= 1;
-    CHECK(sl_experts_fetch(&s, 1, (int32_t[]){2}, 1, out, &err) == SL_OK && same_as_file(&s, 2));
+    CHECK(sl_experts_fetch(&s, 1, (int32_t[]){2}, 1, out, &err) == SL_OK &&
+          slot_matches_file(&s, 2));
     /* layers without slots, and prefetch outside stream mode: nothing to do */
     CHECK(sl_experts_prefetch(&s, 0, (int32_t[]){0}, 1) <= 1);
     sl_experts_free(&s);
@@ -273,7 +257,7 @@ static void stall_engine(sl_io_engine engine) {
     err = (sl_error){0};
     CHECKF(sl_experts_fetch(&s, 1, (int32_t[]){3, 5}, 2, out, &err) == SL_OK, "engine %d: %s",
            (int)engine, err.msg);
-    CHECK(same_as_file(&s, 3) && same_as_file(&s, 5));
+    CHECK(slot_matches_file(&s, 3) && slot_matches_file(&s, 5));
     sl_experts_free(&s);
 }
 
