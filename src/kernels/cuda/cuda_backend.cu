@@ -533,10 +533,8 @@ static void cu_copy_peer(const sl_backend *be, void *dst, const sl_backend *src_
     if (!(c->peers_tried & bit)) { /* once per pair: direct reads of f's memory if possible */
         int ok = 0;
         c->peers_tried |= bit;
-        if (cudaDeviceCanAccessPeer(&ok, c->gpu, f->gpu) == cudaSuccess && ok) {
-            const cudaError_t e = cudaDeviceEnablePeerAccess(f->gpu, 0);
-            if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) c->peers |= bit;
-        }
+        if (cudaDeviceCanAccessPeer(&ok, c->gpu, f->gpu) == cudaSuccess && ok)
+            (void)cudaDeviceEnablePeerAccess(f->gpu, 0); /* already enabled: fine too */
         (void)cudaGetLastError();
     }
     CUDA_CHECK(c, cudaMemcpyPeerAsync(dst, c->gpu, src, f->gpu, bytes, c->stream));

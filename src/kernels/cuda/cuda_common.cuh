@@ -111,10 +111,10 @@ struct cu_ctx {
     int imma_tile;        /* sl_cuda_set_imma_tile: the int8 GEMM's forced tile height, or 0 */
     unsigned att_smem; /* tiled attention kernels whose shared memory limit is raised, a bit each */
     /* A split model's partitions (copy_peer): recorded on this backend's stream when a later
-     * partition takes bytes from it; peers: GPUs whose memory this one reads directly, a bit
-     * each (peer access enabled, or found impossible: peers_tried) */
+     * partition takes bytes from it; peers_tried: GPUs whose peer access this one has asked
+     * for, a bit each (granted or not: the copy works either way, only slower) */
     cudaEvent_t ev_xfer;
-    unsigned long long peers, peers_tried;
+    unsigned long long peers_tried;
 };
 
 /* Several GPUs in one process (a split model): every op makes its backend's GPU current first
